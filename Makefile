@@ -1,0 +1,23 @@
+# natsl.c — build the CPU reference trainer, its tests, and (with nvcc) the GPU trainer.
+CC ?= gcc
+CFLAGS ?= -O3 -march=native -ffast-math -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
+OMPFLAGS ?= -fopenmp
+LDLIBS = -lm
+HEADERS = common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h
+
+.PHONY: all test clean
+
+all: train_natsl test_natsl
+
+train_natsl: train_natsl.c $(HEADERS)
+	$(CC) $(CFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# the tests include train_natsl.c and run it in double precision
+test_natsl: test_natsl.c train_natsl.c $(HEADERS)
+	$(CC) $(CFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
+
+test: train_natsl test_natsl
+	./test_natsl
+
+clean:
+	rm -f train_natsl test_natsl

@@ -1,0 +1,256 @@
+// Model configuration, presets, layer patterns and the flat parameter layout of natsl.c.
+// Shared by train_natsl.c (CPU) and train_natsl.cu (GPU) so that checkpoints are interchangeable.
+// Everything here follows ../shared/SPEC.md §1 (configuration), §2 (initialization), §9 (weight decay)
+// and §10 (parameter counts).
+#ifndef NATSL_CONFIG_H
+#define NATSL_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#define NATSL_MAX_LAYERS 64
+#define NATSL_CHUNK 64        // C: NAtS chunk size (SPEC §0)
+#define NATSL_CONV 4          // short-conv kernel (SPEC §3.1)
+#define NATSL_EPS 1e-6f       // every norm eps (SPEC §1)
+#define NATSL_ATTN_HEAD 64    // head dim of the plain softmax layer A (SPEC §4)
+#define GPT2_VOCAB 50257      // real tokens (SPEC §1 DECISION)
+#define GPT2_VOCAB_PADDED 50304
+#define GPT2_EOT 50256
+
+typedef struct {
+    int D;        // hidden size
+    int L;        // layers
+    int H;        // GDN heads = NAtS heads
+    int dk, dv;   // GDN key / value head dims (dv = 2 dk)
+    int Ha;       // softmax heads inside a NAtS-L layer
+    int F;        // MLP width
+    int V, Vp;    // vocabulary (real, padded)
+    int rope;     // RoPE on the NAtS-L softmax op (SPEC §5.8)
+    char pattern[NATSL_MAX_LAYERS + 1]; // one of G, A, N per layer
+} Config;
+
+// derived sizes (SPEC §1)
+static inline int cfg_K(const Config *c) { return c->H * c->dk; }     // K_tot
+static inline int cfg_Vt(const Config *c) { return c->H * c->dv; }    // V_tot
+static inline int cfg_dka(const Config *c) { return c->H * c->dk / c->Ha; }
+static inline int cfg_dva(const Config *c) { return c->H * c->dv / c->Ha; }
+static inline int cfg_HA(const Config *c) { return c->D / NATSL_ATTN_HEAD; } // heads of an A layer
+static inline int mlp_width(int D) { int f = 8 * D / 3; return 256 * ((f + 255) / 256); }
+
+// ----------------------------------------------------------------------------------------------
+// presets and patterns (SPEC §1)
+
+// The NAtS-L Hybrid rule: N at every layer l with l mod 4 = 3 and at the last layer, G elsewhere.
+static inline void pattern_from_variant(char *out, const char *variant, int L) {
+    for (int l = 0; l < L; l++) {
+        char k = 'G';
+        if (!strcmp(variant, "natsl-hybrid")) k = (l % 4 == 3 || l == L - 1) ? 'N' : 'G';
+        else if (!strcmp(variant, "natsl")) k = 'N';
+        else if (!strcmp(variant, "gdn")) k = 'G';
+        else if (!strcmp(variant, "gdn-hybrid")) k = (l % 4 == 3) ? 'A' : 'G';
+        else if (!strcmp(variant, "transformer")) k = 'A';
+        out[l] = k;
+    }
+    out[L] = '\0';
+}
+
+static inline int is_variant_name(const char *s) {
+    return !strcmp(s, "natsl-hybrid") || !strcmp(s, "natsl") || !strcmp(s, "gdn") ||
+           !strcmp(s, "gdn-hybrid") || !strcmp(s, "transformer");
+}
+
+// Fills c from a preset name: "tiny", "340m", "760m". Returns 0, or -1 for an unknown name.
+static inline int config_from_preset(Config *c, const char *name) {
+    memset(c, 0, sizeof(*c));
+    c->V = GPT2_VOCAB; c->Vp = GPT2_VOCAB_PADDED;
+    if (!strcmp(name, "tiny")) { c->D = 128; c->L = 4; c->H = 2; c->dk = 48; c->Ha = 4; }
+    else if (!strcmp(name, "340m")) { c->D = 1024; c->L = 21; c->H = 6; c->dk = 128; c->Ha = 12; }
+    else if (!strcmp(name, "760m")) { c->D = 1536; c->L = 21; c->H = 6; c->dk = 192; c->Ha = 18; }
+    else return -1;
+    c->dv = 2 * c->dk;
+    c->F = mlp_width(c->D);
+    if (!strcmp(name, "tiny")) strcpy(c->pattern, "GNGN");   // both kinds, cheap on a CPU
+    else pattern_from_variant(c->pattern, "natsl-hybrid", c->L);
+    return 0;
+}
+
+// Applies -a: a variant name (keeps L) or a literal pattern over G/A/N (sets L). The pure NAtS-L
+// variant turns RoPE on for the softmax op (SPEC §5.8); every other choice leaves it off.
+static inline int config_set_pattern(Config *c, const char *arg, char *err, size_t errlen) {
+    if (is_variant_name(arg)) {
+        pattern_from_variant(c->pattern, arg, c->L);
+        c->rope = !strcmp(arg, "natsl");
+        return 0;
+    }
+    size_t n = strlen(arg);
+    if (n == 0 || n > NATSL_MAX_LAYERS) {
+        snprintf(err, errlen, "-a %s: a pattern needs 1 to %d layers", arg, NATSL_MAX_LAYERS);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (arg[i] != 'G' && arg[i] != 'A' && arg[i] != 'N') {
+            snprintf(err, errlen, "-a %s: not a variant (natsl-hybrid, natsl, gdn, gdn-hybrid, "
+                     "transformer) nor a pattern over G/A/N (bad letter '%c')", arg, arg[i]);
+            return -1;
+        }
+    }
+    strcpy(c->pattern, arg);
+    c->L = (int)n;
+    c->rope = 0;
+    return 0;
+}
+
+// Checks that the sizes fit together. Returns 0 or -1 with a message.
+static inline int config_check(const Config *c, char *err, size_t errlen) {
+    const char *why = NULL;
+    if (c->D <= 0 || c->L <= 0 || c->H <= 0 || c->dk <= 0 || c->dv <= 0 || c->Ha <= 0 || c->F <= 0) why = "sizes must be positive";
+    else if (c->L > NATSL_MAX_LAYERS || (int)strlen(c->pattern) != c->L) why = "pattern length must equal the layer count";
+    else if (c->Ha % c->H) why = "softmax heads must be a multiple of GDN heads";
+    else if ((c->H * c->dk) % c->Ha || (c->H * c->dv) % c->Ha) why = "key/value widths must split evenly into softmax heads";
+    else if (strchr(c->pattern, 'A') && c->D % NATSL_ATTN_HEAD) why = "an A layer needs D to be a multiple of 64";
+    else if (c->rope && cfg_dka(c) % 2) why = "RoPE needs an even softmax head dim";
+    else if (c->V <= 0 || c->Vp < c->V) why = "padded vocabulary must hold the vocabulary";
+    if (why) { snprintf(err, errlen, "bad model config: %s", why); return -1; }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// the flat parameter buffer
+
+// Per-layer parameter tensors, in the order they sit in the buffer. Tensors a layer kind does not
+// have take no space. Stacked weights are stored contiguously so one matmul computes them all:
+// WQKV = [W_q; W_k; W_v], WAB = [W_a; W_b], CONV = [conv_q; conv_k; conv_v], WGU = [W_gate; W_up].
+enum {
+    P_LN_MIX,  // [D]            RMSNorm weight before the mixer
+    P_WQKV,    // G,N: [2K+Vt, D]; A: [3D, D]
+    P_WG,      // G,N: [Vt, D]   output gate
+    P_WAB,     // G,N: [2H, D]   decay input a, then beta input b
+    P_ALOG,    // G,N: [H]
+    P_DTBIAS,  // G,N: [H]
+    P_CONV,    // G,N: [2K+Vt, 4] short conv
+    P_ONORM,   // G:   [dv]      output RMSNorm of the GDN layer
+    P_WR,      // N:   [2H, D]   router (Attention Score Layer)
+    P_WOW,     // N:   [2Ha, K]  output-weight layer
+    P_QN,      // N:   [dka]     RMSNorm of softmax q
+    P_KN,      // N:   [dka]     RMSNorm of softmax k
+    P_N1,      // N:   [dva]     fused output norm, GDN input
+    P_N2,      // N:   [dva]     fused output norm, softmax input
+    P_WO,      // G,N: [D, Vt]; A: [D, D]
+    P_LN_MLP,  // [D]
+    P_WGU,     // [2F, D]  SwiGLU gate and up
+    P_WDOWN,   // [D, F]
+    NSLOT
+};
+
+enum { INIT_NORMAL, INIT_ONES, INIT_ALOG, INIT_DTBIAS };
+
+static const struct { const char *name; int init; int decay; } SLOT_INFO[NSLOT] = {
+    {"ln_mix", INIT_ONES, 0},  {"wqkv", INIT_NORMAL, 1}, {"wg", INIT_NORMAL, 1},
+    {"wab", INIT_NORMAL, 1},   {"a_log", INIT_ALOG, 0},  {"dt_bias", INIT_DTBIAS, 0},
+    {"conv", INIT_NORMAL, 0},  {"o_norm", INIT_ONES, 0}, {"wr", INIT_NORMAL, 1},
+    {"wow", INIT_NORMAL, 1},   {"qn", INIT_ONES, 0},     {"kn", INIT_ONES, 0},
+    {"n1", INIT_ONES, 0},      {"n2", INIT_ONES, 0},     {"wo", INIT_NORMAL, 1},
+    {"ln_mlp", INIT_ONES, 0},  {"wgu", INIT_NORMAL, 1},  {"wdown", INIT_NORMAL, 1},
+};
+
+// Shape [rows, cols] of one slot for a layer kind; rows = 0 when the kind has no such tensor.
+static inline void slot_shape(const Config *c, char kind, int slot, size_t *rows, size_t *cols) {
+    size_t D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
+    size_t r = 0, k = 1;
+    int gdn = kind == 'G' || kind == 'N', nats = kind == 'N';
+    switch (slot) {
+    case P_LN_MIX: case P_LN_MLP: r = D; break;
+    case P_WQKV: if (gdn) { r = 2 * K + Vt; k = D; } else { r = 3 * D; k = D; } break;
+    case P_WG: if (gdn) { r = Vt; k = D; } break;
+    case P_WAB: if (gdn) { r = 2 * H; k = D; } break;
+    case P_ALOG: case P_DTBIAS: if (gdn) r = H; break;
+    case P_CONV: if (gdn) { r = 2 * K + Vt; k = NATSL_CONV; } break;
+    case P_ONORM: if (kind == 'G') r = c->dv; break;
+    case P_WR: if (nats) { r = 2 * H; k = D; } break;
+    case P_WOW: if (nats) { r = 2 * (size_t)c->Ha; k = K; } break;
+    case P_QN: case P_KN: if (nats) r = cfg_dka(c); break;
+    case P_N1: case P_N2: if (nats) r = cfg_dva(c); break;
+    case P_WO: if (gdn) { r = D; k = Vt; } else { r = D; k = D; } break;
+    case P_WGU: r = 2 * (size_t)c->F; k = D; break;
+    case P_WDOWN: r = D; k = c->F; break;
+    }
+    *rows = r; *cols = r ? k : 0;
+}
+
+// One entry per parameter tensor of the model, in buffer order.
+typedef struct {
+    char name[32];
+    size_t offset, numel;
+    int init, decay;
+    int layer, slot;  // layer = -1 for the global tensors (embedding, final norm, head)
+} ParamTensor;
+
+#define NATSL_MAX_TENSORS (3 + NATSL_MAX_LAYERS * NSLOT)
+
+// Lists every tensor with its offset. Returns the tensor count; *total gets the parameter count.
+// This is the one place where parameter sizes are computed.
+static inline int param_tensors(const Config *c, ParamTensor *t, size_t *total) {
+    int n = 0;
+    size_t off = 0;
+#define ADD_TENSOR(NAME, NUMEL, INIT, DECAY, LAYER, SLOT) do { \
+        snprintf(t[n].name, sizeof(t[n].name), "%s", NAME); \
+        t[n].offset = off; t[n].numel = (NUMEL); t[n].init = INIT; t[n].decay = DECAY; \
+        t[n].layer = LAYER; t[n].slot = SLOT; off += (NUMEL); n++; } while (0)
+    ADD_TENSOR("wte", (size_t)c->Vp * c->D, INIT_NORMAL, 1, -1, -1);
+    for (int l = 0; l < c->L; l++) {
+        for (int s = 0; s < NSLOT; s++) {
+            size_t rows, cols;
+            slot_shape(c, c->pattern[l], s, &rows, &cols);
+            if (!rows) continue;
+            char name[32];
+            snprintf(name, sizeof(name), "l%d.%s", l, SLOT_INFO[s].name);
+            ADD_TENSOR(name, rows * cols, SLOT_INFO[s].init, SLOT_INFO[s].decay, l, s);
+        }
+    }
+    ADD_TENSOR("ln_f", (size_t)c->D, INIT_ONES, 0, -1, -1);
+    ADD_TENSOR("head", (size_t)c->Vp * c->D, INIT_NORMAL, 1, -1, -1);
+#undef ADD_TENSOR
+    *total = off;
+    return n;
+}
+
+// ----------------------------------------------------------------------------------------------
+// checkpoint header (SPEC: "model (header with magic/version/config + flat params)")
+
+#define CKPT_MODEL_MAGIC 20261122
+#define CKPT_STATE_MAGIC 20261123
+#define CKPT_VERSION 1
+
+// header layout: 256 int32
+//  [0] magic [1] version [2] D [3] L [4] H [5] dk [6] dv [7] Ha [8] F [9] V [10] Vp [11] rope
+//  [12] chunk size [13] parameter count (low 31 bits) [14] parameter count (high bits)
+//  [32..] pattern, one char per int
+static inline void config_to_header(const Config *c, size_t nparams, int *h) {
+    memset(h, 0, 256 * sizeof(int));
+    h[0] = CKPT_MODEL_MAGIC; h[1] = CKPT_VERSION;
+    h[2] = c->D; h[3] = c->L; h[4] = c->H; h[5] = c->dk; h[6] = c->dv; h[7] = c->Ha; h[8] = c->F;
+    h[9] = c->V; h[10] = c->Vp; h[11] = c->rope; h[12] = NATSL_CHUNK;
+    h[13] = (int)(nparams & 0x7fffffff); h[14] = (int)(nparams >> 31);
+    for (int l = 0; l < c->L; l++) h[32 + l] = c->pattern[l];
+}
+
+static inline int config_from_header(Config *c, const int *h, const char *path, char *err, size_t errlen) {
+    if (h[0] != CKPT_MODEL_MAGIC) { snprintf(err, errlen, "%s: not a natsl model checkpoint (bad magic %d)", path, h[0]); return -1; }
+    if (h[1] != CKPT_VERSION) { snprintf(err, errlen, "%s: checkpoint version %d, this program reads %d", path, h[1], CKPT_VERSION); return -1; }
+    if (h[12] != NATSL_CHUNK) { snprintf(err, errlen, "%s: chunk size %d, this program uses %d", path, h[12], NATSL_CHUNK); return -1; }
+    memset(c, 0, sizeof(*c));
+    c->D = h[2]; c->L = h[3]; c->H = h[4]; c->dk = h[5]; c->dv = h[6]; c->Ha = h[7]; c->F = h[8];
+    c->V = h[9]; c->Vp = h[10]; c->rope = h[11];
+    if (c->L <= 0 || c->L > NATSL_MAX_LAYERS) { snprintf(err, errlen, "%s: bad layer count %d", path, c->L); return -1; }
+    for (int l = 0; l < c->L; l++) c->pattern[l] = (char)h[32 + l];
+    char why[256];
+    if (config_check(c, why, sizeof(why))) { snprintf(err, errlen, "%s: %s", path, why); return -1; }
+    size_t total, want = (size_t)h[13] | ((size_t)h[14] << 31);
+    ParamTensor t[NATSL_MAX_TENSORS];
+    param_tensors(c, t, &total);
+    if (total != want) { snprintf(err, errlen, "%s: header says %zu parameters, its config has %zu", path, want, total); return -1; }
+    return 0;
+}
+
+#endif

@@ -1,0 +1,280 @@
+/*
+ * dataloader.h — reads llm.c-format token shards into (inputs, targets) batches.
+ * Header-only, C99, libc + POSIX glob.h.
+ *
+ * Shard format (written by the scripts in dev/data/):
+ *   header: 256 little-endian int32 = [20240520 magic, 1 version, number of tokens N, 0, ...]
+ *   then N tokens, uint16 little-endian (GPT-2 ids, each < 50257).
+ *
+ * A DataLoader walks the shards matched by a glob pattern in sorted order. Each batch takes the
+ * next B*T+1 tokens at `pos` of the current shard: inputs = the first B*T, targets = the same
+ * shifted by one (row b of the batch is tokens pos+b*T .. pos+b*T+T-1, its targets the tokens one
+ * further). Then pos advances by B*T, so consecutive batches share one token at their seam.
+ * When fewer than B*T+1 tokens remain, the next call moves on to the next shard at pos 0
+ * (wrapping to shard 0 after the last one); leftover tokens at the end of a shard are skipped.
+ * The pair (shard, pos) is the whole position: save it in a checkpoint and hand it back to
+ * dataloader_seek to resume with exactly the same batches.
+ *
+ * Checks: init reads only the headers of all shards (magic, version, size consistent with the
+ * token count, at least B*T+1 tokens); a shard's token ids are checked when the shard is
+ * loaded. Every function returns 0, or -1 with a one-line "FILE: problem" message in err;
+ * nothing here exits or aborts. Assumes a little-endian host (checked at init).
+ */
+#ifndef NATSL_DATALOADER_H
+#define NATSL_DATALOADER_H
+
+#include <errno.h>
+#include <glob.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DATALOADER_MAGIC 20240520
+#define DATALOADER_VERSION 1
+#define DATALOADER_HEADER_BYTES 1024 /* 256 int32 */
+#define DATALOADER_VOCAB 50257       /* GPT-2: every token id must be below this */
+
+typedef struct {
+    int B, T;
+    char **files; int nfiles;        /* sorted glob matches */
+    int shard; size_t pos;           /* current shard index and token position in it (the checkpointable state) */
+    uint16_t *tokens; size_t ntok; int loaded_shard; /* the current shard, fully read into memory and validated */
+    int *inputs, *targets;           /* B*T each */
+} DataLoader;
+
+static inline void dataloader_error_(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static inline int32_t dataloader_le32_(const unsigned char *p) {
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/* Open a shard and check its header against the file size. On success returns the FILE
+ * positioned at the first token and stores the token count in *ntok; else NULL and err. */
+static inline FILE *dataloader_open_shard_(const char *path, size_t *ntok, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dataloader_error_(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        return NULL;
+    }
+    /* (declared up front: C++ compilers such as nvcc forbid a goto that skips an initialization) */
+    unsigned char h[DATALOADER_HEADER_BYTES];
+    int32_t magic, version, n;
+    long size = -1, body;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        dataloader_error_(err, errlen, "%s: cannot determine the file size", path);
+        goto fail;
+    }
+    if (size < DATALOADER_HEADER_BYTES || fread(h, 1, sizeof h, f) != sizeof h) {
+        dataloader_error_(err, errlen, "%s: file is %ld bytes, shorter than the %d-byte header (truncated?)",
+                          path, size, DATALOADER_HEADER_BYTES);
+        goto fail;
+    }
+    magic = dataloader_le32_(h);
+    version = dataloader_le32_(h + 4);
+    n = dataloader_le32_(h + 8);
+    if (magic != DATALOADER_MAGIC) {
+        dataloader_error_(err, errlen, "%s: bad magic %ld in the header (expected %d): not an llm.c token shard",
+                          path, (long)magic, DATALOADER_MAGIC);
+        goto fail;
+    }
+    if (version != DATALOADER_VERSION) {
+        dataloader_error_(err, errlen, "%s: unsupported version %ld in the header (expected %d: uint16 tokens)",
+                          path, (long)version, DATALOADER_VERSION);
+        goto fail;
+    }
+    body = size - DATALOADER_HEADER_BYTES; /* bytes after the header */
+    if (n < 0 || body != 2L * n) {
+        if (n >= 0 && body < 2L * n)
+            dataloader_error_(err, errlen, "%s: header says %ld tokens but the file holds %ld (truncated?)",
+                              path, (long)n, body / 2);
+        else
+            dataloader_error_(err, errlen, "%s: header says %ld tokens but the file has %ld bytes after the header",
+                              path, (long)n, body);
+        goto fail;
+    }
+    *ntok = (size_t)n;
+    return f;
+fail:
+    fclose(f);
+    return NULL;
+}
+
+/* Check that a shard can hold at least one batch. */
+static inline int dataloader_check_size_(const DataLoader *d, const char *path, size_t ntok, char *err, size_t errlen) {
+    size_t need = (size_t)d->B * (size_t)d->T + 1;
+    if (ntok < need) {
+        dataloader_error_(err, errlen, "%s: shard too small: %lu tokens, but B*T+1 = %lu are needed (B=%d, T=%d)",
+                          path, (unsigned long)ntok, (unsigned long)need, d->B, d->T);
+        return -1;
+    }
+    return 0;
+}
+
+/* Read shard `s` fully into d->tokens and validate every token id. */
+static inline int dataloader_load_shard_(DataLoader *d, int s, char *err, size_t errlen) {
+    const char *path = d->files[s];
+    size_t n = 0, got;
+    uint16_t *buf;
+    d->loaded_shard = -1; /* d->tokens is about to be overwritten */
+    d->ntok = 0;
+    FILE *f = dataloader_open_shard_(path, &n, err, errlen);
+    if (!f) return -1;
+    if (dataloader_check_size_(d, path, n, err, errlen) != 0) goto fail; /* the file may have changed since init */
+    buf = (uint16_t *)realloc(d->tokens, n * sizeof(uint16_t));
+    if (!buf) {
+        dataloader_error_(err, errlen, "%s: out of memory for %lu tokens", path, (unsigned long)n);
+        goto fail;
+    }
+    d->tokens = buf;
+    got = fread(buf, sizeof(uint16_t), n, f);
+    if (got != n) {
+        dataloader_error_(err, errlen, "%s: read error at byte offset %lu", path,
+                          (unsigned long)(DATALOADER_HEADER_BYTES + 2 * got));
+        goto fail;
+    }
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] >= DATALOADER_VOCAB) {
+            dataloader_error_(err, errlen, "%s: token %u at byte offset %lu is out of range (vocab %d)",
+                              path, (unsigned)buf[i], (unsigned long)(DATALOADER_HEADER_BYTES + 2 * i), DATALOADER_VOCAB);
+            return -1;
+        }
+    }
+    d->ntok = n;
+    d->loaded_shard = s;
+    return 0;
+fail:
+    fclose(f);
+    return -1;
+}
+
+/* Frees everything; safe on a zeroed or already freed DataLoader. */
+static inline void dataloader_free(DataLoader *d) {
+    for (int i = 0; i < d->nfiles; i++) free(d->files[i]);
+    free(d->files);
+    free(d->tokens);
+    free(d->inputs);
+    free(d->targets);
+    memset(d, 0, sizeof *d);
+    d->loaded_shard = -1;
+}
+
+static inline int dataloader_init(DataLoader *d, const char *pattern, int B, int T, char *err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    d->loaded_shard = -1;
+    const uint16_t one = 1;
+    if (*(const unsigned char *)&one != 1) {
+        dataloader_error_(err, errlen, "%s: this dataloader needs a little-endian host", pattern);
+        return -1;
+    }
+    if (B <= 0 || T <= 0) {
+        dataloader_error_(err, errlen, "%s: B=%d and T=%d must be positive", pattern, B, T);
+        return -1;
+    }
+    d->B = B;
+    d->T = T;
+
+    /* glob returns the matching paths sorted by name (so *_000001.bin comes before *_000002.bin) */
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc != 0) {
+        dataloader_error_(err, errlen, rc == GLOB_NOMATCH ? "%s: no files match this pattern"
+                                                          : "%s: glob failed", pattern);
+        if (rc != GLOB_NOMATCH) globfree(&g);
+        return -1;
+    }
+    d->files = (char **)calloc(g.gl_pathc, sizeof(char *));
+    if (!d->files) goto oom;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        size_t len = strlen(g.gl_pathv[i]);
+        d->files[i] = (char *)malloc(len + 1);
+        if (!d->files[i]) goto oom;
+        memcpy(d->files[i], g.gl_pathv[i], len + 1);
+        d->nfiles++;
+    }
+    globfree(&g);
+
+    /* headers of every shard, so a bad file is reported now and not hours into training */
+    for (int i = 0; i < d->nfiles; i++) {
+        size_t n = 0;
+        FILE *f = dataloader_open_shard_(d->files[i], &n, err, errlen);
+        if (!f) goto fail;
+        fclose(f);
+        if (dataloader_check_size_(d, d->files[i], n, err, errlen) != 0) goto fail;
+    }
+    d->inputs = (int *)malloc((size_t)B * T * sizeof(int));
+    d->targets = (int *)malloc((size_t)B * T * sizeof(int));
+    if (!d->inputs || !d->targets) {
+        dataloader_error_(err, errlen, "%s: out of memory for B*T = %lu", pattern, (unsigned long)((size_t)B * T));
+        goto fail;
+    }
+    if (dataloader_load_shard_(d, 0, err, errlen) != 0) goto fail;
+    return 0;
+oom:
+    globfree(&g);
+    dataloader_error_(err, errlen, "%s: out of memory", pattern);
+fail:
+    dataloader_free(d);
+    return -1;
+}
+
+static inline int dataloader_next_batch(DataLoader *d, char *err, size_t errlen) {
+    if (d->nfiles == 0) {
+        dataloader_error_(err, errlen, "dataloader: not initialized");
+        return -1;
+    }
+    size_t BT = (size_t)d->B * d->T;
+    if (d->loaded_shard != d->shard && dataloader_load_shard_(d, d->shard, err, errlen) != 0) return -1;
+    if (d->pos + BT + 1 > d->ntok) { /* not enough left for a batch: next shard, wrapping around */
+        int next = (d->shard + 1) % d->nfiles;
+        if (next != d->loaded_shard && dataloader_load_shard_(d, next, err, errlen) != 0) return -1;
+        d->shard = next;
+        d->pos = 0;
+    }
+    const uint16_t *p = d->tokens + d->pos;
+    for (size_t i = 0; i < BT; i++) {
+        d->inputs[i] = p[i];
+        d->targets[i] = p[i + 1];
+    }
+    d->pos += BT;
+    return 0;
+}
+
+/* Continue from a saved (shard, pos); pos may be anything from 0 to the shard's token count. */
+static inline int dataloader_seek(DataLoader *d, int shard, size_t pos, char *err, size_t errlen) {
+    if (d->nfiles == 0) {
+        dataloader_error_(err, errlen, "dataloader: not initialized");
+        return -1;
+    }
+    if (shard < 0 || shard >= d->nfiles) {
+        dataloader_error_(err, errlen, "%s: cannot seek to shard %d: the pattern matched %d shard(s)",
+                          d->files[0], shard, d->nfiles);
+        return -1;
+    }
+    if (d->loaded_shard != shard && dataloader_load_shard_(d, shard, err, errlen) != 0) return -1;
+    if (pos > d->ntok) {
+        dataloader_error_(err, errlen, "%s: cannot seek to token position %lu: the shard holds %lu tokens",
+                          d->files[shard], (unsigned long)pos, (unsigned long)d->ntok);
+        return -1;
+    }
+    d->shard = shard;
+    d->pos = pos;
+    return 0;
+}
+
+/* Back to the first batch of shard 0 (loaded again on the next call if needed). */
+static inline void dataloader_reset(DataLoader *d) {
+    d->shard = 0;
+    d->pos = 0;
+}
+
+#endif /* NATSL_DATALOADER_H */

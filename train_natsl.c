@@ -1,0 +1,1421 @@
+/*
+train_natsl.c — the NAtS-L reference trainer, on the CPU, in one file.
+
+NAtS-L (Neural Attention Search Linear, arXiv 2602.03681) splits the sequence into chunks of 64
+tokens. Per chunk and per head a router picks one of two token mixers for how *later* chunks see
+this chunk: softmax attention (later queries attend its keys) or Gated DeltaNet (its tokens are
+committed into a linear-attention state). Inside a query's own chunk both run. The two outputs are
+normalized, mixed with weights computed from q, gated and projected.
+
+Every equation below is pinned by SPEC.md (../shared/SPEC.md in the developers' tree; the numbers
+in comments like "§5.3" refer to it). Every forward pass has its backward written by hand next to
+it; test_natsl.c checks each against finite differences in double precision.
+
+Conventions: row vectors; a linear layer with weight W[out][in] computes y = x W^T; activations are
+token-major [B*T][width]; "backward" functions ACCUMULATE (+=) into every gradient they produce.
+Build: make train_natsl (see Makefile). Compile with -DNATSL_DOUBLE for double precision (tests).
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tgmath.h>
+#include <time.h>
+#include <errno.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "common/config.h"
+#include "common/dataloader.h"
+#include "common/tokenizer.h"
+#include "common/checkpoint.h"
+
+#ifdef NATSL_DOUBLE
+typedef double real;
+#else
+typedef float real;
+#endif
+
+#define CH NATSL_CHUNK
+
+static inline real sigmoid(real x) { return 1 / (1 + exp(-x)); }
+static inline real silu(real x) { return x * sigmoid(x); }
+static inline real dsilu(real x) { real s = sigmoid(x); return s * (1 + x * (1 - s)); } // d silu / dx
+static inline real softplus(real x) { return x > 20 ? x : log1p(exp(x)); }
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) { fprintf(stderr, "error: out of memory allocating %zu bytes\n", n * size); exit(1); }
+    return p;
+}
+
+// ------------------------------------------------------------------------------------------------
+// random numbers: xorshift64*, seeded through splitmix64 (one seeded stream: runs are reproducible)
+
+static uint64_t rng_seed(uint64_t seed) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (z ^ (z >> 31)) | 1;
+}
+static uint32_t rng_u32(uint64_t *s) {
+    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
+    return (uint32_t)((*s * 0x2545F4914F6CDD1Dull) >> 32);
+}
+static double rng_uniform(uint64_t *s) { return (rng_u32(s) + 0.5) / 4294967296.0; } // in (0, 1)
+static double rng_normal(uint64_t *s) {
+    return sqrt(-2.0 * log(rng_uniform(s))) * cos(6.283185307179586 * rng_uniform(s));
+}
+
+// ================================================================================================
+// Layers. Each _forward is followed by its _backward.
+// ================================================================================================
+
+// ---- embedding (§2): h0[bt] = E[id[bt]] -------------------------------------------------------
+static void encoder_forward(real *out, const int *ids, const real *wte, int BT, int D) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) memcpy(out + (size_t)bt * D, wte + (size_t)ids[bt] * D, D * sizeof(real));
+}
+static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
+    for (int bt = 0; bt < BT; bt++) { // serial: two positions may hold the same token
+        real *d = dwte + (size_t)ids[bt] * D;
+        const real *g = dout + (size_t)bt * D;
+        for (int i = 0; i < D; i++) d[i] += g[i];
+    }
+}
+
+// ---- linear layer: out[BT][OC] = inp[BT][C] W^T, W[OC][C] ----------------------------------------
+static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const real *x = inp + (size_t)bt * C;
+        for (int o = 0; o < OC; o++) {
+            const real *w = weight + (size_t)o * C;
+            real s = 0;
+            for (int i = 0; i < C; i++) s += x[i] * w[i];
+            out[(size_t)bt * OC + o] = s;
+        }
+    }
+}
+// dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp
+static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
+                            const real *weight, int BT, int C, int OC) {
+    if (dinp) {
+        #pragma omp parallel for
+        for (int bt = 0; bt < BT; bt++) {
+            real *dx = dinp + (size_t)bt * C;
+            for (int o = 0; o < OC; o++) {
+                real d = dout[(size_t)bt * OC + o];
+                const real *w = weight + (size_t)o * C;
+                for (int i = 0; i < C; i++) dx[i] += d * w[i];
+            }
+        }
+    }
+    #pragma omp parallel for
+    for (int o = 0; o < OC; o++) {
+        real *dw = dweight + (size_t)o * C;
+        for (int bt = 0; bt < BT; bt++) {
+            real d = dout[(size_t)bt * OC + o];
+            const real *x = inp + (size_t)bt * C;
+            for (int i = 0; i < C; i++) dw[i] += d * x[i];
+        }
+    }
+}
+
+// ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
+// The rows are (i, h) for i < N, h < nh, at x + i*ldx + h*n (and y + i*ldy + h*n): one call
+// normalizes every head of a packed [N][nh*n] tensor. rstd[i*nh + h] is kept for the backward.
+static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
+                            int N, int nh, int n, int ldx, int ldy) {
+    #pragma omp parallel for
+    for (int r = 0; r < N * nh; r++) {
+        const real *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
+        real *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
+        real ss = 0;
+        for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
+        real s = 1 / sqrt(ss / n + NATSL_EPS);
+        for (int i = 0; i < n; i++) yr[i] = xr[i] * s * w[i];
+        rstd[r] = s;
+    }
+}
+// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
+static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy) {
+    #pragma omp parallel for
+    for (int r = 0; r < N * nh; r++) {
+        size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
+        real s = rstd[r], dot = 0;
+        for (int i = 0; i < n; i++) dot += x[ox + i] * s * w[i] * dy[oy + i];
+        dot /= n;
+        for (int i = 0; i < n; i++) dx[ox + i] += s * (w[i] * dy[oy + i] - x[ox + i] * s * dot);
+    }
+    #pragma omp parallel for
+    for (int i = 0; i < n; i++) { // one column per thread: a fixed summation order (reproducible)
+        real acc = 0;
+        for (int r = 0; r < N * nh; r++) {
+            size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
+            acc += dy[oy + i] * x[ox + i] * rstd[r];
+        }
+        dw[i] += acc;
+    }
+}
+
+// ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
+static void swiglu_forward(real *h, const real *gu, int BT, int F) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++)
+        for (int i = 0; i < F; i++) {
+            const real *row = gu + (size_t)bt * 2 * F;
+            h[(size_t)bt * F + i] = silu(row[i]) * row[F + i];
+        }
+}
+static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++)
+        for (int i = 0; i < F; i++) {
+            const real *row = gu + (size_t)bt * 2 * F;
+            real d = dh[(size_t)bt * F + i];
+            dgu[(size_t)bt * 2 * F + i] += d * row[F + i] * dsilu(row[i]);
+            dgu[(size_t)bt * 2 * F + F + i] += d * silu(row[i]);
+        }
+}
+
+// ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
+// pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre).
+// x rows have stride ldx (a column block of the projection output); y and pre are [B*T][n].
+static void conv_silu_forward(real *y, real *pre, const real *x, int ldx, const real *w, int B, int T, int n) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            size_t bt = (size_t)b * T + t;
+            for (int ch = 0; ch < n; ch++) {
+                real s = 0;
+                for (int i = 0; i < NATSL_CONV; i++) {
+                    int tau = t - (NATSL_CONV - 1) + i;
+                    if (tau >= 0) s += w[ch * NATSL_CONV + i] * x[((size_t)b * T + tau) * ldx + ch];
+                }
+                pre[bt * n + ch] = s;
+                y[bt * n + ch] = silu(s);
+            }
+        }
+}
+// dpre = dy ⊙ silu'(pre);  dx_τ += Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
+static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *pre, const real *x,
+                               int ldx, const real *w, int B, int T, int n) {
+    #pragma omp parallel for
+    for (int ch = 0; ch < n; ch++) { // channels are independent: one thread owns a channel
+        real dwc[NATSL_CONV] = {0};
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                size_t bt = (size_t)b * T + t;
+                real dp = dy[bt * n + ch] * dsilu(pre[bt * n + ch]);
+                for (int i = 0; i < NATSL_CONV; i++) {
+                    int tau = t - (NATSL_CONV - 1) + i;
+                    if (tau < 0) continue;
+                    size_t xi = ((size_t)b * T + tau) * ldx + ch;
+                    dwc[i] += dp * x[xi];
+                    dx[xi] += dp * w[ch * NATSL_CONV + i];
+                }
+            }
+        for (int i = 0; i < NATSL_CONV; i++) dw[ch * NATSL_CONV + i] += dwc[i];
+    }
+}
+
+// ---- L2 norm per head (§0): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
+static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
+    #pragma omp parallel for
+    for (int r = 0; r < N * nh; r++) {
+        const real *xr = x + (size_t)r * n;
+        real ss = 0;
+        for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
+        real s = 1 / sqrt(ss + NATSL_EPS);
+        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = xr[i] * s;
+        rho[r] = s;
+    }
+}
+// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (§3.4)
+static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
+    #pragma omp parallel for
+    for (int r = 0; r < N * nh; r++) {
+        const real *yr = y + (size_t)r * n, *dyr = dy + (size_t)r * n;
+        real dot = 0;
+        for (int i = 0; i < n; i++) dot += yr[i] * dyr[i];
+        for (int i = 0; i < n; i++) dx[(size_t)r * n + i] += rho[r] * (dyr[i] - yr[i] * dot);
+    }
+}
+
+// ---- GDN gates (§3.1): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
+static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A_log,
+                              const real *dt_bias, int BT, int H) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++)
+        for (int h = 0; h < H; h++) {
+            const real *row = ab + (size_t)bt * 2 * H;
+            g[(size_t)bt * H + h] = -exp(A_log[h]) * softplus(row[h] + dt_bias[h]);
+            beta[(size_t)bt * H + h] = sigmoid(row[H + h]);
+        }
+}
+// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (§3.4)
+static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const real *dg, const real *dbeta,
+                               const real *ab, const real *g, const real *beta, const real *A_log,
+                               const real *dt_bias, int BT, int H) {
+    for (int h = 0; h < H; h++) {
+        real sa = 0, sd = 0;
+        for (int bt = 0; bt < BT; bt++) {
+            size_t i = (size_t)bt * H + h;
+            real da = dg[i] * -exp(A_log[h]) * sigmoid(ab[(size_t)bt * 2 * H + h] + dt_bias[h]);
+            dab[(size_t)bt * 2 * H + h] += da;
+            dab[(size_t)bt * 2 * H + H + h] += dbeta[i] * beta[i] * (1 - beta[i]);
+            sd += da;
+            sa += dg[i] * g[i];
+        }
+        ddt_bias[h] += sd;
+        dA_log[h] += sa;
+    }
+}
+
+// ---- RoPE (§4, §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
+// Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1).
+static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign) {
+    #pragma omp parallel for
+    for (int r = 0; r < N; r++) {
+        int t = r % T;
+        for (int h = 0; h < nh; h++) {
+            real *v = x + (size_t)r * ld + h * hd;
+            for (int i = 0; i < hd / 2; i++) {
+                real ang = t * pow((real)10000, -2 * (real)i / hd);
+                real c = cos(ang), s = sign * sin(ang);
+                real x1 = v[i], x2 = v[i + hd / 2];
+                v[i] = x1 * c - x2 * s;
+                v[i + hd / 2] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_rotate(x, N, T, nh, hd, ld, 1); }
+static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
+
+// ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π §5.2, output weights ω §5.1) --
+static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
+    for (size_t i = 0; i < npairs; i++) {
+        real p0 = 1 / (1 + exp(x[2 * i + 1] - x[2 * i]));
+        y[2 * i] = p0;
+        y[2 * i + 1] = 1 - p0;
+    }
+}
+// dx0 = y0·y1·(dy0 − dy1) = −dx1   (§6.5)
+static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_t npairs) {
+    for (size_t i = 0; i < npairs; i++) {
+        real d = y[2 * i] * y[2 * i + 1] * (dy[2 * i] - dy[2 * i + 1]);
+        dx[2 * i] += d;
+        dx[2 * i + 1] -= d;
+    }
+}
+
+// ================================================================================================
+// The two token mixers of a NAtS-L layer, driven by the routing mask m[B][Nc][Hm][2]
+// (op 0 = softmax attention, op 1 = GDN; §5.2). In training m is 0/1 with the last chunk 1 for both.
+// The ops also accept real-valued m in [0,1] (the relaxation of §8), and m = NULL means "every chunk
+// active": the plain causal attention of an A layer, the plain recurrence of a G layer.
+// ================================================================================================
+
+// weight of the pairs between a query in chunk cq and the keys of chunk c (§5.3, §8)
+static inline real chunk_weight(const real *m, int b, int c, int cq, int n, int Nc, int Hm, int op) {
+    if (!m || c == cq) return 1;
+    return m[(((size_t)b * Nc + c) * Hm + n) * 2 + op];
+}
+
+// ---- softmax attention over the allowed pairs (§4, §5.3) ----------------------------------------
+// q, k: rows of stride ldqk, head j at columns j*dq; v: stride ldv, head j at j*dvh.
+// out [B*T][NH*dvh]; lse [B][NH][T] (log of each row's normalizer, kept for the backward).
+// Query i attends key j' ≤ i of its own chunk, and the keys of earlier chunks c with weight
+// m[b][c][j/G][0] (G = NH/Hm heads share one mask head; chunks with weight 0 are skipped):
+//   P_ij' = w_ij' exp(e_ij') / Σ w exp(e),  e_ij' = q_i·k_j' / sqrt(dq),  o_i = Σ P_ij' v_j'.
+static void attention_forward(real *out, real *lse, const real *q, const real *k, int ldqk,
+                              const real *v, int ldv, const real *m, int B, int T, int NH, int Hm,
+                              int dq, int dvh) {
+    int Nc = T / CH, G = NH / Hm;
+    real scale = 1 / sqrt((real)dq);
+    #pragma omp parallel
+    {
+        real *e = xcalloc(T, sizeof(real));
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < NH; j++)
+                for (int i = 0; i < T; i++) {
+                    int ci = i / CH;
+                    const real *qi = q + ((size_t)b * T + i) * ldqk + j * dq;
+                    real mx = -INFINITY;
+                    for (int c = 0; c <= ci; c++) {
+                        if (chunk_weight(m, b, c, ci, j / G, Nc, Hm, 0) == 0) continue;
+                        for (int jj = c * CH; jj < (c + 1) * CH && jj <= i; jj++) {
+                            const real *kj = k + ((size_t)b * T + jj) * ldqk + j * dq;
+                            real s = 0;
+                            for (int d = 0; d < dq; d++) s += qi[d] * kj[d];
+                            e[jj] = s * scale;
+                            if (e[jj] > mx) mx = e[jj];
+                        }
+                    }
+                    real *oi = out + ((size_t)b * T + i) * NH * dvh + j * dvh, sum = 0;
+                    for (int d = 0; d < dvh; d++) oi[d] = 0;
+                    for (int c = 0; c <= ci; c++) {
+                        real wc = chunk_weight(m, b, c, ci, j / G, Nc, Hm, 0);
+                        if (wc == 0) continue;
+                        for (int jj = c * CH; jj < (c + 1) * CH && jj <= i; jj++) {
+                            real p = wc * exp(e[jj] - mx);
+                            const real *vj = v + ((size_t)b * T + jj) * ldv + j * dvh;
+                            sum += p;
+                            for (int d = 0; d < dvh; d++) oi[d] += p * vj[d];
+                        }
+                    }
+                    for (int d = 0; d < dvh; d++) oi[d] /= sum;
+                    lse[((size_t)b * NH + j) * T + i] = mx + log(sum);
+                }
+        free(e);
+    }
+}
+// Exact backward over the allowed pairs (§6.2): dP = dO_i·v_j', δ_i = dO_i·o_i, dE = P(dP − δ),
+// dq_i += s Σ dE k, dk_j' += s Σ dE q, dv_j' += Σ P dO.  Router gradient (§6.3), when m != NULL:
+// for key chunks c < chunk(i) with m ≠ 0,  dA[b][c][n][0] += exp(e − lse)(dP − δ), summed over the
+// G heads of mask head n, over the later queries and the chunk's keys (= dL/dm exactly).
+static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout,
+                               const real *out, const real *lse, const real *q, const real *k, int ldqk,
+                               const real *v, int ldv, const real *m, int B, int T, int NH, int Hm,
+                               int dqh, int dvh) {
+    int Nc = T / CH, G = NH / Hm;
+    real scale = 1 / sqrt((real)dqh);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int n = 0; n < Hm; n++) // one thread owns a mask head: its dA entries and its G heads
+            for (int j = n * G; j < (n + 1) * G; j++)
+                for (int i = 0; i < T; i++) {
+                    int ci = i / CH;
+                    size_t row = (size_t)b * T + i;
+                    const real *qi = q + row * ldqk + j * dqh;
+                    const real *doi = dout + row * NH * dvh + j * dvh, *oi = out + row * NH * dvh + j * dvh;
+                    real *dqi = dq + row * ldqk + j * dqh;
+                    real delta = 0, l = lse[((size_t)b * NH + j) * T + i];
+                    for (int d = 0; d < dvh; d++) delta += doi[d] * oi[d];
+                    for (int c = 0; c <= ci; c++) {
+                        real wc = chunk_weight(m, b, c, ci, n, Nc, Hm, 0);
+                        if (wc == 0) continue;
+                        real dAc = 0;
+                        for (int jj = c * CH; jj < (c + 1) * CH && jj <= i; jj++) {
+                            size_t rj = (size_t)b * T + jj;
+                            const real *kj = k + rj * ldqk + j * dqh, *vj = v + rj * ldv + j * dvh;
+                            real s = 0, dp = 0;
+                            for (int d = 0; d < dqh; d++) s += qi[d] * kj[d];
+                            for (int d = 0; d < dvh; d++) dp += doi[d] * vj[d];
+                            real ex = exp(s * scale - l), p = wc * ex, de = p * (dp - delta);
+                            real *dkj = dk + rj * ldqk + j * dqh, *dvj = dv + rj * ldv + j * dvh;
+                            for (int d = 0; d < dqh; d++) { dqi[d] += scale * de * kj[d]; dkj[d] += scale * de * qi[d]; }
+                            for (int d = 0; d < dvh; d++) dvj[d] += p * doi[d];
+                            dAc += ex * (dp - delta);
+                        }
+                        if (m && c < ci) dA[(((size_t)b * Nc + c) * Hm + n) * 2 + 0] += dAc;
+                    }
+                }
+}
+
+// ---- the GDN op with chunk commits (§3.2, §5.4) ---------------------------------------------------
+// q̂, k̂: rows of stride ldqk, head h at h*dk; v: stride ldv, head h at h*dv; g, beta: [B*T][H].
+// out [B*T][H*dv]; state [B][H][Nc][dk][dv] keeps the committed state before each chunk.
+// Per chunk c, a virtual run starts from the committed state S_c and applies the delta rule token by
+// token (decay first, then update; the output reads the updated state):
+//   Z ← α_t Z;  u_t = β_t (v_t − Zᵀk̂_t);  Z ← Z + k̂_t u_tᵀ;  o_t = s Zᵀq̂_t      (s = 1/sqrt(dk))
+// then S_{c+1} = Dec_c S_c + m_c (Z_last − Dec_c S_c),  Dec_c = exp(Σ_{t∈c} g_t),  m_c = m[b][c][h][1]:
+// a GDN chunk (m = 1) commits its run, any other chunk only decays the committed state.
+static void gdn_op_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
+                           int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
+                           int dk, int dv) {
+    int Nc = T / CH;
+    size_t KV = (size_t)dk * dv;
+    real scale = 1 / sqrt((real)dk);
+    #pragma omp parallel
+    {
+        real *S = xcalloc(KV, sizeof(real)), *Z = xcalloc(KV, sizeof(real)), *kz = xcalloc(dv, sizeof(real));
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                memset(S, 0, KV * sizeof(real));
+                for (int c = 0; c < Nc; c++) {
+                    memcpy(state + (((size_t)b * H + h) * Nc + c) * KV, S, KV * sizeof(real));
+                    memcpy(Z, S, KV * sizeof(real));
+                    real gsum = 0;
+                    for (int t = c * CH; t < (c + 1) * CH; t++) {
+                        size_t row = (size_t)b * T + t;
+                        const real *qt = q + row * ldqk + h * dk, *kt = k + row * ldqk + h * dk;
+                        const real *vt = v + row * ldv + h * dv;
+                        real a = exp(g[row * H + h]), bt = beta[row * H + h];
+                        real *ot = out + row * H * dv + h * dv;
+                        gsum += g[row * H + h];
+                        for (int j = 0; j < dv; j++) kz[j] = 0;
+                        for (int i = 0; i < dk; i++)
+                            for (int j = 0; j < dv; j++) { Z[i * dv + j] *= a; kz[j] += kt[i] * Z[i * dv + j]; }
+                        for (int j = 0; j < dv; j++) { kz[j] = bt * (vt[j] - kz[j]); ot[j] = 0; } // kz ← u_t
+                        for (int i = 0; i < dk; i++)
+                            for (int j = 0; j < dv; j++) { Z[i * dv + j] += kt[i] * kz[j]; ot[j] += qt[i] * Z[i * dv + j]; }
+                        for (int j = 0; j < dv; j++) ot[j] *= scale;
+                    }
+                    real mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1, dec = exp(gsum);
+                    for (size_t i = 0; i < KV; i++) S[i] = (1 - mc) * dec * S[i] + mc * Z[i];
+                }
+            }
+        free(S); free(Z); free(kz);
+    }
+}
+// Exact backward (§3.4, §6.1, §6.4), chunk by chunk in reverse, carrying dS = dL/dS_{c+1}.
+// Inside a chunk the run is recomputed from the saved S_c and back-propagated token by token:
+//   D = dZ_t + s q̂_t dO_tᵀ;  dq̂ = s Z_t dO;  dk̂ = D u;  du = Dᵀk̂;  r = v − P_tᵀk̂ (P_t = α_t Z_{t−1});
+//   dβ = du·r;  dr = β du;  dv = dr;  dP = D − k̂ drᵀ;  dk̂ −= P dr;  dg_t = ⟨dP, P_t⟩;  dZ_{t−1} = α_t dP
+// starting from dZ_last = m_c dS. Then dS_c = dZ_start + (1 − m_c) Dec_c dS; the decay-only path adds
+// (1 − m_c) Dec_c ⟨dS, S_c⟩ to every dg_t of the chunk; and the router gradient where m_c ≠ 0 is
+// dA[b][c][h][1] += ⟨dS, Z_last − Dec_c S_c⟩ (the chunk's own update ΔS_c, §6.4).
+static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
+                            const real *dout, const real *state, const real *q, const real *k, int ldqk,
+                            const real *v, int ldv, const real *g, const real *beta, const real *m,
+                            int B, int T, int H, int dkh, int dvh) {
+    int Nc = T / CH;
+    size_t KV = (size_t)dkh * dvh;
+    real scale = 1 / sqrt((real)dkh);
+    #pragma omp parallel
+    {
+        real *Zs = xcalloc((CH + 1) * KV, sizeof(real));    // Z_{start-1}, Z_start, ..., Z_last
+        real *us = xcalloc(CH * dvh, sizeof(real)), *rs = xcalloc(CH * dvh, sizeof(real));
+        real *dS = xcalloc(KV, sizeof(real)), *dZ = xcalloc(KV, sizeof(real));
+        real *du = xcalloc(dvh, sizeof(real));
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                memset(dS, 0, KV * sizeof(real));
+                for (int c = Nc - 1; c >= 0; c--) {
+                    const real *Sc = state + (((size_t)b * H + h) * Nc + c) * KV;
+                    // recompute the chunk's virtual run, keeping every Z_t, u_t and r_t
+                    memcpy(Zs, Sc, KV * sizeof(real));
+                    real gsum = 0;
+                    for (int tt = 0; tt < CH; tt++) {
+                        size_t row = (size_t)b * T + c * CH + tt;
+                        const real *kt = k + row * ldqk + h * dkh, *vt = v + row * ldv + h * dvh;
+                        real a = exp(g[row * H + h]), bt = beta[row * H + h];
+                        const real *Zp = Zs + tt * KV;
+                        real *Zt = Zs + (tt + 1) * KV, *r = rs + tt * dvh, *u = us + tt * dvh;
+                        gsum += g[row * H + h];
+                        for (int j = 0; j < dvh; j++) r[j] = vt[j];
+                        for (int i = 0; i < dkh; i++)
+                            for (int j = 0; j < dvh; j++) r[j] -= a * Zp[i * dvh + j] * kt[i];
+                        for (int j = 0; j < dvh; j++) u[j] = bt * r[j];
+                        for (int i = 0; i < dkh; i++)
+                            for (int j = 0; j < dvh; j++) Zt[i * dvh + j] = a * Zp[i * dvh + j] + kt[i] * u[j];
+                    }
+                    real mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1, dec = exp(gsum);
+                    if (m) {
+                        real dm = 0, dd = 0;
+                        for (size_t i = 0; i < KV; i++) {
+                            dm += dS[i] * (Zs[CH * KV + i] - dec * Sc[i]);
+                            dd += dS[i] * Sc[i];
+                        }
+                        if (mc != 0) dA[(((size_t)b * Nc + c) * H + h) * 2 + 1] += dm;
+                        for (int tt = 0; tt < CH; tt++) dg[((size_t)b * T + c * CH + tt) * H + h] += (1 - mc) * dec * dd;
+                    }
+                    for (size_t i = 0; i < KV; i++) dZ[i] = mc * dS[i];
+                    for (int tt = CH - 1; tt >= 0; tt--) {
+                        size_t row = (size_t)b * T + c * CH + tt;
+                        const real *qt = q + row * ldqk + h * dkh, *kt = k + row * ldqk + h * dkh;
+                        const real *dot = dout + row * H * dvh + h * dvh;
+                        const real *Zp = Zs + tt * KV, *Zt = Zs + (tt + 1) * KV, *u = us + tt * dvh, *r = rs + tt * dvh;
+                        real a = exp(g[row * H + h]), bt = beta[row * H + h];
+                        real *dqt = dq + row * ldqk + h * dkh, *dkt = dk + row * ldqk + h * dkh;
+                        real *dvt = dv + row * ldv + h * dvh;
+                        for (int j = 0; j < dvh; j++) du[j] = 0;
+                        for (int i = 0; i < dkh; i++) { // D = dZ + s q dOᵀ (in dZ); dq̂, dk̂ = D u, du = Dᵀk̂
+                            real sq = 0, sk = 0;
+                            for (int j = 0; j < dvh; j++) {
+                                real d = dZ[i * dvh + j] += scale * qt[i] * dot[j];
+                                sq += Zt[i * dvh + j] * dot[j];
+                                sk += d * u[j];
+                                du[j] += kt[i] * d;
+                            }
+                            dqt[i] += scale * sq;
+                            dkt[i] += sk;
+                        }
+                        real db = 0;
+                        for (int j = 0; j < dvh; j++) { db += du[j] * r[j]; du[j] *= bt; dvt[j] += du[j]; } // du ← dr
+                        dbeta[row * H + h] += db;
+                        real dgt = 0;
+                        for (int i = 0; i < dkh; i++) { // dP = D − k̂ drᵀ; dk̂ −= P dr; dg = ⟨dP, P⟩; dZ = α dP
+                            real sp = 0;
+                            for (int j = 0; j < dvh; j++) {
+                                real dP = dZ[i * dvh + j] - kt[i] * du[j], P = a * Zp[i * dvh + j];
+                                sp += P * du[j];
+                                dgt += dP * P;
+                                dZ[i * dvh + j] = a * dP;
+                            }
+                            dkt[i] -= sp;
+                        }
+                        dg[row * H + h] += dgt;
+                    }
+                    for (size_t i = 0; i < KV; i++) dS[i] = dZ[i] + (1 - mc) * dec * dS[i];
+                }
+            }
+        free(Zs); free(us); free(rs); free(dS); free(dZ); free(du);
+    }
+}
+
+// ---- the router (Attention Score Layer, §5.2) ------------------------------------------------------
+// p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot
+// argmax (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
+// relaxed (tests only, §8): mask = π itself, so the whole layer is a smooth function of W_r and x.
+static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
+                           int B, int T, int D, int H, int relaxed) {
+    int Nc = T / CH;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < Nc; c++) {
+            real *p = pool + ((size_t)b * Nc + c) * D;
+            for (int i = 0; i < D; i++) p[i] = 0;
+            for (int t = c * CH; t < (c + 1) * CH; t++)
+                for (int i = 0; i < D; i++) p[i] += x[((size_t)b * T + t) * D + i];
+            for (int i = 0; i < D; i++) p[i] /= CH;
+        }
+    matmul_forward(logits, pool, Wr, B * Nc, D, 2 * H);
+    pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
+    for (size_t i = 0; i < (size_t)B * Nc * H; i++) {
+        int last = (int)((i / H) % Nc) == Nc - 1;
+        int soft = pi[2 * i] >= pi[2 * i + 1];
+        mask[2 * i] = last ? 1 : relaxed ? pi[2 * i] : soft;
+        mask[2 * i + 1] = last ? 1 : relaxed ? pi[2 * i + 1] : !soft;
+    }
+}
+// dÃ = dA with the last chunk zeroed (§6.5);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩);
+// dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64.  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
+static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
+                            const real *pool, const real *Wr, int B, int T, int D, int H) {
+    int Nc = T / CH;
+    real dlast[2 * NATSL_MAX_LAYERS]; // scratch for one chunk's zeroed pair gradients
+    memset(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real));
+    memset(dpool, 0, (size_t)B * Nc * D * sizeof(real));
+    memset(dlast, 0, sizeof(dlast));
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < Nc; c++) {
+            size_t o = ((size_t)b * Nc + c) * 2 * H;
+            pair_softmax_backward(dlogits + o, c == Nc - 1 ? dlast : dA + o, pi + o, H);
+        }
+    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < D; i++)
+                dx[((size_t)b * T + t) * D + i] += dpool[((size_t)b * Nc + t / CH) * D + i] / CH;
+}
+
+// ---- the fused gated output norm (§3.3, §5.6) ------------------------------------------------------
+// Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
+// ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
+// rstd [2][R] keeps both inputs' reciprocal RMS.
+static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *w1, const real *o2,
+                               const real *w2, const real *omega, const real *gate, int R, int n) {
+    #pragma omp parallel for
+    for (int r = 0; r < R; r++) {
+        size_t o = (size_t)r * n;
+        real s1 = 0, s2 = 0;
+        for (int i = 0; i < n; i++) s1 += o1[o + i] * o1[o + i];
+        s1 = 1 / sqrt(s1 / n + NATSL_EPS);
+        rstd[r] = s1;
+        if (o2) {
+            for (int i = 0; i < n; i++) s2 += o2[o + i] * o2[o + i];
+            s2 = 1 / sqrt(s2 / n + NATSL_EPS);
+            rstd[R + r] = s2;
+        }
+        for (int i = 0; i < n; i++) {
+            real nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
+                           : o1[o + i] * s1 * w1[i];
+            y[o + i] = nsum * silu(gate[o + i]);
+        }
+    }
+}
+// with dn = dy ⊙ silu(gate): dgate += dy ⊙ n ⊙ silu'(gate), dω_k += dn·RMSNorm_k, and each input's
+// RMSNorm backward with dy_k = ω_k dn (§5.6: the Triton kernel computes exactly this).
+static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
+                                const real *dy, const real *rstd, const real *o1, const real *w1,
+                                const real *o2, const real *w2, const real *omega, const real *gate, int R, int n) {
+    #pragma omp parallel for
+    for (int r = 0; r < R; r++) {
+        size_t o = (size_t)r * n;
+        real s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0, w_1 = o2 ? omega[2 * r] : 1, w_2 = o2 ? omega[2 * r + 1] : 0;
+        real dom1 = 0, dom2 = 0, dot1 = 0, dot2 = 0;
+        for (int i = 0; i < n; i++) {
+            real n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0;
+            real dn = dy[o + i] * silu(gate[o + i]);
+            dgate[o + i] += dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]);
+            dom1 += dn * n1; dom2 += dn * n2;
+            dot1 += o1[o + i] * s1 * w1[i] * w_1 * dn;
+            if (o2) dot2 += o2[o + i] * s2 * w2[i] * w_2 * dn;
+        }
+        dot1 /= n; dot2 /= n;
+        for (int i = 0; i < n; i++) {
+            real dn = dy[o + i] * silu(gate[o + i]);
+            do1[o + i] += s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
+            if (o2) do2[o + i] += s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
+        }
+        if (o2) { domega[2 * r] += dom1; domega[2 * r + 1] += dom2; }
+    }
+    #pragma omp parallel for
+    for (int i = 0; i < n; i++) { // weight gradients, one column per thread (fixed order)
+        real a1 = 0, a2 = 0;
+        for (int r = 0; r < R; r++) {
+            size_t o = (size_t)r * n;
+            real dn = dy[o + i] * silu(gate[o + i]);
+            a1 += dn * (o2 ? omega[2 * r] : 1) * o1[o + i] * rstd[r];
+            if (o2) a2 += dn * omega[2 * r + 1] * o2[o + i] * rstd[R + r];
+        }
+        dw1[i] += a1;
+        if (o2) dw2[i] += a2;
+    }
+}
+
+// ---- fused classifier (§2): loss over the V real tokens of the padded logits --------------------------
+static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
+                                 int BT, int V, int Vp) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const real *z = logits + (size_t)bt * Vp;
+        real mx = -INFINITY, s = 0;
+        for (int i = 0; i < V; i++) if (z[i] > mx) mx = z[i];
+        for (int i = 0; i < V; i++) s += exp(z[i] - mx);
+        lse[bt] = mx + log(s);
+        losses[bt] = lse[bt] - z[targets[bt]];
+    }
+}
+// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding.
+static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
+                                  int BT, int V, int Vp) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        real *z = logits + (size_t)bt * Vp;
+        for (int i = 0; i < V; i++) z[i] = dloss * exp(z[i] - lse[bt]);
+        for (int i = V; i < Vp; i++) z[i] = 0;
+        z[targets[bt]] -= dloss;
+    }
+}
+
+// ================================================================================================
+// The model: parameters, activations, and the three layer kinds
+// ================================================================================================
+
+typedef union { // named pointers into the flat parameter (or gradient) buffer, in P_* order
+    struct { real *ln_mix, *wqkv, *wg, *wab, *a_log, *dt_bias, *conv, *o_norm, *wr, *wow, *qn, *kn, *n1, *n2,
+             *wo, *ln_mlp, *wgu, *wdown; };
+    real *t[NSLOT];
+} LayerParams;
+
+typedef struct {
+    real *wte, *ln_f, *head;
+    LayerParams layer[NATSL_MAX_LAYERS];
+} ParamPtrs;
+
+static void param_pointers(ParamPtrs *p, const ParamTensor *t, int nt, real *base) {
+    memset(p, 0, sizeof(*p));
+    for (int i = 0; i < nt; i++) {
+        real *ptr = base + t[i].offset;
+        if (t[i].layer >= 0) p->layer[t[i].layer].t[t[i].slot] = ptr;
+        else if (!strcmp(t[i].name, "wte")) p->wte = ptr;
+        else if (!strcmp(t[i].name, "ln_f")) p->ln_f = ptr;
+        else p->head = ptr;
+    }
+}
+
+// One layer's activations (and, with the same layout, the gradients of one layer's activations).
+typedef struct {
+    real *res;                  // h^l, the block input [BT][D]
+    real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
+    real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
+    real *conv, *qkv;           // G,N: conv output before / after SiLU, planes Q [BT][K] | K [BT][K] | V [BT][Vt]
+    real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
+    real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
+    real *gdn_out, *state;      // G,N: GDN op output [BT][Vt], committed states [B][H][Nc][dk][dv]
+    real *qka, *qka_rstd;       // N: RMSNorm'd (+RoPE) softmax planes qa | ka [2][BT][K], rstd [2][BT][Ha]
+    real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D];  lse [B][heads][T]
+    real *omega_raw, *omega;    // N: Q W_owᵀ and its pair softmax [BT][2Ha]
+    real *pool, *rlogits, *rpi, *rmask; // N: router [B][Nc][D], [B][Nc][2H] (logits, π, mask Ã)
+    real *norm_rstd, *y;        // G,N: gated output norm rstd [2][rows], its output [BT][Vt]
+    real *r, *xn2, *rstd2;      // h + mixer output [BT][D]; RMSNorm of it [BT][D], [BT]
+    real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
+} LayerActs;
+
+// Carves one layer's activations of the given kind out of base (NULL: only count). Returns the size.
+static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base) {
+    size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
+    size_t Nc = T / CH, off = 0;
+    memset(a, 0, sizeof(*a));
+#define TAKE(field, n) do { a->field = base ? base + off : NULL; off += (n); } while (0)
+    TAKE(res, BT * D); TAKE(xn, BT * D); TAKE(rstd1, BT);
+    if (kind == 'G' || kind == 'N') {
+        TAKE(proj, BT * (2 * K + Vt)); TAKE(conv, BT * (2 * K + Vt)); TAKE(qkv, BT * (2 * K + Vt));
+        TAKE(gate, BT * Vt); TAKE(ab, BT * 2 * H); TAKE(g, BT * H); TAKE(beta, BT * H);
+        TAKE(qk_hat, 2 * BT * K); TAKE(qk_rho, 2 * BT * H);
+        TAKE(gdn_out, BT * Vt); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv);
+        TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha)); TAKE(y, BT * Vt);
+    }
+    if (kind == 'N') {
+        TAKE(qka, 2 * BT * K); TAKE(qka_rstd, 2 * BT * Ha);
+        TAKE(att_out, BT * Vt); TAKE(lse, (size_t)B * Ha * T);
+        TAKE(omega_raw, BT * 2 * Ha); TAKE(omega, BT * 2 * Ha);
+        TAKE(pool, B * Nc * D); TAKE(rlogits, B * Nc * 2 * H); TAKE(rpi, B * Nc * 2 * H); TAKE(rmask, B * Nc * 2 * H);
+    }
+    if (kind == 'A') {
+        size_t HA = cfg_HA(c);
+        TAKE(proj, BT * 3 * D); TAKE(att_out, BT * D); TAKE(lse, (size_t)B * HA * T);
+    }
+    TAKE(r, BT * D); TAKE(xn2, BT * D); TAKE(rstd2, BT);
+    TAKE(gu, BT * 2 * c->F); TAKE(hmid, BT * c->F);
+#undef TAKE
+    return off;
+}
+
+typedef struct {
+    Config cfg;
+    ParamTensor tensors[NATSL_MAX_TENSORS];
+    int ntensors;
+    size_t nparams;
+    real *params, *grads, *adam_m, *adam_v; // flat buffers
+    ParamPtrs p, g;                          // named pointers into params and grads
+    int B, T;                                // the largest batch the activations hold
+    real *acts;                              // flat activation buffer
+    LayerActs la[NATSL_MAX_LAYERS];
+    real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier
+    real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
+    size_t dacts_size;
+    int *inputs, *targets;
+    real mean_loss;
+    int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
+} Model;
+
+static void model_build(Model *M, const Config *c) {
+    memset(M, 0, sizeof(*M));
+    M->cfg = *c;
+    M->ntensors = param_tensors(c, M->tensors, &M->nparams);
+    M->params = xcalloc(M->nparams, sizeof(real));
+    M->grads = xcalloc(M->nparams, sizeof(real));
+    param_pointers(&M->p, M->tensors, M->ntensors, M->params);
+    param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
+}
+
+// Initialization (§2 table), from one seeded stream.
+static void model_init(Model *M, uint64_t seed) {
+    uint64_t s = rng_seed(seed);
+    for (int i = 0; i < M->ntensors; i++) {
+        const ParamTensor *t = &M->tensors[i];
+        real *w = M->params + t->offset;
+        for (size_t j = 0; j < t->numel; j++) {
+            if (t->init == INIT_NORMAL) w[j] = 0.02 * rng_normal(&s);
+            else if (t->init == INIT_ONES) w[j] = 1;
+            else if (t->init == INIT_ALOG) w[j] = log(16.0 * rng_uniform(&s));   // A ~ U(0, 16)
+            else {                                                                 // dt_bias
+                double dt = exp(log(1e-3) + rng_uniform(&s) * (log(1e-1) - log(1e-3)));
+                if (dt < 1e-4) dt = 1e-4;
+                w[j] = dt + log(-expm1(-dt)); // inverse softplus: dt + log(1 − e^{−dt})
+            }
+        }
+    }
+}
+
+// Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64).
+static void model_alloc_acts(Model *M, int B, int T) {
+    const Config *c = &M->cfg;
+    size_t BT = (size_t)B * T, total = 0, dmax = 0;
+    for (int l = 0; l < c->L; l++) total += layer_acts_layout(&M->la[l], c, c->pattern[l], B, T, NULL);
+    for (const char *k = "GAN"; *k; k++) {
+        LayerActs tmp;
+        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL);
+        if (strchr(c->pattern, *k) && n > dmax) dmax = n;
+    }
+    M->B = B; M->T = T;
+    M->acts = xcalloc(total, sizeof(real));
+    real *base = M->acts;
+    for (int l = 0; l < c->L; l++) base += layer_acts_layout(&M->la[l], c, c->pattern[l], B, T, base);
+    M->hL = xcalloc(BT * c->D, sizeof(real));
+    M->lnf = xcalloc(BT * c->D, sizeof(real));
+    M->lnf_rstd = xcalloc(BT, sizeof(real));
+    M->logits = xcalloc(BT * c->Vp, sizeof(real));
+    M->lse = xcalloc(BT, sizeof(real));
+    M->losses = xcalloc(BT, sizeof(real));
+    M->dacts_size = dmax;
+    M->dacts = xcalloc(dmax, sizeof(real));
+    M->dres = xcalloc(BT * c->D, sizeof(real));
+    M->dlnf = xcalloc(BT * c->D, sizeof(real));
+    M->inputs = xcalloc(BT, sizeof(int));
+    M->targets = xcalloc(BT, sizeof(int));
+}
+
+static void model_free(Model *M) {
+    free(M->params); free(M->grads); free(M->adam_m); free(M->adam_v); free(M->acts);
+    free(M->hL); free(M->lnf); free(M->lnf_rstd); free(M->logits); free(M->lse); free(M->losses);
+    free(M->dacts); free(M->dres); free(M->dlnf); free(M->inputs); free(M->targets);
+}
+
+// ---- G and N layers share their inputs (§3.1, §5.1) ---------------------------------------------------
+// proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
+static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
+    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W);
+    conv_silu_forward(a->qkv, a->conv, a->proj, W, p->conv, B, T, K);
+    conv_silu_forward(a->qkv + (size_t)BT * K, a->conv + (size_t)BT * K, a->proj + K, W, p->conv + K * NATSL_CONV, B, T, K);
+    conv_silu_forward(a->qkv + (size_t)2 * BT * K, a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W,
+                      p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt);
+    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H);
+    l2norm_forward(a->qk_hat, a->qk_rho, a->qkv, 2 * BT, H, c->dk); // the Q and K planes in one call
+    gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
+}
+// Takes the gradients in d (dqkv, dqk_hat, dgate, dg, dbeta) down to dx (+=) and the parameters.
+static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
+                                const LayerParams *p, int B, int T) {
+    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
+    gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
+    l2norm_backward(d->qkv, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
+    conv_silu_backward(d->proj, gp->conv, d->qkv, a->conv, a->proj, W, p->conv, B, T, K);
+    conv_silu_backward(d->proj + K, gp->conv + K * NATSL_CONV, d->qkv + (size_t)BT * K, a->conv + (size_t)BT * K,
+                       a->proj + K, W, p->conv + K * NATSL_CONV, B, T, K);
+    conv_silu_backward(d->proj + 2 * K, gp->conv + 2 * K * NATSL_CONV, d->qkv + (size_t)2 * BT * K,
+                       a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
+    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
+}
+
+// ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
+// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = y W_oᵀ
+static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
+    gdn_inputs_forward(c, a, p, B, T);
+    gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
+                   a->g, a->beta, NULL, B, T, H, c->dk, c->dv);
+    gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
+    matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
+}
+static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                               const LayerActs *a, const LayerParams *p, int B, int T) {
+    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, Vt, c->D);
+    gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, a->gdn_out, p->o_norm,
+                        NULL, NULL, NULL, a->gate, BT * H, c->dv);
+    gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, d->qkv + (size_t)2 * BT * K, d->g, d->beta, NULL, d->gdn_out,
+                    a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt, a->g, a->beta,
+                    NULL, B, T, H, c->dk, c->dv);
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
+}
+
+// ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
+static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+    int BT = B * T, D = c->D, HA = cfg_HA(c);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D);
+    rope_forward(a->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);     // q
+    rope_forward(a->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D); // k
+    attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
+                      B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
+    matmul_forward(out, a->att_out, p->wo, BT, D, D);
+}
+static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                     const LayerActs *a, const LayerParams *p, int B, int T) {
+    int BT = B * T, D = c->D, HA = cfg_HA(c);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D);
+    attention_backward(d->proj, d->proj + D, d->proj + 2 * D, NULL, d->att_out, a->att_out, a->lse, a->proj,
+                       a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL, B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
+    rope_backward(d->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
+    rope_backward(d->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D);
+}
+
+// ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
+// Router mask Ã from mean-pooled x (§5.2). Softmax op on qa = RMSNorm_{w_qn}(Q head), ka likewise, va = V
+// (optional RoPE, §5.8); GDN op on q̂, k̂, V as in G, both driven by Ã (§5.3, §5.4). ω = pair softmax of
+// Q W_owᵀ (§5.1). Fused norm (§5.6): y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j)
+// over 2H·... = Ha rows of dva per token;  out = y W_oᵀ.
+static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
+                                int relaxed) {
+    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
+    const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
+    real *qa = a->qka, *ka = a->qka + (size_t)BT * K;
+    gdn_inputs_forward(c, a, p, B, T);
+    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, H, relaxed);
+    rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K);
+    rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K);
+    if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
+    matmul_forward(a->omega_raw, Q, p->wow, BT, K, 2 * Ha);
+    pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
+    attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva);
+    gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask,
+                   B, T, H, c->dk, c->dv);
+    gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
+    matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
+}
+static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad) {
+    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
+    const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
+    real *dQ = d->qkv, *dK = d->qkv + (size_t)BT * K, *dV = d->qkv + (size_t)2 * BT * K;
+    real *dqa = d->qka, *dka_ = d->qka + (size_t)BT * K;
+    real *dA = d->rmask; // router gradient dÃ [B][Nc][H][2], filled by both ops
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, Vt, c->D);
+    gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, a->gdn_out,
+                        p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
+    gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, dV, d->g, d->beta, dA, d->gdn_out, a->state, a->qk_hat,
+                    a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask, B, T, H, c->dk, c->dv);
+    attention_backward(dqa, dka_, dV, dA, d->att_out, a->att_out, a->lse, a->qka, a->qka + (size_t)BT * K, K, V, Vt,
+                       a->rmask, B, T, Ha, H, dka, dva);
+    pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
+    matmul_backward(dQ, gp->wow, d->omega_raw, Q, p->wow, BT, K, 2 * Ha);
+    if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }
+    rmsnorm_backward(dQ, gp->qn, dqa, Q, p->qn, a->qka_rstd, BT, Ha, dka, K, K);
+    rmsnorm_backward(dK, gp->kn, dka_, Kp, p->kn, a->qka_rstd + (size_t)BT * Ha, BT, Ha, dka, K, K);
+    if (!no_router_grad)
+        router_backward(dx, gp->wr, d->pool, d->rlogits, dA, a->rpi, a->pool, p->wr, B, T, c->D, H);
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
+}
+
+// ---- the whole model (§2) --------------------------------------------------------------------------------
+// h^0 = E[ids];  per layer: r = h + Mixer(RMSNorm(h)),  h' = r + MLP(RMSNorm(r));  logits = RMSNorm(h^L) W_headᵀ
+static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    if (B > M->B || (size_t)B * T > (size_t)M->B * M->T || T % CH) {
+        fprintf(stderr, "error: model_forward(B=%d, T=%d) exceeds the activations (B=%d, T=%d)\n", B, T, M->B, M->T);
+        exit(1);
+    }
+    encoder_forward(M->la[0].res, inputs, M->p.wte, BT, D);
+    for (int l = 0; l < c->L; l++) {
+        LayerActs *a = &M->la[l];
+        const LayerParams *p = &M->p.layer[l];
+        real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
+        rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
+        if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
+        else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
+        else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
+        for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
+        rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
+        matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+        swiglu_forward(a->hmid, a->gu, BT, c->F);
+        matmul_forward(out, a->hmid, p->wdown, BT, c->F, D);
+        for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += a->r[i];
+    }
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D);
+    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    if (targets) {
+        crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);
+        double s = 0;
+        for (int i = 0; i < BT; i++) s += M->losses[i];
+        M->mean_loss = s / BT;
+    }
+}
+
+// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
+static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
+    memset(M->dlnf, 0, (size_t)BT * D * sizeof(real));
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    memset(M->dres, 0, (size_t)BT * D * sizeof(real));
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
+    for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
+        LayerActs *a = &M->la[l], d;
+        const LayerParams *p = &M->p.layer[l];
+        LayerParams *gp = &M->g.layer[l];
+        memset(M->dacts, 0, M->dacts_size * sizeof(real));
+        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts);
+        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
+        swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
+        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
+        if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
+    }
+    encoder_backward(M->g.wte, M->dres, inputs, BT, D);
+}
+
+// Fraction of softmax-routed chunks of an N layer (last chunk excluded: it is forced, §5.2), over the
+// batch, for one head (h >= 0) or all heads (h = -1).
+static double softmax_fraction(const Model *M, int l, int h, int B, int T) {
+    int Nc = T / CH, H = M->cfg.H, n = 0, soft = 0;
+    if (Nc < 2) return 0;
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < Nc - 1; c++)
+            for (int k = 0; k < H; k++) {
+                if (h >= 0 && k != h) continue;
+                n++;
+                soft += M->la[l].rmask[(((size_t)b * Nc + c) * H + k) * 2] == 1;
+            }
+    return (double)soft / n;
+}
+
+// ================================================================================================
+// Optimizer (§9): AdamW with decoupled weight decay on the tensors marked in config.h
+// ================================================================================================
+
+static double grad_norm(const Model *M) {
+    double s = 0;
+    for (size_t i = 0; i < M->nparams; i++) s += (double)M->grads[i] * M->grads[i];
+    return sqrt(s);
+}
+
+// one AdamW step at step t (1-based) on the gradients scaled by grad_scale (clipping)
+static void adamw_update(Model *M, double lr, double b1, double b2, double eps, double wd, double grad_scale, int t) {
+    if (!M->adam_m) { M->adam_m = xcalloc(M->nparams, sizeof(real)); M->adam_v = xcalloc(M->nparams, sizeof(real)); }
+    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+    for (int k = 0; k < M->ntensors; k++) {
+        const ParamTensor *pt = &M->tensors[k];
+        double decay = pt->decay ? wd : 0;
+        #pragma omp parallel for
+        for (size_t i = pt->offset; i < pt->offset + pt->numel; i++) {
+            double g = M->grads[i] * grad_scale;
+            M->adam_m[i] = b1 * M->adam_m[i] + (1 - b1) * g;
+            M->adam_v[i] = b2 * M->adam_v[i] + (1 - b2) * g * g;
+            double mh = M->adam_m[i] / c1, vh = M->adam_v[i] / c2;
+            M->params[i] -= lr * (mh / (sqrt(vh) + eps) + decay * M->params[i]);
+        }
+    }
+}
+
+// linear warmup from 0 to the peak, then cosine decay to final_frac · peak (§9)
+static double lr_at(int step, int warmup, int max_steps, double peak, double final_frac) {
+    if (step < warmup) return peak * (step + 1) / warmup;
+    if (max_steps <= warmup) return peak;
+    double progress = (double)(step - warmup) / (max_steps - warmup);
+    if (progress > 1) progress = 1;
+    return peak * (final_frac + (1 - final_frac) * 0.5 * (1 + cos(3.141592653589793 * progress)));
+}
+
+// ================================================================================================
+// Checkpoints: model_%08d.bin (header + float32 parameters) and state_%08d.bin (AdamW moments, step,
+// RNG, data position), both written atomically (common/checkpoint.h).
+// ================================================================================================
+
+static float *to_float32(const real *x, size_t n) {
+    float *f = xcalloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
+    return f;
+}
+static void from_float32(real *x, const float *f, size_t n) { for (size_t i = 0; i < n; i++) x[i] = f[i]; }
+
+static int save_model(const Model *M, const char *path, char *err, size_t errlen) {
+    int h[256];
+    config_to_header(&M->cfg, M->nparams, h);
+    float *f = to_float32(M->params, M->nparams);
+    int rc = ckpt_write_atomic(path, h, f, M->nparams, NULL, 0, err, errlen);
+    free(f);
+    return rc;
+}
+
+// Reads a model checkpoint: builds M from its header and loads the parameters.
+static int load_model(Model *M, const char *path, char *err, size_t errlen) {
+    int h[256];
+    Config c;
+    if (ckpt_read_header(path, h, err, errlen)) return -1;
+    if (config_from_header(&c, h, path, err, errlen)) return -1;
+    model_build(M, &c);
+    float *f = xcalloc(M->nparams, sizeof(float));
+    int rc = ckpt_read_floats(path, 256 * sizeof(int), f, M->nparams, 1, err, errlen);
+    if (!rc) from_float32(M->params, f, M->nparams);
+    free(f);
+    return rc;
+}
+
+typedef struct { int step; uint64_t rng; int shard; size_t pos; } TrainState;
+
+static int save_state(const Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
+    int h[256] = {0};
+    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
+    h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
+    h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
+    h[8] = (int)(M->nparams & 0x7fffffff); h[9] = (int)(M->nparams >> 31);
+    float *m = to_float32(M->adam_m, M->nparams), *v = to_float32(M->adam_v, M->nparams);
+    int rc = ckpt_write_atomic(path, h, m, M->nparams, v, M->nparams, err, errlen);
+    free(m); free(v);
+    return rc;
+}
+
+static int load_state(Model *M, TrainState *s, const char *path, char *err, size_t errlen) {
+    int h[256];
+    if (ckpt_read_header(path, h, err, errlen)) return -1;
+    if (h[0] != CKPT_STATE_MAGIC || h[1] != CKPT_VERSION) {
+        snprintf(err, errlen, "%s: not a natsl optimizer state file (magic %d, version %d)", path, h[0], h[1]);
+        return -1;
+    }
+    size_t n = (size_t)(uint32_t)h[8] | ((size_t)(uint32_t)h[9] << 31);
+    if (n != M->nparams) {
+        snprintf(err, errlen, "%s: state holds %zu parameters, the model has %zu", path, n, M->nparams);
+        return -1;
+    }
+    s->step = h[2]; s->shard = h[3];
+    s->pos = (size_t)(uint32_t)h[4] | ((size_t)(uint32_t)h[5] << 31);
+    s->rng = (uint64_t)(uint32_t)h[6] | ((uint64_t)(uint32_t)h[7] << 32);
+    float *f = xcalloc(2 * n, sizeof(float));
+    int rc = ckpt_read_floats(path, 256 * sizeof(int), f, 2 * n, 1, err, errlen);
+    if (!rc) {
+        if (!M->adam_m) { M->adam_m = xcalloc(n, sizeof(real)); M->adam_v = xcalloc(n, sizeof(real)); }
+        from_float32(M->adam_m, f, n);
+        from_float32(M->adam_v, f + n, n);
+    }
+    free(f);
+    return rc;
+}
+
+// ================================================================================================
+// Training
+// ================================================================================================
+
+#ifndef TESTING
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *msg) { fprintf(stderr, "error: %s\n", msg); exit(1); }
+
+static void usage(void) {
+    printf("usage: ./train_natsl [options]\n"
+           "  -i <glob>   train shards                      (default data/fineweb_edu_train.bin)\n"
+           "  -j <glob>   val shards                        (default data/fineweb_edu_val.bin)\n"
+           "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
+           "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
+           "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N\n"
+           "  -b <int>    micro-batch size B                (default 4)\n"
+           "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
+           "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
+           "  -l <float>  peak learning rate                (default 3e-4)\n"
+           "  -u <int>    warmup steps                      (default 20)\n"
+           "  -q <float>  final LR as a fraction of peak    (default 0.1)\n"
+           "  -c <float>  weight decay                      (default 0.1)\n"
+           "  -x <int>    max steps                         (default 300)\n"
+           "  -v <int>    val loss every N steps            (default 50)\n"
+           "  -m <int>    val batches                       (default 8)\n"
+           "  -s <int>    sample every N steps              (default 100)\n"
+           "  -g <int>    tokens to generate                (default 64)\n"
+           "  -n <int>    checkpoint every N steps, 0 = only at the end (default 0)\n"
+           "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
+           "  -r <int>    seed                              (default 42)\n"
+           "  -h          this help\n");
+}
+
+// Latest step with both model_%08d.bin and state_%08d.bin in dir, or -1.
+static int latest_checkpoint(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail[8];
+        if (sscanf(e->d_name, "state_%8d.bin%1s", &step, tail) == 1 && step > best) {
+            char p[4096];
+            snprintf(p, sizeof(p), "%s/model_%08d.bin", dir, step);
+            if (access(p, R_OK) == 0) best = step;
+        }
+    }
+    closedir(d);
+    return best;
+}
+
+// Mean loss over n batches of the val loader (from its start).
+static double evaluate(Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
+    const Config *c = &M->cfg;
+    double loss = 0;
+    for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] = 0;
+    dataloader_reset(val);
+    for (int i = 0; i < n; i++) {
+        if (dataloader_next_batch(val, err, errlen)) return NAN;
+        model_forward(M, val->inputs, val->targets, B, T);
+        loss += M->mean_loss;
+        for (int l = 0; l < c->L; l++)
+            if (c->pattern[l] == 'N')
+                for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] += softmax_fraction(M, l, h, B, T) / n;
+    }
+    return loss / n;
+}
+
+// Generates n tokens after an end-of-text token, sampling from the softmax. The forward runs on the
+// shortest multiple of 64 that holds the sequence: a position's logits depend only on earlier
+// tokens (routing of the current chunk only affects later chunks, §5.3-5.4), so this is exact.
+static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *rng) {
+    int *ids = xcalloc(T, sizeof(int));
+    ids[0] = GPT2_EOT;
+    printf("---\n");
+    for (int t = 1; t < n + 1 && t < T; t++) {
+        int Tt = ((t + CH - 1) / CH) * CH;
+        model_forward(M, ids, NULL, 1, Tt);
+        const real *z = M->logits + (size_t)(t - 1) * M->cfg.Vp;
+        double mx = -INFINITY, s = 0, u = rng_uniform(rng), cum = 0;
+        for (int i = 0; i < M->cfg.V; i++) if (z[i] > mx) mx = z[i];
+        for (int i = 0; i < M->cfg.V; i++) s += exp(z[i] - mx);
+        int next = M->cfg.V - 1;
+        for (int i = 0; i < M->cfg.V; i++) {
+            cum += exp(z[i] - mx) / s;
+            if (u < cum) { next = i; break; }
+        }
+        ids[t] = next;
+        const char *piece = tok ? tokenizer_decode(tok, next) : NULL;
+        if (piece) tokenizer_print_safe(piece);
+        else printf("<%d>", next);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(ids);
+}
+
+int main(int argc, char **argv) {
+    const char *train_glob = "data/fineweb_edu_train.bin", *val_glob = "data/fineweb_edu_val.bin";
+    const char *outdir = NULL, *init_from = "tiny", *arch = NULL;
+    int B = 4, T = 256, total_batch = -1, warmup = 20, max_steps = 300, val_every = 50, val_batches = 8;
+    int sample_every = 100, gen_tokens = 64, ckpt_every = 0, resume = 0, seed = 42;
+    double lr = 3e-4, final_frac = 0.1, wd = 0.1;
+    char err[1024], msg[1200];
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h")) { usage(); return 0; }
+        if (argv[i][0] != '-' || strlen(argv[i]) != 2 || i + 1 >= argc) {
+            snprintf(msg, sizeof(msg), "bad argument '%s' (every flag takes a value; -h for help)", argv[i]);
+            die(msg);
+        }
+        const char *v = argv[++i];
+        switch (argv[i - 1][1]) {
+        case 'i': train_glob = v; break;        case 'j': val_glob = v; break;
+        case 'o': outdir = v; break;            case 'e': init_from = v; break;
+        case 'a': arch = v; break;              case 'b': B = atoi(v); break;
+        case 't': T = atoi(v); break;           case 'd': total_batch = atoi(v); break;
+        case 'l': lr = atof(v); break;          case 'u': warmup = atoi(v); break;
+        case 'q': final_frac = atof(v); break;  case 'c': wd = atof(v); break;
+        case 'x': max_steps = atoi(v); break;   case 'v': val_every = atoi(v); break;
+        case 'm': val_batches = atoi(v); break; case 's': sample_every = atoi(v); break;
+        case 'g': gen_tokens = atoi(v); break;  case 'n': ckpt_every = atoi(v); break;
+        case 'y': resume = atoi(v); break;      case 'r': seed = atoi(v); break;
+        default: snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i - 1]); die(msg);
+        }
+    }
+    if (T <= 0 || T % CH) { snprintf(msg, sizeof(msg), "-t %d: sequence length must be a positive multiple of %d (the NAtS chunk size)", T, CH); die(msg); }
+    if (B <= 0) { snprintf(msg, sizeof(msg), "-b %d: micro-batch size must be positive", B); die(msg); }
+    if (total_batch < 0) total_batch = B * T;
+    if (total_batch <= 0 || total_batch % (B * T)) { snprintf(msg, sizeof(msg), "-d %d: total batch must be a positive multiple of B*T = %d", total_batch, B * T); die(msg); }
+    if (max_steps <= 0 || warmup < 0 || val_batches <= 0) die("-x and -m must be positive and -u not negative");
+    if (resume && !outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
+    int accum = total_batch / (B * T);
+
+    // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
+    Model M;
+    TrainState st = {0, rng_seed(seed + 1), 0, 0};
+    int resume_step = resume ? latest_checkpoint(outdir) : -1;
+    if (resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", outdir);
+    if (resume_step >= 0) {
+        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, resume_step);
+        if (load_model(&M, msg, err, sizeof(err))) die(err);
+        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", outdir, resume_step);
+        if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
+        printf("resuming from %s (step %d)\n", msg, st.step);
+    } else {
+        Config c;
+        if (config_from_preset(&c, init_from) == 0) {
+            if (arch && config_set_pattern(&c, arch, err, sizeof(err))) die(err);
+            if (config_check(&c, err, sizeof(err))) die(err);
+            model_build(&M, &c);
+            model_init(&M, seed);
+        } else {
+            struct stat sb;
+            if (stat(init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", init_from); die(msg); }
+            if (load_model(&M, init_from, err, sizeof(err))) die(err);
+            if (arch) printf("note: -a is ignored when starting from a checkpoint\n");
+        }
+    }
+    const Config *c = &M.cfg;
+    printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
+           c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
+    printf("parameters: %zu\n", M.nparams);
+#ifdef _OPENMP
+    printf("threads: %d\n", omp_get_max_threads());
+#endif
+    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, accum, total_batch);
+
+    DataLoader train, val;
+    if (dataloader_init(&train, train_glob, B, T, err, sizeof(err))) die(err);
+    if (dataloader_init(&val, val_glob, B, T, err, sizeof(err))) die(err);
+    if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
+    Tokenizer tok;
+    int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
+    if (!have_tok) printf("note: %s (samples print token ids)\n", err);
+    model_alloc_acts(&M, B, T);
+
+    FILE *logf = NULL;
+    if (outdir) {
+        mkdir(outdir, 0777);
+        snprintf(msg, sizeof(msg), "%s/main.log", outdir);
+        logf = fopen(msg, st.step > 0 ? "a" : "w");
+        if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
+    }
+    double *sfr = xcalloc((size_t)c->L * c->H, sizeof(double));
+
+    for (int step = st.step + 1; step <= max_steps; step++) {
+        int last = step == max_steps;
+        if (val_every > 0 && (step % val_every == 0 || last || step == 1)) {
+            double vl = evaluate(&M, &val, val_batches, B, T, sfr, err, sizeof(err));
+            if (isnan(vl)) die(err);
+            printf("step %d: val loss %.4f", step, vl);
+            for (int l = 0; l < c->L; l++) {
+                if (c->pattern[l] != 'N') continue;
+                printf(" | softmax frac l%d:", l);
+                for (int h = 0; h < c->H; h++) printf(" %.2f", sfr[l * c->H + h]);
+            }
+            printf("\n");
+            if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); fflush(logf); }
+        }
+        if (sample_every > 0 && gen_tokens > 0 && (step % sample_every == 0 || last)) {
+            printf("step %d: sample\n", step);
+            sample_text(&M, have_tok ? &tok : NULL, gen_tokens, T, &st.rng);
+        }
+
+        double t0 = now_s(), loss = 0;
+        memset(M.grads, 0, M.nparams * sizeof(real));
+        for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr[l * c->H + h] = 0;
+        for (int k = 0; k < accum; k++) {
+            if (dataloader_next_batch(&train, err, sizeof(err))) die(err);
+            model_forward(&M, train.inputs, train.targets, B, T);
+            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * accum));
+            loss += M.mean_loss / accum;
+            for (int l = 0; l < c->L; l++)
+                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / accum;
+        }
+        double norm = grad_norm(&M), step_lr = lr_at(step - 1, warmup, max_steps, lr, final_frac);
+        int skipped = !isfinite(norm);
+        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
+        double dt = now_s() - t0;
+        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, max_steps, loss,
+               step_lr, norm, dt * 1e3, total_batch / dt);
+        for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr[l * c->H]);
+        printf("%s\n", skipped ? " | SKIPPED (gradient norm not finite)" : "");
+        if (logf) {
+            fprintf(logf, "s:%d trl:%.4f\n", step, loss);
+            for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr[l * c->H]);
+            if (skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
+            fflush(logf);
+        }
+
+        if (outdir && ((ckpt_every > 0 && step % ckpt_every == 0) || last)) {
+            st.step = step; st.shard = train.shard; st.pos = train.pos;
+            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, step);
+            if (save_model(&M, msg, err, sizeof(err))) die(err);
+            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", outdir, step);
+            if (save_state(&M, &st, msg, err, sizeof(err))) die(err);
+            printf("saved %s/{model,state}_%08d.bin\n", outdir, step);
+        }
+    }
+    if (logf) fclose(logf);
+    free(sfr);
+    dataloader_free(&train); dataloader_free(&val);
+    if (have_tok) tokenizer_free(&tok);
+    model_free(&M);
+    return 0;
+}
+#endif
