@@ -1,6 +1,6 @@
 # natsl.c — build the CPU reference trainer, its tests, and (with nvcc) the GPU trainer.
 CC ?= gcc
-CFLAGS ?= -O3 -march=native -ffast-math -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
+CFLAGS ?= -O3 -march=native -ffast-math -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation -fno-finite-math-only
 OMPFLAGS ?= -fopenmp
 LDLIBS = -lm
 HEADERS = common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h

@@ -1222,6 +1222,24 @@ static int latest_checkpoint(const char *dir) {
     return best;
 }
 
+// On resume from step s, main.log keeps only the events of steps <= s: the later ones were logged by
+// the run that is being replaced and are about to be logged again. Rewritten atomically.
+static int log_truncate_after(const char *path, int step, char *err, size_t errlen) {
+    FILE *in = fopen(path, "r");
+    if (!in) return 0; // no log yet
+    char tmp[4200], line[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) { fclose(in); snprintf(err, errlen, "%s: cannot open for writing (%s)", tmp, strerror(errno)); return -1; }
+    while (fgets(line, sizeof(line), in)) {
+        int s;
+        if (sscanf(line, "s:%d", &s) != 1 || s <= step) fputs(line, out);
+    }
+    fclose(in);
+    if (fclose(out) || rename(tmp, path)) { snprintf(err, errlen, "%s: cannot rewrite (%s)", path, strerror(errno)); return -1; }
+    return 0;
+}
+
 // Mean loss over n batches of the val loader (from its start).
 static double evaluate(Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
     const Config *c = &M->cfg;
@@ -1352,6 +1370,7 @@ int main(int argc, char **argv) {
     if (outdir) {
         mkdir(outdir, 0777);
         snprintf(msg, sizeof(msg), "%s/main.log", outdir);
+        if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
         logf = fopen(msg, st.step > 0 ? "a" : "w");
         if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
     }
