@@ -225,7 +225,7 @@ static void test_grad_crossentropy(void) { // 3 rows, V = 5 real tokens padded t
 
 // ---- the two ops with a real-valued mask (§5.3, §5.4, §6, §8) ------------------------------------------
 // B = 2, T = 192 (3 chunks), GDN heads H = 2 (dk = 3, dv = 4); softmax heads 4 (dq = 3, dvh = 2), 2 per mask head.
-enum { OB = 2, OT = 192, OH = 2, ODK = 3, ODV = 4, ONH = 4, ODQ = 3, ODVA = 2, ONC = 3, OLD = 8 };
+enum { OB = 2, OT = 192, OH = 2, ODK = 3, ODV = 4, ONH = 4, ODQ = 3, ODVA = 2, ONC = 3, OLD = 14 };
 typedef struct {
     real *q, *k, *v, *g, *beta, *m;           // inputs; q, k rows of stride OLD (extra columns unused)
     real *oa, *lse, *og, *state, *Ra, *Rg;
