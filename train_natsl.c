@@ -1200,6 +1200,7 @@ static void usage(void) {
            "  -n <int>    checkpoint every N steps, 0 = only at the end (default 0)\n"
            "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
            "  -r <int>    seed                              (default 42)\n"
+           "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
            "  -h          this help\n");
 }
 
@@ -1286,9 +1287,71 @@ static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *
     free(ids);
 }
 
+// -z FILE: the CPU-vs-GPU comparison dump (SPEC §8). On the first train batch: loss, logits (real
+// vocabulary), every parameter gradient, every N layer's router logits and decisions; then the train
+// loss of each of 10 AdamW steps and the loss on the first batch after them. train_natsl.cu writes the
+// same file from the same inputs; test_natsl compares the two. Layout: 256 int32 header
+// [magic 20261124, version 1, B, T, V, nparams, nrouter, nsteps], then float32: loss, logits [B*T][V],
+// grads [nparams], router logits [nrouter], router decisions [nrouter], step losses [nsteps], final loss.
+#define DUMP_MAGIC 20261124
+#define DUMP_STEPS 10
+static void write_dump(Model *M, DataLoader *train, const char *path, double lr, int warmup, double final_frac,
+                       double wd, int B, int T) {
+    const Config *c = &M->cfg;
+    char err[1024];
+    size_t BT = (size_t)B * T, nrouter = 0, per = BT / CH * 2 * c->H;
+    for (int l = 0; l < c->L; l++) nrouter += c->pattern[l] == 'N' ? per : 0;
+    FILE *f = fopen(path, "wb");
+    if (!f) { fprintf(stderr, "error: %s: cannot open for writing (%s)\n", path, strerror(errno)); exit(1); }
+    int h[256] = {DUMP_MAGIC, 1, B, T, c->V, (int)M->nparams, (int)nrouter, DUMP_STEPS};
+    fwrite(h, sizeof(int), 256, f);
+    if (dataloader_next_batch(train, err, sizeof(err))) die(err);
+    int *first = xcalloc(2 * BT, sizeof(int));
+    memcpy(first, train->inputs, BT * sizeof(int));
+    memcpy(first + BT, train->targets, BT * sizeof(int));
+    memset(M->grads, 0, M->nparams * sizeof(real));
+    model_forward(M, first, first + BT, B, T);
+    float loss = M->mean_loss, loss0 = loss;
+    fwrite(&loss, sizeof(float), 1, f);
+    for (size_t r = 0; r < BT; r++) {
+        float *z = to_float32(M->logits + r * c->Vp, c->V);
+        fwrite(z, sizeof(float), c->V, f);
+        free(z);
+    }
+    float *rl = xcalloc(2 * nrouter + 1, sizeof(float)), *rd = rl + nrouter;
+    for (int l = 0, o = 0; l < c->L; l++)
+        if (c->pattern[l] == 'N') {
+            for (size_t i = 0; i < per; i++) { rl[o + i] = M->la[l].rlogits[i]; rd[o + i] = M->la[l].rmask[i]; }
+            o += per;
+        }
+    model_backward(M, first, first + BT, B, T, (real)1 / BT);
+    float *g = to_float32(M->grads, M->nparams);
+    fwrite(g, sizeof(float), M->nparams, f);
+    fwrite(rl, sizeof(float), 2 * nrouter, f);
+    free(g); free(rl);
+    for (int step = 1; step <= DUMP_STEPS; step++) {
+        if (step > 1) {
+            if (dataloader_next_batch(train, err, sizeof(err))) die(err);
+            memset(M->grads, 0, M->nparams * sizeof(real));
+            model_forward(M, train->inputs, train->targets, B, T);
+            model_backward(M, train->inputs, train->targets, B, T, (real)1 / BT);
+        }
+        float l = step == 1 ? loss : M->mean_loss;
+        double norm = grad_norm(M);
+        adamw_update(M, lr_at(step - 1, warmup, DUMP_STEPS, lr, final_frac), 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
+        fwrite(&l, sizeof(float), 1, f);
+    }
+    model_forward(M, first, first + BT, B, T);
+    loss = M->mean_loss;
+    fwrite(&loss, sizeof(float), 1, f);
+    free(first);
+    if (fclose(f)) { fprintf(stderr, "error: %s: write failed\n", path); exit(1); }
+    printf("wrote %s: loss %.6f, after %d steps %.6f\n", path, loss0, DUMP_STEPS, loss);
+}
+
 int main(int argc, char **argv) {
     const char *train_glob = "data/fineweb_edu_train.bin", *val_glob = "data/fineweb_edu_val.bin";
-    const char *outdir = NULL, *init_from = "tiny", *arch = NULL;
+    const char *outdir = NULL, *init_from = "tiny", *arch = NULL, *dump_path = NULL;
     int B = 4, T = 256, total_batch = -1, warmup = 20, max_steps = 300, val_every = 50, val_batches = 8;
     int sample_every = 100, gen_tokens = 64, ckpt_every = 0, resume = 0, seed = 42;
     double lr = 3e-4, final_frac = 0.1, wd = 0.1;
@@ -1312,6 +1375,7 @@ int main(int argc, char **argv) {
         case 'm': val_batches = atoi(v); break; case 's': sample_every = atoi(v); break;
         case 'g': gen_tokens = atoi(v); break;  case 'n': ckpt_every = atoi(v); break;
         case 'y': resume = atoi(v); break;      case 'r': seed = atoi(v); break;
+        case 'z': dump_path = v; break;
         default: snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i - 1]); die(msg);
         }
     }
@@ -1365,6 +1429,7 @@ int main(int argc, char **argv) {
     int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
     if (!have_tok) printf("note: %s (samples print token ids)\n", err);
     model_alloc_acts(&M, B, T);
+    if (dump_path) { write_dump(&M, &train, dump_path, lr, warmup, final_frac, wd, B, T); return 0; }
 
     FILE *logf = NULL;
     if (outdir) {
