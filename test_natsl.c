@@ -97,6 +97,34 @@ static void test_grad_matmul(void) {
     Var v[] = {{"inp", c.x, dx, 77}, {"weight", c.w, dw, 55}};
     fd_check("matmul", v, 2, matmul_loss, &c, 0);
     free(c.x); free(c.w); free(c.out); free(c.R); free(dx); free(dw);
+    // the blocked product against the textbook triple loop: K slices (C > 256), edge tiles, accumulation
+    int shapes[][3] = {{70, 300, 37}, {13, 520, 600}, {300, 17, 3}};
+    for (int s = 0; s < 3; s++) {
+        int BT = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        real *x = vec((size_t)BT * C), *w = vec((size_t)OC * C), *y = vec((size_t)BT * OC), *dy = vec((size_t)BT * OC);
+        real *gx = vec((size_t)BT * C), *gw = vec((size_t)OC * C);
+        fill_normal(x, (size_t)BT * C, 1); fill_normal(w, (size_t)OC * C, 1); fill_normal(dy, (size_t)BT * OC, 1);
+        fill_normal(gx, (size_t)BT * C, 1); fill_normal(gw, (size_t)OC * C, 1);
+        real *gx0 = vec((size_t)BT * C), *gw0 = vec((size_t)OC * C);
+        memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
+        matmul_forward(y, x, w, BT, C, OC);
+        matmul_backward(gx, gw, dy, x, w, BT, C, OC);
+        double worst = 0;
+        for (int i = 0; i < BT; i++) for (int o = 0; o < OC; o++) {
+            double r = 0; for (int k = 0; k < C; k++) r += x[(size_t)i * C + k] * w[(size_t)o * C + k];
+            worst = fmax(worst, fabs(r - y[(size_t)i * OC + o]));
+        }
+        for (int i = 0; i < BT; i++) for (int k = 0; k < C; k++) {
+            double r = gx0[(size_t)i * C + k]; for (int o = 0; o < OC; o++) r += dy[(size_t)i * OC + o] * w[(size_t)o * C + k];
+            worst = fmax(worst, fabs(r - gx[(size_t)i * C + k]));
+        }
+        for (int o = 0; o < OC; o++) for (int k = 0; k < C; k++) {
+            double r = gw0[(size_t)o * C + k]; for (int i = 0; i < BT; i++) r += dy[(size_t)i * OC + o] * x[(size_t)i * C + k];
+            worst = fmax(worst, fabs(r - gw[(size_t)o * C + k]));
+        }
+        CHECK(worst < 1e-10, "blocked matmul %dx%dx%d differs from the triple loop by %g", BT, C, OC, worst);
+        free(x); free(w); free(y); free(dy); free(gx); free(gw); free(gx0); free(gw0);
+    }
 }
 
 typedef struct { real *x, *w, *y, *rstd, *R; } NormCtx;

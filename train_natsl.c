@@ -86,42 +86,126 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
     }
 }
 
-// ---- linear layer: out[BT][OC] = inp[BT][C] W^T, W[OC][C] ----------------------------------------
-static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC) {
-    #pragma omp parallel for
-    for (int bt = 0; bt < BT; bt++) {
-        const real *x = inp + (size_t)bt * C;
-        for (int o = 0; o < OC; o++) {
-            const real *w = weight + (size_t)o * C;
-            real s = 0;
-            for (int i = 0; i < C; i++) s += x[i] * w[i];
-            out[(size_t)bt * OC + o] = s;
+// ---- linear layer: out[BT][OC] = inp[BT][C] Wᵀ, W[OC][C] ---------------------------------------------
+// The three products of a linear layer (forward, dinp, dweight) are one general matrix product
+//   C[M][N] (= or +=) A[M][K] · B[K][N],  A(i,k) = A[i*ars + k*acs],  B(k,j) = B[k*brs + j*bcs],
+// computed the way fast BLAS libraries do it, in portable C: the output is split into blocks that
+// threads take independently; for each block, K is walked in KC-sized slices whose A and B parts are
+// copied ("packed") into contiguous micro-panels; a micro-kernel keeps an MR×NR tile of C in
+// registers (gcc vectorizes it). Each output element is summed in a fixed order whatever the thread
+// count, so runs are reproducible.
+#define MR 6      // micro-tile rows    (MR x NR accumulators = 12 AVX2 registers)
+#define NR 16     // micro-tile columns
+#define KC 256    // K slice: one B micro-panel (KC x NR reals = 16 KB) stays in L1
+#define MC 256    // max rows of a block: packed A slice (MC x KC = 96 KB) stays in L2
+#define NC 512    // max cols of a block: packed B slice (KC x NC = 512 KB) in L2/L3
+
+// c[0:m][0:n] (row stride ldc) = or += a·b, where a is a packed MR-row micro-panel
+// (kc x MR) and b a packed NR-column micro-panel (kc x NR). The MR x NR accumulator
+// tile lives in registers; "omp simd" makes gcc vectorize along j (16 reals = 2 AVX
+// vectors) instead of picking a worse strategy (without OpenMP it is slower, still correct).
+static void micro_kernel(int kc, const real *a, const real *b, real *c, int ldc,
+                         int m, int n, int accumulate) {
+    real acc[MR][NR] = {{0}};
+    for (int k = 0; k < kc; k++, a += MR, b += NR)
+        for (int i = 0; i < MR; i++)
+            #pragma omp simd
+            for (int j = 0; j < NR; j++) acc[i][j] += a[i] * b[j];
+    if (m == MR && n == NR) { // full tile: fixed trip counts, vectorized
+        for (int i = 0; i < MR; i++)
+            #pragma omp simd
+            for (int j = 0; j < NR; j++)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+    } else { // edge tile
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+    }
+}
+
+// Pack rows [0,n) x cols [0,kc) of X, where X(r,k) = X[r*rs + k*ks], into R-row
+// micro-panels stored k-major: dst[p][k][r] = X(p*R + r, k). Rows past n are zero.
+static void pack(real *dst, const real *X, long rs, long ks, int n, int kc, int R) {
+    for (int p = 0; p < n; p += R, dst += (long)R * kc, X += R * rs) {
+        int rows = n - p < R ? n - p : R, k = 0;
+        if (rows == R && rs == 1)       // the R values of one k are adjacent: copy
+            for (; k < kc; k++)
+                for (int r = 0; r < R; r++) dst[k * R + r] = X[k * ks + r];
+        else if (rows == R && ks == 1)  // rows are contiguous in k: transpose 8 k's at a time
+            for (; k + 8 <= kc; k += 8)
+                for (int r = 0; r < R; r++)
+                    for (int kk = 0; kk < 8; kk++) dst[(k + kk) * R + r] = X[r * rs + k + kk];
+        for (; k < kc; k++)             // general case, k remainder and partial panels
+            for (int r = 0; r < R; r++)
+                dst[k * R + r] = r < rows ? X[r * rs + k * ks] : 0;
+    }
+}
+
+// Scratch for packed panels, grown on demand and kept between calls. Not thread-safe:
+// the matmuls must be called from one thread at a time (they use OpenMP internally).
+static real *gemm_scratch = NULL;
+static size_t gemm_scratch_size = 0;
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
+                 const real *B, long brs, long bcs, int M, int N, int K, int accumulate) {
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    // Block sizes: split M and N evenly into blocks no larger than MC / NC.
+    int nbm = ceil_div(M, MC), nbn = ceil_div(N, NC);
+    // Not enough blocks to keep all threads equally busy? split further.
+    while ((nbm * nbn) % nthreads != 0 && nbm * nbn < 4 * nthreads) {
+        if (ceil_div(M, nbm) >= ceil_div(N, nbn) && nbm < ceil_div(M, MR)) nbm++;
+        else if (nbn < ceil_div(N, NR)) nbn++;
+        else break;
+    }
+    int mc = ceil_div(ceil_div(M, nbm), MR) * MR, nc = ceil_div(ceil_div(N, nbn), NR) * NR;
+    nbm = ceil_div(M, mc); nbn = ceil_div(N, nc);
+    size_t per_thread = (size_t)KC * (mc + nc);
+    if (gemm_scratch_size < per_thread * nthreads) {
+        free(gemm_scratch);
+        gemm_scratch_size = per_thread * nthreads;
+        gemm_scratch = xcalloc(gemm_scratch_size, sizeof(real));
+    }
+    // Blocks are dealt round-robin, consecutive blocks share the same B slice (in L3).
+    #pragma omp parallel for schedule(static, 1)
+    for (int blk = 0; blk < nbm * nbn; blk++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        real *Ap = gemm_scratch + per_thread * tid, *Bp = Ap + (size_t)KC * mc;
+        int i0 = (blk % nbm) * mc, j0 = (blk / nbm) * nc;
+        int mb = M - i0 < mc ? M - i0 : mc, nb = N - j0 < nc ? N - j0 : nc;
+        for (int p0 = 0; p0 < K; p0 += KC) {
+            int kc = K - p0 < KC ? K - p0 : KC;
+            pack(Ap, A + i0 * ars + p0 * acs, ars, acs, mb, kc, MR);
+            pack(Bp, B + p0 * brs + j0 * bcs, bcs, brs, nb, kc, NR);
+            for (int j = 0; j < nb; j += NR)
+                for (int i = 0; i < mb; i += MR)
+                    micro_kernel(kc, Ap + (long)i * kc, Bp + (long)j * kc,
+                                 Cm + (long)(i0 + i) * ldc + j0 + j, ldc,
+                                 mb - i < MR ? mb - i : MR, nb - j < NR ? nb - j : NR,
+                                 accumulate || p0 > 0);
         }
     }
 }
-// dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp
-static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
-                            const real *weight, int BT, int C, int OC) {
-    if (dinp) {
-        #pragma omp parallel for
-        for (int bt = 0; bt < BT; bt++) {
-            real *dx = dinp + (size_t)bt * C;
-            for (int o = 0; o < OC; o++) {
-                real d = dout[(size_t)bt * OC + o];
-                const real *w = weight + (size_t)o * C;
-                for (int i = 0; i < C; i++) dx[i] += d * w[i];
-            }
-        }
-    }
-    #pragma omp parallel for
-    for (int o = 0; o < OC; o++) {
-        real *dw = dweight + (size_t)o * C;
-        for (int bt = 0; bt < BT; bt++) {
-            real d = dout[(size_t)bt * OC + o];
-            const real *x = inp + (size_t)bt * C;
-            for (int i = 0; i < C; i++) dw[i] += d * x[i];
-        }
-    }
+
+// out[BT][OC] = inp[BT][C] · W^T   (W is [OC][C]; overwrites out)
+static void matmul_forward(real *out, const real *inp, const real *weight,
+                           int BT, int C, int OC) {
+    gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0);
+}
+
+// dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL)
+// dweight[OC][C] += dout^T · inp     (accumulates, for gradient accumulation)
+static void matmul_backward(real *dinp, real *dweight, const real *dout,
+                            const real *inp, const real *weight, int BT, int C, int OC) {
+    if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, 1);
+    gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1);
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
