@@ -677,14 +677,12 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
 static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
                             const real *pool, const real *Wr, int B, int T, int D, int H) {
     int Nc = T / CH;
-    real dlast[2 * NATSL_MAX_LAYERS]; // scratch for one chunk's zeroed pair gradients
     memset(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real));
     memset(dpool, 0, (size_t)B * Nc * D * sizeof(real));
-    memset(dlast, 0, sizeof(dlast));
     for (int b = 0; b < B; b++)
-        for (int c = 0; c < Nc; c++) {
+        for (int c = 0; c < Nc - 1; c++) { // the last chunk's dÃ is zero: it stays 0 in dlogits
             size_t o = ((size_t)b * Nc + c) * 2 * H;
-            pair_softmax_backward(dlogits + o, c == Nc - 1 ? dlast : dA + o, pi + o, H);
+            pair_softmax_backward(dlogits + o, dA + o, pi + o, H);
         }
     matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H);
     #pragma omp parallel for collapse(2)
