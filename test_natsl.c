@@ -1084,6 +1084,89 @@ static void test_resume_bit_identical(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+
+// ---- CPU vs GPU (SPEC §8): the same dump (-z) from train_natsl and train_natsl_cu -------------------------
+typedef struct { int h[256]; float *x; size_t n; } Dump;
+static int read_dump(const char *path, Dump *d) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    d->n = (size - 1024) / sizeof(float);
+    d->x = xcalloc(d->n, sizeof(float));
+    int ok = fread(d->h, sizeof(int), 256, f) == 256 && fread(d->x, sizeof(float), d->n, f) == d->n && d->h[0] == DUMP_MAGIC;
+    fclose(f);
+    return ok ? 0 : -1;
+}
+static double normwise(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) { num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]); den += (double)ref[i] * ref[i]; }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+// gpu vs cpu (the reference); tolerances from SPEC §8 for the precision
+static void compare_dumps(const char *what, const Dump *g, const Dump *c, const Config *cf, int bf16) {
+    double tl = bf16 ? 1e-2 : 1e-5, tg = bf16 ? 3e-2 : 1e-4, ts = bf16 ? 2e-2 : 1e-4, tie = bf16 ? 1e-2 : 1e-5;
+    CHECK(g->n == c->n && !memcmp(g->h, c->h, 8 * sizeof(int)), "%s: dump headers/sizes differ", what);
+    if (g->n != c->n) return;
+    size_t BT = (size_t)c->h[2] * c->h[3], V = c->h[4], np = c->h[5], nr = c->h[6], ns = c->h[7];
+    const float *lc = c->x, *lg = g->x;
+    double dl = fabs(lg[0] - lc[0]) / fabs(lc[0]);
+    double dz = normwise(lg + 1, lc + 1, BT * V);
+    ParamTensor t[NATSL_MAX_TENSORS];
+    size_t total;
+    int nt = param_tensors(cf, t, &total);
+    CHECK(total == np, "%s: the dump is not of this config", what);
+    const float *gc = lc + 1 + BT * V, *gg = lg + 1 + BT * V;
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < nt; i++) {
+        double e = normwise(gg + t[i].offset, gc + t[i].offset, t[i].numel);
+        if (e > worst) { worst = e; worst_name = t[i].name; }
+        CHECK(e < tg, "%s: gradient of %s differs by %.2e (normwise)", what, t[i].name, e);
+    }
+    const float *rlc = gc + np, *rdc = rlc + nr, *rdg = gg + np + nr;
+    int mism = 0, ties = 0;
+    for (size_t i = 0; i + 1 < nr; i += 2)
+        if (rdc[i] != rdg[i] || rdc[i + 1] != rdg[i + 1]) {
+            if (fabs(rlc[i] - rlc[i + 1]) < tie) ties++; else mism++;
+        }
+    const float *sc = rdc + nr, *sg = rdg + nr;
+    double dsteps = 0;
+    for (size_t i = 0; i <= ns; i++) dsteps = fmax(dsteps, fabs(sg[i] - sc[i]) / fabs(sc[i]));
+    printf("  %s: loss %.2e, logits %.2e, worst gradient %.2e (%s), routing %d mismatches (+%d near-ties), "
+           "10-step losses %.2e\n", what, dl, dz, worst, worst_name, mism, ties, dsteps);
+    CHECK(dl < tl, "%s: loss differs by %.2e", what, dl);
+    CHECK(dz < tg, "%s: logits differ by %.2e", what, dz);
+    CHECK(mism == 0, "%s: %d routing decisions differ", what, mism);
+    CHECK(dsteps < ts, "%s: losses over 10 AdamW steps differ by %.2e", what, dsteps);
+}
+static int gpu_available(char *why, size_t n) {
+    if (access("./train_natsl_cu", X_OK)) { snprintf(why, n, "./train_natsl_cu is not built (needs nvcc)"); return 0; }
+    if (system("nvidia-smi -L >/dev/null 2>&1")) { snprintf(why, n, "no GPU (nvidia-smi finds none)"); return 0; }
+    return 1;
+}
+static void test_cpu_vs_gpu(void) {
+    const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}};
+    for (int r = 0; r < 2; r++)
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            char cmd[1024], msg[1024], what[64];
+            const char *args = "-b 2 -t 256 -l 1e-3 -u 2";
+            snprintf(what, sizeof(what), "%s %s", runs[r][0], bf16 ? "bf16" : "fp32");
+            snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -z /tmp/natsl_cpu.bin && ./train_natsl_cu %s %s -p %s -z /tmp/natsl_gpu.bin",
+                     args, runs[r][1], args, runs[r][1], bf16 ? "bf16" : "fp32");
+            CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
+            Dump c, g;
+            Config cf;
+            config_from_preset(&cf, "tiny");
+            if (runs[r][1][0]) config_set_pattern(&cf, runs[r][1] + 3, msg, sizeof(msg));
+            if (read_dump("/tmp/natsl_cpu.bin", &c) || read_dump("/tmp/natsl_gpu.bin", &g)) { CHECK(0, "%s: cannot read the dumps", what); continue; }
+            compare_dumps(what, &g, &c, &cf, bf16);
+            free(c.x); free(g.x);
+        }
+    remove("/tmp/natsl_cpu.bin"); remove("/tmp/natsl_gpu.bin");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_filter = argv[1];
 #ifdef _OPENMP
@@ -1119,7 +1202,9 @@ int main(int argc, char **argv) {
     RUN(test_checkpoint_roundtrip);
     RUN(test_cli_bad_input);
     RUN(test_resume_bit_identical);
-    printf("CPU vs GPU comparison: skipped (train_natsl.cu does not exist yet)\n");
+    char why[256];
+    if (gpu_available(why, sizeof(why))) RUN(test_cpu_vs_gpu);
+    else printf("CPU vs GPU comparison: skipped (%s)\n", why);
     printf("time: %.1f s\n", wall() - t0);
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;

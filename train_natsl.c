@@ -1208,6 +1208,9 @@ static int load_model(Model *M, const char *path, char *err, size_t errlen) {
 
 typedef struct { int step; uint64_t rng; int shard; size_t pos; } TrainState;
 
+#define DUMP_MAGIC 20261124 // the -z comparison dump (write_dump below)
+#define DUMP_STEPS 10
+
 static int save_state(const Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
     int h[256] = {0};
     h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
@@ -1375,8 +1378,6 @@ static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *
 // same file from the same inputs; test_natsl compares the two. Layout: 256 int32 header
 // [magic 20261124, version 1, B, T, V, nparams, nrouter, nsteps], then float32: loss, logits [B*T][V],
 // grads [nparams], router logits [nrouter], router decisions [nrouter], step losses [nsteps], final loss.
-#define DUMP_MAGIC 20261124
-#define DUMP_STEPS 10
 static void write_dump(Model *M, DataLoader *train, const char *path, double lr, int warmup, double final_frac,
                        double wd, int B, int T) {
     const Config *c = &M->cfg;
