@@ -44,6 +44,11 @@ static inline real sigmoid(real x) { return 1 / (1 + exp(-x)); }
 static inline real silu(real x) { return x * sigmoid(x); }
 static inline real dsilu(real x) { real s = sigmoid(x); return s * (1 + x * (1 - s)); } // d silu / dx
 static inline real softplus(real x) { return x > 20 ? x : log1p(exp(x)); }
+// Built with -ffast-math, which lets the compiler assume there are no infinities or NaNs (and so
+// vectorize exp): a non-finite value is therefore recognized from its bits, and maxima start from a
+// finite sentinel.
+#define NEG_LARGE ((real)-1e30)
+static int is_finite(double x) { uint64_t u; memcpy(&u, &x, sizeof(u)); return ((u >> 52) & 0x7ff) != 0x7ff; }
 
 static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
@@ -431,7 +436,7 @@ static void attention_forward(real *out, real *lse, const real *q, const real *k
                 for (int i = 0; i < T; i++) {
                     int ci = i / CH;
                     const real *qi = q + ((size_t)b * T + i) * ldqk + j * dq;
-                    real mx = -INFINITY;
+                    real mx = NEG_LARGE;
                     for (int c = 0; c <= ci; c++) {
                         if (chunk_weight(m, b, c, ci, j / G, Nc, Hm, 0) == 0) continue;
                         for (int jj = c * CH; jj < (c + 1) * CH && jj <= i; jj++) {
@@ -763,8 +768,10 @@ static void crossentropy_forward(real *losses, real *lse, const real *logits, co
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         const real *z = logits + (size_t)bt * Vp;
-        real mx = -INFINITY, s = 0;
-        for (int i = 0; i < V; i++) if (z[i] > mx) mx = z[i];
+        real mx = NEG_LARGE, s = 0;
+        #pragma omp simd reduction(max : mx)
+        for (int i = 0; i < V; i++) mx = z[i] > mx ? z[i] : mx;
+        #pragma omp simd reduction(+ : s)
         for (int i = 0; i < V; i++) s += exp(z[i] - mx);
         lse[bt] = mx + log(s);
         losses[bt] = lse[bt] - z[targets[bt]];
@@ -775,8 +782,9 @@ static void crossentropy_backward(real *logits, const real *lse, const int *targ
                                   int BT, int V, int Vp) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
-        real *z = logits + (size_t)bt * Vp;
-        for (int i = 0; i < V; i++) z[i] = dloss * exp(z[i] - lse[bt]);
+        real *z = logits + (size_t)bt * Vp, l = lse[bt];
+        #pragma omp simd
+        for (int i = 0; i < V; i++) z[i] = dloss * exp(z[i] - l);
         for (int i = V; i < Vp; i++) z[i] = 0;
         z[targets[bt]] -= dloss;
     }
@@ -1326,21 +1334,22 @@ static int log_truncate_after(const char *path, int step, char *err, size_t errl
     return 0;
 }
 
-// Mean loss over n batches of the val loader (from its start).
-static double evaluate(Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
+// Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
+static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
     const Config *c = &M->cfg;
     double loss = 0;
     for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] = 0;
     dataloader_reset(val);
     for (int i = 0; i < n; i++) {
-        if (dataloader_next_batch(val, err, errlen)) return NAN;
+        if (dataloader_next_batch(val, err, errlen)) return -1;
         model_forward(M, val->inputs, val->targets, B, T);
         loss += M->mean_loss;
         for (int l = 0; l < c->L; l++)
             if (c->pattern[l] == 'N')
                 for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] += softmax_fraction(M, l, h, B, T) / n;
     }
-    return loss / n;
+    *vloss = loss / n;
+    return 0;
 }
 
 // Generates n tokens after an end-of-text token, sampling from the softmax. The forward runs on the
@@ -1354,7 +1363,7 @@ static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *
         int Tt = ((t + CH - 1) / CH) * CH;
         model_forward(M, ids, NULL, 1, Tt);
         const real *z = M->logits + (size_t)(t - 1) * M->cfg.Vp;
-        double mx = -INFINITY, s = 0, u = rng_uniform(rng), cum = 0;
+        double mx = NEG_LARGE, s = 0, u = rng_uniform(rng), cum = 0;
         for (int i = 0; i < M->cfg.V; i++) if (z[i] > mx) mx = z[i];
         for (int i = 0; i < M->cfg.V; i++) s += exp(z[i] - mx);
         int next = M->cfg.V - 1;
@@ -1527,8 +1536,8 @@ int main(int argc, char **argv) {
     for (int step = st.step + 1; step <= max_steps; step++) {
         int last = step == max_steps;
         if (val_every > 0 && (step % val_every == 0 || last || step == 1)) {
-            double vl = evaluate(&M, &val, val_batches, B, T, sfr, err, sizeof(err));
-            if (isnan(vl)) die(err);
+            double vl;
+            if (evaluate(&vl, &M, &val, val_batches, B, T, sfr, err, sizeof(err))) die(err);
             printf("step %d: val loss %.4f", step, vl);
             for (int l = 0; l < c->L; l++) {
                 if (c->pattern[l] != 'N') continue;
@@ -1555,7 +1564,7 @@ int main(int argc, char **argv) {
                 if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / accum;
         }
         double norm = grad_norm(&M), step_lr = lr_at(step - 1, warmup, max_steps, lr, final_frac);
-        int skipped = !isfinite(norm);
+        int skipped = !is_finite(norm);
         if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
         double dt = now_s() - t0;
         printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, max_steps, loss,

@@ -8,7 +8,7 @@ Model FLOPs per step (what the GFLOP/s count):
   GDN recurrence  12 · tokens · H · d_k · d_v                    (state update + read-out, forward and backward)
 The embedding lookup and the norms/elementwise work are not counted.
 
-build: gcc -O3 -march=native -ffast-math -fno-finite-math-only -fopenmp -I. dev/bench_cpu.c -o bench_cpu -lm
+build: gcc -O3 -march=native -ffast-math -fopenmp -I. dev/bench_cpu.c -o bench_cpu -lm
 run:   ./bench_cpu [preset] [pattern or variant or -] [B] [T] [steps]      e.g. ./bench_cpu tiny - 4 256 5
 */
 #define TESTING
