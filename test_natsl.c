@@ -50,6 +50,26 @@ static real *vec(size_t n) { return xcalloc(n, sizeof(real)); }
 typedef struct { const char *name; real *x, *dx; size_t n; } Var;
 typedef double (*LossFn)(void *ctx);
 
+// Every loss below is a sum of terms (R_i·out_i, or per-token losses) that it also records here. The
+// finite difference is taken term by term and then summed: terms a perturbation does not reach cancel
+// exactly, so the rounding noise of a large sum (|loss| ~ 1e3) does not swamp small derivatives.
+static real *g_terms;
+static size_t g_nterms, g_cap;
+static double record_terms(const real *a, const real *b, size_t n) { // Σ a_i·b_i (b = NULL: Σ a_i)
+    double s = 0;
+    if (g_nterms + n > g_cap) { g_cap = 2 * (g_nterms + n); g_terms = realloc(g_terms, g_cap * sizeof(real)); }
+    for (size_t i = 0; i < n; i++) { real t = b ? a[i] * b[i] : a[i]; g_terms[g_nterms++] = t; s += t; }
+    return s;
+}
+static real *eval_terms(LossFn f, void *ctx, size_t *n) {
+    g_nterms = 0;
+    f(ctx);
+    real *copy = xcalloc(g_nterms, sizeof(real));
+    memcpy(copy, g_terms, g_nterms * sizeof(real));
+    *n = g_nterms;
+    return copy;
+}
+
 // Compares dx (already computed by the backward) with central differences of f in every coordinate
 // (or in `sample` random coordinates when sample > 0). flip(ctx) (optional) reports a changed
 // routing decision: such coordinates are skipped and counted in *skipped.
@@ -62,16 +82,20 @@ static double fd_check_var(const Var *v, LossFn f, void *ctx, size_t sample, int
     for (size_t s = 0; s < n; s++) {
         size_t i = (sample && sample < v->n) ? rng_u32(&g_rng) % v->n : s;
         real x0 = v->x[i], h = g_fd_h * (fabs(x0) > 1 ? fabs(x0) : 1);
-        double fp[2], fm[2];
+        real *fp[2], *fm[2];
+        size_t nt = 0;
         int flipped = 0;
         for (int k = 1; k <= 2; k++) {
-            v->x[i] = x0 + k * h; fp[k - 1] = f(ctx); if (flip && flip(ctx)) flipped = 1;
-            v->x[i] = x0 - k * h; fm[k - 1] = f(ctx); if (flip && flip(ctx)) flipped = 1;
+            v->x[i] = x0 + k * h; fp[k - 1] = eval_terms(f, ctx, &nt); if (flip && flip(ctx)) flipped = 1;
+            v->x[i] = x0 - k * h; fm[k - 1] = eval_terms(f, ctx, &nt); if (flip && flip(ctx)) flipped = 1;
         }
         v->x[i] = x0;
+        double num = 0, ana = v->dx[i];
+        for (size_t j = 0; j < nt; j++) num += 8 * (fp[0][j] - fm[0][j]) - (fp[1][j] - fm[1][j]);
+        num /= 12 * h;
+        for (int k = 0; k < 2; k++) { free(fp[k]); free(fm[k]); }
         if (tried) (*tried)++;
         if (flipped) { (*skipped)++; continue; }
-        double num = (8 * (fp[0] - fm[0]) - (fp[1] - fm[1])) / (12 * h), ana = v->dx[i];
         double den = fmax(fmax(fabs(num), fabs(ana)), 1e-6), err = fabs(num - ana) / den;
         if (err > worst) worst = err;
         if (err > FD_TOL) { CHECK(0, "%s[%zu]: analytic %.10g numeric %.10g (rel %.2e)", v->name, i, ana, num, err); return err; }
@@ -83,7 +107,7 @@ static void fd_check(const char *what, Var *vars, int nv, LossFn f, void *ctx, s
     for (int k = 0; k < nv; k++) worst = fmax(worst, fd_check_var(&vars[k], f, ctx, sample, NULL, NULL, NULL));
     printf("  %-28s max rel err %.2e over %d tensors\n", what, worst, nv);
 }
-static double dot_r(const real *a, const real *b, size_t n) { double s = 0; for (size_t i = 0; i < n; i++) s += a[i] * b[i]; return s; }
+static double dot_r(const real *a, const real *b, size_t n) { return record_terms(a, b, n); }
 
 // ---- primitive layers: loss = Σ R ⊙ output, backward with dout = R -----------------------------------
 typedef struct { int BT, C, OC; real *x, *w, *out, *R; } MatmulCtx;
@@ -237,7 +261,7 @@ static void test_grad_gated_norm(void) {
 }
 
 typedef struct { real *z, *loss, *lse; int *tg; } CeCtx;
-static double ce_loss(void *p) { CeCtx *c = p; crossentropy_forward(c->loss, c->lse, c->z, c->tg, 3, 5, 7); return c->loss[0] + c->loss[1] + c->loss[2]; }
+static double ce_loss(void *p) { CeCtx *c = p; crossentropy_forward(c->loss, c->lse, c->z, c->tg, 3, 5, 7); return record_terms(c->loss, NULL, 3); }
 static void test_grad_crossentropy(void) { // 3 rows, V = 5 real tokens padded to 7
     int tg[3] = {0, 4, 2};
     CeCtx c = {vec(21), vec(3), vec(3), tg};
@@ -509,7 +533,7 @@ static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, 
 static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router"); }
 
 typedef struct { Model *M; int *in, *tg, B, T; real *dec; } ModelCtx;
-static double model_loss(void *p) { ModelCtx *c = p; model_forward(c->M, c->in, c->tg, c->B, c->T); return c->M->mean_loss * c->B * c->T; }
+static double model_loss(void *p) { ModelCtx *c = p; model_forward(c->M, c->in, c->tg, c->B, c->T); return record_terms(c->M->losses, NULL, (size_t)c->B * c->T); }
 static size_t model_decisions(const Model *M, real *out, int B, int T) {
     size_t n = 0, per = (size_t)B * (T / CH) * M->cfg.H * 2;
     for (int l = 0; l < M->cfg.L; l++)

@@ -82,6 +82,8 @@ int main(int argc, char **argv) {
         size_t BT = (size_t)B * T;
         real *x = xcalloc(BT * c.F * 2, sizeof(real)), *y = xcalloc(BT * (size_t)c.Vp, sizeof(real));
         real *dx = xcalloc(BT * c.F * 2, sizeof(real));
+        uint64_t rs = rng_seed(3);
+        for (size_t i = 0; i < BT * c.F * 2; i++) x[i] = (real)rng_normal(&rs);
         for (int i = 0; i < M.ntensors + 1; i++) {
             int C, OC;
             if (i == M.ntensors) { C = c.D; OC = c.Vp; }
@@ -95,6 +97,7 @@ int main(int argc, char **argv) {
             }
             real *w = M.params + (i == M.ntensors ? (size_t)(M.p.head - M.params) : M.tensors[i].offset);
             real *gw = M.grads + (w - M.params);
+            matmul_forward(y, x, w, (int)BT, C, OC); // warm-up: first touch of the buffers
             double t0 = now();
             matmul_forward(y, x, w, (int)BT, C, OC);
             matmul_backward(dx, gw, y, x, w, (int)BT, C, OC);
