@@ -1,0 +1,2427 @@
+/*
+train_natsl.cu — the NAtS-L trainer on one NVIDIA GPU (the GPU twin of train_natsl.c).
+
+Same program as train_natsl.c: the same flags (plus -p fp32|bf16), the same model, presets and patterns,
+the same main.log lines, the same checkpoint files (common/checkpoint.h + config.h's header functions:
+a checkpoint written by either program loads in the other), and the same -z comparison dump. The file
+mirrors train_natsl.c top to bottom with the same function names for the same layers, so the two can be
+read side by side: every layer's _forward/_backward here launches CUDA kernels that compute what the C
+loop computes (SPEC.md section numbers in the comments refer to ../shared/SPEC.md).
+
+GPU organization (see dev/cuda/README.md):
+  * parameters, gradients, AdamW moments and all activations live on the GPU in flat buffers with the
+    C program's layouts (config.h's parameter layout; layer_acts_layout for activations);
+  * linear layers go through cuBLAS (row-major y = x Wᵀ mapped onto column-major sgemm); in fp32 mode
+    cuBLAS runs in CUBLAS_PEDANTIC_MATH (true fp32, no TF32);
+  * the softmax ops (A layers, NAtS-L softmax op) use the masked flash-attention kernels of
+    dev/cuda/attention/masked_attention.cu (moved here), in their 3xTF32 (fp32-accurate) mode;
+  * the GDN op is the plain token recurrence of train_natsl.c (not yet the chunked WY kernel of
+    dev/cuda/gdn), parallel over (batch, head, value-column tiles): the delta rule is separable over
+    value columns, so one warp owns 32/P columns and P lanes share a column's dk rows in registers;
+    the backward recomputes each chunk from the saved chunk-start states, exactly like the C code;
+  * column sums of weight gradients (norm weights, conv weights, gate biases) are two-pass and
+    deterministic; the embedding backward, the attention dq and the GDN op's dq/dk/dg/dβ/dA use
+    float atomics (run-to-run differences at the 1e-7 level);
+  * one host round trip per micro-step for the loss, one per step for the gradient norm (plus the small
+    router masks read back for the "sfr" statistics of N layers);
+  * -p bf16 (first step only): the same program with matmuls on bf16 tensor cores
+    (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 buffers, bf16 operands, fp32 accumulation) and attention in
+    1xTF32; storage, the GDN op, norms and AdamW stay fp32;
+  * NATSL_PROFILE=1 in the environment: per-op-kind GPU times printed at the end of training.
+Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS).
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <errno.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include "common/config.h"
+#include "common/dataloader.h"
+#include "common/tokenizer.h"
+#include "common/checkpoint.h"
+
+typedef float real;
+
+#define CH NATSL_CHUNK
+
+#define CUDA_CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); exit(1); } } while (0)
+#define CUBLAS_CHECK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { \
+    fprintf(stderr, "cuBLAS error %d at %s:%d: %s\n", (int)s_, __FILE__, __LINE__, #x); exit(1); } } while (0)
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
+__device__ __forceinline__ float dsiluf_(float x) { float s = sigmoidf_(x); return s * (1.f + x * (1.f - s)); }
+__device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) { fprintf(stderr, "error: out of memory allocating %zu bytes\n", n * size); exit(1); }
+    return p;
+}
+static void *xcudamalloc(size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
+    if (e != cudaSuccess) { fprintf(stderr, "error: cudaMalloc of %zu bytes failed: %s\n", bytes, cudaGetErrorString(e)); exit(1); }
+    return p;
+}
+
+// ------------------------------------------------------------------------------------------------
+// random numbers: xorshift64*, seeded through splitmix64 — identical to train_natsl.c (same init)
+
+static uint64_t rng_seed(uint64_t seed) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (z ^ (z >> 31)) | 1;
+}
+static uint32_t rng_u32(uint64_t *s) {
+    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
+    return (uint32_t)((*s * 0x2545F4914F6CDD1Dull) >> 32);
+}
+static double rng_uniform(uint64_t *s) { return (rng_u32(s) + 0.5) / 4294967296.0; } // in (0, 1)
+static double rng_normal(uint64_t *s) {
+    return sqrt(-2.0 * log(rng_uniform(s))) * cos(6.283185307179586 * rng_uniform(s));
+}
+
+// ------------------------------------------------------------------------------------------------
+// deterministic column sums: part[p][i] = Σ_{rows r of part p} f(r, i), then dw[i] += Σ_p part[p][i]
+// (fixed partition and order: bitwise reproducible). Used for every weight gradient that is a sum over
+// rows (norm weights, conv weights, gate parameters).
+
+static float *g_colpart = NULL;
+static size_t g_colpart_n = 0;
+static float *colpart(size_t n) {
+    if (n > g_colpart_n) {
+        if (g_colpart) CUDA_CHECK(cudaFree(g_colpart));
+        g_colpart = (float *)xcudamalloc(n * sizeof(float));
+        g_colpart_n = n;
+    }
+    return g_colpart;
+}
+static int colsum_parts(int R) { int p = R / 512; return p < 1 ? 1 : p > 64 ? 64 : p; }
+
+template <class F>
+__global__ void colsum_partial_kernel(float *part, int R, int n, F f) {
+    __shared__ float sh[8][33];
+    int i = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.f;
+    if (i < n)
+        for (int r = blockIdx.y * 8 + threadIdx.y; r < R; r += gridDim.y * 8) acc += f(r, i);
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < n) {
+        float s = 0.f;
+        for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x];
+        part[(size_t)blockIdx.y * n + i] = s;
+    }
+}
+// dw[i] += Σ_p part[p][off + i] for i < n (part rows have stride ld)
+__global__ void colsum_finish_kernel(float *dw, const float *part, int np, int n, int ld, int off) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float s = 0.f;
+    for (int p = 0; p < np; p++) s += part[(size_t)p * ld + off + i];
+    dw[i] += s;
+}
+template <class F>
+static void colsum(float *dw, int R, int n, F f) {
+    int np = colsum_parts(R);
+    float *part = colpart((size_t)np * n);
+    colsum_partial_kernel<<<dim3(CEIL_DIV(n, 32), np), dim3(32, 8)>>>(part, R, n, f);
+    CUDA_CHECK(cudaGetLastError());
+    colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, np, n, n, 0);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------------------------------------
+// optional op timing (environment NATSL_PROFILE=1): CUDA events around the big ops, summed per kind and
+// printed at the end of training. Each timed op is synchronized, so launch gaps add a little.
+
+enum { PROF_GEMM, PROF_ATT_FWD, PROF_ATT_BWD, PROF_GDN_FWD, PROF_GDN_BWD, PROF_N };
+static const char *PROF_NAMES[PROF_N] = {"matmul (cuBLAS)", "attention fwd", "attention bwd", "GDN op fwd", "GDN op bwd"};
+static int g_prof = 0;
+static double g_prof_ms[PROF_N];
+struct ProfScope {
+    int kind; cudaEvent_t e0, e1;
+    explicit ProfScope(int k) : kind(k) {
+        if (!g_prof) return;
+        CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
+        CUDA_CHECK(cudaEventRecord(e0));
+    }
+    ~ProfScope() {
+        if (!g_prof) return;
+        float ms = 0.f;
+        CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        g_prof_ms[kind] += ms;
+        cudaEventDestroy(e0); cudaEventDestroy(e1);
+    }
+};
+
+// ================================================================================================
+// The masked flash-attention kernels (from dev/cuda/attention/masked_attention.cu, where their
+// standalone test and benchmark live): attention_forward / attention_backward below.
+// ================================================================================================
+#define ATT_LOG2E 1.4426950408889634f
+#define ATT_LN2   0.6931471805599453f
+
+#ifndef ATT_DQ_ATOMIC
+#define ATT_DQ_ATOMIC 4   // dQ accumulation: 4 = float4 atomics (sm_90), 1 = scalar atomics
+#endif
+
+static int g_attn_passes = 3;   // 3 = 3xTF32 (fp32-accurate), 1 = plain TF32
+void attention_set_tf32_passes(int p) { g_attn_passes = (p == 1) ? 1 : 3; }
+
+// ------------------------------------------------------------------------------------------------------------------
+// device helpers
+// ------------------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t f2tf32(float x) {
+    uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
+}
+// split x into hi (tf32) and lo (tf32 of the remainder); lo unused (0) when !SPLIT
+// SPLIT (3xTF32): hi = x with the low 13 mantissa bits cleared (a valid tf32), lo = x - hi exactly (fp32); lo is passed
+// as raw fp32 bits and the tensor core uses only its top 19 bits, an error of < 2^-10·|lo| < 2^-20·|x|.
+// (ATT_SPLIT_RNA=1: the slower classic form, lo and hi both rounded with cvt.rna.)
+#ifndef ATT_SPLIT_RNA
+#define ATT_SPLIT_RNA 0
+#endif
+template <bool SPLIT> __device__ __forceinline__ void splitf(float x, uint32_t &h, uint32_t &l) {
+    if (SPLIT) {
+#if ATT_SPLIT_RNA
+        h = f2tf32(x); l = f2tf32(x - __uint_as_float(h));
+#else
+        h = __float_as_uint(x) & 0xffffe000u; l = __float_as_uint(x - __uint_as_float(h));
+#endif
+    } else { h = f2tf32(x); l = 0u; }
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// A operand fragment (16x8, row-major) in hi/lo form
+struct FragA { uint32_t h[4], l[4]; };
+template <bool SPLIT> __device__ __forceinline__ void make_a(FragA &A, float a0, float a1, float a2, float a3) {
+    splitf<SPLIT>(a0, A.h[0], A.l[0]); splitf<SPLIT>(a1, A.h[1], A.l[1]);
+    splitf<SPLIT>(a2, A.h[2], A.l[2]); splitf<SPLIT>(a3, A.h[3], A.l[3]);
+}
+// d += A · B where B fragment given as two floats (b0: k=t, n=g; b1: k=t+4, n=g)
+template <bool SPLIT> __device__ __forceinline__ void mma_ab(float (&d)[4], const FragA &A, float b0, float b1) {
+    uint32_t bh0, bl0, bh1, bl1;
+    splitf<SPLIT>(b0, bh0, bl0); splitf<SPLIT>(b1, bh1, bl1);
+    if (SPLIT) { mma_tf32(d, A.l, bh0, bh1); mma_tf32(d, A.h, bl0, bl1); }
+    mma_tf32(d, A.h, bh0, bh1);
+}
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// 64 rows × D floats (D % 4 == 0) from global (row stride ld floats) to smem (row stride LD floats)
+template <int D, int LD, int NT>
+__device__ __forceinline__ void load_tile(float *s, const float *g, int ld, int tid) {
+    constexpr int V = D / 4;
+#pragma unroll 4
+    for (int i = tid; i < 64 * V; i += NT) {
+        int r = i / V, c = (i - r * V) * 4;
+        cp_async16(s + r * LD + c, g + (size_t)r * ld + c);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// forward: one block = (b, h, query chunk qc); 4 warps × 16 query rows; loop over active key chunks (double-buffered)
+// ------------------------------------------------------------------------------------------------------------------
+template <int DQ, int DV, bool SPLIT>
+__global__ void __launch_bounds__(128, 2)
+attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ q,
+                const float *__restrict__ k, int ldqk, const float *__restrict__ v, int ldv,
+                const float *__restrict__ m, int T, int NH, int NHm, float sl2) {
+    constexpr int LDK = DQ + 4, LDV = DV + 4, KS = DQ / 8, NV = DV / 8;
+    extern __shared__ float4 smem_f4[];
+    float *smem = reinterpret_cast<float *>(smem_f4);
+    float *sK = smem;                    // [2][64*LDK]
+    float *sV = smem + 2 * 64 * LDK;     // [2][64*LDV]
+    const int Nc = T / 64;
+    int *sList = reinterpret_cast<int *>(sV + 2 * 64 * LDV);   // [Nc]
+    float *sW = reinterpret_cast<float *>(sList + Nc);         // [Nc]
+    __shared__ int sN;
+
+    const int bh = blockIdx.x, b = bh / NH, h = bh - b * NH;
+    const int qc = Nc - 1 - (int)blockIdx.y;    // heavy (late) query chunks first
+    const int n = h / (NH / NHm);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+
+    // ---- compacted list of key chunks this query chunk attends (earlier chunks with m != 0, then itself)
+    if (warp == 0) {
+        int cnt = 0;
+        for (int base = 0; base <= qc; base += 32) {
+            int c = base + lane;
+            float wv = 0.f; bool act = false;
+            if (c < qc) { wv = m ? __ldg(m + ((size_t)(b * Nc + c) * NHm + n) * 2) : 1.f; act = (wv != 0.f); }
+            else if (c == qc) { wv = 1.f; act = true; }
+            unsigned bal = __ballot_sync(0xffffffffu, act);
+            if (act) { int pos = cnt + __popc(bal & ((1u << lane) - 1u)); sList[pos] = c; sW[pos] = wv; }
+            cnt += __popc(bal);
+        }
+        if (lane == 0) sN = cnt;
+    }
+    __syncthreads();
+    const int nact = sN;
+
+    const float *kbase = k + (size_t)b * T * ldqk + h * DQ;
+    const float *vbase = v + (size_t)b * T * ldv + h * DV;
+    auto issue = [&](int it) {
+        const int kc = sList[it], st = it & 1;
+        load_tile<DQ, LDK, 128>(sK + st * 64 * LDK, kbase + (size_t)kc * 64 * ldqk, ldqk, tid);
+        load_tile<DV, LDV, 128>(sV + st * 64 * LDV, vbase + (size_t)kc * 64 * ldv, ldv, tid);
+        cp_async_commit();
+    };
+    issue(0);
+
+    // ---- Q fragments straight from global (rows g and g+8 of this warp's 16-row strip)
+    const int rloc = warp * 16 + g;                 // local row (in chunk) of c0/c1; c2/c3 at rloc+8
+    const int r0 = qc * 64 + rloc;
+    const float *qrow0 = q + ((size_t)b * T + r0) * ldqk + h * DQ;
+    const float *qrow1 = qrow0 + (size_t)8 * ldqk;
+    FragA qa[KS];
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+        make_a<SPLIT>(qa[ks], __ldg(qrow0 + ks * 8 + t), __ldg(qrow1 + ks * 8 + t), __ldg(qrow0 + ks * 8 + t + 4),
+                      __ldg(qrow1 + ks * 8 + t + 4));
+
+    float o[NV][4];
+#pragma unroll
+    for (int i = 0; i < NV; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+
+    for (int it = 0; it < nact; ++it) {
+        if (it + 1 < nact) { issue(it + 1); cp_async_wait<1>(); } else { cp_async_wait<0>(); }
+        __syncthreads();
+        const int kc = sList[it];
+        const float w = sW[it];
+        const bool diag = (kc == qc);
+        const float *cK = sK + (it & 1) * 64 * LDK;
+        const float *cV = sV + (it & 1) * 64 * LDV;
+
+        // S = Q K^T for this warp's 16 rows × 64 keys
+        float s[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                const float *kp = cK + (nt * 8 + g) * LDK + ks * 8 + t;
+                mma_ab<SPLIT>(s[nt], qa[ks], kp[0], kp[4]);
+            }
+        }
+        // online softmax (log2 domain)
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = s[nt][e] * sl2;
+                if (diag) { int key = nt * 8 + 2 * t + (e & 1); int row = rloc + ((e >> 1) << 3); if (key > row) x = -INFINITY; }
+                s[nt][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        float alpha[2], mnew[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            mnew[r] = fmaxf(mrow[r], mx[r]);
+            alpha[r] = exp2f(mrow[r] - mnew[r]);
+            mrow[r] = mnew[r];
+        }
+        float ps[2] = {0.f, 0.f};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float p = exp2f(s[nt][e] - mnew[e >> 1]);
+                ps[e >> 1] += p;
+                s[nt][e] = p * w;
+            }
+        lrow[0] = lrow[0] * alpha[0] + w * ps[0];
+        lrow[1] = lrow[1] * alpha[1] + w * ps[1];
+#pragma unroll
+        for (int i = 0; i < NV; ++i) { o[i][0] *= alpha[0]; o[i][1] *= alpha[0]; o[i][2] *= alpha[1]; o[i][3] *= alpha[1]; }
+        // O += P V ; A operand from the C layout with permuted k: logical k=t <-> key 2t, k=t+4 <-> key 2t+1
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+            FragA pa;
+            make_a<SPLIT>(pa, s[kk][0], s[kk][2], s[kk][1], s[kk][3]);
+            const float *vp = cV + (kk * 8 + 2 * t) * LDV + g;
+#pragma unroll
+            for (int nv = 0; nv < NV; ++nv) mma_ab<SPLIT>(o[nv], pa, vp[nv * 8], vp[LDV + nv * 8]);
+        }
+        __syncthreads();
+    }
+    // finalize
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = 1.f / l;
+        const int row = r0 + 8 * r;
+        float *op = out + ((size_t)b * T + row) * ((size_t)NH * DV) + h * DV + 2 * t;
+#pragma unroll
+        for (int nv = 0; nv < NV; ++nv)
+            *reinterpret_cast<float2 *>(op + nv * 8) = make_float2(o[nv][2 * r] * inv, o[nv][2 * r + 1] * inv);
+        if (t == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[r] + log2f(l)) * ATT_LN2;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// backward pre-pass: δ = dO·O, lse2 = lse·log2e, zero dq (head columns only) and dA[...,0]
+// ------------------------------------------------------------------------------------------------------------------
+__global__ void attn_bwd_pre_kernel(float *__restrict__ delta, float *__restrict__ lse2, float *__restrict__ dq,
+                                    float *__restrict__ dA, const float *__restrict__ dout, const float *__restrict__ out,
+                                    const float *__restrict__ lse, int ldqk, int B, int T, int NH, int NHm, int DQ, int DV) {
+    const long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    const long total = (long)B * T * NH;
+    if (gw >= total) return;
+    const int h = (int)(gw % NH);
+    const long bt = gw / NH;                 // b*T + i
+    const int b = (int)(bt / T), i = (int)(bt - (long)b * T);
+    const float *po = out + bt * ((long)NH * DV) + (long)h * DV;
+    const float *pd = dout + bt * ((long)NH * DV) + (long)h * DV;
+    float acc = 0.f;
+    for (int d = lane; d < DV; d += 32) acc += po[d] * pd[d];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) {
+        const size_t idx = ((size_t)b * NH + h) * T + i;
+        delta[idx] = acc;
+        lse2[idx] = lse[idx] * ATT_LOG2E;
+    }
+    float *pq = dq + bt * (long)ldqk + (long)h * DQ;
+    for (int d = lane; d < DQ; d += 32) pq[d] = 0.f;
+    if (dA && lane == 0 && gw < (long)B * (T / 64) * NHm) dA[gw * 2] = 0.f;
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// backward: one block = (b, h, key chunk kc); 8 warps: key strip ks = warp&3 (16 keys), query half qh = warp>>2
+// (32 of the 64 queries of each query tile). dK, dV accumulated in registers; dQ via smem dS + atomics.
+// ------------------------------------------------------------------------------------------------------------------
+template <int DQ, int DV, bool SPLIT>
+__global__ void __launch_bounds__(256, 1)
+attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restrict__ dv, float *__restrict__ dA,
+                const float *__restrict__ dout, const float *__restrict__ lse2, const float *__restrict__ delta,
+                const float *__restrict__ q, const float *__restrict__ k, int ldqk, const float *__restrict__ v, int ldv,
+                const float *__restrict__ m, int T, int NH, int NHm, float scale, float sl2) {
+    constexpr int LDK = DQ + 4, LDV = DV + 4, LDS = 68, KS = DQ / 8, NV = DV / 8, NQ = DQ / 8, NQH = (NQ + 1) / 2;
+    static_assert(DQ % 8 == 0 && DV % 16 == 0, "head dims: dq % 8 == 0, dvh % 16 == 0");
+    extern __shared__ float4 smem_f4[];
+    float *smem = reinterpret_cast<float *>(smem_f4);
+    float *sK = smem;                         // 64*LDK
+    float *sV = sK + 64 * LDK;                // 64*LDV
+    float *sQ = sV + 64 * LDV;                // [2][64*LDK]
+    float *sO = sQ + 2 * 64 * LDK;            // [2][64*LDV]   (dO tiles)
+    float *sL = sO + 2 * 64 * LDV;            // [2][64]
+    float *sD = sL + 2 * 64;                  // [2][64]
+    float *sdS = sD + 2 * 64;                 // 64*LDS, dS^T [key][query]
+    __shared__ float sRed[8];
+
+    const int Nc = T / 64;
+    const int bh = blockIdx.x, b = bh / NH, h = bh - b * NH;
+    const int kc = blockIdx.y;                 // heavy (early) key chunks first
+    const int n = h / (NH / NHm);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int ks = warp & 3, qh = warp >> 2;
+
+    const float wkc = m ? __ldg(m + ((size_t)(b * Nc + kc) * NHm + n) * 2) : 1.f;
+    const bool act = (wkc != 0.f);
+    const int nq = act ? (Nc - kc) : 1;        // query chunks kc .. kc+nq-1
+
+    const int ldo = NH * DV;
+    const float *qbase = q + (size_t)b * T * ldqk + h * DQ;
+    const float *obase = dout + (size_t)b * T * ldo + h * DV;
+    const float *lbase = lse2 + ((size_t)b * NH + h) * T;
+    const float *dbase = delta + ((size_t)b * NH + h) * T;
+
+    load_tile<DQ, LDK, 256>(sK, k + ((size_t)b * T + (size_t)kc * 64) * ldqk + h * DQ, ldqk, tid);
+    load_tile<DV, LDV, 256>(sV, v + ((size_t)b * T + (size_t)kc * 64) * ldv + h * DV, ldv, tid);
+    auto issue = [&](int it) {
+        const int qc = kc + it, st = it & 1;
+        load_tile<DQ, LDK, 256>(sQ + st * 64 * LDK, qbase + (size_t)qc * 64 * ldqk, ldqk, tid);
+        load_tile<DV, LDV, 256>(sO + st * 64 * LDV, obase + (size_t)qc * 64 * ldo, ldo, tid);
+        if (tid < 16) cp_async16(sL + st * 64 + tid * 4, lbase + qc * 64 + tid * 4);
+        else if (tid < 32) cp_async16(sD + st * 64 + (tid - 16) * 4, dbase + qc * 64 + (tid - 16) * 4);
+        cp_async_commit();
+    };
+    issue(0);
+
+    float dKa[NQ][4], dVa[NV][4];
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) dKa[i][0] = dKa[i][1] = dKa[i][2] = dKa[i][3] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) dVa[i][0] = dVa[i][1] = dVa[i][2] = dVa[i][3] = 0.f;
+    float dAacc = 0.f;
+
+    const int kr0 = 16 * ks + g;   // local key rows kr0, kr0+8
+
+    for (int it = 0; it < nq; ++it) {
+        if (it + 1 < nq) { issue(it + 1); cp_async_wait<1>(); } else { cp_async_wait<0>(); }
+        __syncthreads();
+        const int qc = kc + it;
+        const bool diag = (it == 0);
+        const float w = diag ? 1.f : wkc;
+        const float *cQ = sQ + (it & 1) * 64 * LDK;
+        const float *cO = sO + (it & 1) * 64 * LDV;
+        const float *cL = sL + (it & 1) * 64;
+        const float *cD = sD + (it & 1) * 64;
+
+        // S^T = K Q^T : 16 keys × 32 queries
+        float s[4][4], dp[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) { s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f; dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f; }
+        auto st_step = [&](float (&acc)[4][4], int kst) {
+            FragA a;
+            const float *kp = sK + kr0 * LDK + kst * 8 + t;
+            make_a<SPLIT>(a, kp[0], kp[8 * LDK], kp[4], kp[8 * LDK + 4]);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                const float *qp = cQ + (32 * qh + 8 * nt + g) * LDK + kst * 8 + t;
+                mma_ab<SPLIT>(acc[nt], a, qp[0], qp[4]);
+            }
+        };
+        // dP^T = V dO^T : 16 keys × 32 queries
+        auto dp_step = [&](float (&acc)[4][4], int kst) {
+            FragA a;
+            const float *vp = sV + kr0 * LDV + kst * 8 + t;
+            make_a<SPLIT>(a, vp[0], vp[8 * LDV], vp[4], vp[8 * LDV + 4]);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                const float *op = cO + (32 * qh + 8 * nt + g) * LDV + kst * 8 + t;
+                mma_ab<SPLIT>(acc[nt], a, op[0], op[4]);
+            }
+        };
+#pragma unroll
+        for (int kst = 0; kst < KS; ++kst) st_step(s, kst);
+#pragma unroll 4
+        for (int kst = 0; kst < NV; ++kst) dp_step(dp, kst);
+        // P, dS
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int qi = 32 * qh + 8 * nt + 2 * t + (e & 1);
+                const int ki = kr0 + ((e >> 1) << 3);
+                float p = exp2f(fmaf(s[nt][e], sl2, -cL[qi]));
+                if (diag && ki > qi) p = 0.f;
+                const float dd = dp[nt][e] - cD[qi];
+                if (!diag) dAacc = fmaf(p, dd, dAacc);
+                const float P = w * p;
+                s[nt][e] = P;
+                dp[nt][e] = P * dd;     // dS (= dE)
+            }
+        // dV += P^T dO ; dK += dS^T Q   (k = queries, permuted: logical t <-> query 2t, t+4 <-> 2t+1)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            FragA pa, sa;
+            make_a<SPLIT>(pa, s[nt][0], s[nt][2], s[nt][1], s[nt][3]);
+            make_a<SPLIT>(sa, dp[nt][0], dp[nt][2], dp[nt][1], dp[nt][3]);
+            const float *op = cO + (32 * qh + 8 * nt + 2 * t) * LDV + g;
+#pragma unroll
+            for (int nv = 0; nv < NV; ++nv) mma_ab<SPLIT>(dVa[nv], pa, op[nv * 8], op[LDV + nv * 8]);
+            const float *qp = cQ + (32 * qh + 8 * nt + 2 * t) * LDK + g;
+#pragma unroll
+            for (int nd = 0; nd < NQ; ++nd) mma_ab<SPLIT>(dKa[nd], sa, qp[nd * 8], qp[LDK + nd * 8]);
+        }
+        // dS^T to smem
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            *reinterpret_cast<float2 *>(sdS + kr0 * LDS + 32 * qh + 8 * nt + 2 * t) = make_float2(dp[nt][0], dp[nt][1]);
+            *reinterpret_cast<float2 *>(sdS + (kr0 + 8) * LDS + 32 * qh + 8 * nt + 2 * t) = make_float2(dp[nt][2], dp[nt][3]);
+        }
+        __syncthreads();
+        // dQ (64 q × DQ) = dS (64 q × 64 keys) · K ; warp: query strip qs = warp&3, n-tiles nd ≡ half (mod 2)
+        {
+            const int qs = warp & 3, half = warp >> 2;
+            float acc[NQH][4];
+#pragma unroll
+            for (int i = 0; i < NQH; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                FragA a;
+                const float *sp = sdS + (8 * kk + 2 * t) * LDS + 16 * qs + g;
+                make_a<SPLIT>(a, sp[0], sp[8], sp[LDS], sp[LDS + 8]);
+                const float *kp = sK + (8 * kk + 2 * t) * LDK + g;
+#pragma unroll
+                for (int i = 0; i < NQH; ++i) {
+                    const int nd = half + 2 * i;
+                    if (nd < NQ) mma_ab<SPLIT>(acc[i], a, kp[nd * 8], kp[LDK + nd * 8]);
+                }
+            }
+            const size_t qrow0 = (size_t)b * T + (size_t)qc * 64 + 16 * qs + g;
+#pragma unroll
+            for (int i = 0; i < NQH; ++i) {
+                const int nd = half + 2 * i;
+                if (nd < NQ) {      // warp-uniform
+#if ATT_DQ_ATOMIC == 4
+                    // pair lanes t, t^1: even lane takes row g cols 2t..2t+3, odd lane row g+8 cols 2t-2..2t+1
+                    const bool odd = (t & 1);
+                    const float x0 = acc[i][0] * scale, x1 = acc[i][1] * scale, x2 = acc[i][2] * scale, x3 = acc[i][3] * scale;
+                    const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);
+                    const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : x3, 1);
+                    const float4 val = odd ? make_float4(r0, r1, x2, x3) : make_float4(x0, x1, r0, r1);
+                    float *p = dq + (qrow0 + (odd ? 8 : 0)) * ldqk + h * DQ + nd * 8 + 2 * (t & ~1);
+                    atomicAdd(reinterpret_cast<float4 *>(p), val);
+#else
+                    float *p = dq + qrow0 * ldqk + h * DQ + nd * 8 + 2 * t;
+                    atomicAdd(p, acc[i][0] * scale);
+                    atomicAdd(p + 1, acc[i][1] * scale);
+                    atomicAdd(p + (size_t)8 * ldqk, acc[i][2] * scale);
+                    atomicAdd(p + (size_t)8 * ldqk + 1, acc[i][3] * scale);
+#endif
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    // ---- reduce dK, dV over the two query halves, write out; dA block reduction
+    float *rK = sQ, *rV = sO;
+    if (qh == 1) {
+#pragma unroll
+        for (int nd = 0; nd < NQ; ++nd) {
+            *reinterpret_cast<float2 *>(rK + kr0 * LDK + nd * 8 + 2 * t) = make_float2(dKa[nd][0], dKa[nd][1]);
+            *reinterpret_cast<float2 *>(rK + (kr0 + 8) * LDK + nd * 8 + 2 * t) = make_float2(dKa[nd][2], dKa[nd][3]);
+        }
+#pragma unroll
+        for (int nv = 0; nv < NV; ++nv) {
+            *reinterpret_cast<float2 *>(rV + kr0 * LDV + nv * 8 + 2 * t) = make_float2(dVa[nv][0], dVa[nv][1]);
+            *reinterpret_cast<float2 *>(rV + (kr0 + 8) * LDV + nv * 8 + 2 * t) = make_float2(dVa[nv][2], dVa[nv][3]);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dAacc += __shfl_xor_sync(0xffffffffu, dAacc, o);
+    if (lane == 0) sRed[warp] = dAacc;
+    __syncthreads();
+    if (qh == 0) {
+        const size_t row0 = (size_t)b * T + (size_t)kc * 64 + kr0;
+        float *dkp = dk + row0 * ldqk + h * DQ + 2 * t;
+        float *dvp = dv + row0 * ldv + h * DV + 2 * t;
+#pragma unroll
+        for (int nd = 0; nd < NQ; ++nd) {
+            float2 a = *reinterpret_cast<const float2 *>(rK + kr0 * LDK + nd * 8 + 2 * t);
+            float2 c = *reinterpret_cast<const float2 *>(rK + (kr0 + 8) * LDK + nd * 8 + 2 * t);
+            *reinterpret_cast<float2 *>(dkp + nd * 8) = make_float2((dKa[nd][0] + a.x) * scale, (dKa[nd][1] + a.y) * scale);
+            *reinterpret_cast<float2 *>(dkp + (size_t)8 * ldqk + nd * 8) =
+                make_float2((dKa[nd][2] + c.x) * scale, (dKa[nd][3] + c.y) * scale);
+        }
+#pragma unroll
+        for (int nv = 0; nv < NV; ++nv) {
+            float2 a = *reinterpret_cast<const float2 *>(rV + kr0 * LDV + nv * 8 + 2 * t);
+            float2 c = *reinterpret_cast<const float2 *>(rV + (kr0 + 8) * LDV + nv * 8 + 2 * t);
+            *reinterpret_cast<float2 *>(dvp + nv * 8) = make_float2(dVa[nv][0] + a.x, dVa[nv][1] + a.y);
+            *reinterpret_cast<float2 *>(dvp + (size_t)8 * ldv + nv * 8) = make_float2(dVa[nv][2] + c.x, dVa[nv][3] + c.y);
+        }
+    }
+    if (tid == 0 && m && dA && act && kc < Nc - 1) {
+        float tot = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) tot += sRed[i];
+        atomicAdd(dA + ((size_t)(b * Nc + kc) * NHm + n) * 2, tot);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// host side
+// ------------------------------------------------------------------------------------------------------------------
+static void attn_check_args(const char *who, const void *q, const void *k, int ldqk, const void *v, int ldv, int T,
+                            int NH, int NHm, int dq, int dvh) {
+    bool ok = (T % 64 == 0) && (ldqk % 4 == 0) && (ldv % 4 == 0) && NHm > 0 && (NH % NHm == 0) &&
+              ((uintptr_t)q % 16 == 0) && ((uintptr_t)k % 16 == 0) && ((uintptr_t)v % 16 == 0);
+    if (!ok) {
+        fprintf(stderr, "%s: unsupported arguments (need T%%64==0, ldqk%%4==0, ldv%%4==0, 16B-aligned q/k/v, NH%%NHm==0): "
+                "T=%d ldqk=%d ldv=%d NH=%d NHm=%d dq=%d dvh=%d\n", who, T, ldqk, ldv, NH, NHm, dq, dvh);
+        exit(1);
+    }
+}
+
+template <int DQ, int DV, bool SPLIT>
+static void launch_fwd(float *out, float *lse, const float *q, const float *k, int ldqk, const float *v, int ldv,
+                       const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
+    const int Nc = T / 64;
+    const size_t smem = (size_t)2 * 64 * ((DQ + 4) + (DV + 4)) * sizeof(float) + (size_t)Nc * 8;
+    static size_t set = 0;
+    if (smem > set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<DQ, DV, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set = smem;
+    }
+    const float sl2 = (1.0f / sqrtf((float)DQ)) * ATT_LOG2E;
+    attn_fwd_kernel<DQ, DV, SPLIT><<<dim3(B * NH, Nc), 128, smem, st>>>(out, lse, q, k, ldqk, v, ldv, m, T, NH, NHm, sl2);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+template <int DQ, int DV, bool SPLIT>
+static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *dout, const float *lse2,
+                       const float *delta, const float *q, const float *k, int ldqk, const float *v, int ldv,
+                       const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
+    const int Nc = T / 64;
+    const size_t smem = (size_t)(3 * 64 * (DQ + 4) + 3 * 64 * (DV + 4) + 4 * 64 + 64 * 68) * sizeof(float);
+    static bool set = false;
+    if (!set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kernel<DQ, DV, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set = true;
+    }
+    const float scale = 1.0f / sqrtf((float)DQ);
+    attn_bwd_kernel<DQ, DV, SPLIT><<<dim3(B * NH, Nc), 256, smem, st>>>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v,
+                                                                       ldv, m, T, NH, NHm, scale, scale * ATT_LOG2E);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+#define ATT_SHAPES(X) X(24, 48) X(64, 128) X(64, 64)
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, int ldqk, const float *v, int ldv,
+                       const float *m, int B, int T, int NH, int NHm, int dq, int dvh, cudaStream_t st) {
+    ProfScope prof(PROF_ATT_FWD);
+    if (!m) NHm = NH;
+    attn_check_args("attention_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dvh);
+#define ATT_FWD_CASE(A, C)                                                                                          \
+    if (dq == A && dvh == C) {                                                                                      \
+        if (g_attn_passes == 3) launch_fwd<A, C, true>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);         \
+        else launch_fwd<A, C, false>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);                           \
+        return;                                                                                                     \
+    }
+    ATT_SHAPES(ATT_FWD_CASE)
+#undef ATT_FWD_CASE
+    fprintf(stderr, "attention_forward: unsupported head dims dq=%d dvh=%d\n", dq, dvh);
+    exit(1);
+}
+
+static float *g_att_scratch = nullptr;
+static size_t g_att_scratch_n = 0;
+
+void attention_backward(float *dq, float *dk, float *dv, float *dA, const float *dout, const float *out, const float *lse,
+                        const float *q, const float *k, int ldqk, const float *v, int ldv, const float *m,
+                        int B, int T, int NH, int NHm, int dq_, int dvh, cudaStream_t st) {
+    ProfScope prof(PROF_ATT_BWD);
+    if (!m) NHm = NH;
+    attn_check_args("attention_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
+    if (((uintptr_t)dq % 16) || ((uintptr_t)dk % 16) || ((uintptr_t)dv % 16)) {
+        fprintf(stderr, "attention_backward: dq/dk/dv must be 16-byte aligned\n"); exit(1);
+    }
+    const size_t need = (size_t)2 * B * NH * T;
+    if (need > g_att_scratch_n) {
+        if (g_att_scratch) CUDA_CHECK(cudaFree(g_att_scratch));
+        CUDA_CHECK(cudaMalloc(&g_att_scratch, need * sizeof(float)));
+        g_att_scratch_n = need;
+    }
+    float *delta = g_att_scratch, *lse2 = g_att_scratch + (size_t)B * NH * T;
+    {
+        const long warps = (long)B * T * NH;
+        const int threads = 256;
+        const long blocks = (warps * 32 + threads - 1) / threads;
+        attn_bwd_pre_kernel<<<(unsigned)blocks, threads, 0, st>>>(delta, lse2, dq, (m && dA) ? dA : nullptr, dout, out, lse, ldqk,
+                                                                  B, T, NH, NHm, dq_, dvh);
+        CUDA_CHECK(cudaGetLastError());
+    }
+#define ATT_BWD_CASE(A, C)                                                                                          \
+    if (dq_ == A && dvh == C) {                                                                                     \
+        if (g_attn_passes == 3)                                                                                     \
+            launch_bwd<A, C, true>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);    \
+        else launch_bwd<A, C, false>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);  \
+        return;                                                                                                     \
+    }
+    ATT_SHAPES(ATT_BWD_CASE)
+#undef ATT_BWD_CASE
+    fprintf(stderr, "attention_backward: unsupported head dims dq=%d dvh=%d\n", dq_, dvh);
+    exit(1);
+}
+
+
+// ================================================================================================
+// Layers. Each _forward is followed by its _backward. Same arguments as train_natsl.c; pointers are
+// device pointers; everything runs on the default stream (in order). Backwards ACCUMULATE (+=) like
+// the C code, except attention_backward (it writes dq, dk, dv and dA[...,0]; see natsl_layer_backward).
+// ================================================================================================
+
+// ---- embedding (§2): h0[bt] = E[id[bt]] -------------------------------------------------------
+__global__ void encoder_forward_kernel(float *out, const int *ids, const float *wte, int BT, int D) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * D) return;
+    size_t bt = i / D, d = i % D;
+    out[i] = wte[(size_t)ids[bt] * D + d];
+}
+static void encoder_forward(real *out, const int *ids, const real *wte, int BT, int D) {
+    encoder_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(out, ids, wte, BT, D);
+    CUDA_CHECK(cudaGetLastError());
+}
+__global__ void encoder_backward_kernel(float *dwte, const float *dout, const int *ids, int BT, int D) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * D) return;
+    size_t bt = i / D, d = i % D;
+    atomicAdd(dwte + (size_t)ids[bt] * D + d, dout[i]); // two positions may hold the same token
+}
+static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
+    encoder_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(dwte, dout, ids, BT, D);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- linear layer: out[BT][OC] = inp[BT][C] W^T, W[OC][C] (cuBLAS, column-major view) ------------
+// Row-major X[r][c] is column-major Xᵀ, so y = x Wᵀ is, column-major, yᵀ (OC×BT) = op_T(W: C×OC) · (xᵀ: C×BT).
+// fp32 mode: cublasSgemm under CUBLAS_PEDANTIC_MATH (true fp32). bf16 mode (-p bf16): the same products with
+// CUBLAS_COMPUTE_32F_FAST_16BF — fp32 buffers, operands rounded to bf16 on the tensor cores, fp32 accumulation.
+static cublasHandle_t g_cublas;
+static int g_bf16 = 0;
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+    const float one = 1.f;
+    if (g_bf16)
+        CUBLAS_CHECK(cublasGemmEx(g_cublas, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
+                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+    else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
+}
+static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC) {
+    ProfScope prof(PROF_GEMM);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, weight, C, inp, C, 0.f, out, OC);
+}
+// dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp
+static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
+                            const real *weight, int BT, int C, int OC) {
+    ProfScope prof(PROF_GEMM);
+    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, weight, C, dout, OC, 1.f, dinp, C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
+}
+
+// ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
+// Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row.
+__global__ void rmsnorm_forward_kernel(float *y, float *rstd, const float *x, const float *w,
+                                       int N, int nh, int n, int ldx, int ldy) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= N * nh) return;
+    const float *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
+    float *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
+    float ss = 0.f;
+    for (int i = lane; i < n; i += 32) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    float s = 1.f / sqrtf(ss / n + NATSL_EPS);
+    for (int i = lane; i < n; i += 32) yr[i] = xr[i] * s * w[i];
+    if (lane == 0) rstd[r] = s;
+}
+static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
+                            int N, int nh, int n, int ldx, int ldy) {
+    rmsnorm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
+__global__ void rmsnorm_backward_kernel(float *dx, const float *dy, const float *x, const float *w,
+                                        const float *rstd, int N, int nh, int n, int ldx, int ldy) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= N * nh) return;
+    size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
+    float s = rstd[r], dot = 0.f;
+    for (int i = lane; i < n; i += 32) dot += x[ox + i] * s * w[i] * dy[oy + i];
+    dot = warp_sum(dot) / n;
+    for (int i = lane; i < n; i += 32) dx[ox + i] += s * (w[i] * dy[oy + i] - x[ox + i] * s * dot);
+}
+struct RmsnormDw {
+    const float *dy, *x, *rstd; int nh, n, ldx, ldy;
+    __device__ float operator()(int r, int i) const {
+        size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
+        return dy[oy + i] * x[ox + i] * rstd[r];
+    }
+};
+static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy) {
+    rmsnorm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, x, w, rstd, N, nh, n, ldx, ldy);
+    CUDA_CHECK(cudaGetLastError());
+    RmsnormDw f = {dy, x, rstd, nh, n, ldx, ldy};
+    colsum(dw, N * nh, n, f);
+}
+
+// ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
+__global__ void swiglu_forward_kernel(float *h, const float *gu, int BT, int F) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * F) return;
+    size_t bt = idx / F, i = idx % F;
+    const float *row = gu + bt * 2 * F;
+    h[idx] = siluf_(row[i]) * row[F + i];
+}
+static void swiglu_forward(real *h, const real *gu, int BT, int F) {
+    swiglu_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * F, 256), 256>>>(h, gu, BT, F);
+    CUDA_CHECK(cudaGetLastError());
+}
+__global__ void swiglu_backward_kernel(float *dgu, const float *dh, const float *gu, int BT, int F) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * F) return;
+    size_t bt = idx / F, i = idx % F;
+    const float *row = gu + bt * 2 * F;
+    float d = dh[idx];
+    dgu[bt * 2 * F + i] += d * row[F + i] * dsiluf_(row[i]);
+    dgu[bt * 2 * F + F + i] += d * siluf_(row[i]);
+}
+static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
+    swiglu_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * F, 256), 256>>>(dgu, dh, gu, BT, F);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
+// pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre).
+__global__ void conv_silu_forward_kernel(float *y, float *pre, const float *x, int ldx, const float *w, int B, int T, int n) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * n) return;
+    size_t bt = idx / n;
+    int ch = (int)(idx % n), t = (int)(bt % T);
+    size_t b = bt / T;
+    float s = 0.f;
+    for (int i = 0; i < NATSL_CONV; i++) {
+        int tau = t - (NATSL_CONV - 1) + i;
+        if (tau >= 0) s += w[ch * NATSL_CONV + i] * x[(b * T + tau) * ldx + ch];
+    }
+    pre[idx] = s;
+    y[idx] = siluf_(s);
+}
+static void conv_silu_forward(real *y, real *pre, const real *x, int ldx, const real *w, int B, int T, int n) {
+    conv_silu_forward_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * n, 256), 256>>>(y, pre, x, ldx, w, B, T, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dpre = dy ⊙ silu'(pre);  dx_τ += Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
+__global__ void conv_silu_backward_kernel(float *dx, const float *dy, const float *pre, int ldx, const float *w,
+                                          int B, int T, int n) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * n) return;
+    size_t bt = idx / n;
+    int ch = (int)(idx % n), tau = (int)(bt % T);
+    size_t b = bt / T;
+    float s = 0.f;
+    for (int i = 0; i < NATSL_CONV; i++) {
+        int t = tau + (NATSL_CONV - 1) - i;
+        if (t >= T) continue;
+        size_t o = (b * T + t) * n + ch;
+        s += dy[o] * dsiluf_(pre[o]) * w[ch * NATSL_CONV + i];
+    }
+    dx[bt * ldx + ch] += s;
+}
+struct ConvDw {
+    const float *dy, *pre, *x; int ldx, T, n;
+    __device__ float operator()(int r, int col) const { // r = b*T + t, col = ch*4 + i
+        int ch = col / NATSL_CONV, i = col % NATSL_CONV, t = r % T;
+        int tau = t - (NATSL_CONV - 1) + i;
+        if (tau < 0) return 0.f;
+        size_t o = (size_t)r * n + ch;
+        return dy[o] * dsiluf_(pre[o]) * x[((size_t)r - (t - tau)) * ldx + ch];
+    }
+};
+static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *pre, const real *x,
+                               int ldx, const real *w, int B, int T, int n) {
+    conv_silu_backward_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * n, 256), 256>>>(dx, dy, pre, ldx, w, B, T, n);
+    CUDA_CHECK(cudaGetLastError());
+    ConvDw f = {dy, pre, x, ldx, T, n};
+    colsum(dw, B * T, n * NATSL_CONV, f);
+}
+
+// ---- L2 norm per head (§0): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
+__global__ void l2norm_forward_kernel(float *y, float *rho, const float *x, int R, int n) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *xr = x + (size_t)r * n;
+    float ss = 0.f;
+    for (int i = lane; i < n; i += 32) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    float s = 1.f / sqrtf(ss + NATSL_EPS);
+    for (int i = lane; i < n; i += 32) y[(size_t)r * n + i] = xr[i] * s;
+    if (lane == 0) rho[r] = s;
+}
+static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
+    l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (§3.4)
+__global__ void l2norm_backward_kernel(float *dx, const float *dy, const float *y, const float *rho, int R, int n) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *yr = y + (size_t)r * n, *dyr = dy + (size_t)r * n;
+    float dot = 0.f;
+    for (int i = lane; i < n; i += 32) dot += yr[i] * dyr[i];
+    dot = warp_sum(dot);
+    for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] += rho[r] * (dyr[i] - yr[i] * dot);
+}
+static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
+    l2norm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, y, rho, N * nh, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- GDN gates (§3.1): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
+__global__ void gdn_gates_forward_kernel(float *g, float *beta, const float *ab, const float *A_log,
+                                         const float *dt_bias, int BT, int H) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * H) return;
+    size_t bt = idx / H;
+    int h = (int)(idx % H);
+    const float *row = ab + bt * 2 * H;
+    g[idx] = -expf(A_log[h]) * softplusf_(row[h] + dt_bias[h]);
+    beta[idx] = sigmoidf_(row[H + h]);
+}
+static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A_log,
+                              const real *dt_bias, int BT, int H) {
+    gdn_gates_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * H, 256), 256>>>(g, beta, ab, A_log, dt_bias, BT, H);
+    CUDA_CHECK(cudaGetLastError());
+}
+// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (§3.4)
+__global__ void gdn_gates_backward_kernel(float *dab, const float *dg, const float *dbeta, const float *ab,
+                                          const float *beta, const float *A_log, const float *dt_bias, int BT, int H) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * H) return;
+    size_t bt = idx / H;
+    int h = (int)(idx % H);
+    dab[bt * 2 * H + h] += dg[idx] * -expf(A_log[h]) * sigmoidf_(ab[bt * 2 * H + h] + dt_bias[h]);
+    dab[bt * 2 * H + H + h] += dbeta[idx] * beta[idx] * (1.f - beta[idx]);
+}
+struct GatesDw { // col < H: d dt_bias[col];  col >= H: dA_log[col − H]
+    const float *dg, *ab, *g, *A_log, *dt_bias; int H;
+    __device__ float operator()(int r, int col) const {
+        size_t i = (size_t)r * H + (col % H);
+        if (col < H) return dg[i] * -expf(A_log[col]) * sigmoidf_(ab[(size_t)r * 2 * H + col] + dt_bias[col]);
+        return dg[i] * g[i];
+    }
+};
+static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const real *dg, const real *dbeta,
+                               const real *ab, const real *g, const real *beta, const real *A_log,
+                               const real *dt_bias, int BT, int H) {
+    gdn_gates_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * H, 256), 256>>>(dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
+    CUDA_CHECK(cudaGetLastError());
+    GatesDw f = {dg, ab, g, A_log, dt_bias, H};
+    int np = colsum_parts(BT), n = 2 * H;
+    float *part = colpart((size_t)np * n);
+    colsum_partial_kernel<<<dim3(CEIL_DIV(n, 32), np), dim3(32, 8)>>>(part, BT, n, f);
+    CUDA_CHECK(cudaGetLastError());
+    colsum_finish_kernel<<<1, 256>>>(ddt_bias, part, np, H, n, 0);
+    CUDA_CHECK(cudaGetLastError());
+    colsum_finish_kernel<<<1, 256>>>(dA_log, part, np, H, n, H);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- RoPE (§4, §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
+// Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1).
+__global__ void rope_rotate_kernel(float *x, int N, int T, int nh, int hd, int ld, int sign) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int half = hd / 2;
+    if (idx >= (size_t)N * nh * half) return;
+    int i = (int)(idx % half), h = (int)((idx / half) % nh);
+    size_t r = idx / ((size_t)half * nh);
+    int t = (int)(r % T);
+    float *v = x + r * ld + (size_t)h * hd;
+    float ang = t * powf(10000.f, -2 * (float)i / hd);
+    float c = cosf(ang), s = sign * sinf(ang);
+    float x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * c - x2 * s;
+    v[i + half] = x2 * c + x1 * s;
+}
+static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign) {
+    size_t n = (size_t)N * nh * (hd / 2);
+    rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(x, N, T, nh, hd, ld, sign);
+    CUDA_CHECK(cudaGetLastError());
+}
+static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_rotate(x, N, T, nh, hd, ld, 1); }
+static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
+
+// ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π §5.2, output weights ω §5.1) --
+__global__ void pair_softmax_forward_kernel(float *y, const float *x, size_t npairs) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npairs) return;
+    float p0 = 1.f / (1.f + expf(x[2 * i + 1] - x[2 * i]));
+    y[2 * i] = p0;
+    y[2 * i + 1] = 1.f - p0;
+}
+static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
+    pair_softmax_forward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(y, x, npairs);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dx0 = y0·y1·(dy0 − dy1) = −dx1   (§6.5).  Router use: pairs of the last chunk (every Nc-th group of H
+// pairs when last_H > 0) get dy = 0 (dÃ of the forced last chunk is overwritten with 0).
+__global__ void pair_softmax_backward_kernel(float *dx, const float *dy, const float *y, size_t npairs, int last_H, int Nc) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npairs) return;
+    if (last_H > 0 && (int)((i / last_H) % Nc) == Nc - 1) return; // adds 0
+    float d = y[2 * i] * y[2 * i + 1] * (dy[2 * i] - dy[2 * i + 1]);
+    dx[2 * i] += d;
+    dx[2 * i + 1] -= d;
+}
+static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_t npairs) {
+    pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dx, dy, y, npairs, 0, 1);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ================================================================================================
+// The two token mixers of a NAtS-L layer, driven by the routing mask m[B][Nc][Hm][2] (op 0 = softmax,
+// op 1 = GDN; §5.2). m = NULL means "every chunk active" (A layer; G layer).
+//   * softmax op: attention_forward / attention_backward above (masked flash attention, 3xTF32).
+//     NOTE: attention_backward WRITES dq, dk, dv and dA[...,0] (it does not accumulate).
+//   * GDN op: below.
+// ================================================================================================
+
+// ---- the GDN op with chunk commits (§3.2, §5.4) ---------------------------------------------------
+// Same semantics and layouts as train_natsl.c's gdn_op_forward/backward. Parallelization: the delta
+// rule is separable over value columns j (Z[:, j] evolves using only k̂, q̂, v[j], α, β), so one block =
+// one warp owns (b, h) and VB = 32/P value columns; P lanes share a column, each lane keeping rows
+// i = r·P + lane%P (r < GDN_R) of that column of the state in registers (P·GDN_R >= dk). Single-warp
+// blocks: B·H·dv·P/32 of them (384 at B=2 for the 340M shapes), so the sequential token loops of many
+// warps overlap on each SM; every reduction is a warp shuffle.
+#define GDN_R 32
+
+template <int P> __device__ __forceinline__ float sum_rows(float x) { // over the P lanes of one column
+#pragma unroll
+    for (int o = 1; o < P; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+template <int P> __device__ __forceinline__ float sum_cols(float x) { // over the 32/P columns of a warp
+#pragma unroll
+    for (int o = P; o < 32; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+template <int P>
+__global__ void __launch_bounds__(32)
+gdn_op_forward_kernel(float *out, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
+                      const float *g, const float *beta, const float *m, int T, int H, int dk, int dv, float scale) {
+    constexpr int VB = 32 / P;
+    const int b = blockIdx.x / H, h = blockIdx.x % H;
+    const int lane = threadIdx.x & 31, rg = lane % P;
+    const int j = blockIdx.y * VB + lane / P;
+    const bool jok = j < dv;
+    const int Nc = T / CH;
+    const size_t KV = (size_t)dk * dv;
+    float S[GDN_R], Z[GDN_R];
+#pragma unroll
+    for (int r = 0; r < GDN_R; r++) S[r] = 0.f;
+    for (int c = 0; c < Nc; c++) {
+        float *st = state + (((size_t)b * H + h) * Nc + c) * KV;
+#pragma unroll
+        for (int r = 0; r < GDN_R; r++) {
+            int i = r * P + rg;
+            if (i < dk && jok) st[(size_t)i * dv + j] = S[r];
+            Z[r] = S[r];
+        }
+        float gsum = 0.f;
+        for (int tt = 0; tt < CH; tt++) {
+            size_t row = (size_t)b * T + c * CH + tt;
+            const float *qt = q + row * ldqk + h * dk, *kt = k + row * ldqk + h * dk;
+            float gt = g[row * H + h], a = expf(gt), bt = beta[row * H + h];
+            gsum += gt;
+            float kz = 0.f;
+#pragma unroll
+            for (int r = 0; r < GDN_R; r++) {
+                int i = r * P + rg;
+                float kv = i < dk ? kt[i] : 0.f;
+                Z[r] *= a;
+                kz += kv * Z[r];
+            }
+            kz = sum_rows<P>(kz);
+            float vj = jok ? v[row * ldv + h * dv + j] : 0.f;
+            float u = bt * (vj - kz), o = 0.f;
+#pragma unroll
+            for (int r = 0; r < GDN_R; r++) {
+                int i = r * P + rg;
+                float kv = i < dk ? kt[i] : 0.f, qv = i < dk ? qt[i] : 0.f;
+                Z[r] += kv * u;
+                o += qv * Z[r];
+            }
+            o = sum_rows<P>(o);
+            if (rg == 0 && jok) out[row * H * dv + h * dv + j] = o * scale;
+        }
+        float mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1.f, dec = expf(gsum);
+#pragma unroll
+        for (int r = 0; r < GDN_R; r++) S[r] = (1.f - mc) * dec * S[r] + mc * Z[r];
+    }
+}
+
+static int gdn_lanes_per_column(int dk) {
+    int P = 1;
+    while (P * GDN_R < dk) P *= 2;
+    if (P > 8) { fprintf(stderr, "error: GDN key head dim %d > %d is not supported by the GPU GDN op\n", dk, 8 * GDN_R); exit(1); }
+    return P;
+}
+
+static void gdn_op_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
+                           int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
+                           int dk, int dv) {
+    ProfScope prof(PROF_GDN_FWD);
+    int P = gdn_lanes_per_column(dk);
+    dim3 grid(B * H, CEIL_DIV(dv, 32 / P));
+    float scale = 1.f / sqrtf((float)dk);
+#define GDN_FWD(PP) gdn_op_forward_kernel<PP><<<grid, 32>>>(out, state, q, k, ldqk, v, ldv, g, beta, m, T, H, dk, dv, scale)
+    if (P == 1) GDN_FWD(1); else if (P == 2) GDN_FWD(2); else if (P == 4) GDN_FWD(4); else GDN_FWD(8);
+#undef GDN_FWD
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// Exact backward (§3.4, §6.1, §6.4), chunk by chunk in reverse, carrying dS = dL/dS_{c+1} (registers).
+// Inside a chunk the run is recomputed from the saved S_c; every Z_t of the chunk goes to a per-block
+// global scratch zs [CH+1][dk][VB], u_t and r_t to shared memory; then token by token in reverse:
+//   D = dZ_t + s q̂_t dO_tᵀ;  dq̂ = s Z_t dO;  dk̂ = D u;  du = Dᵀk̂;  r = v − P_tᵀk̂ (P_t = α_t Z_{t−1});
+//   dβ = du·r;  dr = β du;  dv = dr;  dP = D − k̂ drᵀ;  dk̂ −= P dr;  dg_t = ⟨dP, P_t⟩;  dZ_{t−1} = α_t dP
+// Sums over value columns (dq̂, dk̂, dβ, dg, dA) are reduced in the warp and added with atomics.
+template <int P>
+__global__ void __launch_bounds__(32)
+gdn_op_backward_kernel(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
+                       const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
+                       const float *g, const float *beta, const float *m, int T, int H, int dkh, int dvh,
+                       float scale, float *zs_all) {
+    constexpr int VB = 32 / P;
+    __shared__ float su[CH][VB], sr[CH][VB];
+    const int b = blockIdx.x / H, h = blockIdx.x % H;
+    const int lane = threadIdx.x & 31, rg = lane % P;
+    const int col = lane / P, j = blockIdx.y * VB + col;
+    const bool jok = j < dvh;
+    const int Nc = T / CH;
+    const size_t KV = (size_t)dkh * dvh;
+    float *zs = zs_all + ((size_t)blockIdx.x * gridDim.y + blockIdx.y) * (CH + 1) * dkh * VB;
+#define ZS(tt, i) zs[((size_t)(tt) * dkh + (i)) * VB + col]
+    float dS[GDN_R], dZ[GDN_R], Zr[GDN_R];
+#pragma unroll
+    for (int r = 0; r < GDN_R; r++) dS[r] = 0.f;
+    for (int c = Nc - 1; c >= 0; c--) {
+        const float *Sc = state + (((size_t)b * H + h) * Nc + c) * KV;
+        // recompute the chunk's virtual run, keeping every Z_t (zs), u_t and r_t (smem)
+#pragma unroll
+        for (int r = 0; r < GDN_R; r++) {
+            int i = r * P + rg;
+            Zr[r] = (i < dkh && jok) ? Sc[(size_t)i * dvh + j] : 0.f;
+            if (i < dkh) ZS(0, i) = Zr[r];
+        }
+        float gsum = 0.f;
+        for (int tt = 0; tt < CH; tt++) {
+            size_t row = (size_t)b * T + c * CH + tt;
+            const float *kt = k + row * ldqk + h * dkh;
+            float gt = g[row * H + h], a = expf(gt), bt = beta[row * H + h];
+            gsum += gt;
+            float kz = 0.f;
+#pragma unroll
+            for (int r = 0; r < GDN_R; r++) {
+                int i = r * P + rg;
+                float kv = i < dkh ? kt[i] : 0.f;
+                kz += a * Zr[r] * kv;
+            }
+            kz = sum_rows<P>(kz);
+            float rr = (jok ? v[row * ldv + h * dvh + j] : 0.f) - kz, u = bt * rr;
+#pragma unroll
+            for (int r = 0; r < GDN_R; r++) {
+                int i = r * P + rg;
+                float kv = i < dkh ? kt[i] : 0.f;
+                Zr[r] = a * Zr[r] + kv * u;
+                if (i < dkh) ZS(tt + 1, i) = Zr[r];
+            }
+            if (rg == 0) { su[tt][col] = u; sr[tt][col] = rr; }
+        }
+        __syncwarp();
+        float mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1.f, dec = expf(gsum);
+        if (m) {
+            float dm = 0.f, dd = 0.f;
+#pragma unroll
+            for (int r = 0; r < GDN_R; r++) {
+                int i = r * P + rg;
+                float s0 = i < dkh ? ZS(0, i) : 0.f;
+                dm += dS[r] * (Zr[r] - dec * s0);
+                dd += dS[r] * s0;
+            }
+            dm = warp_sum(dm);
+            dd = warp_sum(dd);
+            if (lane == 0 && mc != 0.f) atomicAdd(dA + (((size_t)b * Nc + c) * H + h) * 2 + 1, dm);
+            float add = (1.f - mc) * dec * dd;
+            if (add != 0.f)
+                for (int tt = lane; tt < CH; tt += 32) atomicAdd(dg + ((size_t)b * T + c * CH + tt) * H + h, add);
+        }
+#pragma unroll
+        for (int r = 0; r < GDN_R; r++) dZ[r] = mc * dS[r];
+        for (int tt = CH - 1; tt >= 0; tt--) {
+            size_t row = (size_t)b * T + c * CH + tt;
+            const float *qt = q + row * ldqk + h * dkh, *kt = k + row * ldqk + h * dkh;
+            float dot = jok ? dout[row * H * dvh + h * dvh + j] : 0.f;
+            float a = expf(g[row * H + h]), bt = beta[row * H + h];
+            float u = su[tt][col], rr = sr[tt][col];
+            float du = 0.f;
+#pragma unroll
+            for (int r = 0; r < GDN_R; r++) { // D = dZ + s q dOᵀ (in dZ);  du = Dᵀk̂
+                int i = r * P + rg;
+                float qv = i < dkh ? qt[i] : 0.f, kv = i < dkh ? kt[i] : 0.f;
+                dZ[r] += scale * qv * dot;
+                du += kv * dZ[r];
+            }
+            du = sum_rows<P>(du);
+            float db = rg == 0 ? du * rr : 0.f;
+            float dr = bt * du;
+            if (rg == 0 && jok) dv[row * ldv + h * dvh + j] += dr;
+            float dgt = 0.f;
+#pragma unroll
+            for (int r = 0; r < GDN_R; r++) {
+                if (r * P >= dkh) break; // warp-uniform
+                int i = r * P + rg;
+                bool iok = i < dkh;
+                float kv = iok ? kt[i] : 0.f;
+                float Zt = iok ? ZS(tt + 1, i) : 0.f, Pv = iok ? a * ZS(tt, i) : 0.f;
+                float sq = Zt * dot, sk = dZ[r] * u - Pv * dr;
+                float dP = dZ[r] - kv * dr;
+                dgt += dP * Pv;
+                dZ[r] = a * dP;
+                sq = sum_cols<P>(sq);
+                sk = sum_cols<P>(sk);
+                if (lane < P && iok) {
+                    atomicAdd(dq + row * ldqk + h * dkh + i, scale * sq);
+                    atomicAdd(dk + row * ldqk + h * dkh + i, sk);
+                }
+            }
+            dgt = warp_sum(dgt);
+            db = warp_sum(db);
+            if (lane == 0) {
+                atomicAdd(dg + row * H + h, dgt);
+                atomicAdd(dbeta + row * H + h, db);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < GDN_R; r++) dS[r] = dZ[r] + (1.f - mc) * dec * dS[r];
+        __syncwarp();
+    }
+#undef ZS
+}
+
+static float *g_gdn_zs = NULL;
+static size_t g_gdn_zs_n = 0;
+
+static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
+                            const real *dout, const real *state, const real *q, const real *k, int ldqk,
+                            const real *v, int ldv, const real *g, const real *beta, const real *m,
+                            int B, int T, int H, int dkh, int dvh) {
+    ProfScope prof(PROF_GDN_BWD);
+    int P = gdn_lanes_per_column(dkh);
+    dim3 grid(B * H, CEIL_DIV(dvh, 32 / P));
+    size_t need = (size_t)grid.x * grid.y * (CH + 1) * dkh * (32 / P);
+    if (need > g_gdn_zs_n) {
+        if (g_gdn_zs) CUDA_CHECK(cudaFree(g_gdn_zs));
+        g_gdn_zs = (float *)xcudamalloc(need * sizeof(float));
+        g_gdn_zs_n = need;
+    }
+    float scale = 1.f / sqrtf((float)dkh);
+#define GDN_BWD(PP) gdn_op_backward_kernel<PP><<<grid, 32>>>(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, \
+                                                                  g, beta, m, T, H, dkh, dvh, scale, g_gdn_zs)
+    if (P == 1) GDN_BWD(1); else if (P == 2) GDN_BWD(2); else if (P == 4) GDN_BWD(4); else GDN_BWD(8);
+#undef GDN_BWD
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- the router (Attention Score Layer, §5.2) ------------------------------------------------------
+__global__ void router_pool_kernel(float *pool, const float *x, int B, int T, int D) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int Nc = T / CH;
+    if (idx >= (size_t)B * Nc * D) return;
+    int i = (int)(idx % D);
+    size_t bc = idx / D, b = bc / Nc, c = bc % Nc;
+    float p = 0.f;
+    for (int t = (int)c * CH; t < (int)(c + 1) * CH; t++) p += x[(b * T + t) * D + i];
+    pool[idx] = p / CH;
+}
+__global__ void router_mask_kernel(float *mask, const float *pi, size_t n, int H, int Nc, int relaxed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int last = (int)((i / H) % Nc) == Nc - 1;
+    int soft = pi[2 * i] >= pi[2 * i + 1];
+    mask[2 * i] = last ? 1.f : relaxed ? pi[2 * i] : (float)soft;
+    mask[2 * i + 1] = last ? 1.f : relaxed ? pi[2 * i + 1] : (float)!soft;
+}
+// p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot argmax
+// (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
+static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
+                           int B, int T, int D, int H, int relaxed) {
+    int Nc = T / CH;
+    router_pool_kernel<<<(unsigned)CEIL_DIV((size_t)B * Nc * D, 256), 256>>>(pool, x, B, T, D);
+    CUDA_CHECK(cudaGetLastError());
+    matmul_forward(logits, pool, Wr, B * Nc, D, 2 * H);
+    pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
+    size_t n = (size_t)B * Nc * H;
+    router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
+    CUDA_CHECK(cudaGetLastError());
+}
+__global__ void router_dx_kernel(float *dx, const float *dpool, int B, int T, int D) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * D) return;
+    size_t bt = idx / D, b = bt / T, t = bt % T;
+    int i = (int)(idx % D), Nc = T / CH;
+    dx[idx] += dpool[(b * Nc + t / CH) * D + i] / CH;
+}
+// dÃ = dA with the last chunk zeroed (§6.5);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩);
+// dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64.  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
+static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
+                            const real *pool, const real *Wr, int B, int T, int D, int H) {
+    int Nc = T / CH;
+    CUDA_CHECK(cudaMemsetAsync(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real)));
+    CUDA_CHECK(cudaMemsetAsync(dpool, 0, (size_t)B * Nc * D * sizeof(real)));
+    size_t npairs = (size_t)B * Nc * H;
+    pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
+    CUDA_CHECK(cudaGetLastError());
+    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H);
+    router_dx_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * D, 256), 256>>>(dx, dpool, B, T, D);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- the fused gated output norm (§3.3, §5.6) ------------------------------------------------------
+// Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
+// ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
+// rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row.
+__global__ void gated_norm_forward_kernel(float *y, float *rstd, const float *o1, const float *w1, const float *o2,
+                                          const float *w2, const float *omega, const float *gate, int R, int n) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= R) return;
+    size_t o = (size_t)r * n;
+    float s1 = 0.f, s2 = 0.f;
+    for (int i = lane; i < n; i += 32) s1 += o1[o + i] * o1[o + i];
+    s1 = 1.f / sqrtf(warp_sum(s1) / n + NATSL_EPS);
+    if (o2) {
+        for (int i = lane; i < n; i += 32) s2 += o2[o + i] * o2[o + i];
+        s2 = 1.f / sqrtf(warp_sum(s2) / n + NATSL_EPS);
+    }
+    if (lane == 0) { rstd[r] = s1; if (o2) rstd[R + r] = s2; }
+    for (int i = lane; i < n; i += 32) {
+        float nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
+                        : o1[o + i] * s1 * w1[i];
+        y[o + i] = nsum * siluf_(gate[o + i]);
+    }
+}
+static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *w1, const real *o2,
+                               const real *w2, const real *omega, const real *gate, int R, int n) {
+    gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>(y, rstd, o1, w1, o2, w2, omega, gate, R, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+// with dn = dy ⊙ silu(gate): dgate += dy ⊙ n ⊙ silu'(gate), dω_k += dn·RMSNorm_k, and each input's
+// RMSNorm backward with dy_k = ω_k dn (§5.6).
+__global__ void gated_norm_backward_kernel(float *do1, float *do2, float *domega, float *dgate,
+                                           const float *dy, const float *rstd, const float *o1, const float *w1,
+                                           const float *o2, const float *w2, const float *omega, const float *gate,
+                                           int R, int n) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= R) return;
+    size_t o = (size_t)r * n;
+    float s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0.f, w_1 = o2 ? omega[2 * r] : 1.f, w_2 = o2 ? omega[2 * r + 1] : 0.f;
+    float dom1 = 0.f, dom2 = 0.f, dot1 = 0.f, dot2 = 0.f;
+    for (int i = lane; i < n; i += 32) {
+        float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0.f;
+        float dn = dy[o + i] * siluf_(gate[o + i]);
+        dgate[o + i] += dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gate[o + i]);
+        dom1 += dn * n1; dom2 += dn * n2;
+        dot1 += n1 * w_1 * dn;
+        dot2 += n2 * w_2 * dn;
+    }
+    dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
+    dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
+    for (int i = lane; i < n; i += 32) {
+        float dn = dy[o + i] * siluf_(gate[o + i]);
+        do1[o + i] += s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
+        if (o2) do2[o + i] += s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
+    }
+    if (o2 && lane == 0) { domega[2 * r] += dom1; domega[2 * r + 1] += dom2; }
+}
+struct GatedNormDw { // which = 1: dw1, 2: dw2
+    const float *dy, *gate, *omega, *o, *rstd; int R, n, which;
+    __device__ float operator()(int r, int i) const {
+        size_t x = (size_t)r * n + i;
+        float dn = dy[x] * siluf_(gate[x]);
+        float om = omega ? omega[2 * r + which - 1] : 1.f;
+        return dn * om * o[x] * rstd[(size_t)(which - 1) * R + r];
+    }
+};
+static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
+                                const real *dy, const real *rstd, const real *o1, const real *w1,
+                                const real *o2, const real *w2, const real *omega, const real *gate, int R, int n) {
+    gated_norm_backward_kernel<<<CEIL_DIV(R, 8), 256>>>(do1, do2, domega, dgate, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
+    CUDA_CHECK(cudaGetLastError());
+    GatedNormDw f1 = {dy, gate, o2 ? omega : NULL, o1, rstd, R, n, 1};
+    colsum(dw1, R, n, f1);
+    if (o2) {
+        GatedNormDw f2 = {dy, gate, omega, o2, rstd, R, n, 2};
+        colsum(dw2, R, n, f2);
+    }
+}
+
+// ---- fused classifier (§2): loss over the V real tokens of the padded logits --------------------------
+// One block per row. The backward overwrites the logits with their gradient in place (no second copy).
+__device__ float block_max(float x, float *sh) {
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    __syncthreads();
+    if (lane == 0) sh[w] = x;
+    __syncthreads();
+    float r = sh[0];
+    for (int i = 1; i < nw; i++) r = fmaxf(r, sh[i]);
+    return r;
+}
+__device__ float block_sum(float x, float *sh) {
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    x = warp_sum(x);
+    __syncthreads();
+    if (lane == 0) sh[w] = x;
+    __syncthreads();
+    float r = 0.f;
+    for (int i = 0; i < nw; i++) r += sh[i];
+    return r;
+}
+__global__ void crossentropy_forward_kernel(float *losses, float *lse, const float *logits, const int *targets, int V, int Vp) {
+    __shared__ float sh[32];
+    size_t bt = blockIdx.x;
+    const float *z = logits + bt * Vp;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, z[i]);
+    mx = block_max(mx, sh);
+    float s = 0.f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(z[i] - mx);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        float l = mx + logf(s);
+        lse[bt] = l;
+        losses[bt] = l - z[targets[bt]];
+    }
+}
+static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
+                                 int BT, int V, int Vp) {
+    crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, logits, targets, V, Vp);
+    CUDA_CHECK(cudaGetLastError());
+}
+// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding.
+__global__ void crossentropy_backward_kernel(float *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
+    size_t bt = blockIdx.x;
+    float *z = logits + bt * Vp;
+    float l = lse[bt];
+    int tg = targets[bt];
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+        float d = i < V ? dloss * expf(z[i] - l) : 0.f;
+        if (i == tg) d -= dloss;
+        z[i] = d;
+    }
+}
+static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
+                                  int BT, int V, int Vp) {
+    crossentropy_backward_kernel<<<BT, 1024>>>(logits, lse, targets, dloss, V, Vp);
+    CUDA_CHECK(cudaGetLastError());
+}
+// mean of the per-position losses, in double, in a fixed order (one block)
+__global__ void mean_loss_kernel(double *out, const float *losses, int BT) {
+    __shared__ double sh[1024];
+    double s = 0;
+    for (int i = threadIdx.x; i < BT; i += blockDim.x) s += losses[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = sh[0] / BT;
+}
+
+__global__ void residual_add_kernel(float *out, const float *a, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] += a[i];
+}
+static void residual_add(real *out, const real *a, size_t n) {
+    residual_add_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(out, a, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ================================================================================================
+// The model: parameters, activations, and the three layer kinds (device buffers, C layouts)
+// ================================================================================================
+
+typedef union { // named pointers into the flat parameter (or gradient) buffer, in P_* order
+    struct { real *ln_mix, *wqkv, *wg, *wab, *a_log, *dt_bias, *conv, *o_norm, *wr, *wow, *qn, *kn, *n1, *n2,
+             *wo, *ln_mlp, *wgu, *wdown; };
+    real *t[NSLOT];
+} LayerParams;
+
+typedef struct {
+    real *wte, *ln_f, *head;
+    LayerParams layer[NATSL_MAX_LAYERS];
+} ParamPtrs;
+
+static void param_pointers(ParamPtrs *p, const ParamTensor *t, int nt, real *base) {
+    memset(p, 0, sizeof(*p));
+    for (int i = 0; i < nt; i++) {
+        real *ptr = base + t[i].offset;
+        if (t[i].layer >= 0) p->layer[t[i].layer].t[t[i].slot] = ptr;
+        else if (!strcmp(t[i].name, "wte")) p->wte = ptr;
+        else if (!strcmp(t[i].name, "ln_f")) p->ln_f = ptr;
+        else p->head = ptr;
+    }
+}
+
+// One layer's activations (and, with the same layout, the gradients of one layer's activations).
+typedef struct {
+    real *res;                  // h^l, the block input [BT][D]
+    real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
+    real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
+    real *conv, *qkv;           // G,N: conv output before / after SiLU, planes Q [BT][K] | K [BT][K] | V [BT][Vt]
+    real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
+    real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
+    real *gdn_out, *state;      // G,N: GDN op output [BT][Vt], committed states [B][H][Nc][dk][dv]
+    real *qka, *qka_rstd;       // N: RMSNorm'd (+RoPE) softmax planes qa | ka [2][BT][K], rstd [2][BT][Ha]
+    real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D];  lse [B][heads][T]
+    real *omega_raw, *omega;    // N: Q W_owᵀ and its pair softmax [BT][2Ha]
+    real *pool, *rlogits, *rpi, *rmask; // N: router [B][Nc][D], [B][Nc][2H] (logits, π, mask Ã)
+    real *norm_rstd, *y;        // G,N: gated output norm rstd [2][rows], its output [BT][Vt]
+    real *r, *xn2, *rstd2;      // h + mixer output [BT][D]; RMSNorm of it [BT][D], [BT]
+    real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
+} LayerActs;
+
+// Carves one layer's activations of the given kind out of base (NULL: only count). Returns the size.
+// Same fields and order as train_natsl.c; every field starts on a 64-float (256-byte) boundary here.
+static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base) {
+    size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
+    size_t Nc = T / CH, off = 0;
+    memset(a, 0, sizeof(*a));
+#define TAKE(field, n) do { a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } while (0)
+    TAKE(res, BT * D); TAKE(xn, BT * D); TAKE(rstd1, BT);
+    if (kind == 'G' || kind == 'N') {
+        TAKE(proj, BT * (2 * K + Vt)); TAKE(conv, BT * (2 * K + Vt)); TAKE(qkv, BT * (2 * K + Vt));
+        TAKE(gate, BT * Vt); TAKE(ab, BT * 2 * H); TAKE(g, BT * H); TAKE(beta, BT * H);
+        TAKE(qk_hat, 2 * BT * K); TAKE(qk_rho, 2 * BT * H);
+        TAKE(gdn_out, BT * Vt); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv);
+        TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha)); TAKE(y, BT * Vt);
+    }
+    if (kind == 'N') {
+        TAKE(qka, 2 * BT * K); TAKE(qka_rstd, 2 * BT * Ha);
+        TAKE(att_out, BT * Vt); TAKE(lse, (size_t)B * Ha * T);
+        TAKE(omega_raw, BT * 2 * Ha); TAKE(omega, BT * 2 * Ha);
+        TAKE(pool, B * Nc * D); TAKE(rlogits, B * Nc * 2 * H); TAKE(rpi, B * Nc * 2 * H); TAKE(rmask, B * Nc * 2 * H);
+    }
+    if (kind == 'A') {
+        size_t HA = cfg_HA(c);
+        TAKE(proj, BT * 3 * D); TAKE(att_out, BT * D); TAKE(lse, (size_t)B * HA * T);
+    }
+    TAKE(r, BT * D); TAKE(xn2, BT * D); TAKE(rstd2, BT);
+    TAKE(gu, BT * 2 * c->F); TAKE(hmid, BT * c->F);
+#undef TAKE
+    return off;
+}
+
+typedef struct {
+    Config cfg;
+    ParamTensor tensors[NATSL_MAX_TENSORS];
+    int ntensors;
+    size_t nparams;
+    real *params, *grads, *adam_m, *adam_v; // flat device buffers
+    ParamPtrs p, g;                          // named device pointers into params and grads
+    int B, T;                                // the largest batch the activations hold
+    real *acts;                              // flat activation buffer (device)
+    LayerActs la[NATSL_MAX_LAYERS];
+    real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier (device)
+    real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
+    size_t dacts_size;
+    int *inputs, *targets;                   // device copies of the batch
+    double *d_scalar;                        // device scratch: mean loss, gradient norm
+    double *d_normpart;                      // device scratch: grad-norm partial sums
+    real mean_loss;
+    int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
+} Model;
+
+static void model_build(Model *M, const Config *c) {
+    memset(M, 0, sizeof(*M));
+    M->cfg = *c;
+    M->ntensors = param_tensors(c, M->tensors, &M->nparams);
+    M->params = (real *)xcudamalloc(M->nparams * sizeof(real));
+    M->grads = (real *)xcudamalloc(M->nparams * sizeof(real));
+    CUDA_CHECK(cudaMemset(M->params, 0, M->nparams * sizeof(real)));
+    CUDA_CHECK(cudaMemset(M->grads, 0, M->nparams * sizeof(real)));
+    param_pointers(&M->p, M->tensors, M->ntensors, M->params);
+    param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
+    M->d_scalar = (double *)xcudamalloc(4 * sizeof(double));
+    M->d_normpart = (double *)xcudamalloc(1024 * sizeof(double));
+}
+
+// Initialization (§2 table), from one seeded stream: on the host, exactly as train_natsl.c, then copied.
+static void model_init(Model *M, uint64_t seed) {
+    uint64_t s = rng_seed(seed);
+    real *hp = (real *)xcalloc(M->nparams, sizeof(real));
+    for (int i = 0; i < M->ntensors; i++) {
+        const ParamTensor *t = &M->tensors[i];
+        real *w = hp + t->offset;
+        for (size_t j = 0; j < t->numel; j++) {
+            if (t->init == INIT_NORMAL) w[j] = 0.02 * rng_normal(&s);
+            else if (t->init == INIT_ONES) w[j] = 1;
+            else if (t->init == INIT_ALOG) w[j] = log(16.0 * rng_uniform(&s));   // A ~ U(0, 16)
+            else {                                                                 // dt_bias
+                double dt = exp(log(1e-3) + rng_uniform(&s) * (log(1e-1) - log(1e-3)));
+                if (dt < 1e-4) dt = 1e-4;
+                w[j] = dt + log(-expm1(-dt)); // inverse softplus: dt + log(1 − e^{−dt})
+            }
+        }
+    }
+    CUDA_CHECK(cudaMemcpy(M->params, hp, M->nparams * sizeof(real), cudaMemcpyHostToDevice));
+    free(hp);
+}
+
+// Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64).
+static void model_alloc_acts(Model *M, int B, int T) {
+    const Config *c = &M->cfg;
+    size_t BT = (size_t)B * T, total = 0, dmax = 0;
+    for (int l = 0; l < c->L; l++) total += layer_acts_layout(&M->la[l], c, c->pattern[l], B, T, NULL);
+    for (const char *k = "GAN"; *k; k++) {
+        LayerActs tmp;
+        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL);
+        if (strchr(c->pattern, *k) && n > dmax) dmax = n;
+    }
+    M->B = B; M->T = T;
+    M->acts = (real *)xcudamalloc(total * sizeof(real));
+    CUDA_CHECK(cudaMemset(M->acts, 0, total * sizeof(real)));
+    real *base = M->acts;
+    for (int l = 0; l < c->L; l++) base += layer_acts_layout(&M->la[l], c, c->pattern[l], B, T, base);
+    M->hL = (real *)xcudamalloc(BT * c->D * sizeof(real));
+    M->lnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
+    M->lnf_rstd = (real *)xcudamalloc(BT * sizeof(real));
+    M->logits = (real *)xcudamalloc(BT * c->Vp * sizeof(real));
+    M->lse = (real *)xcudamalloc(BT * sizeof(real));
+    M->losses = (real *)xcudamalloc(BT * sizeof(real));
+    M->dacts_size = dmax;
+    M->dacts = (real *)xcudamalloc(dmax * sizeof(real));
+    M->dres = (real *)xcudamalloc(BT * c->D * sizeof(real));
+    M->dlnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
+    M->inputs = (int *)xcudamalloc(BT * sizeof(int));
+    M->targets = (int *)xcudamalloc(BT * sizeof(int));
+}
+
+static void model_free(Model *M) {
+    void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->d_normpart};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
+}
+
+// ---- G and N layers share their inputs (§3.1, §5.1) ---------------------------------------------------
+// proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
+static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
+    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W);
+    conv_silu_forward(a->qkv, a->conv, a->proj, W, p->conv, B, T, K);
+    conv_silu_forward(a->qkv + (size_t)BT * K, a->conv + (size_t)BT * K, a->proj + K, W, p->conv + K * NATSL_CONV, B, T, K);
+    conv_silu_forward(a->qkv + (size_t)2 * BT * K, a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W,
+                      p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt);
+    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H);
+    l2norm_forward(a->qk_hat, a->qk_rho, a->qkv, 2 * BT, H, c->dk); // the Q and K planes in one call
+    gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
+}
+// Takes the gradients in d (dqkv, dqk_hat, dgate, dg, dbeta) down to dx (+=) and the parameters.
+static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
+                                const LayerParams *p, int B, int T) {
+    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
+    gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
+    l2norm_backward(d->qkv, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
+    conv_silu_backward(d->proj, gp->conv, d->qkv, a->conv, a->proj, W, p->conv, B, T, K);
+    conv_silu_backward(d->proj + K, gp->conv + K * NATSL_CONV, d->qkv + (size_t)BT * K, a->conv + (size_t)BT * K,
+                       a->proj + K, W, p->conv + K * NATSL_CONV, B, T, K);
+    conv_silu_backward(d->proj + 2 * K, gp->conv + 2 * K * NATSL_CONV, d->qkv + (size_t)2 * BT * K,
+                       a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
+    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
+}
+
+// ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
+// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = y W_oᵀ
+static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
+    gdn_inputs_forward(c, a, p, B, T);
+    gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
+                   a->g, a->beta, NULL, B, T, H, c->dk, c->dv);
+    gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
+    matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
+}
+static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                               const LayerActs *a, const LayerParams *p, int B, int T) {
+    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, Vt, c->D);
+    gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, a->gdn_out, p->o_norm,
+                        NULL, NULL, NULL, a->gate, BT * H, c->dv);
+    gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, d->qkv + (size_t)2 * BT * K, d->g, d->beta, NULL, d->gdn_out,
+                    a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt, a->g, a->beta,
+                    NULL, B, T, H, c->dk, c->dv);
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
+}
+
+// ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
+static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+    int BT = B * T, D = c->D, HA = cfg_HA(c);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D);
+    rope_forward(a->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);     // q
+    rope_forward(a->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D); // k
+    attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
+                      B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
+    matmul_forward(out, a->att_out, p->wo, BT, D, D);
+}
+static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                     const LayerActs *a, const LayerParams *p, int B, int T) {
+    int BT = B * T, D = c->D, HA = cfg_HA(c);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D);
+    attention_backward(d->proj, d->proj + D, d->proj + 2 * D, NULL, d->att_out, a->att_out, a->lse, a->proj,
+                       a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL, B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
+    rope_backward(d->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
+    rope_backward(d->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D);
+}
+
+// ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
+static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
+                                int relaxed) {
+    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
+    const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
+    real *qa = a->qka, *ka = a->qka + (size_t)BT * K;
+    gdn_inputs_forward(c, a, p, B, T);
+    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, H, relaxed);
+    rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K);
+    rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K);
+    if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
+    matmul_forward(a->omega_raw, Q, p->wow, BT, K, 2 * Ha);
+    pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
+    attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva, 0);
+    gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask,
+                   B, T, H, c->dk, c->dv);
+    gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
+    matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
+}
+// Order differs from train_natsl.c in one place: attention_backward runs BEFORE gdn_op_backward, because
+// it writes (not accumulates) dV and dA[...,0]; gdn_op_backward then accumulates into dV and dA[...,1].
+static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad) {
+    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
+    const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
+    real *dQ = d->qkv, *dK = d->qkv + (size_t)BT * K, *dV = d->qkv + (size_t)2 * BT * K;
+    real *dqa = d->qka, *dka_ = d->qka + (size_t)BT * K;
+    real *dA = d->rmask; // router gradient dÃ [B][Nc][H][2], filled by both ops
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, Vt, c->D);
+    gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, a->gdn_out,
+                        p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
+    attention_backward(dqa, dka_, dV, dA, d->att_out, a->att_out, a->lse, a->qka, a->qka + (size_t)BT * K, K, V, Vt,
+                       a->rmask, B, T, Ha, H, dka, dva, 0);
+    gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, dV, d->g, d->beta, dA, d->gdn_out, a->state, a->qk_hat,
+                    a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask, B, T, H, c->dk, c->dv);
+    pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
+    matmul_backward(dQ, gp->wow, d->omega_raw, Q, p->wow, BT, K, 2 * Ha);
+    if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }
+    rmsnorm_backward(dQ, gp->qn, dqa, Q, p->qn, a->qka_rstd, BT, Ha, dka, K, K);
+    rmsnorm_backward(dK, gp->kn, dka_, Kp, p->kn, a->qka_rstd + (size_t)BT * Ha, BT, Ha, dka, K, K);
+    if (!no_router_grad)
+        router_backward(dx, gp->wr, d->pool, d->rlogits, dA, a->rpi, a->pool, p->wr, B, T, c->D, H);
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
+}
+
+// ---- the whole model (§2) --------------------------------------------------------------------------------
+// inputs/targets are host arrays (copied to the device here). With targets, M->mean_loss is set (one
+// device-to-host read of a double).
+static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    if (B > M->B || (size_t)B * T > (size_t)M->B * M->T || T % CH) {
+        fprintf(stderr, "error: model_forward(B=%d, T=%d) exceeds the activations (B=%d, T=%d)\n", B, T, M->B, M->T);
+        exit(1);
+    }
+    CUDA_CHECK(cudaMemcpy(M->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
+    if (targets) CUDA_CHECK(cudaMemcpy(M->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
+    encoder_forward(M->la[0].res, M->inputs, M->p.wte, BT, D);
+    for (int l = 0; l < c->L; l++) {
+        LayerActs *a = &M->la[l];
+        const LayerParams *p = &M->p.layer[l];
+        real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
+        rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
+        if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
+        else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
+        else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
+        residual_add(a->r, a->res, (size_t)BT * D);
+        rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
+        matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+        swiglu_forward(a->hmid, a->gu, BT, c->F);
+        matmul_forward(out, a->hmid, p->wdown, BT, c->F, D);
+        residual_add(out, a->r, (size_t)BT * D);
+    }
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D);
+    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    if (targets) {
+        crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
+        mean_loss_kernel<<<1, 1024>>>(M->d_scalar, M->losses, BT);
+        CUDA_CHECK(cudaGetLastError());
+        double s;
+        CUDA_CHECK(cudaMemcpy(&s, M->d_scalar, sizeof(double), cudaMemcpyDeviceToHost));
+        M->mean_loss = (real)s;
+    }
+}
+
+// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
+// Uses the batch that the last model_forward copied to the device.
+static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
+    (void)inputs; (void)targets;
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
+    CUDA_CHECK(cudaMemsetAsync(M->dlnf, 0, (size_t)BT * D * sizeof(real)));
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
+    for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
+        LayerActs *a = &M->la[l], d;
+        const LayerParams *p = &M->p.layer[l];
+        LayerParams *gp = &M->g.layer[l];
+        CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, M->dacts_size * sizeof(real)));
+        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts);
+        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
+        swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
+        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
+        if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
+    }
+    encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);
+}
+
+// Fraction of softmax-routed chunks of an N layer (last chunk excluded: it is forced, §5.2), over the
+// batch, for one head (h >= 0) or all heads (h = -1). Reads the (small) mask back from the device.
+static double softmax_fraction(const Model *M, int l, int h, int B, int T) {
+    int Nc = T / CH, H = M->cfg.H, n = 0, soft = 0;
+    if (Nc < 2) return 0;
+    size_t nm = (size_t)B * Nc * H * 2;
+    real *mask = (real *)xcalloc(nm, sizeof(real));
+    CUDA_CHECK(cudaMemcpy(mask, M->la[l].rmask, nm * sizeof(real), cudaMemcpyDeviceToHost));
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < Nc - 1; c++)
+            for (int k = 0; k < H; k++) {
+                if (h >= 0 && k != h) continue;
+                n++;
+                soft += mask[(((size_t)b * Nc + c) * H + k) * 2] == 1;
+            }
+    free(mask);
+    return (double)soft / n;
+}
+
+// ================================================================================================
+// Optimizer (§9): AdamW with decoupled weight decay on the tensors marked in config.h (on the GPU)
+// ================================================================================================
+
+__global__ void grad_norm_partial_kernel(double *part, const float *g, size_t n) {
+    __shared__ double sh[512];
+    double s = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        s += (double)g[i] * g[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+__global__ void grad_norm_finish_kernel(double *out, const double *part, int np) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        double s = 0;
+        for (int i = 0; i < np; i++) s += part[i];
+        *out = sqrt(s);
+    }
+}
+static double grad_norm(const Model *M) {
+    const int np = 1024;
+    grad_norm_partial_kernel<<<np, 512>>>(M->d_normpart, M->grads, M->nparams);
+    CUDA_CHECK(cudaGetLastError());
+    grad_norm_finish_kernel<<<1, 32>>>(M->d_scalar + 1, M->d_normpart, np);
+    CUDA_CHECK(cudaGetLastError());
+    double norm;
+    CUDA_CHECK(cudaMemcpy(&norm, M->d_scalar + 1, sizeof(double), cudaMemcpyDeviceToHost));
+    return norm;
+}
+
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, double lr, double b1,
+                             double b2, double eps, double decay, double grad_scale, double c1, double c2) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double g = grads[i] * grad_scale;
+    m[i] = b1 * m[i] + (1 - b1) * g;
+    v[i] = b2 * v[i] + (1 - b2) * g * g;
+    double mh = m[i] / c1, vh = v[i] / c2;
+    params[i] -= lr * (mh / (sqrt(vh) + eps) + decay * params[i]);
+}
+// one AdamW step at step t (1-based) on the gradients scaled by grad_scale (clipping)
+static void adamw_update(Model *M, double lr, double b1, double b2, double eps, double wd, double grad_scale, int t) {
+    if (!M->adam_m) {
+        M->adam_m = (real *)xcudamalloc(M->nparams * sizeof(real));
+        M->adam_v = (real *)xcudamalloc(M->nparams * sizeof(real));
+        CUDA_CHECK(cudaMemset(M->adam_m, 0, M->nparams * sizeof(real)));
+        CUDA_CHECK(cudaMemset(M->adam_v, 0, M->nparams * sizeof(real)));
+    }
+    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+    for (int k = 0; k < M->ntensors; k++) {
+        const ParamTensor *pt = &M->tensors[k];
+        double decay = pt->decay ? wd : 0;
+        size_t o = pt->offset;
+        adamw_kernel<<<(unsigned)CEIL_DIV(pt->numel, 256), 256>>>(M->params + o, M->grads + o, M->adam_m + o, M->adam_v + o,
+                                                                 pt->numel, lr, b1, b2, eps, decay, grad_scale, c1, c2);
+        CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+// linear warmup from 0 to the peak, then cosine decay to final_frac · peak (§9)
+static double lr_at(int step, int warmup, int max_steps, double peak, double final_frac) {
+    if (step < warmup) return peak * (step + 1) / warmup;
+    if (max_steps <= warmup) return peak;
+    double progress = (double)(step - warmup) / (max_steps - warmup);
+    if (progress > 1) progress = 1;
+    return peak * (final_frac + (1 - final_frac) * 0.5 * (1 + cos(3.141592653589793 * progress)));
+}
+
+// ================================================================================================
+// Checkpoints: model_%08d.bin (header + float32 parameters) and state_%08d.bin (AdamW moments, step,
+// RNG, data position), both written atomically (common/checkpoint.h). Same files as train_natsl.c.
+// ================================================================================================
+
+static float *to_float32(const real *dev, size_t n) { // device buffer → new host float32 array
+    float *f = (float *)xcalloc(n, sizeof(float));
+    CUDA_CHECK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return f;
+}
+static void from_float32(real *dev, const float *f, size_t n) {
+    CUDA_CHECK(cudaMemcpy(dev, f, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+static int save_model(const Model *M, const char *path, char *err, size_t errlen) {
+    int h[256];
+    config_to_header(&M->cfg, M->nparams, h);
+    float *f = to_float32(M->params, M->nparams);
+    int rc = ckpt_write_atomic(path, h, f, M->nparams, NULL, 0, err, errlen);
+    free(f);
+    return rc;
+}
+
+// Reads a model checkpoint: builds M from its header and loads the parameters.
+static int load_model(Model *M, const char *path, char *err, size_t errlen) {
+    int h[256];
+    Config c;
+    if (ckpt_read_header(path, h, err, errlen)) return -1;
+    if (config_from_header(&c, h, path, err, errlen)) return -1;
+    model_build(M, &c);
+    float *f = (float *)xcalloc(M->nparams, sizeof(float));
+    int rc = ckpt_read_floats(path, 256 * sizeof(int), f, M->nparams, 1, err, errlen);
+    if (!rc) from_float32(M->params, f, M->nparams);
+    free(f);
+    return rc;
+}
+
+typedef struct { int step; uint64_t rng; int shard; size_t pos; } TrainState;
+
+static int save_state(const Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
+    int h[256] = {0};
+    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
+    h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
+    h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
+    h[8] = (int)(M->nparams & 0x7fffffff); h[9] = (int)(M->nparams >> 31);
+    float *m = M->adam_m ? to_float32(M->adam_m, M->nparams) : (float *)xcalloc(M->nparams, sizeof(float));
+    float *v = M->adam_v ? to_float32(M->adam_v, M->nparams) : (float *)xcalloc(M->nparams, sizeof(float));
+    int rc = ckpt_write_atomic(path, h, m, M->nparams, v, M->nparams, err, errlen);
+    free(m); free(v);
+    return rc;
+}
+
+static int load_state(Model *M, TrainState *s, const char *path, char *err, size_t errlen) {
+    int h[256];
+    if (ckpt_read_header(path, h, err, errlen)) return -1;
+    if (h[0] != CKPT_STATE_MAGIC || h[1] != CKPT_VERSION) {
+        snprintf(err, errlen, "%s: not a natsl optimizer state file (magic %d, version %d)", path, h[0], h[1]);
+        return -1;
+    }
+    size_t n = (size_t)(uint32_t)h[8] | ((size_t)(uint32_t)h[9] << 31);
+    if (n != M->nparams) {
+        snprintf(err, errlen, "%s: state holds %zu parameters, the model has %zu", path, n, M->nparams);
+        return -1;
+    }
+    s->step = h[2]; s->shard = h[3];
+    s->pos = (size_t)(uint32_t)h[4] | ((size_t)(uint32_t)h[5] << 31);
+    s->rng = (uint64_t)(uint32_t)h[6] | ((uint64_t)(uint32_t)h[7] << 32);
+    float *f = (float *)xcalloc(2 * n, sizeof(float));
+    int rc = ckpt_read_floats(path, 256 * sizeof(int), f, 2 * n, 1, err, errlen);
+    if (!rc) {
+        if (!M->adam_m) {
+            M->adam_m = (real *)xcudamalloc(n * sizeof(real));
+            M->adam_v = (real *)xcudamalloc(n * sizeof(real));
+        }
+        from_float32(M->adam_m, f, n);
+        from_float32(M->adam_v, f + n, n);
+    }
+    free(f);
+    return rc;
+}
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *msg) { fprintf(stderr, "error: %s\n", msg); exit(1); }
+
+static void usage(void) {
+    printf("usage: ./train_natsl_cu [options]   (the GPU trainer; same flags as ./train_natsl, plus -p)\n"
+           "  -i <glob>   train shards                      (default data/fineweb_edu_train.bin)\n"
+           "  -j <glob>   val shards                        (default data/fineweb_edu_val.bin)\n"
+           "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
+           "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
+           "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N\n"
+           "  -b <int>    micro-batch size B                (default 4)\n"
+           "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
+           "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
+           "  -l <float>  peak learning rate                (default 3e-4)\n"
+           "  -u <int>    warmup steps                      (default 20)\n"
+           "  -q <float>  final LR as a fraction of peak    (default 0.1)\n"
+           "  -c <float>  weight decay                      (default 0.1)\n"
+           "  -x <int>    max steps                         (default 300)\n"
+           "  -v <int>    val loss every N steps            (default 50)\n"
+           "  -m <int>    val batches                       (default 8)\n"
+           "  -s <int>    sample every N steps              (default 100)\n"
+           "  -g <int>    tokens to generate                (default 64)\n"
+           "  -n <int>    checkpoint every N steps, 0 = only at the end (default 0)\n"
+           "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
+           "  -r <int>    seed                              (default 42)\n"
+           "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
+           "  -p <prec>   fp32|bf16: bf16 = matmuls on bf16 tensor cores, attention 1xTF32 (default fp32)\n"
+           "  -h          this help\n");
+}
+
+// Latest step with both model_%08d.bin and state_%08d.bin in dir, or -1.
+static int latest_checkpoint(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail[8];
+        if (sscanf(e->d_name, "state_%8d.bin%1s", &step, tail) == 1 && step > best) {
+            char p[4096];
+            snprintf(p, sizeof(p), "%s/model_%08d.bin", dir, step);
+            if (access(p, R_OK) == 0) best = step;
+        }
+    }
+    closedir(d);
+    return best;
+}
+
+// On resume from step s, main.log keeps only the events of steps <= s: the later ones were logged by
+// the run that is being replaced and are about to be logged again. Rewritten atomically.
+static int log_truncate_after(const char *path, int step, char *err, size_t errlen) {
+    FILE *in = fopen(path, "r");
+    if (!in) return 0; // no log yet
+    char tmp[4200], line[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) { fclose(in); snprintf(err, errlen, "%s: cannot open for writing (%s)", tmp, strerror(errno)); return -1; }
+    while (fgets(line, sizeof(line), in)) {
+        int s;
+        if (sscanf(line, "s:%d", &s) != 1 || s <= step) fputs(line, out);
+    }
+    fclose(in);
+    if (fclose(out) || rename(tmp, path)) { snprintf(err, errlen, "%s: cannot rewrite (%s)", path, strerror(errno)); return -1; }
+    return 0;
+}
+
+// Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
+static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
+    const Config *c = &M->cfg;
+    double loss = 0;
+    for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] = 0;
+    dataloader_reset(val);
+    for (int i = 0; i < n; i++) {
+        if (dataloader_next_batch(val, err, errlen)) return -1;
+        model_forward(M, val->inputs, val->targets, B, T);
+        loss += M->mean_loss;
+        for (int l = 0; l < c->L; l++)
+            if (c->pattern[l] == 'N')
+                for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] += softmax_fraction(M, l, h, B, T) / n;
+    }
+    *vloss = loss / n;
+    return 0;
+}
+
+// Generates n tokens after an end-of-text token, sampling from the softmax. The forward runs on the
+// shortest multiple of 64 that holds the sequence: a position's logits depend only on earlier
+// tokens (routing of the current chunk only affects later chunks, §5.3-5.4), so this is exact.
+static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *rng) {
+    int *ids = (int *)xcalloc(T, sizeof(int));
+    real *zrow = (real *)xcalloc(M->cfg.V, sizeof(real));
+    ids[0] = GPT2_EOT;
+    printf("---\n");
+    for (int t = 1; t < n + 1 && t < T; t++) {
+        int Tt = ((t + CH - 1) / CH) * CH;
+        model_forward(M, ids, NULL, 1, Tt);
+        real *z = zrow;
+        CUDA_CHECK(cudaMemcpy(z, M->logits + (size_t)(t - 1) * M->cfg.Vp, M->cfg.V * sizeof(real), cudaMemcpyDeviceToHost));
+        double mx = -INFINITY, s = 0, u = rng_uniform(rng), cum = 0;
+        for (int i = 0; i < M->cfg.V; i++) if (z[i] > mx) mx = z[i];
+        for (int i = 0; i < M->cfg.V; i++) s += exp(z[i] - mx);
+        int next = M->cfg.V - 1;
+        for (int i = 0; i < M->cfg.V; i++) {
+            cum += exp(z[i] - mx) / s;
+            if (u < cum) { next = i; break; }
+        }
+        ids[t] = next;
+        const char *piece = tok ? tokenizer_decode(tok, next) : NULL;
+        if (piece) tokenizer_print_safe(piece);
+        else printf("<%d>", next);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(ids);
+    free(zrow);
+}
+
+// -z FILE: the CPU-vs-GPU comparison dump (SPEC §8). On the first train batch: loss, logits (real
+// vocabulary), every parameter gradient, every N layer's router logits and decisions; then the train
+// loss of each of 10 AdamW steps and the loss on the first batch after them. train_natsl.cu writes the
+// same file from the same inputs; test_natsl compares the two. Layout: 256 int32 header
+// [magic 20261124, version 1, B, T, V, nparams, nrouter, nsteps], then float32: loss, logits [B*T][V],
+// grads [nparams], router logits [nrouter], router decisions [nrouter], step losses [nsteps], final loss.
+#define DUMP_MAGIC 20261124
+#define DUMP_STEPS 10
+static void write_dump(Model *M, DataLoader *train, const char *path, double lr, int warmup, double final_frac,
+                       double wd, int B, int T) {
+    const Config *c = &M->cfg;
+    char err[1024];
+    size_t BT = (size_t)B * T, nrouter = 0, per = BT / CH * 2 * c->H;
+    for (int l = 0; l < c->L; l++) nrouter += c->pattern[l] == 'N' ? per : 0;
+    FILE *f = fopen(path, "wb");
+    if (!f) { fprintf(stderr, "error: %s: cannot open for writing (%s)\n", path, strerror(errno)); exit(1); }
+    int h[256] = {DUMP_MAGIC, 1, B, T, c->V, (int)M->nparams, (int)nrouter, DUMP_STEPS};
+    fwrite(h, sizeof(int), 256, f);
+    if (dataloader_next_batch(train, err, sizeof(err))) die(err);
+    int *first = (int *)xcalloc(2 * BT, sizeof(int));
+    memcpy(first, train->inputs, BT * sizeof(int));
+    memcpy(first + BT, train->targets, BT * sizeof(int));
+    CUDA_CHECK(cudaMemset(M->grads, 0, M->nparams * sizeof(real)));
+    model_forward(M, first, first + BT, B, T);
+    float loss = M->mean_loss, loss0 = loss;
+    fwrite(&loss, sizeof(float), 1, f);
+    {
+        float *z = to_float32(M->logits, BT * c->Vp);
+        for (size_t r = 0; r < BT; r++) fwrite(z + r * c->Vp, sizeof(float), c->V, f);
+        free(z);
+    }
+    float *rl = (float *)xcalloc(2 * nrouter + 1, sizeof(float)), *rd = rl + nrouter;
+    for (int l = 0, o = 0; l < c->L; l++)
+        if (c->pattern[l] == 'N') {
+            CUDA_CHECK(cudaMemcpy(rl + o, M->la[l].rlogits, per * sizeof(float), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(rd + o, M->la[l].rmask, per * sizeof(float), cudaMemcpyDeviceToHost));
+            o += per;
+        }
+    model_backward(M, first, first + BT, B, T, (real)1 / BT);
+    float *g = to_float32(M->grads, M->nparams);
+    fwrite(g, sizeof(float), M->nparams, f);
+    fwrite(rl, sizeof(float), 2 * nrouter, f);
+    free(g); free(rl);
+    for (int step = 1; step <= DUMP_STEPS; step++) {
+        if (step > 1) {
+            if (dataloader_next_batch(train, err, sizeof(err))) die(err);
+            CUDA_CHECK(cudaMemset(M->grads, 0, M->nparams * sizeof(real)));
+            model_forward(M, train->inputs, train->targets, B, T);
+            model_backward(M, train->inputs, train->targets, B, T, (real)1 / BT);
+        }
+        float l = step == 1 ? loss : M->mean_loss;
+        double norm = grad_norm(M);
+        adamw_update(M, lr_at(step - 1, warmup, DUMP_STEPS, lr, final_frac), 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
+        fwrite(&l, sizeof(float), 1, f);
+    }
+    model_forward(M, first, first + BT, B, T);
+    loss = M->mean_loss;
+    fwrite(&loss, sizeof(float), 1, f);
+    free(first);
+    if (fclose(f)) { fprintf(stderr, "error: %s: write failed\n", path); exit(1); }
+    printf("wrote %s: loss %.6f, after %d steps %.6f\n", path, loss0, DUMP_STEPS, loss);
+}
+
+int main(int argc, char **argv) {
+    const char *train_glob = "data/fineweb_edu_train.bin", *val_glob = "data/fineweb_edu_val.bin";
+    const char *outdir = NULL, *init_from = "tiny", *arch = NULL, *dump_path = NULL, *prec = "fp32";
+    int B = 4, T = 256, total_batch = -1, warmup = 20, max_steps = 300, val_every = 50, val_batches = 8;
+    int sample_every = 100, gen_tokens = 64, ckpt_every = 0, resume = 0, seed = 42;
+    double lr = 3e-4, final_frac = 0.1, wd = 0.1;
+    char err[1024], msg[1200];
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h")) { usage(); return 0; }
+        if (argv[i][0] != '-' || strlen(argv[i]) != 2 || i + 1 >= argc) {
+            snprintf(msg, sizeof(msg), "bad argument '%s' (every flag takes a value; -h for help)", argv[i]);
+            die(msg);
+        }
+        const char *v = argv[++i];
+        switch (argv[i - 1][1]) {
+        case 'i': train_glob = v; break;        case 'j': val_glob = v; break;
+        case 'o': outdir = v; break;            case 'e': init_from = v; break;
+        case 'a': arch = v; break;              case 'b': B = atoi(v); break;
+        case 't': T = atoi(v); break;           case 'd': total_batch = atoi(v); break;
+        case 'l': lr = atof(v); break;          case 'u': warmup = atoi(v); break;
+        case 'q': final_frac = atof(v); break;  case 'c': wd = atof(v); break;
+        case 'x': max_steps = atoi(v); break;   case 'v': val_every = atoi(v); break;
+        case 'm': val_batches = atoi(v); break; case 's': sample_every = atoi(v); break;
+        case 'g': gen_tokens = atoi(v); break;  case 'n': ckpt_every = atoi(v); break;
+        case 'y': resume = atoi(v); break;      case 'r': seed = atoi(v); break;
+        case 'z': dump_path = v; break;         case 'p': prec = v; break;
+        default: snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i - 1]); die(msg);
+        }
+    }
+    if (T <= 0 || T % CH) { snprintf(msg, sizeof(msg), "-t %d: sequence length must be a positive multiple of %d (the NAtS chunk size)", T, CH); die(msg); }
+    if (B <= 0) { snprintf(msg, sizeof(msg), "-b %d: micro-batch size must be positive", B); die(msg); }
+    if (total_batch < 0) total_batch = B * T;
+    if (total_batch <= 0 || total_batch % (B * T)) { snprintf(msg, sizeof(msg), "-d %d: total batch must be a positive multiple of B*T = %d", total_batch, B * T); die(msg); }
+    if (max_steps <= 0 || warmup < 0 || val_batches <= 0) die("-x and -m must be positive and -u not negative");
+    if (resume && !outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
+    int accum = total_batch / (B * T);
+    if (strcmp(prec, "fp32") && strcmp(prec, "bf16")) { snprintf(msg, sizeof(msg), "-p %s: precision must be fp32 or bf16", prec); die(msg); }
+    g_bf16 = !strcmp(prec, "bf16");
+
+    // the GPU. fp32: cuBLAS in true fp32 (no TF32), the attention kernels in their fp32-accurate 3xTF32 mode.
+    // bf16 (first step of the bf16 path): matmuls on bf16 tensor cores, attention in 1xTF32; storage, the GDN op,
+    // norms and AdamW stay fp32.
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUBLAS_CHECK(cublasCreate(&g_cublas));
+    CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
+    attention_set_tf32_passes(g_bf16 ? 1 : 3);
+    g_prof = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
+    double prof_step_ms = 0;
+    int prof_steps = 0;
+
+    // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
+    Model M;
+    TrainState st = {0, rng_seed(seed + 1), 0, 0};
+    int resume_step = resume ? latest_checkpoint(outdir) : -1;
+    if (resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", outdir);
+    if (resume_step >= 0) {
+        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, resume_step);
+        if (load_model(&M, msg, err, sizeof(err))) die(err);
+        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", outdir, resume_step);
+        if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
+        printf("resuming from %s (step %d)\n", msg, st.step);
+    } else {
+        Config c;
+        if (config_from_preset(&c, init_from) == 0) {
+            if (arch && config_set_pattern(&c, arch, err, sizeof(err))) die(err);
+            if (config_check(&c, err, sizeof(err))) die(err);
+            model_build(&M, &c);
+            model_init(&M, seed);
+        } else {
+            struct stat sb;
+            if (stat(init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", init_from); die(msg); }
+            if (load_model(&M, init_from, err, sizeof(err))) die(err);
+            if (arch) printf("note: -a is ignored when starting from a checkpoint\n");
+        }
+    }
+    const Config *c = &M.cfg;
+    printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
+           c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
+    printf("parameters: %zu\n", M.nparams);
+    printf("device: %s, precision: %s\n", prop.name, prec);
+    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, accum, total_batch);
+
+    DataLoader train, val;
+    if (dataloader_init(&train, train_glob, B, T, err, sizeof(err))) die(err);
+    if (dataloader_init(&val, val_glob, B, T, err, sizeof(err))) die(err);
+    if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
+    Tokenizer tok;
+    int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
+    if (!have_tok) printf("note: %s (samples print token ids)\n", err);
+    model_alloc_acts(&M, B, T);
+    if (dump_path) { write_dump(&M, &train, dump_path, lr, warmup, final_frac, wd, B, T); return 0; }
+
+    FILE *logf = NULL;
+    if (outdir) {
+        mkdir(outdir, 0777);
+        snprintf(msg, sizeof(msg), "%s/main.log", outdir);
+        if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
+        logf = fopen(msg, st.step > 0 ? "a" : "w");
+        if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
+    }
+    double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double));
+
+    for (int step = st.step + 1; step <= max_steps; step++) {
+        int last = step == max_steps;
+        if (val_every > 0 && (step % val_every == 0 || last || step == 1)) {
+            double vl;
+            if (evaluate(&vl, &M, &val, val_batches, B, T, sfr, err, sizeof(err))) die(err);
+            printf("step %d: val loss %.4f", step, vl);
+            for (int l = 0; l < c->L; l++) {
+                if (c->pattern[l] != 'N') continue;
+                printf(" | softmax frac l%d:", l);
+                for (int h = 0; h < c->H; h++) printf(" %.2f", sfr[l * c->H + h]);
+            }
+            printf("\n");
+            if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); fflush(logf); }
+        }
+        if (sample_every > 0 && gen_tokens > 0 && (step % sample_every == 0 || last)) {
+            printf("step %d: sample\n", step);
+            sample_text(&M, have_tok ? &tok : NULL, gen_tokens, T, &st.rng);
+        }
+
+        double t0 = now_s(), loss = 0;
+        CUDA_CHECK(cudaMemset(M.grads, 0, M.nparams * sizeof(real)));
+        for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr[l * c->H + h] = 0;
+        for (int k = 0; k < accum; k++) {
+            if (dataloader_next_batch(&train, err, sizeof(err))) die(err);
+            model_forward(&M, train.inputs, train.targets, B, T);
+            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * accum));
+            loss += M.mean_loss / accum;
+            for (int l = 0; l < c->L; l++)
+                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / accum;
+        }
+        double norm = grad_norm(&M), step_lr = lr_at(step - 1, warmup, max_steps, lr, final_frac);
+        int skipped = !isfinite(norm);
+        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        double dt = now_s() - t0;
+        if (g_prof && step == st.step + 1) memset(g_prof_ms, 0, sizeof(g_prof_ms)); // skip the first (warm-up) step
+        else if (g_prof) { prof_step_ms += dt * 1e3; prof_steps++; }
+        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, max_steps, loss,
+               step_lr, norm, dt * 1e3, total_batch / dt);
+        for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr[l * c->H]);
+        printf("%s\n", skipped ? " | SKIPPED (gradient norm not finite)" : "");
+        if (logf) {
+            fprintf(logf, "s:%d trl:%.4f\n", step, loss);
+            for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr[l * c->H]);
+            if (skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
+            fflush(logf);
+        }
+
+        if (outdir && ((ckpt_every > 0 && step % ckpt_every == 0) || last)) {
+            st.step = step; st.shard = train.shard; st.pos = train.pos;
+            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, step);
+            if (save_model(&M, msg, err, sizeof(err))) die(err);
+            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", outdir, step);
+            if (save_state(&M, &st, msg, err, sizeof(err))) die(err);
+            printf("saved %s/{model,state}_%08d.bin\n", outdir, step);
+        }
+    }
+    if (g_prof && prof_steps > 0) {
+        double known = 0;
+        printf("profile (NATSL_PROFILE=1), ms per step over %d steps (first step excluded), step %.1f ms:\n", prof_steps,
+               prof_step_ms / prof_steps);
+        for (int k = 0; k < PROF_N; k++) {
+            printf("  %-16s %9.2f ms  %5.1f%%\n", PROF_NAMES[k], g_prof_ms[k] / prof_steps, 100 * g_prof_ms[k] / prof_step_ms);
+            known += g_prof_ms[k];
+        }
+        printf("  %-16s %9.2f ms  %5.1f%%\n", "everything else", (prof_step_ms - known) / prof_steps,
+               100 * (prof_step_ms - known) / prof_step_ms);
+    }
+    if (logf) fclose(logf);
+    free(sfr);
+    dataloader_free(&train); dataloader_free(&val);
+    if (have_tok) tokenizer_free(&tok);
+    model_free(&M);
+    cublasDestroy(g_cublas);
+    return 0;
+}
