@@ -99,16 +99,19 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
 // copied ("packed") into contiguous micro-panels; a micro-kernel keeps an MR×NR tile of C in
 // registers (gcc vectorizes it). Each output element is summed in a fixed order whatever the thread
 // count, so runs are reproducible.
-#define MR 6      // micro-tile rows    (MR x NR accumulators = 12 AVX2 registers)
+#define MR 6      // micro-tile rows
 #define NR 16     // micro-tile columns
-#define KC 256    // K slice: one B micro-panel (KC x NR reals = 16 KB) stays in L1
-#define MC 256    // max rows of a block: packed A slice (MC x KC = 96 KB) stays in L2
-#define NC 512    // max cols of a block: packed B slice (KC x NC = 512 KB) in L2/L3
+#define KC 256    // K slice: one packed B micro-panel (KC x NR reals = 16 KB) stays in L1
+#define MC 256    // max block rows: the packed A slice (MC x KC = 256 KB) stays in L2
+#define NC 512    // max block cols: packed B slice (KC x NC = 512 KB), read once per block
 
 // c[0:m][0:n] (row stride ldc) = or += a·b, where a is a packed MR-row micro-panel
-// (kc x MR) and b a packed NR-column micro-panel (kc x NR). The MR x NR accumulator
-// tile lives in registers; "omp simd" makes gcc vectorize along j (16 reals = 2 AVX
-// vectors) instead of picking a worse strategy (without OpenMP it is slower, still correct).
+// (kc x MR) and b a packed NR-column micro-panel (kc x NR). The MR x NR accumulator tile
+// lives in registers (12 AVX2 / 24 NEON registers): per k, MR broadcasts of a times one
+// NR-wide row of b. gcc needs "omp simd" to vectorize along j (without -fopenmp or
+// -fopenmp-simd it vectorizes the k loop instead and is ~20x slower, still correct).
+// noinline: inlined into the OpenMP region, clang spills the accumulators.
+__attribute__((noinline))
 static void micro_kernel(int kc, const real *a, const real *b, real *c, int ldc,
                          int m, int n, int accumulate) {
     real acc[MR][NR] = {{0}};
@@ -116,16 +119,11 @@ static void micro_kernel(int kc, const real *a, const real *b, real *c, int ldc,
         for (int i = 0; i < MR; i++)
             #pragma omp simd
             for (int j = 0; j < NR; j++) acc[i][j] += a[i] * b[j];
-    if (m == MR && n == NR) { // full tile: fixed trip counts, vectorized
-        for (int i = 0; i < MR; i++)
-            #pragma omp simd
-            for (int j = 0; j < NR; j++)
+    for (int i = 0; i < MR; i++) // write back; edge tiles only their valid m x n part
+        #pragma omp simd
+        for (int j = 0; j < NR; j++)
+            if (i < m && j < n)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
-    } else { // edge tile
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
-    }
 }
 
 // Pack rows [0,n) x cols [0,kc) of X, where X(r,k) = X[r*rs + k*ks], into R-row
@@ -153,6 +151,7 @@ static size_t gemm_scratch_size = 0;
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// C[M][N] (row stride ldc) = A·B (accumulate = 0) or += A·B (accumulate = 1).
 static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
                  const real *B, long brs, long bcs, int M, int N, int K, int accumulate) {
     int nthreads = 1;
@@ -174,8 +173,10 @@ static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
         free(gemm_scratch);
         gemm_scratch_size = per_thread * nthreads;
         gemm_scratch = xcalloc(gemm_scratch_size, sizeof(real));
+        if (!gemm_scratch) abort();
     }
-    // Blocks are dealt round-robin, consecutive blocks share the same B slice (in L3).
+    // Blocks are dealt round-robin; consecutive blocks read the same B slice (shared L3).
+    // Within a block, each packed B micro-panel (L1) is swept against all A panels (L2).
     #pragma omp parallel for schedule(static, 1)
     for (int blk = 0; blk < nbm * nbn; blk++) {
         int tid = 0;
@@ -202,7 +203,7 @@ static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
 // out[BT][OC] = inp[BT][C] · W^T   (W is [OC][C]; overwrites out)
 static void matmul_forward(real *out, const real *inp, const real *weight,
                            int BT, int C, int OC) {
-    gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0);
+    gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
 }
 
 // dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL)
@@ -210,7 +211,7 @@ static void matmul_forward(real *out, const real *inp, const real *weight,
 static void matmul_backward(real *dinp, real *dweight, const real *dout,
                             const real *inp, const real *weight, int BT, int C, int OC) {
     if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, 1);
-    gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1);
+    gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------

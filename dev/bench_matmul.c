@@ -1,5 +1,4 @@
-// Correctness check + benchmark of the linear-layer matmuls of train_natsl.c
-// (or of dev/wip/matmul.c with -DMATMUL_WIP).
+// Correctness check + benchmark of the linear-layer matmuls of train_natsl.c.
 // Build: gcc -O3 -march=native -ffast-math -fopenmp dev/bench_matmul.c -o bench_matmul -lm
 // Run:   ./bench_matmul [reps]   (default 7; 0 = correctness checks only;
 //        OMP_NUM_THREADS selects the thread count)
@@ -8,12 +7,8 @@
 #include <string.h>
 #include <math.h>
 #include <time.h>
-#ifdef MATMUL_WIP
-#include "wip/matmul.c"     // the work-in-progress version (-DMATMUL_WIP)
-#else
 #define TESTING
 #include "../train_natsl.c" // the matmul_forward / matmul_backward of the CPU reference
-#endif
 
 static double now(void) {
     struct timespec ts;
