@@ -2060,6 +2060,12 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
     free(f);
     return rc;
 }
+// ================================================================================================
+// Training (left out when another program includes this file with TESTING defined, e.g. dev benchmarks)
+// ================================================================================================
+
+#ifndef TESTING
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -2425,3 +2431,4 @@ int main(int argc, char **argv) {
     cublasDestroy(g_cublas);
     return 0;
 }
+#endif
