@@ -1087,6 +1087,13 @@ static void test_cli_bad_input(void) {
     f = fopen(p, "wb"); fwrite(tok, 2, 20000, f); fclose(f);
     snprintf(args, sizeof(args), "-e %s", p); expect_error(args, "model_00000001.bin");
     free(tok);
+    // a second fresh run into the same output dir must not overwrite the first one's log and checkpoints
+    char cmd[1200], msg[1024];
+    snprintf(cmd, sizeof(cmd), "./train_natsl -b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", dir);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "short run failed: %s", msg);
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", dir); expect_error(args, "already holds a run");
+    snprintf(p, sizeof(p), "%s/run/model_00000001.bin", dir);
+    CHECK(access(p, F_OK) == 0, "the first run's checkpoint is gone");
     snprintf(args, sizeof(args), "rm -rf %s", dir);
     CHECK(system(args) == 0, "cleanup");
 }

@@ -1022,8 +1022,9 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
 // Router mask Ã from mean-pooled x (§5.2). Softmax op on qa = RMSNorm_{w_qn}(Q head), ka likewise, va = V
 // (optional RoPE, §5.8); GDN op on q̂, k̂, V as in G, both driven by Ã (§5.3, §5.4). ω = pair softmax of
-// Q W_owᵀ (§5.1). Fused norm (§5.6): y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j)
-// over 2H·... = Ha rows of dva per token;  out = y W_oᵀ.
+// Q W_owᵀ (§5.1). Fused norm (§5.6), over the Ha rows of d_va features of each token (the GDN output
+// [H][d_v] re-viewed as [Ha][d_va]):  y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j);
+// out = y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536], 6 GDN heads of 128/256, 12 softmax heads of 64/128.
 static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
                                 int relaxed) {
     int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
@@ -1485,6 +1486,13 @@ int main(int argc, char **argv) {
     TrainState st = {0, rng_seed(seed + 1), 0, 0};
     int resume_step = resume ? latest_checkpoint(outdir) : -1;
     if (resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", outdir);
+    if (outdir && !resume) { // never overwrite another run's log and checkpoints
+        snprintf(msg, sizeof(msg), "%s/main.log", outdir);
+        if (access(msg, F_OK) == 0 || latest_checkpoint(outdir) >= 0) {
+            snprintf(err, sizeof(err), "-o %s already holds a run (main.log or checkpoints): resume it with -y 1 or choose another -o", outdir);
+            die(err);
+        }
+    }
     if (resume_step >= 0) {
         snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, resume_step);
         if (load_model(&M, msg, err, sizeof(err))) die(err);
