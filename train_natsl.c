@@ -22,7 +22,6 @@ Build: make train_natsl (see Makefile). Compile with -DNATSL_DOUBLE for double p
 #include <tgmath.h>
 #include <time.h>
 #include <errno.h>
-#include <dirent.h>
 #include <sys/stat.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -31,6 +30,7 @@ Build: make train_natsl (see Makefile). Compile with -DNATSL_DOUBLE for double p
 #include "common/dataloader.h"
 #include "common/tokenizer.h"
 #include "common/checkpoint.h"
+#include "common/train_util.h"
 
 #ifdef NATSL_DOUBLE
 typedef double real;
@@ -45,33 +45,14 @@ static inline real silu(real x) { return x * sigmoid(x); }
 static inline real dsilu(real x) { real s = sigmoid(x); return s * (1 + x * (1 - s)); } // d silu / dx
 static inline real softplus(real x) { return x > 20 ? x : log1p(exp(x)); }
 // Built with -ffast-math, which lets the compiler assume there are no infinities or NaNs (and so
-// vectorize exp): a non-finite value is therefore recognized from its bits, and maxima start from a
-// finite sentinel.
+// vectorize exp): maxima start from a finite sentinel, and non-finite gradient norms are recognized from
+// their bits (is_finite, common/train_util.h).
 #define NEG_LARGE ((real)-1e30)
-static int is_finite(double x) { uint64_t u; memcpy(&u, &x, sizeof(u)); return ((u >> 52) & 0x7ff) != 0x7ff; }
 
 static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     if (!p) { fprintf(stderr, "error: out of memory allocating %zu bytes\n", n * size); exit(1); }
     return p;
-}
-
-// ------------------------------------------------------------------------------------------------
-// random numbers: xorshift64*, seeded through splitmix64 (one seeded stream: runs are reproducible)
-
-static uint64_t rng_seed(uint64_t seed) {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (z ^ (z >> 31)) | 1;
-}
-static uint32_t rng_u32(uint64_t *s) {
-    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
-    return (uint32_t)((*s * 0x2545F4914F6CDD1Dull) >> 32);
-}
-static double rng_uniform(uint64_t *s) { return (rng_u32(s) + 0.5) / 4294967296.0; } // in (0, 1)
-static double rng_normal(uint64_t *s) {
-    return sqrt(-2.0 * log(rng_uniform(s))) * cos(6.283185307179586 * rng_uniform(s));
 }
 
 // ================================================================================================
@@ -1172,15 +1153,6 @@ static void adamw_update(Model *M, double lr, double b1, double b2, double eps, 
     }
 }
 
-// linear warmup from 0 to the peak, then cosine decay to final_frac · peak (§9)
-static double lr_at(int step, int warmup, int max_steps, double peak, double final_frac) {
-    if (step < warmup) return peak * (step + 1) / warmup;
-    if (max_steps <= warmup) return peak;
-    double progress = (double)(step - warmup) / (max_steps - warmup);
-    if (progress > 1) progress = 1;
-    return peak * (final_frac + (1 - final_frac) * 0.5 * (1 + cos(3.141592653589793 * progress)));
-}
-
 // ================================================================================================
 // Checkpoints: model_%08d.bin (header + float32 parameters) and state_%08d.bin (AdamW moments, step,
 // RNG, data position), both written atomically (common/checkpoint.h).
@@ -1264,77 +1236,6 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
 // ================================================================================================
 
 #ifndef TESTING
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *msg) { fprintf(stderr, "error: %s\n", msg); exit(1); }
-
-static void usage(void) {
-    printf("usage: ./train_natsl [options]\n"
-           "  -i <glob>   train shards                      (default data/fineweb_edu_train.bin)\n"
-           "  -j <glob>   val shards                        (default data/fineweb_edu_val.bin)\n"
-           "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
-           "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
-           "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N\n"
-           "  -b <int>    micro-batch size B                (default 4)\n"
-           "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
-           "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
-           "  -l <float>  peak learning rate                (default 3e-4)\n"
-           "  -u <int>    warmup steps                      (default 20)\n"
-           "  -q <float>  final LR as a fraction of peak    (default 0.1)\n"
-           "  -c <float>  weight decay                      (default 0.1)\n"
-           "  -x <int>    max steps                         (default 300)\n"
-           "  -v <int>    val loss every N steps            (default 50)\n"
-           "  -m <int>    val batches                       (default 8)\n"
-           "  -s <int>    sample every N steps              (default 100)\n"
-           "  -g <int>    tokens to generate                (default 64)\n"
-           "  -n <int>    checkpoint every N steps, 0 = only at the end (default 0)\n"
-           "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
-           "  -r <int>    seed                              (default 42)\n"
-           "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
-           "  -h          this help\n");
-}
-
-// Latest step with both model_%08d.bin and state_%08d.bin in dir, or -1.
-static int latest_checkpoint(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int step;
-        char tail[8];
-        if (sscanf(e->d_name, "state_%8d.bin%1s", &step, tail) == 1 && step > best) {
-            char p[4096];
-            snprintf(p, sizeof(p), "%s/model_%08d.bin", dir, step);
-            if (access(p, R_OK) == 0) best = step;
-        }
-    }
-    closedir(d);
-    return best;
-}
-
-// On resume from step s, main.log keeps only the events of steps <= s: the later ones were logged by
-// the run that is being replaced and are about to be logged again. Rewritten atomically.
-static int log_truncate_after(const char *path, int step, char *err, size_t errlen) {
-    FILE *in = fopen(path, "r");
-    if (!in) return 0; // no log yet
-    char tmp[4200], line[512];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *out = fopen(tmp, "w");
-    if (!out) { fclose(in); snprintf(err, errlen, "%s: cannot open for writing (%s)", tmp, strerror(errno)); return -1; }
-    while (fgets(line, sizeof(line), in)) {
-        int s;
-        if (sscanf(line, "s:%d", &s) != 1 || s <= step) fputs(line, out);
-    }
-    fclose(in);
-    if (fclose(out) || rename(tmp, path)) { snprintf(err, errlen, "%s: cannot rewrite (%s)", path, strerror(errno)); return -1; }
-    return 0;
-}
 
 // Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
 static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
@@ -1444,73 +1345,36 @@ static void write_dump(Model *M, DataLoader *train, const char *path, double lr,
 }
 
 int main(int argc, char **argv) {
-    const char *train_glob = "data/fineweb_edu_train.bin", *val_glob = "data/fineweb_edu_val.bin";
-    const char *outdir = NULL, *init_from = "tiny", *arch = NULL, *dump_path = NULL;
-    int B = 4, T = 256, total_batch = -1, warmup = 20, max_steps = 300, val_every = 50, val_batches = 8;
-    int sample_every = 100, gen_tokens = 64, ckpt_every = 0, resume = 0, seed = 42;
-    double lr = 3e-4, final_frac = 0.1, wd = 0.1;
+    TrainArgs a;
+    train_args_parse(&a, argc, argv);
+    if (strcmp(a.precision, "fp32")) die("-p bf16: the CPU reference computes in fp32 (bf16 is train_natsl_cu's)");
+    int B = a.B, T = a.T;
     char err[1024], msg[1200];
-
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h")) { usage(); return 0; }
-        if (argv[i][0] != '-' || strlen(argv[i]) != 2 || i + 1 >= argc) {
-            snprintf(msg, sizeof(msg), "bad argument '%s' (every flag takes a value; -h for help)", argv[i]);
-            die(msg);
-        }
-        const char *v = argv[++i];
-        switch (argv[i - 1][1]) {
-        case 'i': train_glob = v; break;        case 'j': val_glob = v; break;
-        case 'o': outdir = v; break;            case 'e': init_from = v; break;
-        case 'a': arch = v; break;              case 'b': B = atoi(v); break;
-        case 't': T = atoi(v); break;           case 'd': total_batch = atoi(v); break;
-        case 'l': lr = atof(v); break;          case 'u': warmup = atoi(v); break;
-        case 'q': final_frac = atof(v); break;  case 'c': wd = atof(v); break;
-        case 'x': max_steps = atoi(v); break;   case 'v': val_every = atoi(v); break;
-        case 'm': val_batches = atoi(v); break; case 's': sample_every = atoi(v); break;
-        case 'g': gen_tokens = atoi(v); break;  case 'n': ckpt_every = atoi(v); break;
-        case 'y': resume = atoi(v); break;      case 'r': seed = atoi(v); break;
-        case 'z': dump_path = v; break;
-        default: snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i - 1]); die(msg);
-        }
-    }
-    if (T <= 0 || T % CH) { snprintf(msg, sizeof(msg), "-t %d: sequence length must be a positive multiple of %d (the NAtS chunk size)", T, CH); die(msg); }
-    if (B <= 0) { snprintf(msg, sizeof(msg), "-b %d: micro-batch size must be positive", B); die(msg); }
-    if (total_batch < 0) total_batch = B * T;
-    if (total_batch <= 0 || total_batch % (B * T)) { snprintf(msg, sizeof(msg), "-d %d: total batch must be a positive multiple of B*T = %d", total_batch, B * T); die(msg); }
-    if (max_steps <= 0 || warmup < 0 || val_batches <= 0) die("-x and -m must be positive and -u not negative");
-    if (resume && !outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
-    int accum = total_batch / (B * T);
 
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
     Model M;
-    TrainState st = {0, rng_seed(seed + 1), 0, 0};
-    int resume_step = resume ? latest_checkpoint(outdir) : -1;
-    if (resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", outdir);
-    if (outdir && !resume) { // never overwrite another run's log and checkpoints
-        snprintf(msg, sizeof(msg), "%s/main.log", outdir);
-        if (access(msg, F_OK) == 0 || latest_checkpoint(outdir) >= 0) {
-            snprintf(err, sizeof(err), "-o %s already holds a run (main.log or checkpoints): resume it with -y 1 or choose another -o", outdir);
-            die(err);
-        }
-    }
+    TrainState st = {0, rng_seed(a.seed + 1), 0, 0};
+    int resume_step = a.resume ? latest_checkpoint(a.outdir) : -1;
+    if (a.resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", a.outdir);
+    if (a.outdir && !a.resume) check_fresh_outdir(a.outdir);
     if (resume_step >= 0) {
-        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, resume_step);
+        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, resume_step);
         if (load_model(&M, msg, err, sizeof(err))) die(err);
-        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", outdir, resume_step);
+        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, resume_step);
         if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
         printf("resuming from %s (step %d)\n", msg, st.step);
     } else {
         Config c;
-        if (config_from_preset(&c, init_from) == 0) {
-            if (arch && config_set_pattern(&c, arch, err, sizeof(err))) die(err);
+        if (config_from_preset(&c, a.init_from) == 0) {
+            if (a.arch && config_set_pattern(&c, a.arch, err, sizeof(err))) die(err);
             if (config_check(&c, err, sizeof(err))) die(err);
             model_build(&M, &c);
-            model_init(&M, seed);
+            model_init(&M, a.seed);
         } else {
             struct stat sb;
-            if (stat(init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", init_from); die(msg); }
-            if (load_model(&M, init_from, err, sizeof(err))) die(err);
-            if (arch) printf("note: -a is ignored when starting from a checkpoint\n");
+            if (stat(a.init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", a.init_from); die(msg); }
+            if (load_model(&M, a.init_from, err, sizeof(err))) die(err);
+            if (a.arch) printf("note: -a is ignored when starting from a checkpoint\n");
         }
     }
     const Config *c = &M.cfg;
@@ -1520,33 +1384,33 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
     printf("threads: %d\n", omp_get_max_threads());
 #endif
-    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, accum, total_batch);
+    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, a.accum, a.total_batch);
 
     DataLoader train, val;
-    if (dataloader_init(&train, train_glob, B, T, err, sizeof(err))) die(err);
-    if (dataloader_init(&val, val_glob, B, T, err, sizeof(err))) die(err);
+    if (dataloader_init(&train, a.train_glob, B, T, err, sizeof(err))) die(err);
+    if (dataloader_init(&val, a.val_glob, B, T, err, sizeof(err))) die(err);
     if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
     Tokenizer tok;
     int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
     if (!have_tok) printf("note: %s (samples print token ids)\n", err);
     model_alloc_acts(&M, B, T);
-    if (dump_path) { write_dump(&M, &train, dump_path, lr, warmup, final_frac, wd, B, T); return 0; }
+    if (a.dump_path) { write_dump(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
 
     FILE *logf = NULL;
-    if (outdir) {
-        mkdir(outdir, 0777);
-        snprintf(msg, sizeof(msg), "%s/main.log", outdir);
+    if (a.outdir) {
+        mkdir(a.outdir, 0777);
+        snprintf(msg, sizeof(msg), "%s/main.log", a.outdir);
         if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
         logf = fopen(msg, st.step > 0 ? "a" : "w");
         if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
     }
     double *sfr = xcalloc((size_t)c->L * c->H, sizeof(double));
 
-    for (int step = st.step + 1; step <= max_steps; step++) {
-        int last = step == max_steps;
-        if (val_every > 0 && (step % val_every == 0 || last || step == 1)) {
+    for (int step = st.step + 1; step <= a.max_steps; step++) {
+        int last = step == a.max_steps;
+        if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
             double vl;
-            if (evaluate(&vl, &M, &val, val_batches, B, T, sfr, err, sizeof(err))) die(err);
+            if (evaluate(&vl, &M, &val, a.val_batches, B, T, sfr, err, sizeof(err))) die(err);
             printf("step %d: val loss %.4f", step, vl);
             for (int l = 0; l < c->L; l++) {
                 if (c->pattern[l] != 'N') continue;
@@ -1556,28 +1420,28 @@ int main(int argc, char **argv) {
             printf("\n");
             if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); fflush(logf); }
         }
-        if (sample_every > 0 && gen_tokens > 0 && (step % sample_every == 0 || last)) {
+        if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last)) {
             printf("step %d: sample\n", step);
-            sample_text(&M, have_tok ? &tok : NULL, gen_tokens, T, &st.rng);
+            sample_text(&M, have_tok ? &tok : NULL, a.gen_tokens, T, &st.rng);
         }
 
         double t0 = now_s(), loss = 0;
         memset(M.grads, 0, M.nparams * sizeof(real));
         for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr[l * c->H + h] = 0;
-        for (int k = 0; k < accum; k++) {
+        for (int k = 0; k < a.accum; k++) {
             if (dataloader_next_batch(&train, err, sizeof(err))) die(err);
             model_forward(&M, train.inputs, train.targets, B, T);
-            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * accum));
-            loss += M.mean_loss / accum;
+            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * a.accum));
+            loss += M.mean_loss / a.accum;
             for (int l = 0; l < c->L; l++)
-                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / accum;
+                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / a.accum;
         }
-        double norm = grad_norm(&M), step_lr = lr_at(step - 1, warmup, max_steps, lr, final_frac);
+        double norm = grad_norm(&M), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
         int skipped = !is_finite(norm);
-        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
+        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, a.wd, norm > 1 ? 1 / norm : 1, step);
         double dt = now_s() - t0;
-        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, max_steps, loss,
-               step_lr, norm, dt * 1e3, total_batch / dt);
+        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, loss,
+               step_lr, norm, dt * 1e3, a.total_batch / dt);
         for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr[l * c->H]);
         printf("%s\n", skipped ? " | SKIPPED (gradient norm not finite)" : "");
         if (logf) {
@@ -1587,13 +1451,13 @@ int main(int argc, char **argv) {
             fflush(logf);
         }
 
-        if (outdir && ((ckpt_every > 0 && step % ckpt_every == 0) || last)) {
+        if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
             st.step = step; st.shard = train.shard; st.pos = train.pos;
-            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, step);
+            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, step);
             if (save_model(&M, msg, err, sizeof(err))) die(err);
-            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", outdir, step);
+            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, step);
             if (save_state(&M, &st, msg, err, sizeof(err))) die(err);
-            printf("saved %s/{model,state}_%08d.bin\n", outdir, step);
+            printf("saved %s/{model,state}_%08d.bin\n", a.outdir, step);
         }
     }
     if (logf) fclose(logf);
