@@ -13,15 +13,18 @@ GPU organization (see dev/cuda/README.md):
     C program's layouts (config.h's parameter layout; layer_acts_layout for activations);
   * linear layers go through cuBLAS (row-major y = x Wᵀ mapped onto column-major sgemm); in fp32 mode
     cuBLAS runs in CUBLAS_PEDANTIC_MATH (true fp32, no TF32);
-  * the softmax ops (A layers, NAtS-L softmax op) use the masked flash-attention kernels of
-    dev/cuda/attention/masked_attention.cu (moved here), in their 3xTF32 (fp32-accurate) mode;
-  * the GDN op is the plain token recurrence of train_natsl.c (not yet the chunked WY kernel of
-    dev/cuda/gdn), parallel over (batch, head, value-column tiles): the delta rule is separable over
-    value columns, so one warp owns 32/P columns and P lanes share a column's dk rows in registers;
-    the backward recomputes each chunk from the saved chunk-start states, exactly like the C code;
+  * the softmax ops (A layers, NAtS-L softmax op) use the masked flash-attention kernels below (their
+    test harness: dev/cuda/attention/masked_attention.cu), in their 3xTF32 (fp32-accurate) mode;
+  * TESTING defined before including this file leaves out main (dev/bench_gpu.cu and the harnesses in
+    dev/cuda/ include it);
+  * the GDN op is the chunked WY/UT form (64-token chunks, fp32 FMA block matmuls on shared memory;
+    its test harness and notes: dev/cuda/gdn) for dk ∈ {32, 48, 64, 128} and dv % 32 == 0; other
+    shapes (the 760m preset's dk = 192) fall back to the plain token recurrence of train_natsl.c,
+    parallel over (batch, head, value-column tiles). Its workspace is one explicit buffer owned by
+    the model (M->gdn_ws), shared by all G/N layers;
   * column sums of weight gradients (norm weights, conv weights, gate biases) are two-pass and
-    deterministic; the embedding backward, the attention dq and the GDN op's dq/dk/dg/dβ/dA use
-    float atomics (run-to-run differences at the 1e-7 level);
+    deterministic; the embedding backward and the attention dq use float atomics (so do the
+    token-recurrence fallback's dq/dk/dg/dβ/dA), run-to-run differences at the 1e-7 level;
   * one host round trip per micro-step for the loss, one per step for the gradient norm (plus the small
     router masks read back for the "sfr" statistics of N layers);
   * -p bf16 (first step only): the same program with matmuls on bf16 tensor cores
@@ -171,8 +174,8 @@ struct ProfScope {
 };
 
 // ================================================================================================
-// The masked flash-attention kernels (from dev/cuda/attention/masked_attention.cu, where their
-// standalone test and benchmark live): attention_forward / attention_backward below.
+// The masked flash-attention kernels (their standalone test and benchmark: dev/cuda/attention/
+// masked_attention.cu, which includes this file): attention_forward / attention_backward below.
 // ================================================================================================
 #define ATT_LOG2E 1.4426950408889634f
 #define ATT_LN2   0.6931471805599453f
@@ -1069,11 +1072,13 @@ static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_
 // op 1 = GDN; §5.2). m = NULL means "every chunk active" (A layer; G layer).
 //   * softmax op: attention_forward / attention_backward above (masked flash attention, 3xTF32).
 //     NOTE: attention_backward WRITES dq, dk, dv and dA[...,0] (it does not accumulate).
-//   * GDN op: below.
+//   * GDN op: below (chunked kernels, token-recurrence fallback); it WRITES dq, dk, dg, dβ, dA[...,1]
+//     and ACCUMULATES into dv (after the softmax op wrote dv).
 // ================================================================================================
 
-// ---- the GDN op with chunk commits (§3.2, §5.4) ---------------------------------------------------
-// Same semantics and layouts as train_natsl.c's gdn_op_forward/backward. Parallelization: the delta
+// ---- the GDN op with chunk commits (§3.2, §5.4): token recurrence (the fallback of gdn_op_*) ------------
+// Same semantics and layouts as train_natsl.c's gdn_op_forward/backward (its backward accumulates every
+// gradient, into buffers the caller zeroed; the chunked kernels below write them). Parallelization: the delta
 // rule is separable over value columns j (Z[:, j] evolves using only k̂, q̂, v[j], α, β), so one block =
 // one warp owns (b, h) and VB = 32/P value columns; P lanes share a column, each lane keeping rows
 // i = r·P + lane%P (r < GDN_R) of that column of the state in registers (P·GDN_R >= dk). Single-warp
@@ -1154,10 +1159,9 @@ static int gdn_lanes_per_column(int dk) {
     return P;
 }
 
-static void gdn_op_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
-                           int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
-                           int dk, int dv) {
-    ProfScope prof(PROF_GDN_FWD);
+static void gdn_tokens_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
+                               int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
+                               int dk, int dv) {
     int P = gdn_lanes_per_column(dk);
     dim3 grid(B * H, CEIL_DIV(dv, 32 / P));
     float scale = 1.f / sqrtf((float)dk);
@@ -1296,28 +1300,801 @@ gdn_op_backward_kernel(float *dq, float *dk, float *dv, float *dg, float *dbeta,
 #undef ZS
 }
 
-static float *g_gdn_zs = NULL;
-static size_t g_gdn_zs_n = 0;
-
-static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
-                            const real *dout, const real *state, const real *q, const real *k, int ldqk,
-                            const real *v, int ldv, const real *g, const real *beta, const real *m,
-                            int B, int T, int H, int dkh, int dvh) {
-    ProfScope prof(PROF_GDN_BWD);
+// Scratch of the token-recurrence backward: every block's Z_t of one chunk.
+static size_t gdn_tokens_ws_floats(int B, int H, int dkh, int dvh) {
+    int P = gdn_lanes_per_column(dkh);
+    return (size_t)B * H * CEIL_DIV(dvh, 32 / P) * (CH + 1) * dkh * (32 / P);
+}
+static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
+                                const real *dout, const real *state, const real *q, const real *k, int ldqk,
+                                const real *v, int ldv, const real *g, const real *beta, const real *m,
+                                int B, int T, int H, int dkh, int dvh, real *zs) {
     int P = gdn_lanes_per_column(dkh);
     dim3 grid(B * H, CEIL_DIV(dvh, 32 / P));
-    size_t need = (size_t)grid.x * grid.y * (CH + 1) * dkh * (32 / P);
-    if (need > g_gdn_zs_n) {
-        if (g_gdn_zs) CUDA_CHECK(cudaFree(g_gdn_zs));
-        g_gdn_zs = (float *)xcudamalloc(need * sizeof(float));
-        g_gdn_zs_n = need;
-    }
     float scale = 1.f / sqrtf((float)dkh);
 #define GDN_BWD(PP) gdn_op_backward_kernel<PP><<<grid, 32>>>(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, \
-                                                                  g, beta, m, T, H, dkh, dvh, scale, g_gdn_zs)
+                                                                  g, beta, m, T, H, dkh, dvh, scale, zs)
     if (P == 1) GDN_BWD(1); else if (P == 2) GDN_BWD(2); else if (P == 4) GDN_BWD(4); else GDN_BWD(8);
 #undef GDN_BWD
     CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- the GDN op, chunked WY/UT form (dev/cuda/gdn/NOTES.md; its test harness: dev/cuda/gdn/gdn_chunk.cu) ----
+// Per (b, h, chunk c of 64 tokens), local index i = 0..63:
+//   G_i = Σ_{t≤i} g_t, γ_i = e^{G_i}, λ_i = e^{G_63 − G_i}, Γ_ij = e^{G_i − G_j}
+//   A = strict_lower(diag(β)(K Kᵀ) ⊙ Γ),  T = (I + A)⁻¹,  W = T diag(βγ) K,  U = T diag(β) V
+//   Vn = U − W S0 (S0 = committed state before the chunk),  O = s diag(γ) Q S0 + s (Q Kᵀ ⊙ Γ ⊙ [i≥j]) Vn
+//   S^start_{c+1} = γ_63 S0 + m Kᵀ diag(λ) Vn
+// Kernels: fwd = prep (per chunk: G, A, T, P, W, U) → fwd_state (sequential over chunks per value tile:
+// state[c], Vn) → fwd_out.  bwd = prep → bwd_local → bwd_rhs → bwd_state (reverse sequential: dS^end_c,
+// dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). All intra-chunk
+// products are fp32 FMA block matmuls on shared memory (mm). Needs T % 64 == 0, dv % 32 == 0 and
+// dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
+// Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); ACCUMULATES dv.
+// Workspace: an explicit buffer of gdnc::ws_floats(...) floats (the model owns it, M->gdn_ws).
+#ifndef GDN_KERNEL_MARK
+#define GDN_KERNEL_MARK(name) do { } while (0) // test harness hook: per-kernel timing (dev/cuda/gdn)
+#endif
+namespace gdnc {
+#define GC_NT 256   // threads per block
+#define GC_BV 32    // value-dim tile
+#define GC_L64 68   // padded stride of 64-wide smem rows (== 4 mod 32: conflict-free)
+#define GC_LBV 36   // padded stride of GC_BV-wide smem rows
+#define GC_PADK 4   // smem row stride of dk-wide rows: DK + GC_PADK
+static_assert(CH == 64, "the chunked GDN kernels assume 64-token chunks");
+
+struct GA {
+    const float *q, *k, *v, *g, *beta, *m, *dout;
+    float *o, *state;
+    float *dq, *dk, *dv, *dg, *dbeta, *dA;
+    int ldqk, ldv, B, T, H, dvd, Nc;
+    int vec;  // all user tensors 16-byte aligned (rows and bases) -> 16B cp.async, else scalar copies
+    float scale;
+    // workspace
+    float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
+};
+
+// ------------------------------------------------------------------------------------------------
+// async global->shared copies (cp.async, sm_80+). Each thread waits for its own groups; a
+// __syncthreads() after the wait makes the data visible to the block.
+__device__ __forceinline__ void cpa16(float *s, const float *g) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g));
+}
+__device__ __forceinline__ void cpa_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cpa_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void cpa_wait_dyn(int n) {  // n in {0,1,2}
+    if (n <= 0) cpa_wait<0>(); else if (n == 1) cpa_wait<1>(); else cpa_wait<2>();
+}
+// dst[r*lds + c] = src[r*ldg + c], r < ROWS, c < COLS (COLS % 4 == 0)
+template <int ROWS, int COLS>
+__device__ __forceinline__ void ld_tile(float *dst, int lds, const float *src, size_t ldg, bool vec) {
+    if (vec) {
+        constexpr int C4 = COLS / 4;
+#pragma unroll 1
+        for (int idx = threadIdx.x; idx < ROWS * C4; idx += GC_NT) {
+            const int r = idx / C4, c = (idx % C4) * 4;
+            cpa16(dst + r * lds + c, src + r * ldg + c);
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < ROWS * COLS; idx += GC_NT) {
+            const int r = idx / COLS, c = idx % COLS;
+            dst[r * lds + c] = src[r * ldg + c];
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// block-level small matmul on shared memory:  C[M][N] = beta*C + alpha * diag(rs) op(A) op(B)
+//   A: TA ? stored K x M (A[k*lda+i]) : stored M x K (A[i*lda+k])
+//   B: TB ? stored N x K (B[j*ldb+k]) : stored K x N (B[k*ldb+j])
+//   rs: optional row scale (nullptr = 1). beta == 0 -> C not read.
+__host__ __device__ constexpr int mm_pick_rn(int N, int per) {
+    return (N % 8 == 0 && (N / 8) * (N / 8) <= per) ? N / 8
+         : (N % 16 == 0 && (N / 16) * (N / 16) <= per) ? N / 16
+         : (N % 32 == 0) ? N / 32 : 1;
+}
+// load W consecutive floats from shared memory (16/8-byte vector loads when W allows; p aligned accordingly)
+template <int W> __device__ __forceinline__ void lds_vec(float (&d)[W], const float *p) {
+    if constexpr (W % 4 == 0) {
+#pragma unroll
+        for (int q = 0; q < W / 4; q++) { const float4 v = *reinterpret_cast<const float4 *>(p + 4 * q); d[4 * q] = v.x; d[4 * q + 1] = v.y; d[4 * q + 2] = v.z; d[4 * q + 3] = v.w; }
+    } else if constexpr (W % 2 == 0) {
+#pragma unroll
+        for (int q = 0; q < W / 2; q++) { const float2 v = *reinterpret_cast<const float2 *>(p + 2 * q); d[2 * q] = v.x; d[2 * q + 1] = v.y; }
+    } else {
+#pragma unroll
+        for (int q = 0; q < W; q++) d[q] = p[q];
+    }
+}
+// SIMT: thread grid TR x TC (TR*TC == GC_NT); each warp covers 4 (rows) x 8 (cols) threads. A thread owns RM rows
+// and RN cols: rows are contiguous (tr*RM + r) when A is transposed (so one vector load along i), strided
+// (tr + r*TR) otherwise (vector loads along k); cols contiguous (tc*RN + s) when B is not transposed, strided
+// (tc + s*TC) otherwise. With row strides == 4 (mod 32) (or 20) every shared load is conflict-free.
+// NOTE: the element->thread mapping depends on <M,N,TA,TB>: calls with different TA/TB on the same C need a barrier.
+template <int M, int N, int K, bool TA, bool TB>
+__device__ __forceinline__ void mm(float *__restrict__ C, int ldc, const float *__restrict__ A, int lda,
+                                   const float *__restrict__ Bm, int ldb, float alpha, float beta, const float *rs = nullptr) {
+    constexpr int per = (M * N) / GC_NT;
+    constexpr int RN = mm_pick_rn(N, per);
+    constexpr int RM = per / RN;
+    constexpr int TR = M / RM, TC = N / RN;
+    static_assert((M * N) % GC_NT == 0 && per % RN == 0 && M % RM == 0 && N % RN == 0 && K % 4 == 0, "mm tile");
+    static_assert(TR * TC == GC_NT && TR % 4 == 0 && TC % 8 == 0, "mm thread grid");
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    constexpr int WC = TC / 8;  // warps along columns
+    const int tr = (w / WC) * 4 + (lane >> 3), tc = (w % WC) * 8 + (lane & 7);
+    float acc[RM][RN];
+#pragma unroll
+    for (int r = 0; r < RM; r++)
+#pragma unroll
+        for (int s = 0; s < RN; s++) acc[r][s] = 0.f;
+#pragma unroll 2
+    for (int k0 = 0; k0 < K; k0 += 4) {
+        float a[4][RM], b[4][RN];
+        if constexpr (TA) {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) lds_vec<RM>(a[kk], A + (k0 + kk) * lda + tr * RM);
+        } else {
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                float t[4];
+                lds_vec<4>(t, A + (tr + r * TR) * lda + k0);
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) a[kk][r] = t[kk];
+            }
+        }
+        if constexpr (TB) {
+#pragma unroll
+            for (int s = 0; s < RN; s++) {
+                float t[4];
+                lds_vec<4>(t, Bm + (tc + s * TC) * ldb + k0);
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) b[kk][s] = t[kk];
+            }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) lds_vec<RN>(b[kk], Bm + (k0 + kk) * ldb + tc * RN);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int r = 0; r < RM; r++)
+#pragma unroll
+                for (int s = 0; s < RN; s++) acc[r][s] = fmaf(a[kk][r], b[kk][s], acc[r][s]);
+    }
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        const int i = TA ? tr * RM + r : tr + r * TR;
+        const float al = rs ? alpha * rs[i] : alpha;
+#pragma unroll
+        for (int s = 0; s < RN; s++) {
+            const int j = TB ? tc + s * TC : tc * RN + s;
+            float *c = &C[i * ldc + j];
+            *c = (beta == 0.f) ? al * acc[r][s] : fmaf(beta, *c, al * acc[r][s]);
+        }
+    }
+}
+
+__device__ __forceinline__ float mval_of(const GA &a, int b, int c, int h) {
+    return a.m ? a.m[((size_t)(b * a.Nc + c) * a.H + h) * 2 + 1] : 1.f;
+}
+
+// ------------------------------------------------------------------------------------------------
+// K1 prep (fwd and bwd): per chunk: G (cumsum), A, T = (I+A)^-1, Pm = QK^T.*Gam.*[i>=j], W, U.
+// grid (Nc, H, B)
+template <int DK>
+__global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
+    constexpr int LDK = DK + GC_PADK;
+    extern __shared__ __align__(128) float sm[];
+    float *Ks = sm, *Qs = Ks + CH * LDK, *As = Qs + CH * LDK, *Ts = As + CH * GC_L64, *Gs = Ts + CH * GC_L64, *bs = Gs + CH, *es = bs + CH;
+    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+    const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc, nvt = dv / GC_BV;
+    const size_t tok0 = (size_t)b * T + (size_t)c * CH;
+    const size_t bh = (size_t)b * H + h;
+    const size_t wrow0 = bh * T + (size_t)c * CH;  // row index into [BH,T,*] workspace
+    const size_t cc = bh * Nc + c;                  // chunk index into [BH,Nc,*] workspace
+
+    ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
+    ld_tile<CH, DK>(Qs, LDK, a.q + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
+    cpa_commit();
+    if (tid < CH) { Gs[tid] = a.g[(tok0 + tid) * H + h]; bs[tid] = a.beta[(tok0 + tid) * H + h]; }
+    cpa_wait<0>();
+    __syncthreads();
+    if (tid == 0) { float s = 0.f; for (int i = 0; i < CH; i++) { s += Gs[i]; Gs[i] = s; } }
+    mm<CH, CH, DK, false, true>(As, GC_L64, Ks, LDK, Ks, LDK, 1.f, 0.f);  // K K^T
+    mm<CH, CH, DK, false, true>(Ts, GC_L64, Qs, LDK, Ks, LDK, 1.f, 0.f);  // Q K^T
+    __syncthreads();
+    if (tid < CH) { es[tid] = expf(Gs[tid]); a.Gc[wrow0 + tid] = Gs[tid]; }
+    for (int idx = tid; idx < CH * CH; idx += GC_NT) {
+        const int i = idx >> 6, j = idx & 63;
+        const float d = (i >= j) ? expf(Gs[i] - Gs[j]) : 0.f;
+        As[i * GC_L64 + j] = (i > j) ? bs[i] * As[i * GC_L64 + j] * d : 0.f;
+        const float p = (i >= j) ? Ts[i * GC_L64 + j] * d : 0.f;
+        a.Pm[cc * CH * CH + idx] = p;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < CH * CH; idx += GC_NT) { const int i = idx >> 6, j = idx & 63; Ts[i * GC_L64 + j] = (i == j) ? 1.f : 0.f; }
+    __syncthreads();
+    // right-looking forward substitution: (I + A) T = I, A strictly lower. Step l: rows i > l, cols j <= l.
+    {
+        const int j = tid & 63, r0 = tid >> 6;
+        for (int l = 0; l < CH - 1; l++) {
+            if (j <= l) {
+                const float tl = Ts[l * GC_L64 + j];
+                for (int i = l + 1 + r0; i < CH; i += GC_NT / CH) Ts[i * GC_L64 + j] -= As[i * GC_L64 + l] * tl;
+            }
+            __syncthreads();
+        }
+    }
+    for (int idx = tid; idx < CH * CH; idx += GC_NT) a.Tm[cc * CH * CH + idx] = Ts[(idx >> 6) * GC_L64 + (idx & 63)];
+    for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= bs[i] * es[i]; }
+    __syncthreads();
+    mm<CH, DK, CH, false, false>(Qs, LDK, Ts, GC_L64, Ks, LDK, 1.f, 0.f);  // W = T diag(beta gam) K
+    __syncthreads();
+    for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; a.W[(wrow0 + i) * DK + d] = Qs[i * LDK + d]; }
+    for (int idx = tid; idx < CH * CH; idx += GC_NT) { const int i = idx >> 6, j = idx & 63; Ts[i * GC_L64 + j] *= bs[j]; }  // T diag(beta)
+    __syncthreads();
+    // U = T diag(beta) V over value tiles, double-buffered (buffers in the free Ks / Qs regions, U tile in As)
+    const float *vsrc = a.v + tok0 * a.ldv + (size_t)h * dv;
+    ld_tile<CH, GC_BV>(Ks, GC_LBV, vsrc, a.ldv, a.vec); cpa_commit();
+    if (nvt > 1) { ld_tile<CH, GC_BV>(Qs, GC_LBV, vsrc + GC_BV, a.ldv, a.vec); cpa_commit(); }
+    for (int vt = 0; vt < nvt; vt++) {
+        if (vt + 1 < nvt) cpa_wait<1>(); else cpa_wait<0>();
+        __syncthreads();
+        mm<CH, GC_BV, CH, false, false>(As, GC_LBV, Ts, GC_L64, (vt & 1) ? Qs : Ks, GC_LBV, 1.f, 0.f);
+        __syncthreads();
+        if (vt + 2 < nvt) { ld_tile<CH, GC_BV>((vt & 1) ? Qs : Ks, GC_LBV, vsrc + (vt + 2) * GC_BV, a.ldv, a.vec); cpa_commit(); }
+        for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) {
+            const int i = idx / GC_BV, j = idx % GC_BV;
+            a.U[(wrow0 + i) * dv + vt * GC_BV + j] = As[i * GC_LBV + j];
+        }
+    }
+}
+template <int DK> constexpr size_t prep_smem() { return sizeof(float) * (2 * CH * (DK + GC_PADK) + 2 * CH * GC_L64 + 3 * CH); }
+
+// ------------------------------------------------------------------------------------------------
+// K2 forward state recurrence over chunks (sequential), one block per (value tile, h, b).
+// Writes state[c] (committed state before chunk c) and Vn (over U). Loads of the next chunk overlap compute.
+template <int DK>
+__global__ void __launch_bounds__(GC_NT) fwd_state_kernel(GA a) {
+    constexpr int LDK = DK + GC_PADK;
+    extern __shared__ __align__(128) float sm[];
+    float *Ss = sm, *Ws = Ss + DK * GC_LBV, *Ks = Ws + CH * LDK, *Ub0 = Ks + CH * LDK, *Gs = Ub0 + 2 * CH * GC_LBV;
+    const int v0 = blockIdx.x * GC_BV, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+    const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
+    const size_t bh = (size_t)b * H + h;
+    for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) Ss[(idx / GC_BV) * GC_LBV + idx % GC_BV] = 0.f;
+    // prologue: W_0, U_0
+    ld_tile<CH, DK>(Ws, LDK, a.W + (bh * T) * DK, DK, true);
+    ld_tile<CH, GC_BV>(Ub0, GC_LBV, a.U + (bh * T) * dv + v0, dv, true);
+    cpa_commit();
+    float mv_next = mval_of(a, b, 0, h);
+    for (int c = 0; c < Nc; c++) {
+        const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = bh * T + (size_t)c * CH;
+        float *Ub = Ub0 + (c & 1) * CH * GC_LBV;
+        const float mv = mv_next;
+        if (c + 1 < Nc) mv_next = mval_of(a, b, c + 1, h);
+        ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
+        ld_tile<1, CH>(Gs, CH, a.Gc + wrow0, CH, true);
+        cpa_commit();
+        float *st = a.state + (bh * Nc + c) * DK * dv;
+        for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) { const int d = idx / GC_BV, j = idx % GC_BV; st[(size_t)d * dv + v0 + j] = Ss[d * GC_LBV + j]; }
+        cpa_wait<1>();
+        __syncthreads();
+        mm<CH, GC_BV, DK, false, false>(Ub, GC_LBV, Ws, LDK, Ss, GC_LBV, -1.f, 1.f);  // Vn = U - W S
+        __syncthreads();
+        if (c + 1 < Nc) {
+            ld_tile<CH, DK>(Ws, LDK, a.W + (wrow0 + CH) * DK, DK, true);
+            ld_tile<CH, GC_BV>(Ub0 + ((c + 1) & 1) * CH * GC_LBV, GC_LBV, a.U + (wrow0 + CH) * dv + v0, dv, true);
+            cpa_commit();
+        }
+        for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) { const int i = idx / GC_BV, j = idx % GC_BV; a.U[(wrow0 + i) * dv + v0 + j] = Ub[i * GC_LBV + j]; }
+        if (c + 1 < Nc) cpa_wait<1>(); else cpa_wait<0>();
+        __syncthreads();
+        const float GL = Gs[CH - 1];
+        for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= mv * expf(GL - Gs[i]); }
+        __syncthreads();
+        mm<DK, GC_BV, CH, true, false>(Ss, GC_LBV, Ks, LDK, Ub, GC_LBV, 1.f, expf(GL));  // S = gam_L S + m K^T diag(lam) Vn
+        __syncthreads();
+    }
+}
+template <int DK> constexpr size_t fwd_state_smem() { return sizeof(float) * (DK * GC_LBV + 2 * CH * (DK + GC_PADK) + 2 * CH * GC_LBV + CH); }
+
+// ------------------------------------------------------------------------------------------------
+// K3 forward output, grid (dv/GC_BV, Nc, B*H):  O = s diag(gam) Q S0 + s Pm Vn
+template <int DK>
+__global__ void __launch_bounds__(GC_NT) fwd_out_kernel(GA a) {
+    constexpr int LDK = DK + GC_PADK;
+    extern __shared__ __align__(128) float sm[];
+    float *Qs = sm, *S0 = Qs + CH * LDK, *Ps = S0 + DK * GC_LBV, *Vs = Ps + CH * GC_L64, *Os = Vs + CH * GC_LBV, *es = Os + CH * GC_LBV;
+    const int v0 = blockIdx.x * GC_BV, c = blockIdx.y, tid = threadIdx.x;
+    const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
+    const int bh = blockIdx.z, b = bh / H, h = bh % H;
+    const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
+    ld_tile<CH, DK>(Qs, LDK, a.q + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
+    ld_tile<DK, GC_BV>(S0, GC_LBV, a.state + cc * DK * dv + v0, dv, a.vec);
+    ld_tile<CH, CH>(Ps, GC_L64, a.Pm + cc * CH * CH, CH, true);
+    ld_tile<CH, GC_BV>(Vs, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
+    cpa_commit();
+    if (tid < CH) es[tid] = expf(a.Gc[wrow0 + tid]);
+    cpa_wait<0>();
+    __syncthreads();
+    mm<CH, GC_BV, DK, false, false>(Os, GC_LBV, Qs, LDK, S0, GC_LBV, a.scale, 0.f, es);
+    mm<CH, GC_BV, CH, false, false>(Os, GC_LBV, Ps, GC_L64, Vs, GC_LBV, a.scale, 1.f);
+    __syncthreads();
+    for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) {
+        const int i = idx / GC_BV, j = idx % GC_BV;
+        a.o[(tok0 + i) * (size_t)(H * dv) + (size_t)h * dv + v0 + j] = Os[i * GC_LBV + j];
+    }
+}
+template <int DK> constexpr size_t fwd_out_smem() { return sizeof(float) * (CH * (DK + GC_PADK) + DK * GC_LBV + CH * GC_L64 + 2 * CH * GC_LBV + CH); }
+
+// ------------------------------------------------------------------------------------------------
+// B1 backward local, grid (dv/GC_BV, Nc, B*H): Vn = U - W S0 (over U), dVn_local = s Pm^T dO
+template <int DK>
+__global__ void __launch_bounds__(GC_NT) bwd_local_kernel(GA a) {
+    constexpr int LDK = DK + GC_PADK;
+    extern __shared__ __align__(128) float sm[];
+    float *Ws = sm, *S0 = Ws + CH * LDK, *Ps = S0 + DK * GC_LBV, *Vs = Ps + CH * GC_L64, *dOs = Vs + CH * GC_LBV, *dVs = dOs + CH * GC_LBV;
+    const int v0 = blockIdx.x * GC_BV, c = blockIdx.y;
+    const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
+    const int bh = blockIdx.z, b = bh / H, h = bh % H;
+    const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
+    ld_tile<CH, DK>(Ws, LDK, a.W + wrow0 * DK, DK, true);
+    ld_tile<DK, GC_BV>(S0, GC_LBV, a.state + cc * DK * dv + v0, dv, a.vec);
+    ld_tile<CH, CH>(Ps, GC_L64, a.Pm + cc * CH * CH, CH, true);
+    ld_tile<CH, GC_BV>(Vs, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
+    ld_tile<CH, GC_BV>(dOs, GC_LBV, a.dout + tok0 * (size_t)(H * dv) + (size_t)h * dv + v0, (size_t)H * dv, a.vec);
+    cpa_commit();
+    cpa_wait<0>();
+    __syncthreads();
+    mm<CH, GC_BV, DK, false, false>(Vs, GC_LBV, Ws, LDK, S0, GC_LBV, -1.f, 1.f);
+    mm<CH, GC_BV, CH, true, false>(dVs, GC_LBV, Ps, GC_L64, dOs, GC_LBV, a.scale, 0.f);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < CH * GC_BV; idx += GC_NT) {
+        const int i = idx / GC_BV, j = idx % GC_BV;
+        a.U[(wrow0 + i) * dv + v0 + j] = Vs[i * GC_LBV + j];
+        a.dVn[(wrow0 + i) * dv + v0 + j] = dVs[i * GC_LBV + j];
+    }
+}
+template <int DK> constexpr size_t bwd_local_smem() { return sizeof(float) * (CH * (DK + GC_PADK) + DK * GC_LBV + CH * GC_L64 + 3 * CH * GC_LBV); }
+
+// ------------------------------------------------------------------------------------------------
+// B1b rhs of the dS recurrence, grid (dv/GC_BV, Nc, B*H): R_c = s Q^T diag(gam) dO (DK x dv) -> workspace Rc.
+template <int DK>
+__global__ void __launch_bounds__(GC_NT) bwd_rhs_kernel(GA a) {
+    constexpr int LDK = DK + GC_PADK;
+    extern __shared__ __align__(128) float sm[];
+    float *Qs = sm, *dOs = Qs + CH * LDK, *Rs = dOs + CH * GC_LBV, *es = Rs + DK * GC_LBV;
+    const int v0 = blockIdx.x * GC_BV, c = blockIdx.y, tid = threadIdx.x;
+    const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
+    const int bh = blockIdx.z, b = bh / H, h = bh % H;
+    const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
+    ld_tile<CH, DK>(Qs, LDK, a.q + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
+    ld_tile<CH, GC_BV>(dOs, GC_LBV, a.dout + tok0 * (size_t)(H * dv) + (size_t)h * dv + v0, (size_t)H * dv, a.vec);
+    cpa_commit();
+    if (tid < CH) es[tid] = a.scale * expf(a.Gc[wrow0 + tid]);
+    cpa_wait<0>();
+    __syncthreads();
+    for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) { const int i = idx / GC_BV, j = idx % GC_BV; dOs[i * GC_LBV + j] *= es[i]; }
+    __syncthreads();
+    mm<DK, GC_BV, CH, true, false>(Rs, GC_LBV, Qs, LDK, dOs, GC_LBV, 1.f, 0.f);
+    __syncthreads();
+    float *dst = a.Rc + cc * DK * dv;
+    for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) { const int d = idx / GC_BV, j = idx % GC_BV; dst[(size_t)d * dv + v0 + j] = Rs[d * GC_LBV + j]; }
+}
+template <int DK> constexpr size_t bwd_rhs_smem() { return sizeof(float) * (CH * (DK + GC_PADK) + CH * GC_LBV + DK * GC_LBV + CH); }
+
+// ------------------------------------------------------------------------------------------------
+// B2 backward state recurrence (reverse, sequential), grid (dv/GC_BV, H, B).
+//   dstate[c] = dS^end_c;  dVn += m diag(lam) K dS;  dS <- gam_L dS - W^T dVn + R_c
+// Prefetch: K_{c-1}, G_{c-1}, dVn_{c-1} issued after mm1 of c; W_{c-1} after mm2 of c; R_c prefetched to L2
+// after mm1, added after mm2.
+template <int DK>
+__global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
+    constexpr int LDK = DK + GC_PADK;
+    constexpr int EPT = DK * GC_BV / GC_NT;  // elements of the dS tile per thread (elementwise mapping)
+    static_assert((DK * GC_BV) % GC_NT == 0, "EPT");
+    extern __shared__ __align__(128) float sm[];
+    float *dSs = sm, *Ks = dSs + DK * GC_LBV, *Ws = Ks + CH * LDK, *dV0 = Ws + CH * LDK, *G0 = dV0 + 2 * CH * GC_LBV;
+    const int v0 = blockIdx.x * GC_BV, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+    const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
+    const size_t bh = (size_t)b * H + h;
+    for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) dSs[(idx / GC_BV) * GC_LBV + idx % GC_BV] = 0.f;
+    auto issue_k = [&](int c) {
+        const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = bh * T + (size_t)c * CH;
+        ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
+        ld_tile<1, CH>(G0 + (c & 1) * CH, CH, a.Gc + wrow0, CH, true);
+        cpa_commit();
+        ld_tile<CH, GC_BV>(dV0 + (c & 1) * CH * GC_LBV, GC_LBV, a.dVn + wrow0 * dv + v0, dv, true);
+        cpa_commit();
+    };
+    auto issue_w = [&](int c) {
+        ld_tile<CH, DK>(Ws, LDK, a.W + (bh * T + (size_t)c * CH) * DK, DK, true);
+        cpa_commit();
+    };
+    issue_k(Nc - 1);
+    issue_w(Nc - 1);
+    float mv_next = mval_of(a, b, Nc - 1, h);
+    for (int c = Nc - 1; c >= 0; c--) {
+        const size_t wrow0 = bh * T + (size_t)c * CH;
+        float *dVb = dV0 + (c & 1) * CH * GC_LBV, *Gs = G0 + (c & 1) * CH;
+        const float mv = mv_next;
+        if (c > 0) mv_next = mval_of(a, b, c - 1, h);
+        float *dst = a.dstate + (bh * Nc + c) * DK * dv + v0;
+        const float *rsrc = a.Rc + (bh * Nc + c) * DK * dv + v0;
+        for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) { const int d = idx / GC_BV, j = idx % GC_BV; dst[(size_t)d * dv + j] = dSs[d * GC_LBV + j]; }
+        cpa_wait<1>();  // K, G, dVn of chunk c
+        __syncthreads();
+        const float GL = Gs[CH - 1];
+        for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= mv * expf(GL - Gs[i]); }
+        __syncthreads();
+        mm<CH, GC_BV, DK, false, false>(dVb, GC_LBV, Ks, LDK, dSs, GC_LBV, 1.f, 1.f);
+        __syncthreads();
+        if (c > 0) issue_k(c - 1);
+        if (tid < DK) asm volatile("prefetch.global.L2 [%0];" ::"l"(rsrc + (size_t)tid * dv));  // R_c rows (GC_BV*4 = 128 B each)
+        for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) { const int i = idx / GC_BV, j = idx % GC_BV; a.dVn[(wrow0 + i) * dv + v0 + j] = dVb[i * GC_LBV + j]; }
+        if (c > 0) cpa_wait<2>(); else cpa_wait<0>();  // W of chunk c
+        __syncthreads();
+        mm<DK, GC_BV, CH, true, false>(dSs, GC_LBV, Ws, LDK, dVb, GC_LBV, -1.f, expf(GL));
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < EPT; k++) { const int e = tid + k * GC_NT; dSs[(e / GC_BV) * GC_LBV + e % GC_BV] += rsrc[(size_t)(e / GC_BV) * dv + e % GC_BV]; }
+        if (c > 0) issue_w(c - 1);
+    }
+}
+template <int DK> constexpr size_t bwd_state_smem() { return sizeof(float) * (DK * GC_LBV + 2 * CH * (DK + GC_PADK) + 2 * CH * GC_LBV + 2 * CH); }
+
+// ------------------------------------------------------------------------------------------------
+// B3 loops over the value dim, grid (Nc, B*H). PART 0: dQ1 = dO S0^T, dPm = s dO Vn^T
+// PART 1: dWm = dVn S0^T, dTV = dVn V^T diag(beta), dv = diag(beta) T^T dVn, dbv = rowdot(V, T^T dVn)
+// PART 2: X = diag(lam) Vn dSe^T, sdot = <dSe, S0>
+template <int DK, int PART>
+__global__ void __launch_bounds__(GC_NT) bwd_vloop_kernel(GA a) {
+    constexpr int LDK = DK + GC_PADK;
+    extern __shared__ __align__(128) float sm[];
+    const int c = blockIdx.x, tid = threadIdx.x;
+    const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
+    const float *st = a.state + cc * DK * dv;
+    float *accA = sm, *accB = accA + CH * LDK;
+    float *S0s = (PART == 2) ? accB : accB + CH * GC_L64;  // PART2 has no accB
+    float *R1 = S0s + DK * GC_LBV;                           // PART2 only
+    float *R2 = (PART == 2) ? R1 + DK * GC_LBV : R1;
+    // PART0: T1 = dO tile, T2 = Vn tile
+    // PART1: T1 = dVn tile, T2 = V tile, T3 = Y tile, then Ts (CH*GC_L64), then bsm[64], dbvs[64]
+    // PART2: R1 = dSe tile, T1 = Vn tile, then red[GC_NT]
+    float *T1 = R2, *T2 = R2 + CH * GC_LBV, *T3 = R2 + 2 * CH * GC_LBV, *Ts = R2 + 3 * CH * GC_LBV, *bsm = Ts + CH * GC_L64, *dbvs = bsm + CH;
+    float *red = R2 + CH * GC_LBV;
+    float part = 0.f;
+    if (PART == 1) {
+        ld_tile<CH, CH>(Ts, GC_L64, a.Tm + cc * CH * CH, CH, true);
+        if (tid < CH) { bsm[tid] = a.beta[(tok0 + tid) * H + h]; dbvs[tid] = 0.f; }
+    }
+    const size_t ldo = (size_t)H * dv;
+    for (int v0 = 0; v0 < dv; v0 += GC_BV) {
+        const float bb = v0 ? 1.f : 0.f;
+        ld_tile<DK, GC_BV>(S0s, GC_LBV, st + v0, dv, a.vec);
+        if (PART == 0) {
+            ld_tile<CH, GC_BV>(T1, GC_LBV, a.dout + tok0 * ldo + (size_t)h * dv + v0, ldo, a.vec);
+            ld_tile<CH, GC_BV>(T2, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
+        } else if (PART == 1) {
+            ld_tile<CH, GC_BV>(T1, GC_LBV, a.dVn + wrow0 * dv + v0, dv, true);
+            ld_tile<CH, GC_BV>(T2, GC_LBV, a.v + tok0 * a.ldv + (size_t)h * dv + v0, a.ldv, a.vec);
+        } else {
+            ld_tile<DK, GC_BV>(R1, GC_LBV, a.dstate + cc * DK * dv + v0, dv, true);
+            ld_tile<CH, GC_BV>(T1, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
+        }
+        cpa_commit();
+        cpa_wait<0>();
+        __syncthreads();
+        if (PART == 0) {
+            mm<CH, DK, GC_BV, false, true>(accA, LDK, T1, GC_LBV, S0s, GC_LBV, 1.f, bb);
+            mm<CH, CH, GC_BV, false, true>(accB, GC_L64, T1, GC_LBV, T2, GC_LBV, a.scale, bb);
+        } else if (PART == 1) {
+            mm<CH, DK, GC_BV, false, true>(accA, LDK, T1, GC_LBV, S0s, GC_LBV, 1.f, bb);
+            mm<CH, CH, GC_BV, false, true>(accB, GC_L64, T1, GC_LBV, T2, GC_LBV, 1.f, bb);
+            mm<CH, GC_BV, CH, true, false>(T3, GC_LBV, Ts, GC_L64, T1, GC_LBV, 1.f, 0.f);
+        } else {
+            mm<CH, DK, GC_BV, false, true>(accA, LDK, T1, GC_LBV, R1, GC_LBV, 1.f, bb);
+            for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) part += S0s[(idx / GC_BV) * GC_LBV + idx % GC_BV] * R1[(idx / GC_BV) * GC_LBV + idx % GC_BV];
+        }
+        __syncthreads();
+        if (PART == 1) {
+            for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) {
+                const int i = idx / GC_BV, j = idx % GC_BV;
+                a.dv[(tok0 + i) * a.ldv + (size_t)h * dv + v0 + j] += bsm[i] * T3[i * GC_LBV + j];  // accumulates (the softmax op wrote dV first)
+            }
+            if (tid < CH) {
+                float s = 0.f;
+                for (int j = 0; j < GC_BV; j++) s += T2[tid * GC_LBV + j] * T3[tid * GC_LBV + j];
+                dbvs[tid] += s;
+            }
+            __syncthreads();
+        }
+    }
+    if (PART == 0) {
+        for (int idx = tid; idx < CH * DK; idx += GC_NT) a.dQ1[(wrow0 + idx / DK) * DK + idx % DK] = accA[(idx / DK) * LDK + idx % DK];
+        for (int idx = tid; idx < CH * CH; idx += GC_NT) a.dPm[cc * CH * CH + idx] = accB[(idx >> 6) * GC_L64 + (idx & 63)];
+    } else if (PART == 1) {
+        for (int idx = tid; idx < CH * DK; idx += GC_NT) a.dWm[(wrow0 + idx / DK) * DK + idx % DK] = accA[(idx / DK) * LDK + idx % DK];
+        for (int idx = tid; idx < CH * CH; idx += GC_NT) a.dTV[cc * CH * CH + idx] = accB[(idx >> 6) * GC_L64 + (idx & 63)] * bsm[idx & 63];
+        if (tid < CH) a.dbv[wrow0 + tid] = dbvs[tid];
+    } else {
+        const float GL = a.Gc[wrow0 + CH - 1];
+        for (int idx = tid; idx < CH * DK; idx += GC_NT) {
+            const int i = idx / DK, d = idx % DK;
+            a.X[(wrow0 + i) * DK + d] = accA[i * LDK + d] * expf(GL - a.Gc[wrow0 + i]);
+        }
+        red[tid] = part;
+        __syncthreads();
+        if (tid == 0) { float s = 0.f; for (int i = 0; i < GC_NT; i++) s += red[i]; a.sdot[cc] = s; }
+    }
+}
+template <int DK, int PART> constexpr size_t bwd_vloop_smem() {
+    return sizeof(float) * (CH * (DK + GC_PADK) + DK * GC_LBV +
+                            (PART == 0 ? CH * GC_L64 + 2 * CH * GC_LBV : PART == 1 ? CH * GC_L64 + 3 * CH * GC_LBV + CH * GC_L64 + 2 * CH : DK * GC_LBV + CH * GC_LBV + GC_NT));
+}
+
+// ------------------------------------------------------------------------------------------------
+// B4 final per-chunk gradients, grid (Nc, B*H): dq, dk, dbeta, dg, dA.
+template <int DK>
+__global__ void __launch_bounds__(GC_NT) bwd_final_kernel(GA a) {
+    constexpr int LDK = DK + GC_PADK;
+    extern __shared__ __align__(128) float sm[];
+    float *Qs = sm, *Ks = Qs + CH * LDK, *D1 = Ks + CH * LDK, *D2 = D1 + CH * LDK;
+    float *M1 = D2 + CH * LDK, *M2 = M1 + CH * GC_L64, *M3 = M2 + CH * GC_L64, *M4 = M3 + CH * GC_L64;
+    float *Gs = M4 + CH * GC_L64, *es = Gs + CH, *bs = es + CH, *dG = bs + CH, *dB = dG + CH, *red = dB + CH;
+    const int c = blockIdx.x, tid = threadIdx.x;
+    const int H = a.H, T = a.T, Nc = a.Nc;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
+    const float mv = mval_of(a, b, c, h);
+    const float scale = a.scale;
+
+    ld_tile<CH, DK>(Qs, LDK, a.q + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
+    ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
+    ld_tile<CH, DK>(D1, LDK, a.dQ1 + wrow0 * DK, DK, true);
+    ld_tile<CH, DK>(D2, LDK, a.X + wrow0 * DK, DK, true);
+    ld_tile<CH, CH>(M1, GC_L64, a.Tm + cc * CH * CH, CH, true);
+    ld_tile<CH, CH>(M2, GC_L64, a.Pm + cc * CH * CH, CH, true);
+    ld_tile<CH, CH>(M3, GC_L64, a.dPm + cc * CH * CH, CH, true);
+    ld_tile<CH, CH>(M4, GC_L64, a.dTV + cc * CH * CH, CH, true);
+    ld_tile<1, CH>(Gs, CH, a.Gc + wrow0, CH, true);
+    cpa_commit();
+    if (tid < CH) { bs[tid] = a.beta[(tok0 + tid) * H + h]; dG[tid] = 0.f; dB[tid] = a.dbv[wrow0 + tid]; }
+    const float sdot = a.sdot[cc];
+    cpa_wait<0>();
+    __syncthreads();
+    // E = dPm .* Pm (-> dG) in M2, dPmm = dPm .* Gam .* [i>=j] in M3; xk_j = k_j . X_j
+    for (int idx = tid; idx < CH * CH; idx += GC_NT) {
+        const int i = idx >> 6, j = idx & 63, o = i * GC_L64 + j;
+        const float dp = M3[o];
+        M2[o] = dp * M2[o];
+        M3[o] = (i >= j) ? dp * expf(Gs[i] - Gs[j]) : 0.f;
+    }
+    if (tid < CH) {
+        es[tid] = expf(Gs[tid]);
+        float xk = 0.f;
+        for (int d = 0; d < DK; d++) xk += Ks[tid * LDK + d] * D2[tid * LDK + d];
+        red[tid] = xk;
+    }
+    __syncthreads();
+    if (tid < CH) {
+        float rs = 0.f, cs = 0.f, qd = 0.f;
+        for (int j = 0; j < CH; j++) { rs += M2[tid * GC_L64 + j]; cs += M2[j * GC_L64 + tid]; }
+        for (int d = 0; d < DK; d++) qd += Qs[tid * LDK + d] * D1[tid * LDK + d];
+        dG[tid] += rs - cs + scale * es[tid] * qd - mv * red[tid];
+    }
+    __syncthreads();
+    for (int idx = tid; idx < CH * DK; idx += GC_NT) {
+        const int i = idx / DK, d = idx % DK;
+        D1[i * LDK + d] *= scale * es[i];
+        D2[i * LDK + d] *= mv;
+    }
+    if (tid == 0) {
+        float s = 0.f;
+        for (int j = 0; j < CH; j++) s += red[j];
+        dG[CH - 1] += mv * s + es[CH - 1] * sdot;
+        if (a.dA) a.dA[((size_t)(b * Nc + c) * H + h) * 2 + 1] = (mv != 0.f) ? s : 0.f;
+    }
+    __syncthreads();
+    mm<CH, DK, CH, false, false>(D1, LDK, M3, GC_L64, Ks, LDK, 1.f, 1.f);  // dQ
+    mm<CH, DK, CH, true, false>(D2, LDK, M3, GC_L64, Qs, LDK, 1.f, 1.f);   // dK = m X + dPmm^T Q
+    mm<CH, CH, DK, false, true>(M2, GC_L64, Ks, LDK, Ks, LDK, 1.f, 0.f);   // KK^T
+    __syncthreads();
+    for (int idx = tid; idx < CH * DK; idx += GC_NT) {
+        const int i = idx / DK, d = idx % DK;
+        a.dq[(tok0 + i) * a.ldqk + (size_t)h * DK + d] = D1[i * LDK + d];
+    }
+    __syncthreads();
+    ld_tile<CH, DK>(D1, LDK, a.dWm + wrow0 * DK, DK, true);  // dW = -D1
+    cpa_commit();
+    cpa_wait<0>();
+    __syncthreads();
+    mm<CH, DK, CH, true, false>(Qs, LDK, M1, GC_L64, D1, LDK, -1.f, 0.f);  // R = T^T dW
+    __syncthreads();
+    if (tid < CH) {
+        float kr = 0.f;
+        for (int d = 0; d < DK; d++) kr += Ks[tid * LDK + d] * Qs[tid * LDK + d];
+        dB[tid] += es[tid] * kr;
+        dG[tid] += bs[tid] * es[tid] * kr;
+    }
+    for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; D2[i * LDK + d] += bs[i] * es[i] * Qs[i * LDK + d]; }
+    __syncthreads();
+    for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Qs[i * LDK + d] = bs[i] * es[i] * Ks[i * LDK + d]; }
+    __syncthreads();
+    mm<CH, CH, DK, false, true>(M4, GC_L64, D1, LDK, Qs, LDK, -1.f, 1.f);  // dT = dTV + dW Kb^T
+    __syncthreads();
+    mm<CH, CH, CH, false, true>(M3, GC_L64, M4, GC_L64, M1, GC_L64, 1.f, 0.f);  // dT T^T
+    __syncthreads();
+    mm<CH, CH, CH, true, false>(M4, GC_L64, M1, GC_L64, M3, GC_L64, -1.f, 0.f);  // dA = -T^T dT T^T
+    __syncthreads();
+    for (int idx = tid; idx < CH * CH; idx += GC_NT) {
+        const int i = idx >> 6, j = idx & 63, o = i * GC_L64 + j;
+        if (i > j) {
+            const float gm = expf(Gs[i] - Gs[j]), da = M4[o];
+            M2[o] = da * gm * M2[o];
+            M3[o] = da * bs[i] * gm;
+        } else { M2[o] = 0.f; M3[o] = 0.f; }
+    }
+    __syncthreads();
+    if (tid < CH) {
+        float rs = 0.f, cs = 0.f;
+        for (int j = 0; j < CH; j++) { rs += M2[tid * GC_L64 + j]; cs += bs[j] * M2[j * GC_L64 + tid]; }
+        dB[tid] += rs;
+        dG[tid] += bs[tid] * rs - cs;
+    }
+    mm<CH, DK, CH, false, false>(D2, LDK, M3, GC_L64, Ks, LDK, 1.f, 1.f);
+    __syncthreads();  // different TA -> different element mapping on D2
+    mm<CH, DK, CH, true, false>(D2, LDK, M3, GC_L64, Ks, LDK, 1.f, 1.f);
+    __syncthreads();
+    for (int idx = tid; idx < CH * DK; idx += GC_NT) {
+        const int i = idx / DK, d = idx % DK;
+        a.dk[(tok0 + i) * a.ldqk + (size_t)h * DK + d] = D2[i * LDK + d];
+    }
+    if (tid == 0) {
+        float s = 0.f;
+        for (int i = CH - 1; i >= 0; i--) { s += dG[i]; a.dg[(tok0 + i) * H + h] = s; }
+    }
+    if (tid < CH) a.dbeta[(tok0 + tid) * H + h] = dB[tid];
+}
+template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 * CH * (DK + GC_PADK) + 4 * CH * GC_L64 + 6 * CH); }
+
+// ------------------------------------------------------------------------------------------------
+// ---- host side
+static bool supported(int dk, int dv) { return (dk == 32 || dk == 48 || dk == 64 || dk == 128) && dv % GC_BV == 0; }
+
+static size_t ws_floats(int B, int T, int H, int dk, int dv) {
+    const size_t BH = (size_t)B * H, BT = BH * T, Nc = T / CH;
+    return BT /*Gc*/ + 4 * BT * CH /*Tm,Pm,dPm,dTV*/ + 4 * BT * dk /*W,dQ1,dWm,X*/ + 2 * BT * dv /*U,dVn*/ +
+           2 * BH * Nc * dk * dv /*dstate, Rc*/ + BH * Nc /*sdot*/ + BT /*dbv*/;
+}
+
+static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
+    if (T % CH != 0) { fprintf(stderr, "gdn_op: T=%d must be a multiple of %d\n", T, CH); exit(1); }
+    GA a;
+    memset(&a, 0, sizeof(a));
+    a.B = B; a.T = T; a.H = H; a.dvd = dv; a.Nc = T / CH;
+    a.scale = 1.f / sqrtf((float)dk);
+    const size_t BH = (size_t)B * H, BT = BH * T, Nc = a.Nc;
+    float *p = ws;
+    a.Gc = p; p += BT;
+    a.Tm = p; p += BT * CH; a.Pm = p; p += BT * CH; a.dPm = p; p += BT * CH; a.dTV = p; p += BT * CH;
+    a.W = p; p += BT * dk; a.dQ1 = p; p += BT * dk; a.dWm = p; p += BT * dk; a.X = p; p += BT * dk;
+    a.U = p; p += BT * dv; a.dVn = p; p += BT * dv;
+    a.dstate = p; p += BH * Nc * dk * dv;
+    a.Rc = p; p += BH * Nc * dk * dv;
+    a.sdot = p; p += BH * Nc;
+    a.dbv = p; p += BT;
+    return a;
+}
+
+template <int DK> static void set_attrs() {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    CUDA_CHECK(cudaFuncSetAttribute(prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem<DK>()));
+    CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK>()));
+    CUDA_CHECK(cudaFuncSetAttribute(fwd_out_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_smem<DK>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_smem<DK>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_rhs_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_rhs_smem<DK>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 0>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 1>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 2>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_final_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_smem<DK>()));
+}
+
+template <int DK> static void fwd_impl(const GA &a) {
+    set_attrs<DK>();
+    const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
+    prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
+    fwd_state_kernel<DK><<<dim3(nvt, H, B), GC_NT, fwd_state_smem<DK>()>>>(a); GDN_KERNEL_MARK("fwd_state");
+    fwd_out_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, fwd_out_smem<DK>()>>>(a); GDN_KERNEL_MARK("fwd_out");
+    CUDA_CHECK(cudaGetLastError());
+}
+template <int DK> static void bwd_impl(const GA &a) {
+    set_attrs<DK>();
+    const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
+    prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
+    bwd_local_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_local_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
+    bwd_rhs_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs");
+    bwd_state_kernel<DK><<<dim3(nvt, H, B), GC_NT, bwd_state_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_state");
+    bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
+    bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a); GDN_KERNEL_MARK("vloop1");
+    bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
+    bwd_final_kernel<DK><<<dim3(Nc, B * H), GC_NT, bwd_final_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_final");
+    CUDA_CHECK(cudaGetLastError());
+}
+#define GC_DISPATCH(dk, F, a) do { switch (dk) { \
+    case 32: F<32>(a); break; case 48: F<48>(a); break; case 64: F<64>(a); break; case 128: F<128>(a); break; \
+    default: fprintf(stderr, "gdn_op: dk=%d not instantiated (32/48/64/128)\n", dk); exit(1); } } while (0)
+
+static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+static void forward(float *o, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
+                    const float *g, const float *beta, const float *m, int B, int T, int H, int dk, int dv, float *ws) {
+    GA a = make_ga(B, T, H, dk, dv, ws);
+    a.o = o; a.state = state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
+    a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(o) && ldqk % 4 == 0 &&
+            ldv % 4 == 0 && dk % 4 == 0;
+    GC_DISPATCH(dk, fwd_impl, a);
+}
+static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
+                     const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
+                     const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws) {
+    GA a = make_ga(B, T, H, dkd, dvd, ws);
+    a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA; a.dout = dout;
+    a.state = (float *)state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
+    a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) && aligned16(dq) &&
+            aligned16(dk) && aligned16(dv) && ldqk % 4 == 0 && ldv % 4 == 0 && dkd % 4 == 0;
+    GC_DISPATCH(dkd, bwd_impl, a);
+}
+#undef GC_DISPATCH
+} // namespace gdnc
+#undef GC_NT
+#undef GC_BV
+#undef GC_L64
+#undef GC_LBV
+#undef GC_PADK
+
+// ---- the GDN op (§5.4, §6.1, §6.4): the chunked kernels where the shape allows, else the token recurrence --
+// Same semantics and layouts as train_natsl.c's gdn_op_forward/backward, plus ws: an explicit device
+// workspace of gdn_op_workspace_floats(B, T, H, dk, dv) floats (owned by the caller; M->gdn_ws in the
+// model). gdn_op_backward writes dq, dk, dg, dβ, dA[...,1] and accumulates into dv (the softmax op of an
+// N layer has written dv and dA[...,0] before). NATSL_GDN_TOKENS=1 in the environment forces the token
+// recurrence everywhere (comparisons, timings).
+static int g_gdn_tokens = -1;
+static int gdn_use_chunked(int dk, int dv) {
+    if (g_gdn_tokens < 0) { const char *e = getenv("NATSL_GDN_TOKENS"); g_gdn_tokens = e && atoi(e) != 0; }
+    return !g_gdn_tokens && gdnc::supported(dk, dv);
+}
+static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv) {
+    return gdn_use_chunked(dk, dv) ? gdnc::ws_floats(B, T, H, dk, dv) : gdn_tokens_ws_floats(B, H, dk, dv);
+}
+static void gdn_op_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
+                           int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
+                           int dk, int dv, real *ws) {
+    ProfScope prof(PROF_GDN_FWD);
+    if (gdn_use_chunked(dk, dv)) gdnc::forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws);
+    else gdn_tokens_forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
+}
+static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
+                            const real *dout, const real *state, const real *q, const real *k, int ldqk,
+                            const real *v, int ldv, const real *g, const real *beta, const real *m,
+                            int B, int T, int H, int dkh, int dvh, real *ws) {
+    ProfScope prof(PROF_GDN_BWD);
+    if (gdn_use_chunked(dkh, dvh))
+        gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws);
+    else
+        gdn_tokens_backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws);
 }
 
 // ---- the router (Attention Score Layer, §5.2) ------------------------------------------------------
@@ -1577,6 +2354,7 @@ typedef struct {
     real *norm_rstd, *y;        // G,N: gated output norm rstd [2][rows], its output [BT][Vt]
     real *r, *xn2, *rstd2;      // h + mixer output [BT][D]; RMSNorm of it [BT][D], [BT]
     real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
+    real *gdn_ws;               // G,N: the GDN op's workspace (not carved here: M->gdn_ws, shared by all layers)
 } LayerActs;
 
 // Carves one layer's activations of the given kind out of base (NULL: only count). Returns the size.
@@ -1622,6 +2400,8 @@ typedef struct {
     LayerActs la[NATSL_MAX_LAYERS];
     real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier (device)
     real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
+    real *gdn_ws;                            // the GDN op's workspace (one for all G/N layers; NULL if none)
+    size_t gdn_ws_size;                      // its size in floats (gdn_op_workspace_floats)
     size_t dacts_size;
     int *inputs, *targets;                   // device copies of the batch
     double *d_scalar;                        // device scratch: mean loss, gradient norm
@@ -1693,11 +2473,16 @@ static void model_alloc_acts(Model *M, int B, int T) {
     M->dlnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
     M->inputs = (int *)xcudamalloc(BT * sizeof(int));
     M->targets = (int *)xcudamalloc(BT * sizeof(int));
+    if (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) {
+        M->gdn_ws_size = gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv);
+        M->gdn_ws = (real *)xcudamalloc(M->gdn_ws_size * sizeof(real));
+        for (int l = 0; l < c->L; l++) M->la[l].gdn_ws = M->gdn_ws;
+    }
 }
 
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->d_normpart};
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->d_normpart, M->gdn_ws};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
 }
 
@@ -1737,7 +2522,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
     int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
     gdn_inputs_forward(c, a, p, B, T);
     gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
-                   a->g, a->beta, NULL, B, T, H, c->dk, c->dv);
+                   a->g, a->beta, NULL, B, T, H, c->dk, c->dv, a->gdn_ws);
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
     matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
 }
@@ -1749,7 +2534,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
                         NULL, NULL, NULL, a->gate, BT * H, c->dv);
     gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, d->qkv + (size_t)2 * BT * K, d->g, d->beta, NULL, d->gdn_out,
                     a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt, a->g, a->beta,
-                    NULL, B, T, H, c->dk, c->dv);
+                    NULL, B, T, H, c->dk, c->dv, a->gdn_ws);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
@@ -1775,6 +2560,9 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
+#ifdef TESTING
+static const real *g_bench_rmask = NULL; // benchmarks (dev/bench_gpu.cu): a fixed routing mask for every N layer
+#endif
 static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
                                 int relaxed) {
     int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
@@ -1782,6 +2570,10 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     real *qa = a->qka, *ka = a->qka + (size_t)BT * K;
     gdn_inputs_forward(c, a, p, B, T);
     router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, H, relaxed);
+#ifdef TESTING
+    if (g_bench_rmask) // benchmark-only: replace the router's decisions by a fixed mask [B][Nc][H][2]
+        CUDA_CHECK(cudaMemcpyAsync(a->rmask, g_bench_rmask, (size_t)B * (T / CH) * H * 2 * sizeof(real), cudaMemcpyDeviceToDevice));
+#endif
     rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K);
     rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K);
     if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
@@ -1789,7 +2581,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva, 0);
     gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask,
-                   B, T, H, c->dk, c->dv);
+                   B, T, H, c->dk, c->dv, a->gdn_ws);
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
     matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
 }
@@ -1808,7 +2600,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     attention_backward(dqa, dka_, dV, dA, d->att_out, a->att_out, a->lse, a->qka, a->qka + (size_t)BT * K, K, V, Vt,
                        a->rmask, B, T, Ha, H, dka, dva, 0);
     gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, dV, d->g, d->beta, dA, d->gdn_out, a->state, a->qk_hat,
-                    a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask, B, T, H, c->dk, c->dv);
+                    a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask, B, T, H, c->dk, c->dv, a->gdn_ws);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(dQ, gp->wow, d->omega_raw, Q, p->wow, BT, K, 2 * Ha);
     if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }

@@ -1,0 +1,275 @@
+/*
+bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included with TESTING):
+  step:  one full training step (forward, backward, gradient norm + clip, AdamW) of a preset for several
+         patterns, in -p bf16 and fp32: ms/step, tokens/s, MFU and peak GPU memory;
+  layer: one token-mixer layer alone (N, G, A: RMSNorm'd input → mixer → output projection, no MLP),
+         forward + backward, at B·T = 32768 tokens for T = 4096, 16384, 32768; the N layer with its softmax
+         fraction forced to 1.0 / 0.5 / 0.25 / 0.1 (a fixed routing mask replaces the router's decisions
+         after router_forward: g_bench_rmask) and with the router's own decisions.
+Times: CUDA events, median of N (default 10) after 2 warm-ups.
+
+Model FLOPs per step (as dev/bench_cpu.c counts them):
+  linear layers   6 · tokens · Σ(weights of every matmul) (the classifier head included)
+  softmax attn    6 · Σ_heads Σ_queries (keys attended) · (d_q + d_v)   (routed pairs counted from the masks)
+  GDN             12 · tokens · H · d_k · d_v per G/N layer
+MFU = FLOPs / time / 989e12 (H100 SXM dense bf16 peak; the fp32 rows are measured against the same number).
+Peak memory: cudaMemGetInfo's used memory after the timed steps minus before the model was built (every
+buffer is allocated up front or on the first step and kept). B is lowered (halved) until the estimated
+footprint fits the free memory; the printed B is the one that ran.
+
+build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas
+run:   ./bench_gpu [step|layer|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
+       defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer
+*/
+#define TESTING
+#include "../train_natsl.cu"
+#include <vector>
+#include <algorithm>
+
+static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
+
+static size_t used_bytes(void) {
+    size_t fr, tot;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    return tot - fr;
+}
+
+static void set_precision(int bf16) {
+    g_bf16 = bf16;
+    CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
+    attention_set_tf32_passes(g_bf16 ? 1 : 3);
+}
+
+static int make_config(Config *c, const char *preset, const char *pattern, int V) {
+    char err[256];
+    if (config_from_preset(c, preset)) { fprintf(stderr, "unknown preset %s\n", preset); return -1; }
+    if (config_set_pattern(c, pattern, err, sizeof(err))) { fprintf(stderr, "%s\n", err); return -1; }
+    c->V = V; c->Vp = (V + 127) / 128 * 128;
+    if (config_check(c, err, sizeof(err))) { fprintf(stderr, "%s\n", err); return -1; }
+    return 0;
+}
+
+// bytes model_build + model_alloc_acts + AdamW + the op scratch would take (a slightly generous estimate)
+static size_t estimate_bytes(const Config *c, int B, int T) {
+    size_t np = 0, acts = 0, dmax = 0, BT = (size_t)B * T;
+    ParamTensor t[NATSL_MAX_TENSORS];
+    param_tensors(c, t, &np);
+    LayerActs la;
+    for (int l = 0; l < c->L; l++) acts += layer_acts_layout(&la, c, c->pattern[l], B, T, NULL);
+    for (const char *k = "GAN"; *k; k++)
+        if (strchr(c->pattern, *k)) dmax = std::max(dmax, layer_acts_layout(&la, c, *k, B, T, NULL));
+    size_t ws = (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
+    size_t att = 2 * BT * std::max(cfg_HA(c), c->Ha);
+    size_t fl = 4 * np + acts + dmax + ws + att + BT * (3 * (size_t)c->D + c->Vp + 8);
+    return fl * sizeof(float) + ((size_t)1 << 30); // + cuBLAS workspace, context slack
+}
+
+// FLOPs of one step (see the header); N layers' routed pairs from the masks of the last forward
+static void step_flops(const Model *M, int B, int T, double *mm, double *att, double *gdn) {
+    const Config *c = &M->cfg;
+    double BT = (double)B * T, macs = BT * c->Vp * c->D;
+    for (int i = 0; i < M->ntensors; i++) {
+        const ParamTensor *t = &M->tensors[i];
+        if (t->layer < 0) continue;
+        int s = t->slot;
+        if (s == P_WQKV || s == P_WG || s == P_WAB || s == P_WO || s == P_WOW || s == P_WGU || s == P_WDOWN) macs += BT * t->numel;
+        if (s == P_WR) macs += (double)B * (T / CH) * t->numel;
+    }
+    *mm = 6 * macs;
+    int Nc = T / CH;
+    double am = 0, gm = 0;
+    std::vector<float> mask((size_t)B * Nc * c->H * 2);
+    for (int l = 0; l < c->L; l++) {
+        if (c->pattern[l] != 'A') gm += 12.0 * BT * c->H * c->dk * c->dv;
+        if (c->pattern[l] == 'A') am += (double)B * cfg_HA(c) * T * (T + 1) / 2.0 * 2 * NATSL_ATTN_HEAD;
+        if (c->pattern[l] != 'N') continue;
+        CUDA_CHECK(cudaMemcpy(mask.data(), M->la[l].rmask, mask.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < c->Ha; j++) {
+                double keys = 0, prefix = 0; // prefix: keys of earlier softmax-routed chunks
+                for (int cq = 0; cq < Nc; cq++) {
+                    keys += CH * (CH + 1) / 2.0 + CH * prefix;
+                    prefix += CH * mask[(((size_t)b * Nc + cq) * c->H + j / (c->Ha / c->H)) * 2];
+                }
+                am += keys * (cfg_dka(c) + cfg_dva(c));
+            }
+    }
+    *att = 6 * am;
+    *gdn = gm;
+}
+
+static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters) {
+    Config c;
+    if (make_config(&c, preset, pattern, V)) exit(1);
+    size_t fr, tot;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    int B = B0;
+    while (B > 1 && estimate_bytes(&c, B, T) > fr) B /= 2;
+    printf("step %s %s: V=%d B=%d T=%d (asked B=%d; estimate %.1f GiB of %.1f GiB free)\n", preset, pattern, V, B, T, B0,
+           estimate_bytes(&c, B, T) / 1073741824.0, fr / 1073741824.0);
+    fflush(stdout);
+    size_t base = used_bytes();
+    Model M;
+    model_build(&M, &c);
+    model_init(&M, 1);
+    model_alloc_acts(&M, B, T);
+    std::vector<int> in((size_t)B * T), tg((size_t)B * T);
+    uint64_t r = rng_seed(2);
+    for (size_t i = 0; i < in.size(); i++) { in[i] = rng_u32(&r) % c.V; tg[i] = rng_u32(&r) % c.V; }
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
+    for (int prec = 1; prec >= 0; prec--) {
+        set_precision(prec);
+        std::vector<float> ts;
+        for (int it = 0; it < iters + 2; it++) {
+            CUDA_CHECK(cudaEventRecord(e0));
+            CUDA_CHECK(cudaMemsetAsync(M.grads, 0, M.nparams * sizeof(real)));
+            model_forward(&M, in.data(), tg.data(), B, T);
+            model_backward(&M, in.data(), tg.data(), B, T, (real)1 / ((real)B * T));
+            double norm = grad_norm(&M);
+            adamw_update(&M, 1e-4, 0.9, 0.95, 1e-8, 0.1, norm > 1 ? 1 / norm : 1, it + 1);
+            CUDA_CHECK(cudaEventRecord(e1));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            if (it >= 2) ts.push_back(ms);
+        }
+        double mm, att, gdn;
+        step_flops(&M, B, T, &mm, &att, &gdn);
+        double ms = median(ts), fl = mm + att + gdn, peak = (used_bytes() - base) / 1073741824.0;
+        printf("RESULT step %-13s %s B=%d T=%d: %8.1f ms/step (min %.1f)  %8.0f tok/s  %.2f TFLOP/step (linear %.2f, attn %.2f, "
+               "GDN %.2f)  %.0f TFLOP/s  MFU %.1f%%  peak %.1f GiB  loss %.4f\n",
+               pattern, prec ? "bf16" : "fp32", B, T, ms, *std::min_element(ts.begin(), ts.end()), (double)B * T / (ms / 1e3),
+               fl / 1e12, mm / 1e12, att / 1e12, gdn / 1e12, fl / (ms / 1e3) / 1e12, 100 * fl / (ms / 1e3) / 989e12, peak,
+               (double)M.mean_loss);
+        fflush(stdout);
+    }
+    CUDA_CHECK(cudaEventDestroy(e0)); CUDA_CHECK(cudaEventDestroy(e1));
+    model_free(&M);
+}
+
+__global__ void fill_kernel(float *x, size_t n, uint32_t seed, float scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    x[i] = scale * ((h >> 8) * (1.f / 16777216.f) * 2.f - 1.f);
+}
+static void fill(float *x, size_t n, uint32_t seed, float scale) {
+    fill_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(x, n, seed, scale);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// One mixer layer, fwd + bwd. frac < 0: the router decides; else a fixed mask with that fraction of
+// softmax chunks (per (b, head), the last chunk forced to both ops as the router does).
+static void bench_layer(const char *preset, char kind, int V, int B, int T, double frac, int iters, float *out_ms) {
+    Config c;
+    char pat[2] = {kind, 0};
+    if (make_config(&c, preset, pat, V)) exit(1);
+    Model M;
+    model_build(&M, &c);
+    model_init(&M, 1);
+    model_alloc_acts(&M, B, T);
+    int BT = B * T, Nc = T / CH;
+    LayerActs *a = &M.la[0];
+    const LayerParams *p = &M.p.layer[0];
+    LayerParams *gp = &M.g.layer[0];
+    fill(a->xn, (size_t)BT * c.D, 1, 1.7f);
+    fill(M.dres, (size_t)BT * c.D, 2, 1e-3f);
+    real *fixed = NULL;
+    if (kind == 'N' && frac >= 0) {
+        std::vector<float> m((size_t)B * Nc * c.H * 2);
+        uint64_t r = rng_seed(3);
+        for (int b = 0; b < B; b++)
+            for (int ch = 0; ch < Nc; ch++)
+                for (int h = 0; h < c.H; h++) {
+                    size_t i = (((size_t)b * Nc + ch) * c.H + h) * 2;
+                    int soft = rng_uniform(&r) < frac;
+                    m[i] = ch == Nc - 1 ? 1.f : (float)soft;
+                    m[i + 1] = ch == Nc - 1 ? 1.f : (float)!soft;
+                }
+        fixed = (real *)xcudamalloc(m.size() * sizeof(real));
+        CUDA_CHECK(cudaMemcpy(fixed, m.data(), m.size() * sizeof(real), cudaMemcpyHostToDevice));
+    }
+    g_bench_rmask = fixed;
+    cudaEvent_t e0, e1, e2;
+    CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1)); CUDA_CHECK(cudaEventCreate(&e2));
+    std::vector<float> tf, tb;
+    for (int it = 0; it < iters + 2; it++) {
+        CUDA_CHECK(cudaEventRecord(e0));
+        if (kind == 'G') gdn_layer_forward(&c, a, p, a->r, B, T);
+        else if (kind == 'A') attention_layer_forward(&c, a, p, a->r, B, T);
+        else natsl_layer_forward(&c, a, p, a->r, B, T, 0);
+        CUDA_CHECK(cudaEventRecord(e1));
+        LayerActs d;
+        CUDA_CHECK(cudaMemsetAsync(M.dacts, 0, M.dacts_size * sizeof(real)));
+        layer_acts_layout(&d, &c, kind, B, T, M.dacts);
+        if (kind == 'G') gdn_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
+        else if (kind == 'A') attention_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
+        else natsl_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T, 0);
+        CUDA_CHECK(cudaEventRecord(e2));
+        CUDA_CHECK(cudaEventSynchronize(e2));
+        float f, b2;
+        CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1)); CUDA_CHECK(cudaEventElapsedTime(&b2, e1, e2));
+        if (it >= 2) { tf.push_back(f); tb.push_back(b2); }
+    }
+    double sfr = kind == 'N' ? softmax_fraction(&M, 0, -1, B, T) : -1;
+    std::vector<float> tt(tf.size());
+    for (size_t i = 0; i < tf.size(); i++) tt[i] = tf[i] + tb[i];
+    *out_ms = median(tt);
+    char fr[32];
+    if (kind != 'N') snprintf(fr, sizeof(fr), "-");
+    else snprintf(fr, sizeof(fr), "%s%.2f", frac < 0 ? "router " : "", sfr);
+    printf("RESULT layer %c B=%d T=%5d softmax-frac %-12s fwd %7.2f ms  bwd %7.2f ms  fwd+bwd %7.2f ms\n", kind, B, T, fr,
+           median(tf), median(tb), *out_ms);
+    fflush(stdout);
+    g_bench_rmask = NULL;
+    if (fixed) CUDA_CHECK(cudaFree(fixed));
+    CUDA_CHECK(cudaEventDestroy(e0)); CUDA_CHECK(cudaEventDestroy(e1)); CUDA_CHECK(cudaEventDestroy(e2));
+    model_free(&M);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = "all", *preset = "340m", *pats = "natsl-hybrid,gdn,transformer";
+    int V = 32000, B = 8, T = 4096, iters = 10;
+    int i = 1;
+    if (argc > 1 && argv[1][0] != '-') mode = argv[i++];
+    for (; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-e")) preset = argv[i + 1];
+        else if (!strcmp(argv[i], "-V")) V = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-B")) B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-T")) T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-a")) pats = argv[i + 1];
+        else { fprintf(stderr, "unknown option %s\n", argv[i]); return 1; }
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, %.1f GiB; GDN op: %s\n", prop.name, prop.multiProcessorCount,
+           prop.totalGlobalMem / 1073741824.0, getenv("NATSL_GDN_TOKENS") ? "token recurrence (forced)" : "chunked where supported");
+    CUBLAS_CHECK(cublasCreate(&g_cublas));
+    if (!strcmp(mode, "layer") || !strcmp(mode, "all")) {
+        set_precision(1);
+        printf("-- one mixer layer, %s head sizes, bf16 matmuls, fwd+bwd, B*T = 32768\n", preset);
+        for (int t : {4096, 16384, 32768}) {
+            int b = 32768 / t;
+            float ms_a = 0, ms_n = 0, ms;
+            bench_layer(preset, 'A', 128, b, t, -1, iters, &ms_a); // vocabulary 128: no classifier runs here
+            bench_layer(preset, 'G', 128, b, t, -1, iters, &ms);
+            bench_layer(preset, 'N', 128, b, t, -1, iters, &ms);
+            for (double f : {1.0, 0.5, 0.25, 0.1}) {
+                bench_layer(preset, 'N', 128, b, t, f, iters, &ms);
+                if (f == 0.25) ms_n = ms;
+            }
+            printf("RESULT ratio T=%d: N(frac 0.25) / A = %.2f\n", t, ms_n / ms_a);
+        }
+    }
+    if (!strcmp(mode, "step") || !strcmp(mode, "all")) {
+        char buf[256];
+        snprintf(buf, sizeof(buf), "%s", pats);
+        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters);
+    }
+    CUBLAS_CHECK(cublasDestroy(g_cublas));
+    return 0;
+}

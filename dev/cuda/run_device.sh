@@ -1,0 +1,28 @@
+#!/bin/bash
+# dev/cuda/run_device.sh — the GPU checks and benchmarks of natsl.c in one go (run from the repo root on a GPU
+# machine, e.g. through the device tool); logs go to $OUT (default /tmp/natsl_out).
+#   bash dev/cuda/run_device.sh [test] [gdn] [att] [layer] [step]     (no argument: all five)
+#   test : make test (CPU tests + test_natsl's CPU-vs-GPU comparison, fp32 and bf16, GNGN and GNA at T=256)
+#   gdn  : dev/cuda/gdn/gdn_chunk (chunked GDN op vs a double oracle, then its timing at the 340M size)
+#   att  : dev/cuda/attention/masked_attention check (attention kernels vs a double oracle)
+#   layer: ./bench_gpu layer (one mixer layer, fwd+bwd, T = 4096 / 16384 / 32768)
+#   step : ./bench_gpu step  (full 340m training steps, V=32000, B=8 T=4096 or the largest B that fits)
+set -o pipefail
+O=${OUT:-/tmp/natsl_out}; mkdir -p $O
+WHAT="$*"; [ -z "$WHAT" ] && WHAT="test gdn att layer step"
+has() { [[ " $WHAT " == *" $1 "* ]]; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee $O/device.txt
+NV="nvcc -O3 -arch=sm_90 -std=c++17 -I."
+t0=$(date +%s)
+make -j8 train_natsl test_natsl train_natsl_cu > $O/build.log 2>&1 &
+$NV dev/bench_gpu.cu -o bench_gpu -lcublas >> $O/build_bench.log 2>&1 &
+has gdn && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublas >> $O/build_bench.log 2>&1 & }
+has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublas >> $O/build_bench.log 2>&1 & }
+wait
+echo "build: $(( $(date +%s) - t0 )) s"; tail -3 $O/build.log; cat $O/build_bench.log
+if has test; then timeout 240 make test > $O/test.log 2>&1; echo "make test rc=$?"; grep -iE "pass|fail|gpu|error" $O/test.log | tail -25; fi
+if has gdn; then timeout 60 /tmp/gdn_chunk > $O/gdn.log 2>&1; echo "gdn_chunk rc=$?"; cat $O/gdn.log; fi
+if has att; then timeout 60 /tmp/masked_attention check > $O/att.log 2>&1; echo "masked_attention rc=$?"; grep -E "PASS|FAIL|CORRECT" $O/att.log | tail -12; fi
+if has layer; then timeout 150 ./bench_gpu layer > $O/bench_layer.log 2>&1; echo "bench layer rc=$?"; grep -E "RESULT|device|error" $O/bench_layer.log; fi
+if has step; then timeout 240 ./bench_gpu step > $O/bench_step.log 2>&1; echo "bench step rc=$?"; grep -vE "^$" $O/bench_step.log; fi
+echo "total: $(( $(date +%s) - t0 )) s"
