@@ -1098,62 +1098,40 @@ static float *to_float32(const real *x, size_t n) {
 static void from_float32(real *x, const float *f, size_t n) { for (size_t i = 0; i < n; i++) x[i] = f[i]; }
 
 static int save_model(const Model *M, const char *path, char *err, size_t errlen) {
-    int h[256];
-    config_to_header(&M->cfg, M->nparams, h);
     float *f = to_float32(M->params, M->nparams);
-    int rc = ckpt_write_atomic(path, h, f, M->nparams, NULL, 0, err, errlen);
+    int rc = ckpt_write_model(path, &M->cfg, f, M->nparams, err, errlen);
     free(f);
     return rc;
 }
 
 // Reads a model checkpoint: builds M from its header and loads the parameters.
 static int load_model(Model *M, const char *path, char *err, size_t errlen) {
-    int h[256];
     Config c;
-    if (ckpt_read_header(path, h, err, errlen)) return -1;
-    if (config_from_header(&c, h, path, err, errlen)) return -1;
+    if (ckpt_read_model_config(path, &c, err, errlen)) return -1;
     model_build(M, &c);
-    float *f = xcalloc(M->nparams, sizeof(float));
-    int rc = ckpt_read_floats(path, 256 * sizeof(int), f, M->nparams, 1, err, errlen);
+    float *f = (float *)xcalloc(M->nparams, sizeof(float));
+    int rc = ckpt_read_model_params(path, f, M->nparams, err, errlen);
     if (!rc) from_float32(M->params, f, M->nparams);
     free(f);
     return rc;
 }
 
-typedef struct { int step; uint64_t rng; int shard; size_t pos; } TrainState;
-
 #define DUMP_MAGIC 20261124 // the -z comparison dump (write_dump below)
 #define DUMP_STEPS 10
 
 static int save_state(const Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
-    int h[256] = {0};
-    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
-    h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
-    h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
-    h[8] = (int)(M->nparams & 0x7fffffff); h[9] = (int)(M->nparams >> 31);
-    float *m = to_float32(M->adam_m, M->nparams), *v = to_float32(M->adam_v, M->nparams);
-    int rc = ckpt_write_atomic(path, h, m, M->nparams, v, M->nparams, err, errlen);
+    size_t n = M->nparams; // the moments exist after the first update (zeros if every step so far was skipped)
+    float *m = M->adam_m ? to_float32(M->adam_m, n) : (float *)xcalloc(n, sizeof(float));
+    float *v = M->adam_v ? to_float32(M->adam_v, n) : (float *)xcalloc(n, sizeof(float));
+    int rc = ckpt_write_state(path, s, m, v, n, err, errlen);
     free(m); free(v);
     return rc;
 }
 
 static int load_state(Model *M, TrainState *s, const char *path, char *err, size_t errlen) {
-    int h[256];
-    if (ckpt_read_header(path, h, err, errlen)) return -1;
-    if (h[0] != CKPT_STATE_MAGIC || h[1] != CKPT_VERSION) {
-        snprintf(err, errlen, "%s: not a natsl optimizer state file (magic %d, version %d)", path, h[0], h[1]);
-        return -1;
-    }
-    size_t n = (size_t)(uint32_t)h[8] | ((size_t)(uint32_t)h[9] << 31);
-    if (n != M->nparams) {
-        snprintf(err, errlen, "%s: state holds %zu parameters, the model has %zu", path, n, M->nparams);
-        return -1;
-    }
-    s->step = h[2]; s->shard = h[3];
-    s->pos = (size_t)(uint32_t)h[4] | ((size_t)(uint32_t)h[5] << 31);
-    s->rng = (uint64_t)(uint32_t)h[6] | ((uint64_t)(uint32_t)h[7] << 32);
-    float *f = xcalloc(2 * n, sizeof(float));
-    int rc = ckpt_read_floats(path, 256 * sizeof(int), f, 2 * n, 1, err, errlen);
+    size_t n = M->nparams;
+    float *f = (float *)xcalloc(2 * n, sizeof(float));
+    int rc = ckpt_read_state(path, s, f, n, err, errlen);
     if (!rc) {
         if (!M->adam_m) { M->adam_m = xcalloc(n, sizeof(real)); M->adam_v = xcalloc(n, sizeof(real)); }
         from_float32(M->adam_m, f, n);

@@ -48,8 +48,10 @@ Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS).
 #include "common/dataloader.h"
 #include "common/tokenizer.h"
 #include "common/checkpoint.h"
+#include "common/train_util.h"
 
 typedef float real;
+#include "common/layout.h" // LayerParams, LayerActs: named pointers into the flat buffers (shared with the C file)
 
 #define CH NATSL_CHUNK
 
@@ -80,23 +82,6 @@ static void *xcudamalloc(size_t bytes) {
     return p;
 }
 
-// ------------------------------------------------------------------------------------------------
-// random numbers: xorshift64*, seeded through splitmix64 — identical to train_natsl.c (same init)
-
-static uint64_t rng_seed(uint64_t seed) {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (z ^ (z >> 31)) | 1;
-}
-static uint32_t rng_u32(uint64_t *s) {
-    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
-    return (uint32_t)((*s * 0x2545F4914F6CDD1Dull) >> 32);
-}
-static double rng_uniform(uint64_t *s) { return (rng_u32(s) + 0.5) / 4294967296.0; } // in (0, 1)
-static double rng_normal(uint64_t *s) {
-    return sqrt(-2.0 * log(rng_uniform(s))) * cos(6.283185307179586 * rng_uniform(s));
-}
 
 // ------------------------------------------------------------------------------------------------
 // deterministic column sums: part[p][i] = Σ_{rows r of part p} f(r, i), then dw[i] += Σ_p part[p][i]
@@ -2316,78 +2301,6 @@ static void residual_add(real *out, const real *a, size_t n) {
 // The model: parameters, activations, and the three layer kinds (device buffers, C layouts)
 // ================================================================================================
 
-typedef union { // named pointers into the flat parameter (or gradient) buffer, in P_* order
-    struct { real *ln_mix, *wqkv, *wg, *wab, *a_log, *dt_bias, *conv, *o_norm, *wr, *wow, *qn, *kn, *n1, *n2,
-             *wo, *ln_mlp, *wgu, *wdown; };
-    real *t[NSLOT];
-} LayerParams;
-
-typedef struct {
-    real *wte, *ln_f, *head;
-    LayerParams layer[NATSL_MAX_LAYERS];
-} ParamPtrs;
-
-static void param_pointers(ParamPtrs *p, const ParamTensor *t, int nt, real *base) {
-    memset(p, 0, sizeof(*p));
-    for (int i = 0; i < nt; i++) {
-        real *ptr = base + t[i].offset;
-        if (t[i].layer >= 0) p->layer[t[i].layer].t[t[i].slot] = ptr;
-        else if (!strcmp(t[i].name, "wte")) p->wte = ptr;
-        else if (!strcmp(t[i].name, "ln_f")) p->ln_f = ptr;
-        else p->head = ptr;
-    }
-}
-
-// One layer's activations (and, with the same layout, the gradients of one layer's activations).
-typedef struct {
-    real *res;                  // h^l, the block input [BT][D]
-    real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
-    real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
-    real *conv, *qkv;           // G,N: conv output before / after SiLU, planes Q [BT][K] | K [BT][K] | V [BT][Vt]
-    real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
-    real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
-    real *gdn_out, *state;      // G,N: GDN op output [BT][Vt], committed states [B][H][Nc][dk][dv]
-    real *qka, *qka_rstd;       // N: RMSNorm'd (+RoPE) softmax planes qa | ka [2][BT][K], rstd [2][BT][Ha]
-    real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D];  lse [B][heads][T]
-    real *omega_raw, *omega;    // N: Q W_owᵀ and its pair softmax [BT][2Ha]
-    real *pool, *rlogits, *rpi, *rmask; // N: router [B][Nc][D], [B][Nc][2H] (logits, π, mask Ã)
-    real *norm_rstd, *y;        // G,N: gated output norm rstd [2][rows], its output [BT][Vt]
-    real *r, *xn2, *rstd2;      // h + mixer output [BT][D]; RMSNorm of it [BT][D], [BT]
-    real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
-    real *gdn_ws;               // G,N: the GDN op's workspace (not carved here: M->gdn_ws, shared by all layers)
-} LayerActs;
-
-// Carves one layer's activations of the given kind out of base (NULL: only count). Returns the size.
-// Same fields and order as train_natsl.c; every field starts on a 64-float (256-byte) boundary here.
-static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base) {
-    size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
-    size_t Nc = T / CH, off = 0;
-    memset(a, 0, sizeof(*a));
-#define TAKE(field, n) do { a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } while (0)
-    TAKE(res, BT * D); TAKE(xn, BT * D); TAKE(rstd1, BT);
-    if (kind == 'G' || kind == 'N') {
-        TAKE(proj, BT * (2 * K + Vt)); TAKE(conv, BT * (2 * K + Vt)); TAKE(qkv, BT * (2 * K + Vt));
-        TAKE(gate, BT * Vt); TAKE(ab, BT * 2 * H); TAKE(g, BT * H); TAKE(beta, BT * H);
-        TAKE(qk_hat, 2 * BT * K); TAKE(qk_rho, 2 * BT * H);
-        TAKE(gdn_out, BT * Vt); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv);
-        TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha)); TAKE(y, BT * Vt);
-    }
-    if (kind == 'N') {
-        TAKE(qka, 2 * BT * K); TAKE(qka_rstd, 2 * BT * Ha);
-        TAKE(att_out, BT * Vt); TAKE(lse, (size_t)B * Ha * T);
-        TAKE(omega_raw, BT * 2 * Ha); TAKE(omega, BT * 2 * Ha);
-        TAKE(pool, B * Nc * D); TAKE(rlogits, B * Nc * 2 * H); TAKE(rpi, B * Nc * 2 * H); TAKE(rmask, B * Nc * 2 * H);
-    }
-    if (kind == 'A') {
-        size_t HA = cfg_HA(c);
-        TAKE(proj, BT * 3 * D); TAKE(att_out, BT * D); TAKE(lse, (size_t)B * HA * T);
-    }
-    TAKE(r, BT * D); TAKE(xn2, BT * D); TAKE(rstd2, BT);
-    TAKE(gu, BT * 2 * c->F); TAKE(hmid, BT * c->F);
-#undef TAKE
-    return off;
-}
-
 typedef struct {
     Config cfg;
     ParamTensor tensors[NATSL_MAX_TENSORS];
@@ -2763,15 +2676,6 @@ static void adamw_update(Model *M, double lr, double b1, double b2, double eps, 
     }
 }
 
-// linear warmup from 0 to the peak, then cosine decay to final_frac · peak (§9)
-static double lr_at(int step, int warmup, int max_steps, double peak, double final_frac) {
-    if (step < warmup) return peak * (step + 1) / warmup;
-    if (max_steps <= warmup) return peak;
-    double progress = (double)(step - warmup) / (max_steps - warmup);
-    if (progress > 1) progress = 1;
-    return peak * (final_frac + (1 - final_frac) * 0.5 * (1 + cos(3.141592653589793 * progress)));
-}
-
 // ================================================================================================
 // Checkpoints: model_%08d.bin (header + float32 parameters) and state_%08d.bin (AdamW moments, step,
 // RNG, data position), both written atomically (common/checkpoint.h). Same files as train_natsl.c.
@@ -2787,65 +2691,40 @@ static void from_float32(real *dev, const float *f, size_t n) {
 }
 
 static int save_model(const Model *M, const char *path, char *err, size_t errlen) {
-    int h[256];
-    config_to_header(&M->cfg, M->nparams, h);
     float *f = to_float32(M->params, M->nparams);
-    int rc = ckpt_write_atomic(path, h, f, M->nparams, NULL, 0, err, errlen);
+    int rc = ckpt_write_model(path, &M->cfg, f, M->nparams, err, errlen);
     free(f);
     return rc;
 }
 
 // Reads a model checkpoint: builds M from its header and loads the parameters.
 static int load_model(Model *M, const char *path, char *err, size_t errlen) {
-    int h[256];
     Config c;
-    if (ckpt_read_header(path, h, err, errlen)) return -1;
-    if (config_from_header(&c, h, path, err, errlen)) return -1;
+    if (ckpt_read_model_config(path, &c, err, errlen)) return -1;
     model_build(M, &c);
     float *f = (float *)xcalloc(M->nparams, sizeof(float));
-    int rc = ckpt_read_floats(path, 256 * sizeof(int), f, M->nparams, 1, err, errlen);
+    int rc = ckpt_read_model_params(path, f, M->nparams, err, errlen);
     if (!rc) from_float32(M->params, f, M->nparams);
     free(f);
     return rc;
 }
 
-typedef struct { int step; uint64_t rng; int shard; size_t pos; } TrainState;
-
 static int save_state(const Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
-    int h[256] = {0};
-    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
-    h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
-    h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
-    h[8] = (int)(M->nparams & 0x7fffffff); h[9] = (int)(M->nparams >> 31);
-    float *m = M->adam_m ? to_float32(M->adam_m, M->nparams) : (float *)xcalloc(M->nparams, sizeof(float));
-    float *v = M->adam_v ? to_float32(M->adam_v, M->nparams) : (float *)xcalloc(M->nparams, sizeof(float));
-    int rc = ckpt_write_atomic(path, h, m, M->nparams, v, M->nparams, err, errlen);
+    size_t n = M->nparams; // the moments exist after the first update (zeros if every step so far was skipped)
+    float *m = M->adam_m ? to_float32(M->adam_m, n) : (float *)xcalloc(n, sizeof(float));
+    float *v = M->adam_v ? to_float32(M->adam_v, n) : (float *)xcalloc(n, sizeof(float));
+    int rc = ckpt_write_state(path, s, m, v, n, err, errlen);
     free(m); free(v);
     return rc;
 }
 
 static int load_state(Model *M, TrainState *s, const char *path, char *err, size_t errlen) {
-    int h[256];
-    if (ckpt_read_header(path, h, err, errlen)) return -1;
-    if (h[0] != CKPT_STATE_MAGIC || h[1] != CKPT_VERSION) {
-        snprintf(err, errlen, "%s: not a natsl optimizer state file (magic %d, version %d)", path, h[0], h[1]);
-        return -1;
-    }
-    size_t n = (size_t)(uint32_t)h[8] | ((size_t)(uint32_t)h[9] << 31);
-    if (n != M->nparams) {
-        snprintf(err, errlen, "%s: state holds %zu parameters, the model has %zu", path, n, M->nparams);
-        return -1;
-    }
-    s->step = h[2]; s->shard = h[3];
-    s->pos = (size_t)(uint32_t)h[4] | ((size_t)(uint32_t)h[5] << 31);
-    s->rng = (uint64_t)(uint32_t)h[6] | ((uint64_t)(uint32_t)h[7] << 32);
+    size_t n = M->nparams;
     float *f = (float *)xcalloc(2 * n, sizeof(float));
-    int rc = ckpt_read_floats(path, 256 * sizeof(int), f, 2 * n, 1, err, errlen);
+    int rc = ckpt_read_state(path, s, f, n, err, errlen);
     if (!rc) {
-        if (!M->adam_m) {
-            M->adam_m = (real *)xcudamalloc(n * sizeof(real));
-            M->adam_v = (real *)xcudamalloc(n * sizeof(real));
-        }
+        if (!M->adam_m) { M->adam_m = (real *)xcudamalloc(n * sizeof(real));
+            M->adam_v = (real *)xcudamalloc(n * sizeof(real)); }
         from_float32(M->adam_m, f, n);
         from_float32(M->adam_v, f + n, n);
     }
@@ -2857,78 +2736,6 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
 // ================================================================================================
 
 #ifndef TESTING
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *msg) { fprintf(stderr, "error: %s\n", msg); exit(1); }
-
-static void usage(void) {
-    printf("usage: ./train_natsl_cu [options]   (the GPU trainer; same flags as ./train_natsl, plus -p)\n"
-           "  -i <glob>   train shards                      (default data/fineweb_edu_train.bin)\n"
-           "  -j <glob>   val shards                        (default data/fineweb_edu_val.bin)\n"
-           "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
-           "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
-           "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N\n"
-           "  -b <int>    micro-batch size B                (default 4)\n"
-           "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
-           "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
-           "  -l <float>  peak learning rate                (default 3e-4)\n"
-           "  -u <int>    warmup steps                      (default 20)\n"
-           "  -q <float>  final LR as a fraction of peak    (default 0.1)\n"
-           "  -c <float>  weight decay                      (default 0.1)\n"
-           "  -x <int>    max steps                         (default 300)\n"
-           "  -v <int>    val loss every N steps            (default 50)\n"
-           "  -m <int>    val batches                       (default 8)\n"
-           "  -s <int>    sample every N steps              (default 100)\n"
-           "  -g <int>    tokens to generate                (default 64)\n"
-           "  -n <int>    checkpoint every N steps, 0 = only at the end (default 0)\n"
-           "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
-           "  -r <int>    seed                              (default 42)\n"
-           "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
-           "  -p <prec>   fp32|bf16: bf16 = matmuls on bf16 tensor cores, attention 1xTF32 (default fp32)\n"
-           "  -h          this help\n");
-}
-
-// Latest step with both model_%08d.bin and state_%08d.bin in dir, or -1.
-static int latest_checkpoint(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int step;
-        char tail[8];
-        if (sscanf(e->d_name, "state_%8d.bin%1s", &step, tail) == 1 && step > best) {
-            char p[4096];
-            snprintf(p, sizeof(p), "%s/model_%08d.bin", dir, step);
-            if (access(p, R_OK) == 0) best = step;
-        }
-    }
-    closedir(d);
-    return best;
-}
-
-// On resume from step s, main.log keeps only the events of steps <= s: the later ones were logged by
-// the run that is being replaced and are about to be logged again. Rewritten atomically.
-static int log_truncate_after(const char *path, int step, char *err, size_t errlen) {
-    FILE *in = fopen(path, "r");
-    if (!in) return 0; // no log yet
-    char tmp[4200], line[512];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *out = fopen(tmp, "w");
-    if (!out) { fclose(in); snprintf(err, errlen, "%s: cannot open for writing (%s)", tmp, strerror(errno)); return -1; }
-    while (fgets(line, sizeof(line), in)) {
-        int s;
-        if (sscanf(line, "s:%d", &s) != 1 || s <= step) fputs(line, out);
-    }
-    fclose(in);
-    if (fclose(out) || rename(tmp, path)) { snprintf(err, errlen, "%s: cannot rewrite (%s)", path, strerror(errno)); return -1; }
-    return 0;
-}
 
 // Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
 static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
@@ -3044,43 +2851,11 @@ static void write_dump(Model *M, DataLoader *train, const char *path, double lr,
 }
 
 int main(int argc, char **argv) {
-    const char *train_glob = "data/fineweb_edu_train.bin", *val_glob = "data/fineweb_edu_val.bin";
-    const char *outdir = NULL, *init_from = "tiny", *arch = NULL, *dump_path = NULL, *prec = "fp32";
-    int B = 4, T = 256, total_batch = -1, warmup = 20, max_steps = 300, val_every = 50, val_batches = 8;
-    int sample_every = 100, gen_tokens = 64, ckpt_every = 0, resume = 0, seed = 42;
-    double lr = 3e-4, final_frac = 0.1, wd = 0.1;
+    TrainArgs a;
+    train_args_parse(&a, argc, argv);
+    int B = a.B, T = a.T;
+    const char *prec = a.precision;
     char err[1024], msg[1200];
-
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h")) { usage(); return 0; }
-        if (argv[i][0] != '-' || strlen(argv[i]) != 2 || i + 1 >= argc) {
-            snprintf(msg, sizeof(msg), "bad argument '%s' (every flag takes a value; -h for help)", argv[i]);
-            die(msg);
-        }
-        const char *v = argv[++i];
-        switch (argv[i - 1][1]) {
-        case 'i': train_glob = v; break;        case 'j': val_glob = v; break;
-        case 'o': outdir = v; break;            case 'e': init_from = v; break;
-        case 'a': arch = v; break;              case 'b': B = atoi(v); break;
-        case 't': T = atoi(v); break;           case 'd': total_batch = atoi(v); break;
-        case 'l': lr = atof(v); break;          case 'u': warmup = atoi(v); break;
-        case 'q': final_frac = atof(v); break;  case 'c': wd = atof(v); break;
-        case 'x': max_steps = atoi(v); break;   case 'v': val_every = atoi(v); break;
-        case 'm': val_batches = atoi(v); break; case 's': sample_every = atoi(v); break;
-        case 'g': gen_tokens = atoi(v); break;  case 'n': ckpt_every = atoi(v); break;
-        case 'y': resume = atoi(v); break;      case 'r': seed = atoi(v); break;
-        case 'z': dump_path = v; break;         case 'p': prec = v; break;
-        default: snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i - 1]); die(msg);
-        }
-    }
-    if (T <= 0 || T % CH) { snprintf(msg, sizeof(msg), "-t %d: sequence length must be a positive multiple of %d (the NAtS chunk size)", T, CH); die(msg); }
-    if (B <= 0) { snprintf(msg, sizeof(msg), "-b %d: micro-batch size must be positive", B); die(msg); }
-    if (total_batch < 0) total_batch = B * T;
-    if (total_batch <= 0 || total_batch % (B * T)) { snprintf(msg, sizeof(msg), "-d %d: total batch must be a positive multiple of B*T = %d", total_batch, B * T); die(msg); }
-    if (max_steps <= 0 || warmup < 0 || val_batches <= 0) die("-x and -m must be positive and -u not negative");
-    if (resume && !outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
-    int accum = total_batch / (B * T);
-    if (strcmp(prec, "fp32") && strcmp(prec, "bf16")) { snprintf(msg, sizeof(msg), "-p %s: precision must be fp32 or bf16", prec); die(msg); }
     g_bf16 = !strcmp(prec, "bf16");
 
     // the GPU. fp32: cuBLAS in true fp32 (no TF32), the attention kernels in their fp32-accurate 3xTF32 mode.
@@ -3097,27 +2872,28 @@ int main(int argc, char **argv) {
 
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
     Model M;
-    TrainState st = {0, rng_seed(seed + 1), 0, 0};
-    int resume_step = resume ? latest_checkpoint(outdir) : -1;
-    if (resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", outdir);
+    TrainState st = {0, rng_seed(a.seed + 1), 0, 0};
+    int resume_step = a.resume ? latest_checkpoint(a.outdir) : -1;
+    if (a.resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", a.outdir);
+    if (a.outdir && !a.resume) check_fresh_outdir(a.outdir);
     if (resume_step >= 0) {
-        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, resume_step);
+        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, resume_step);
         if (load_model(&M, msg, err, sizeof(err))) die(err);
-        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", outdir, resume_step);
+        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, resume_step);
         if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
         printf("resuming from %s (step %d)\n", msg, st.step);
     } else {
         Config c;
-        if (config_from_preset(&c, init_from) == 0) {
-            if (arch && config_set_pattern(&c, arch, err, sizeof(err))) die(err);
+        if (config_from_preset(&c, a.init_from) == 0) {
+            if (a.arch && config_set_pattern(&c, a.arch, err, sizeof(err))) die(err);
             if (config_check(&c, err, sizeof(err))) die(err);
             model_build(&M, &c);
-            model_init(&M, seed);
+            model_init(&M, a.seed);
         } else {
             struct stat sb;
-            if (stat(init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", init_from); die(msg); }
-            if (load_model(&M, init_from, err, sizeof(err))) die(err);
-            if (arch) printf("note: -a is ignored when starting from a checkpoint\n");
+            if (stat(a.init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", a.init_from); die(msg); }
+            if (load_model(&M, a.init_from, err, sizeof(err))) die(err);
+            if (a.arch) printf("note: -a is ignored when starting from a checkpoint\n");
         }
     }
     const Config *c = &M.cfg;
@@ -3125,33 +2901,33 @@ int main(int argc, char **argv) {
            c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
     printf("parameters: %zu\n", M.nparams);
     printf("device: %s, precision: %s\n", prop.name, prec);
-    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, accum, total_batch);
+    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, a.accum, a.total_batch);
 
     DataLoader train, val;
-    if (dataloader_init(&train, train_glob, B, T, err, sizeof(err))) die(err);
-    if (dataloader_init(&val, val_glob, B, T, err, sizeof(err))) die(err);
+    if (dataloader_init(&train, a.train_glob, B, T, err, sizeof(err))) die(err);
+    if (dataloader_init(&val, a.val_glob, B, T, err, sizeof(err))) die(err);
     if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
     Tokenizer tok;
     int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
     if (!have_tok) printf("note: %s (samples print token ids)\n", err);
     model_alloc_acts(&M, B, T);
-    if (dump_path) { write_dump(&M, &train, dump_path, lr, warmup, final_frac, wd, B, T); return 0; }
+    if (a.dump_path) { write_dump(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
 
     FILE *logf = NULL;
-    if (outdir) {
-        mkdir(outdir, 0777);
-        snprintf(msg, sizeof(msg), "%s/main.log", outdir);
+    if (a.outdir) {
+        mkdir(a.outdir, 0777);
+        snprintf(msg, sizeof(msg), "%s/main.log", a.outdir);
         if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
         logf = fopen(msg, st.step > 0 ? "a" : "w");
         if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
     }
     double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double));
 
-    for (int step = st.step + 1; step <= max_steps; step++) {
-        int last = step == max_steps;
-        if (val_every > 0 && (step % val_every == 0 || last || step == 1)) {
+    for (int step = st.step + 1; step <= a.max_steps; step++) {
+        int last = step == a.max_steps;
+        if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
             double vl;
-            if (evaluate(&vl, &M, &val, val_batches, B, T, sfr, err, sizeof(err))) die(err);
+            if (evaluate(&vl, &M, &val, a.val_batches, B, T, sfr, err, sizeof(err))) die(err);
             printf("step %d: val loss %.4f", step, vl);
             for (int l = 0; l < c->L; l++) {
                 if (c->pattern[l] != 'N') continue;
@@ -3161,31 +2937,31 @@ int main(int argc, char **argv) {
             printf("\n");
             if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); fflush(logf); }
         }
-        if (sample_every > 0 && gen_tokens > 0 && (step % sample_every == 0 || last)) {
+        if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last)) {
             printf("step %d: sample\n", step);
-            sample_text(&M, have_tok ? &tok : NULL, gen_tokens, T, &st.rng);
+            sample_text(&M, have_tok ? &tok : NULL, a.gen_tokens, T, &st.rng);
         }
 
         double t0 = now_s(), loss = 0;
         CUDA_CHECK(cudaMemset(M.grads, 0, M.nparams * sizeof(real)));
         for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr[l * c->H + h] = 0;
-        for (int k = 0; k < accum; k++) {
+        for (int k = 0; k < a.accum; k++) {
             if (dataloader_next_batch(&train, err, sizeof(err))) die(err);
             model_forward(&M, train.inputs, train.targets, B, T);
-            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * accum));
-            loss += M.mean_loss / accum;
+            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * a.accum));
+            loss += M.mean_loss / a.accum;
             for (int l = 0; l < c->L; l++)
-                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / accum;
+                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / a.accum;
         }
-        double norm = grad_norm(&M), step_lr = lr_at(step - 1, warmup, max_steps, lr, final_frac);
-        int skipped = !isfinite(norm);
-        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
+        double norm = grad_norm(&M), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
+        int skipped = !is_finite(norm);
+        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, a.wd, norm > 1 ? 1 / norm : 1, step);
         CUDA_CHECK(cudaDeviceSynchronize());
         double dt = now_s() - t0;
         if (g_prof && step == st.step + 1) memset(g_prof_ms, 0, sizeof(g_prof_ms)); // skip the first (warm-up) step
         else if (g_prof) { prof_step_ms += dt * 1e3; prof_steps++; }
-        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, max_steps, loss,
-               step_lr, norm, dt * 1e3, total_batch / dt);
+        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, loss,
+               step_lr, norm, dt * 1e3, a.total_batch / dt);
         for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr[l * c->H]);
         printf("%s\n", skipped ? " | SKIPPED (gradient norm not finite)" : "");
         if (logf) {
@@ -3195,13 +2971,13 @@ int main(int argc, char **argv) {
             fflush(logf);
         }
 
-        if (outdir && ((ckpt_every > 0 && step % ckpt_every == 0) || last)) {
+        if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
             st.step = step; st.shard = train.shard; st.pos = train.pos;
-            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", outdir, step);
+            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, step);
             if (save_model(&M, msg, err, sizeof(err))) die(err);
-            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", outdir, step);
+            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, step);
             if (save_state(&M, &st, msg, err, sizeof(err))) die(err);
-            printf("saved %s/{model,state}_%08d.bin\n", outdir, step);
+            printf("saved %s/{model,state}_%08d.bin\n", a.outdir, step);
         }
     }
     if (g_prof && prof_steps > 0) {

@@ -1,5 +1,8 @@
-// Checkpoint file I/O shared by train_natsl.c and train_natsl.cu: a header of 256 int32 followed by
-// float32 arrays. Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
+// Checkpoint files of natsl.c, shared by train_natsl.c and train_natsl.cu (either program loads the
+// other's): a header of 256 int32 followed by float32 arrays.
+//   model_%08d.bin  the config (header below) and the parameters in param_tensors order
+//   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi],
+//                   then AdamW's first and second moments Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
 // renamed over PATH, so a killed run never leaves a half-written checkpoint under the real name.
 // Every function returns 0, or -1 with a one-line message "PATH: problem" in err.
 #ifndef NATSL_CHECKPOINT_H
@@ -8,7 +11,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdint.h>
 #include <unistd.h>
+#include "config.h"
 
 #define CKPT_HEADER_BYTES (256 * sizeof(int))
 
@@ -53,6 +58,93 @@ static inline int ckpt_read_floats(const char *path, size_t offset, float *out, 
     fclose(f);
     if (got != n) { snprintf(err, errlen, "%s: read failed after %zu of %zu values", path, got, n); return -1; }
     return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// the model file's header (SPEC: "model (header with magic/version/config + flat params)")
+
+#define CKPT_MODEL_MAGIC 20261122
+#define CKPT_STATE_MAGIC 20261123
+#define CKPT_VERSION 1
+
+// header layout: 256 int32
+//  [0] magic [1] version [2] D [3] L [4] H [5] dk [6] dv [7] Ha [8] F [9] V [10] Vp [11] rope
+//  [12] chunk size [13] parameter count (low 31 bits) [14] parameter count (high bits)
+//  [32..] pattern, one char per int
+static inline void config_to_header(const Config *c, size_t nparams, int *h) {
+    memset(h, 0, 256 * sizeof(int));
+    h[0] = CKPT_MODEL_MAGIC; h[1] = CKPT_VERSION;
+    h[2] = c->D; h[3] = c->L; h[4] = c->H; h[5] = c->dk; h[6] = c->dv; h[7] = c->Ha; h[8] = c->F;
+    h[9] = c->V; h[10] = c->Vp; h[11] = c->rope; h[12] = NATSL_CHUNK;
+    h[13] = (int)(nparams & 0x7fffffff); h[14] = (int)(nparams >> 31);
+    for (int l = 0; l < c->L; l++) h[32 + l] = c->pattern[l];
+}
+
+static inline int config_from_header(Config *c, const int *h, const char *path, char *err, size_t errlen) {
+    if (h[0] != CKPT_MODEL_MAGIC) { snprintf(err, errlen, "%s: not a natsl model checkpoint (bad magic %d)", path, h[0]); return -1; }
+    if (h[1] != CKPT_VERSION) { snprintf(err, errlen, "%s: checkpoint version %d, this program reads %d", path, h[1], CKPT_VERSION); return -1; }
+    if (h[12] != NATSL_CHUNK) { snprintf(err, errlen, "%s: chunk size %d, this program uses %d", path, h[12], NATSL_CHUNK); return -1; }
+    memset(c, 0, sizeof(*c));
+    c->D = h[2]; c->L = h[3]; c->H = h[4]; c->dk = h[5]; c->dv = h[6]; c->Ha = h[7]; c->F = h[8];
+    c->V = h[9]; c->Vp = h[10]; c->rope = h[11];
+    if (c->L <= 0 || c->L > NATSL_MAX_LAYERS) { snprintf(err, errlen, "%s: bad layer count %d", path, c->L); return -1; }
+    for (int l = 0; l < c->L; l++) c->pattern[l] = (char)h[32 + l];
+    char why[256];
+    if (config_check(c, why, sizeof(why))) { snprintf(err, errlen, "%s: %s", path, why); return -1; }
+    size_t total, want = (size_t)h[13] | ((size_t)h[14] << 31);
+    ParamTensor t[NATSL_MAX_TENSORS];
+    param_tensors(c, t, &total);
+    if (total != want) { snprintf(err, errlen, "%s: header says %zu parameters, its config has %zu", path, want, total); return -1; }
+    return 0;
+}
+
+// ---- the two files, from and into host float32 arrays -----------------------------------------------
+
+typedef struct { int step; uint64_t rng; int shard; size_t pos; } TrainState; // what a resume restores
+
+static inline int ckpt_write_model(const char *path, const Config *c, const float *params, size_t n, char *err, size_t errlen) {
+    int h[256];
+    config_to_header(c, n, h);
+    return ckpt_write_atomic(path, h, params, n, NULL, 0, err, errlen);
+}
+
+// The config of a model file (checked against the file's parameter count and size).
+static inline int ckpt_read_model_config(const char *path, Config *c, char *err, size_t errlen) {
+    int h[256];
+    if (ckpt_read_header(path, h, err, errlen)) return -1;
+    return config_from_header(c, h, path, err, errlen);
+}
+static inline int ckpt_read_model_params(const char *path, float *params, size_t n, char *err, size_t errlen) {
+    return ckpt_read_floats(path, CKPT_HEADER_BYTES, params, n, 1, err, errlen);
+}
+
+static inline int ckpt_write_state(const char *path, const TrainState *s, const float *m, const float *v, size_t n,
+                                   char *err, size_t errlen) {
+    int h[256] = {0};
+    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
+    h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
+    h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
+    h[8] = (int)(n & 0x7fffffff); h[9] = (int)(n >> 31);
+    return ckpt_write_atomic(path, h, m, n, v, n, err, errlen);
+}
+
+// Reads a state file for a model of n parameters: the train state, and the moments into mv [2n] (m, then v).
+static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, size_t n, char *err, size_t errlen) {
+    int h[256];
+    if (ckpt_read_header(path, h, err, errlen)) return -1;
+    if (h[0] != CKPT_STATE_MAGIC || h[1] != CKPT_VERSION) {
+        snprintf(err, errlen, "%s: not a natsl optimizer state file (magic %d, version %d)", path, h[0], h[1]);
+        return -1;
+    }
+    size_t held = (size_t)(uint32_t)h[8] | ((size_t)(uint32_t)h[9] << 31);
+    if (held != n) {
+        snprintf(err, errlen, "%s: state holds %zu parameters, the model has %zu", path, held, n);
+        return -1;
+    }
+    s->step = h[2]; s->shard = h[3];
+    s->pos = (size_t)(uint32_t)h[4] | ((size_t)(uint32_t)h[5] << 31);
+    s->rng = (uint64_t)(uint32_t)h[6] | ((uint64_t)(uint32_t)h[7] << 32);
+    return ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen);
 }
 
 #endif

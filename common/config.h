@@ -215,42 +215,4 @@ static inline int param_tensors(const Config *c, ParamTensor *t, size_t *total) 
     return n;
 }
 
-// ----------------------------------------------------------------------------------------------
-// checkpoint header (SPEC: "model (header with magic/version/config + flat params)")
-
-#define CKPT_MODEL_MAGIC 20261122
-#define CKPT_STATE_MAGIC 20261123
-#define CKPT_VERSION 1
-
-// header layout: 256 int32
-//  [0] magic [1] version [2] D [3] L [4] H [5] dk [6] dv [7] Ha [8] F [9] V [10] Vp [11] rope
-//  [12] chunk size [13] parameter count (low 31 bits) [14] parameter count (high bits)
-//  [32..] pattern, one char per int
-static inline void config_to_header(const Config *c, size_t nparams, int *h) {
-    memset(h, 0, 256 * sizeof(int));
-    h[0] = CKPT_MODEL_MAGIC; h[1] = CKPT_VERSION;
-    h[2] = c->D; h[3] = c->L; h[4] = c->H; h[5] = c->dk; h[6] = c->dv; h[7] = c->Ha; h[8] = c->F;
-    h[9] = c->V; h[10] = c->Vp; h[11] = c->rope; h[12] = NATSL_CHUNK;
-    h[13] = (int)(nparams & 0x7fffffff); h[14] = (int)(nparams >> 31);
-    for (int l = 0; l < c->L; l++) h[32 + l] = c->pattern[l];
-}
-
-static inline int config_from_header(Config *c, const int *h, const char *path, char *err, size_t errlen) {
-    if (h[0] != CKPT_MODEL_MAGIC) { snprintf(err, errlen, "%s: not a natsl model checkpoint (bad magic %d)", path, h[0]); return -1; }
-    if (h[1] != CKPT_VERSION) { snprintf(err, errlen, "%s: checkpoint version %d, this program reads %d", path, h[1], CKPT_VERSION); return -1; }
-    if (h[12] != NATSL_CHUNK) { snprintf(err, errlen, "%s: chunk size %d, this program uses %d", path, h[12], NATSL_CHUNK); return -1; }
-    memset(c, 0, sizeof(*c));
-    c->D = h[2]; c->L = h[3]; c->H = h[4]; c->dk = h[5]; c->dv = h[6]; c->Ha = h[7]; c->F = h[8];
-    c->V = h[9]; c->Vp = h[10]; c->rope = h[11];
-    if (c->L <= 0 || c->L > NATSL_MAX_LAYERS) { snprintf(err, errlen, "%s: bad layer count %d", path, c->L); return -1; }
-    for (int l = 0; l < c->L; l++) c->pattern[l] = (char)h[32 + l];
-    char why[256];
-    if (config_check(c, why, sizeof(why))) { snprintf(err, errlen, "%s: %s", path, why); return -1; }
-    size_t total, want = (size_t)h[13] | ((size_t)h[14] << 31);
-    ParamTensor t[NATSL_MAX_TENSORS];
-    param_tensors(c, t, &total);
-    if (total != want) { snprintf(err, errlen, "%s: header says %zu parameters, its config has %zu", path, want, total); return -1; }
-    return 0;
-}
-
 #endif

@@ -38,6 +38,8 @@ typedef struct {
     real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
     real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
     real *gdn_out, *state;      // G,N: GDN op output [BT][Vt], committed states [B][H][Nc][dk][dv]
+    real *gdn_ws;               // G,N on the GPU: the chunked GDN op's workspace, one for all layers (not carved
+                                //   here: the .cu model owns it; NULL on the CPU, whose op needs none)
     real *qka, *qka_rstd;       // N: RMSNorm'd (+RoPE) softmax planes qa | ka [2][BT][K], rstd [2][BT][Ha]
     real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D];  lse [B][heads][T]
     real *omega_raw, *omega;    // N: Q W_owᵀ and its pair softmax [BT][2Ha]
