@@ -859,6 +859,8 @@ static void model_free(Model *M) {
     free(M->dacts); free(M->dres); free(M->dlnf); free(M->inputs); free(M->targets);
 }
 
+static void model_zero_grad(Model *M) { memset(M->grads, 0, M->nparams * sizeof(real)); }
+
 // ---- G and N layers share their inputs (§3.1, §5.1) ---------------------------------------------------
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
@@ -1042,21 +1044,6 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }
 
-// Fraction of softmax-routed chunks of an N layer (last chunk excluded: it is forced, §5.2), over the
-// batch, for one head (h >= 0) or all heads (h = -1).
-static double softmax_fraction(const Model *M, int l, int h, int B, int T) {
-    int Nc = T / CH, H = M->cfg.H, n = 0, soft = 0;
-    if (Nc < 2) return 0;
-    for (int b = 0; b < B; b++)
-        for (int c = 0; c < Nc - 1; c++)
-            for (int k = 0; k < H; k++) {
-                if (h >= 0 && k != h) continue;
-                n++;
-                soft += M->la[l].rmask[(((size_t)b * Nc + c) * H + k) * 2] == 1;
-            }
-    return (double)soft / n;
-}
-
 // ================================================================================================
 // Optimizer (§9): AdamW with decoupled weight decay on the tensors marked in config.h
 // ================================================================================================
@@ -1116,9 +1103,6 @@ static int load_model(Model *M, const char *path, char *err, size_t errlen) {
     return rc;
 }
 
-#define DUMP_MAGIC 20261124 // the -z comparison dump (write_dump below)
-#define DUMP_STEPS 10
-
 static int save_state(const Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
     size_t n = M->nparams; // the moments exist after the first update (zeros if every step so far was skipped)
     float *m = M->adam_m ? to_float32(M->adam_m, n) : (float *)xcalloc(n, sizeof(float));
@@ -1142,239 +1126,22 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
 }
 
 // ================================================================================================
-// Training
+// Training: the backend hooks of the shared driver; main is left out when test_natsl.c includes this file
 // ================================================================================================
 
-#ifndef TESTING
-
-// Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
-static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
-    const Config *c = &M->cfg;
-    double loss = 0;
-    for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] = 0;
-    dataloader_reset(val);
-    for (int i = 0; i < n; i++) {
-        if (dataloader_next_batch(val, err, errlen)) return -1;
-        model_forward(M, val->inputs, val->targets, B, T);
-        loss += M->mean_loss;
-        for (int l = 0; l < c->L; l++)
-            if (c->pattern[l] == 'N')
-                for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] += softmax_fraction(M, l, h, B, T) / n;
-    }
-    *vloss = loss / n;
-    return 0;
-}
-
-// Generates n tokens after an end-of-text token, sampling from the softmax. The forward runs on the
-// shortest multiple of 64 that holds the sequence: a position's logits depend only on earlier
-// tokens (routing of the current chunk only affects later chunks, §5.3-5.4), so this is exact.
-static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *rng) {
-    int *ids = xcalloc(T, sizeof(int));
-    ids[0] = GPT2_EOT;
-    printf("---\n");
-    for (int t = 1; t < n + 1 && t < T; t++) {
-        int Tt = ((t + CH - 1) / CH) * CH;
-        model_forward(M, ids, NULL, 1, Tt);
-        const real *z = M->logits + (size_t)(t - 1) * M->cfg.Vp;
-        double mx = NEG_LARGE, s = 0, u = rng_uniform(rng), cum = 0;
-        for (int i = 0; i < M->cfg.V; i++) if (z[i] > mx) mx = z[i];
-        for (int i = 0; i < M->cfg.V; i++) s += exp(z[i] - mx);
-        int next = M->cfg.V - 1;
-        for (int i = 0; i < M->cfg.V; i++) {
-            cum += exp(z[i] - mx) / s;
-            if (u < cum) { next = i; break; }
-        }
-        ids[t] = next;
-        const char *piece = tok ? tokenizer_decode(tok, next) : NULL;
-        if (piece) tokenizer_print_safe(piece);
-        else printf("<%d>", next);
-        fflush(stdout);
-    }
-    printf("\n---\n");
-    free(ids);
-}
-
-// -z FILE: the CPU-vs-GPU comparison dump (SPEC §8). On the first train batch: loss, logits (real
-// vocabulary), every parameter gradient, every N layer's router logits and decisions; then the train
-// loss of each of 10 AdamW steps and the loss on the first batch after them. train_natsl.cu writes the
-// same file from the same inputs; test_natsl compares the two. Layout: 256 int32 header
-// [magic 20261124, version 1, B, T, V, nparams, nrouter, nsteps], then float32: loss, logits [B*T][V],
-// grads [nparams], router logits [nrouter], router decisions [nrouter], step losses [nsteps], final loss.
-static void write_dump(Model *M, DataLoader *train, const char *path, double lr, int warmup, double final_frac,
-                       double wd, int B, int T) {
-    const Config *c = &M->cfg;
-    char err[1024];
-    size_t BT = (size_t)B * T, nrouter = 0, per = BT / CH * 2 * c->H;
-    for (int l = 0; l < c->L; l++) nrouter += c->pattern[l] == 'N' ? per : 0;
-    FILE *f = fopen(path, "wb");
-    if (!f) { fprintf(stderr, "error: %s: cannot open for writing (%s)\n", path, strerror(errno)); exit(1); }
-    int h[256] = {DUMP_MAGIC, 1, B, T, c->V, (int)M->nparams, (int)nrouter, DUMP_STEPS};
-    fwrite(h, sizeof(int), 256, f);
-    if (dataloader_next_batch(train, err, sizeof(err))) die(err);
-    int *first = xcalloc(2 * BT, sizeof(int));
-    memcpy(first, train->inputs, BT * sizeof(int));
-    memcpy(first + BT, train->targets, BT * sizeof(int));
-    memset(M->grads, 0, M->nparams * sizeof(real));
-    model_forward(M, first, first + BT, B, T);
-    float loss = M->mean_loss, loss0 = loss;
-    fwrite(&loss, sizeof(float), 1, f);
-    for (size_t r = 0; r < BT; r++) {
-        float *z = to_float32(M->logits + r * c->Vp, c->V);
-        fwrite(z, sizeof(float), c->V, f);
-        free(z);
-    }
-    float *rl = xcalloc(2 * nrouter + 1, sizeof(float)), *rd = rl + nrouter;
-    for (int l = 0, o = 0; l < c->L; l++)
-        if (c->pattern[l] == 'N') {
-            for (size_t i = 0; i < per; i++) { rl[o + i] = M->la[l].rlogits[i]; rd[o + i] = M->la[l].rmask[i]; }
-            o += per;
-        }
-    model_backward(M, first, first + BT, B, T, (real)1 / BT);
-    float *g = to_float32(M->grads, M->nparams);
-    fwrite(g, sizeof(float), M->nparams, f);
-    fwrite(rl, sizeof(float), 2 * nrouter, f);
-    free(g); free(rl);
-    for (int step = 1; step <= DUMP_STEPS; step++) {
-        if (step > 1) {
-            if (dataloader_next_batch(train, err, sizeof(err))) die(err);
-            memset(M->grads, 0, M->nparams * sizeof(real));
-            model_forward(M, train->inputs, train->targets, B, T);
-            model_backward(M, train->inputs, train->targets, B, T, (real)1 / BT);
-        }
-        float l = step == 1 ? loss : M->mean_loss;
-        double norm = grad_norm(M);
-        adamw_update(M, lr_at(step - 1, warmup, DUMP_STEPS, lr, final_frac), 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
-        fwrite(&l, sizeof(float), 1, f);
-    }
-    model_forward(M, first, first + BT, B, T);
-    loss = M->mean_loss;
-    fwrite(&loss, sizeof(float), 1, f);
-    free(first);
-    if (fclose(f)) { fprintf(stderr, "error: %s: write failed\n", path); exit(1); }
-    printf("wrote %s: loss %.6f, after %d steps %.6f\n", path, loss0, DUMP_STEPS, loss);
-}
-
-int main(int argc, char **argv) {
-    TrainArgs a;
-    train_args_parse(&a, argc, argv);
-    if (strcmp(a.precision, "fp32")) die("-p bf16: the CPU reference computes in fp32 (bf16 is train_natsl_cu's)");
-    int B = a.B, T = a.T;
-    char err[1024], msg[1200];
-
-    // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
-    Model M;
-    TrainState st = {0, rng_seed(a.seed + 1), 0, 0};
-    int resume_step = a.resume ? latest_checkpoint(a.outdir) : -1;
-    if (a.resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", a.outdir);
-    if (a.outdir && !a.resume) check_fresh_outdir(a.outdir);
-    if (resume_step >= 0) {
-        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, resume_step);
-        if (load_model(&M, msg, err, sizeof(err))) die(err);
-        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, resume_step);
-        if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
-        printf("resuming from %s (step %d)\n", msg, st.step);
-    } else {
-        Config c;
-        if (config_from_preset(&c, a.init_from) == 0) {
-            if (a.arch && config_set_pattern(&c, a.arch, err, sizeof(err))) die(err);
-            if (config_check(&c, err, sizeof(err))) die(err);
-            model_build(&M, &c);
-            model_init(&M, a.seed);
-        } else {
-            struct stat sb;
-            if (stat(a.init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", a.init_from); die(msg); }
-            if (load_model(&M, a.init_from, err, sizeof(err))) die(err);
-            if (a.arch) printf("note: -a is ignored when starting from a checkpoint\n");
-        }
-    }
-    const Config *c = &M.cfg;
-    printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
-           c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
-    printf("parameters: %zu\n", M.nparams);
+// The CPU backend of the training driver (common/train_main.h: validation, sampling, the -z dump, the loop).
+static void backend_start(const TrainArgs *a) {
+    if (strcmp(a->precision, "fp32")) die("-p bf16: the CPU reference computes in fp32 (bf16 is train_natsl_cu's)");
 #ifdef _OPENMP
     printf("threads: %d\n", omp_get_max_threads());
 #endif
-    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, a.accum, a.total_batch);
-
-    DataLoader train, val;
-    if (dataloader_init(&train, a.train_glob, B, T, err, sizeof(err))) die(err);
-    if (dataloader_init(&val, a.val_glob, B, T, err, sizeof(err))) die(err);
-    if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
-    Tokenizer tok;
-    int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
-    if (!have_tok) printf("note: %s (samples print token ids)\n", err);
-    model_alloc_acts(&M, B, T);
-    if (a.dump_path) { write_dump(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
-
-    FILE *logf = NULL;
-    if (a.outdir) {
-        mkdir(a.outdir, 0777);
-        snprintf(msg, sizeof(msg), "%s/main.log", a.outdir);
-        if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
-        logf = fopen(msg, st.step > 0 ? "a" : "w");
-        if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
-    }
-    double *sfr = xcalloc((size_t)c->L * c->H, sizeof(double));
-
-    for (int step = st.step + 1; step <= a.max_steps; step++) {
-        int last = step == a.max_steps;
-        if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
-            double vl;
-            if (evaluate(&vl, &M, &val, a.val_batches, B, T, sfr, err, sizeof(err))) die(err);
-            printf("step %d: val loss %.4f", step, vl);
-            for (int l = 0; l < c->L; l++) {
-                if (c->pattern[l] != 'N') continue;
-                printf(" | softmax frac l%d:", l);
-                for (int h = 0; h < c->H; h++) printf(" %.2f", sfr[l * c->H + h]);
-            }
-            printf("\n");
-            if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); fflush(logf); }
-        }
-        if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last)) {
-            printf("step %d: sample\n", step);
-            sample_text(&M, have_tok ? &tok : NULL, a.gen_tokens, T, &st.rng);
-        }
-
-        double t0 = now_s(), loss = 0;
-        memset(M.grads, 0, M.nparams * sizeof(real));
-        for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr[l * c->H + h] = 0;
-        for (int k = 0; k < a.accum; k++) {
-            if (dataloader_next_batch(&train, err, sizeof(err))) die(err);
-            model_forward(&M, train.inputs, train.targets, B, T);
-            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * a.accum));
-            loss += M.mean_loss / a.accum;
-            for (int l = 0; l < c->L; l++)
-                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / a.accum;
-        }
-        double norm = grad_norm(&M), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
-        int skipped = !is_finite(norm);
-        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, a.wd, norm > 1 ? 1 / norm : 1, step);
-        double dt = now_s() - t0;
-        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, loss,
-               step_lr, norm, dt * 1e3, a.total_batch / dt);
-        for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr[l * c->H]);
-        printf("%s\n", skipped ? " | SKIPPED (gradient norm not finite)" : "");
-        if (logf) {
-            fprintf(logf, "s:%d trl:%.4f\n", step, loss);
-            for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr[l * c->H]);
-            if (skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
-            fflush(logf);
-        }
-
-        if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
-            st.step = step; st.shard = train.shard; st.pos = train.pos;
-            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, step);
-            if (save_model(&M, msg, err, sizeof(err))) die(err);
-            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, step);
-            if (save_state(&M, &st, msg, err, sizeof(err))) die(err);
-            printf("saved %s/{model,state}_%08d.bin\n", a.outdir, step);
-        }
-    }
-    if (logf) fclose(logf);
-    free(sfr);
-    dataloader_free(&train); dataloader_free(&val);
-    if (have_tok) tokenizer_free(&tok);
-    model_free(&M);
-    return 0;
 }
+static void backend_sync(void) {} // the CPU work is done when the functions return
+static void backend_step_timed(int first, double dt) { (void)first; (void)dt; }
+static void backend_finish(void) {}
+
+#include "common/train_main.h"
+
+#ifndef TESTING
+int main(int argc, char **argv) { return train_main(argc, argv); }
 #endif

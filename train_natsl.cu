@@ -2399,6 +2399,8 @@ static void model_free(Model *M) {
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
 }
 
+static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->nparams * sizeof(real))); }
+
 // ---- G and N layers share their inputs (§3.1, §5.1) ---------------------------------------------------
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
@@ -2593,25 +2595,6 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);
 }
 
-// Fraction of softmax-routed chunks of an N layer (last chunk excluded: it is forced, §5.2), over the
-// batch, for one head (h >= 0) or all heads (h = -1). Reads the (small) mask back from the device.
-static double softmax_fraction(const Model *M, int l, int h, int B, int T) {
-    int Nc = T / CH, H = M->cfg.H, n = 0, soft = 0;
-    if (Nc < 2) return 0;
-    size_t nm = (size_t)B * Nc * H * 2;
-    real *mask = (real *)xcalloc(nm, sizeof(real));
-    CUDA_CHECK(cudaMemcpy(mask, M->la[l].rmask, nm * sizeof(real), cudaMemcpyDeviceToHost));
-    for (int b = 0; b < B; b++)
-        for (int c = 0; c < Nc - 1; c++)
-            for (int k = 0; k < H; k++) {
-                if (h >= 0 && k != h) continue;
-                n++;
-                soft += mask[(((size_t)b * Nc + c) * H + k) * 2] == 1;
-            }
-    free(mask);
-    return (double)soft / n;
-}
-
 // ================================================================================================
 // Optimizer (§9): AdamW with decoupled weight decay on the tensors marked in config.h (on the GPU)
 // ================================================================================================
@@ -2732,271 +2715,49 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
     return rc;
 }
 // ================================================================================================
-// Training (left out when another program includes this file with TESTING defined, e.g. dev benchmarks)
+// Training: the backend hooks of the shared driver; main is left out when another program includes this
+// file with TESTING defined (the dev benchmarks and kernel harnesses)
 // ================================================================================================
 
-#ifndef TESTING
+// The GPU backend of the training driver (common/train_main.h: validation, sampling, the -z dump, the loop).
+// fp32: cuBLAS in true fp32 (no TF32), the attention kernels in their fp32-accurate 3xTF32 mode.
+// bf16 (first step of the bf16 path): matmuls on bf16 tensor cores, attention in 1xTF32; storage, the GDN op,
+// norms and AdamW stay fp32.
+static double g_prof_step_ms; // NATSL_PROFILE=1: step time summed over the profiled steps
+static int g_prof_steps;
 
-// Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
-static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
-    const Config *c = &M->cfg;
-    double loss = 0;
-    for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] = 0;
-    dataloader_reset(val);
-    for (int i = 0; i < n; i++) {
-        if (dataloader_next_batch(val, err, errlen)) return -1;
-        model_forward(M, val->inputs, val->targets, B, T);
-        loss += M->mean_loss;
-        for (int l = 0; l < c->L; l++)
-            if (c->pattern[l] == 'N')
-                for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] += softmax_fraction(M, l, h, B, T) / n;
-    }
-    *vloss = loss / n;
-    return 0;
-}
-
-// Generates n tokens after an end-of-text token, sampling from the softmax. The forward runs on the
-// shortest multiple of 64 that holds the sequence: a position's logits depend only on earlier
-// tokens (routing of the current chunk only affects later chunks, §5.3-5.4), so this is exact.
-static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *rng) {
-    int *ids = (int *)xcalloc(T, sizeof(int));
-    real *zrow = (real *)xcalloc(M->cfg.V, sizeof(real));
-    ids[0] = GPT2_EOT;
-    printf("---\n");
-    for (int t = 1; t < n + 1 && t < T; t++) {
-        int Tt = ((t + CH - 1) / CH) * CH;
-        model_forward(M, ids, NULL, 1, Tt);
-        real *z = zrow;
-        CUDA_CHECK(cudaMemcpy(z, M->logits + (size_t)(t - 1) * M->cfg.Vp, M->cfg.V * sizeof(real), cudaMemcpyDeviceToHost));
-        double mx = -INFINITY, s = 0, u = rng_uniform(rng), cum = 0;
-        for (int i = 0; i < M->cfg.V; i++) if (z[i] > mx) mx = z[i];
-        for (int i = 0; i < M->cfg.V; i++) s += exp(z[i] - mx);
-        int next = M->cfg.V - 1;
-        for (int i = 0; i < M->cfg.V; i++) {
-            cum += exp(z[i] - mx) / s;
-            if (u < cum) { next = i; break; }
-        }
-        ids[t] = next;
-        const char *piece = tok ? tokenizer_decode(tok, next) : NULL;
-        if (piece) tokenizer_print_safe(piece);
-        else printf("<%d>", next);
-        fflush(stdout);
-    }
-    printf("\n---\n");
-    free(ids);
-    free(zrow);
-}
-
-// -z FILE: the CPU-vs-GPU comparison dump (SPEC §8). On the first train batch: loss, logits (real
-// vocabulary), every parameter gradient, every N layer's router logits and decisions; then the train
-// loss of each of 10 AdamW steps and the loss on the first batch after them. train_natsl.cu writes the
-// same file from the same inputs; test_natsl compares the two. Layout: 256 int32 header
-// [magic 20261124, version 1, B, T, V, nparams, nrouter, nsteps], then float32: loss, logits [B*T][V],
-// grads [nparams], router logits [nrouter], router decisions [nrouter], step losses [nsteps], final loss.
-#define DUMP_MAGIC 20261124
-#define DUMP_STEPS 10
-static void write_dump(Model *M, DataLoader *train, const char *path, double lr, int warmup, double final_frac,
-                       double wd, int B, int T) {
-    const Config *c = &M->cfg;
-    char err[1024];
-    size_t BT = (size_t)B * T, nrouter = 0, per = BT / CH * 2 * c->H;
-    for (int l = 0; l < c->L; l++) nrouter += c->pattern[l] == 'N' ? per : 0;
-    FILE *f = fopen(path, "wb");
-    if (!f) { fprintf(stderr, "error: %s: cannot open for writing (%s)\n", path, strerror(errno)); exit(1); }
-    int h[256] = {DUMP_MAGIC, 1, B, T, c->V, (int)M->nparams, (int)nrouter, DUMP_STEPS};
-    fwrite(h, sizeof(int), 256, f);
-    if (dataloader_next_batch(train, err, sizeof(err))) die(err);
-    int *first = (int *)xcalloc(2 * BT, sizeof(int));
-    memcpy(first, train->inputs, BT * sizeof(int));
-    memcpy(first + BT, train->targets, BT * sizeof(int));
-    CUDA_CHECK(cudaMemset(M->grads, 0, M->nparams * sizeof(real)));
-    model_forward(M, first, first + BT, B, T);
-    float loss = M->mean_loss, loss0 = loss;
-    fwrite(&loss, sizeof(float), 1, f);
-    {
-        float *z = to_float32(M->logits, BT * c->Vp);
-        for (size_t r = 0; r < BT; r++) fwrite(z + r * c->Vp, sizeof(float), c->V, f);
-        free(z);
-    }
-    float *rl = (float *)xcalloc(2 * nrouter + 1, sizeof(float)), *rd = rl + nrouter;
-    for (int l = 0, o = 0; l < c->L; l++)
-        if (c->pattern[l] == 'N') {
-            CUDA_CHECK(cudaMemcpy(rl + o, M->la[l].rlogits, per * sizeof(float), cudaMemcpyDeviceToHost));
-            CUDA_CHECK(cudaMemcpy(rd + o, M->la[l].rmask, per * sizeof(float), cudaMemcpyDeviceToHost));
-            o += per;
-        }
-    model_backward(M, first, first + BT, B, T, (real)1 / BT);
-    float *g = to_float32(M->grads, M->nparams);
-    fwrite(g, sizeof(float), M->nparams, f);
-    fwrite(rl, sizeof(float), 2 * nrouter, f);
-    free(g); free(rl);
-    for (int step = 1; step <= DUMP_STEPS; step++) {
-        if (step > 1) {
-            if (dataloader_next_batch(train, err, sizeof(err))) die(err);
-            CUDA_CHECK(cudaMemset(M->grads, 0, M->nparams * sizeof(real)));
-            model_forward(M, train->inputs, train->targets, B, T);
-            model_backward(M, train->inputs, train->targets, B, T, (real)1 / BT);
-        }
-        float l = step == 1 ? loss : M->mean_loss;
-        double norm = grad_norm(M);
-        adamw_update(M, lr_at(step - 1, warmup, DUMP_STEPS, lr, final_frac), 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
-        fwrite(&l, sizeof(float), 1, f);
-    }
-    model_forward(M, first, first + BT, B, T);
-    loss = M->mean_loss;
-    fwrite(&loss, sizeof(float), 1, f);
-    free(first);
-    if (fclose(f)) { fprintf(stderr, "error: %s: write failed\n", path); exit(1); }
-    printf("wrote %s: loss %.6f, after %d steps %.6f\n", path, loss0, DUMP_STEPS, loss);
-}
-
-int main(int argc, char **argv) {
-    TrainArgs a;
-    train_args_parse(&a, argc, argv);
-    int B = a.B, T = a.T;
-    const char *prec = a.precision;
-    char err[1024], msg[1200];
-    g_bf16 = !strcmp(prec, "bf16");
-
-    // the GPU. fp32: cuBLAS in true fp32 (no TF32), the attention kernels in their fp32-accurate 3xTF32 mode.
-    // bf16 (first step of the bf16 path): matmuls on bf16 tensor cores, attention in 1xTF32; storage, the GDN op,
-    // norms and AdamW stay fp32.
+static void backend_start(const TrainArgs *a) {
+    g_bf16 = !strcmp(a->precision, "bf16");
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     CUBLAS_CHECK(cublasCreate(&g_cublas));
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
     g_prof = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
-    double prof_step_ms = 0;
-    int prof_steps = 0;
-
-    // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
-    Model M;
-    TrainState st = {0, rng_seed(a.seed + 1), 0, 0};
-    int resume_step = a.resume ? latest_checkpoint(a.outdir) : -1;
-    if (a.resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", a.outdir);
-    if (a.outdir && !a.resume) check_fresh_outdir(a.outdir);
-    if (resume_step >= 0) {
-        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, resume_step);
-        if (load_model(&M, msg, err, sizeof(err))) die(err);
-        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, resume_step);
-        if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
-        printf("resuming from %s (step %d)\n", msg, st.step);
-    } else {
-        Config c;
-        if (config_from_preset(&c, a.init_from) == 0) {
-            if (a.arch && config_set_pattern(&c, a.arch, err, sizeof(err))) die(err);
-            if (config_check(&c, err, sizeof(err))) die(err);
-            model_build(&M, &c);
-            model_init(&M, a.seed);
-        } else {
-            struct stat sb;
-            if (stat(a.init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", a.init_from); die(msg); }
-            if (load_model(&M, a.init_from, err, sizeof(err))) die(err);
-            if (a.arch) printf("note: -a is ignored when starting from a checkpoint\n");
-        }
-    }
-    const Config *c = &M.cfg;
-    printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
-           c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
-    printf("parameters: %zu\n", M.nparams);
-    printf("device: %s, precision: %s\n", prop.name, prec);
-    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, a.accum, a.total_batch);
-
-    DataLoader train, val;
-    if (dataloader_init(&train, a.train_glob, B, T, err, sizeof(err))) die(err);
-    if (dataloader_init(&val, a.val_glob, B, T, err, sizeof(err))) die(err);
-    if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
-    Tokenizer tok;
-    int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
-    if (!have_tok) printf("note: %s (samples print token ids)\n", err);
-    model_alloc_acts(&M, B, T);
-    if (a.dump_path) { write_dump(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
-
-    FILE *logf = NULL;
-    if (a.outdir) {
-        mkdir(a.outdir, 0777);
-        snprintf(msg, sizeof(msg), "%s/main.log", a.outdir);
-        if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
-        logf = fopen(msg, st.step > 0 ? "a" : "w");
-        if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
-    }
-    double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double));
-
-    for (int step = st.step + 1; step <= a.max_steps; step++) {
-        int last = step == a.max_steps;
-        if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
-            double vl;
-            if (evaluate(&vl, &M, &val, a.val_batches, B, T, sfr, err, sizeof(err))) die(err);
-            printf("step %d: val loss %.4f", step, vl);
-            for (int l = 0; l < c->L; l++) {
-                if (c->pattern[l] != 'N') continue;
-                printf(" | softmax frac l%d:", l);
-                for (int h = 0; h < c->H; h++) printf(" %.2f", sfr[l * c->H + h]);
-            }
-            printf("\n");
-            if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); fflush(logf); }
-        }
-        if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last)) {
-            printf("step %d: sample\n", step);
-            sample_text(&M, have_tok ? &tok : NULL, a.gen_tokens, T, &st.rng);
-        }
-
-        double t0 = now_s(), loss = 0;
-        CUDA_CHECK(cudaMemset(M.grads, 0, M.nparams * sizeof(real)));
-        for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr[l * c->H + h] = 0;
-        for (int k = 0; k < a.accum; k++) {
-            if (dataloader_next_batch(&train, err, sizeof(err))) die(err);
-            model_forward(&M, train.inputs, train.targets, B, T);
-            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * a.accum));
-            loss += M.mean_loss / a.accum;
-            for (int l = 0; l < c->L; l++)
-                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / a.accum;
-        }
-        double norm = grad_norm(&M), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
-        int skipped = !is_finite(norm);
-        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, a.wd, norm > 1 ? 1 / norm : 1, step);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        double dt = now_s() - t0;
-        if (g_prof && step == st.step + 1) memset(g_prof_ms, 0, sizeof(g_prof_ms)); // skip the first (warm-up) step
-        else if (g_prof) { prof_step_ms += dt * 1e3; prof_steps++; }
-        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, loss,
-               step_lr, norm, dt * 1e3, a.total_batch / dt);
-        for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr[l * c->H]);
-        printf("%s\n", skipped ? " | SKIPPED (gradient norm not finite)" : "");
-        if (logf) {
-            fprintf(logf, "s:%d trl:%.4f\n", step, loss);
-            for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr[l * c->H]);
-            if (skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
-            fflush(logf);
-        }
-
-        if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
-            st.step = step; st.shard = train.shard; st.pos = train.pos;
-            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, step);
-            if (save_model(&M, msg, err, sizeof(err))) die(err);
-            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, step);
-            if (save_state(&M, &st, msg, err, sizeof(err))) die(err);
-            printf("saved %s/{model,state}_%08d.bin\n", a.outdir, step);
-        }
-    }
-    if (g_prof && prof_steps > 0) {
+    printf("device: %s, precision: %s\n", prop.name, a->precision);
+}
+static void backend_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+static void backend_step_timed(int first, double dt) {
+    if (g_prof && first) memset(g_prof_ms, 0, sizeof(g_prof_ms)); // skip the first (warm-up) step
+    else if (g_prof) { g_prof_step_ms += dt * 1e3; g_prof_steps++; }
+}
+static void backend_finish(void) {
+    if (g_prof && g_prof_steps > 0) {
         double known = 0;
-        printf("profile (NATSL_PROFILE=1), ms per step over %d steps (first step excluded), step %.1f ms:\n", prof_steps,
-               prof_step_ms / prof_steps);
+        printf("profile (NATSL_PROFILE=1), ms per step over %d steps (first step excluded), step %.1f ms:\n", g_prof_steps,
+               g_prof_step_ms / g_prof_steps);
         for (int k = 0; k < PROF_N; k++) {
-            printf("  %-16s %9.2f ms  %5.1f%%\n", PROF_NAMES[k], g_prof_ms[k] / prof_steps, 100 * g_prof_ms[k] / prof_step_ms);
+            printf("  %-16s %9.2f ms  %5.1f%%\n", PROF_NAMES[k], g_prof_ms[k] / g_prof_steps, 100 * g_prof_ms[k] / g_prof_step_ms);
             known += g_prof_ms[k];
         }
-        printf("  %-16s %9.2f ms  %5.1f%%\n", "everything else", (prof_step_ms - known) / prof_steps,
-               100 * (prof_step_ms - known) / prof_step_ms);
+        printf("  %-16s %9.2f ms  %5.1f%%\n", "everything else", (g_prof_step_ms - known) / g_prof_steps,
+               100 * (g_prof_step_ms - known) / g_prof_step_ms);
     }
-    if (logf) fclose(logf);
-    free(sfr);
-    dataloader_free(&train); dataloader_free(&val);
-    if (have_tok) tokenizer_free(&tok);
-    model_free(&M);
     cublasDestroy(g_cublas);
-    return 0;
 }
+
+#include "common/train_main.h"
+
+#ifndef TESTING
+int main(int argc, char **argv) { return train_main(argc, argv); }
 #endif
