@@ -2,53 +2,17 @@
 bench_cpu.c — speed of the CPU reference: one training step (forward, backward, AdamW) of a model,
 reported as ms/step, tokens/s and achieved GFLOP/s, plus the rate of its linear layers alone.
 
-Model FLOPs per step (what the GFLOP/s count):
-  linear layers   6 · tokens · Σ(weights of every matmul)        (2 forward + 4 backward per weight)
-  softmax attn    6 · Σ_heads Σ_queries (keys attended) · (d_q + d_v)   (allowed pairs counted exactly)
-  GDN recurrence  12 · tokens · H · d_k · d_v                    (state update + read-out, forward and backward)
-The embedding lookup and the norms/elementwise work are not counted.
+Model FLOPs per step (what the GFLOP/s count) are those of dev/model_flops.h: 6 per weight per token for
+every linear layer, the attention pairs actually computed, and the GDN recurrence.
 
 build: gcc -O3 -march=native -ffast-math -fopenmp -I. dev/bench_cpu.c -o bench_cpu -lm
 run:   ./bench_cpu [preset] [pattern or variant or -] [B] [T] [steps]      e.g. ./bench_cpu tiny - 4 256 5
 */
 #define TESTING
 #include "../train_natsl.c"
+#include "model_flops.h"
 
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-
-// Σ over the model's linear layers of (rows of the input) × (weights): the matmul FLOP count / 2
-static double matmul_macs(const Model *M, int B, int T) {
-    const Config *c = &M->cfg;
-    double BT = (double)B * T, macs = BT * c->Vp * c->D; // head
-    for (int i = 0; i < M->ntensors; i++) {
-        const ParamTensor *t = &M->tensors[i];
-        if (t->layer < 0) continue;
-        int s = t->slot;
-        if (s == P_WQKV || s == P_WG || s == P_WAB || s == P_WO || s == P_WOW || s == P_WGU || s == P_WDOWN) macs += BT * t->numel;
-        if (s == P_WR) macs += (double)B * (T / CH) * t->numel;
-    }
-    return macs;
-}
-
-// attention pairs × (d_q + d_v), counted from the routing of the last forward
-static double attention_macs(const Model *M, int B, int T) {
-    const Config *c = &M->cfg;
-    double macs = 0;
-    int Nc = T / CH;
-    for (int l = 0; l < c->L; l++) {
-        if (c->pattern[l] == 'A') macs += (double)B * cfg_HA(c) * T * (T + 1) / 2.0 * 2 * NATSL_ATTN_HEAD;
-        if (c->pattern[l] != 'N') continue;
-        for (int b = 0; b < B; b++)
-            for (int j = 0; j < c->Ha; j++)
-                for (int cq = 0; cq < Nc; cq++) {
-                    double keys = CH * (CH + 1) / 2.0; // own chunk, causal
-                    for (int ck = 0; ck < cq; ck++)
-                        keys += CH * CH * M->la[l].rmask[(((size_t)b * Nc + ck) * c->H + j / (c->Ha / c->H)) * 2];
-                    macs += keys * (cfg_dka(c) + cfg_dva(c));
-                }
-    }
-    return macs;
-}
 
 int main(int argc, char **argv) {
     const char *preset = argc > 1 ? argv[1] : "tiny", *arch = argc > 2 ? argv[2] : "-";
@@ -73,8 +37,8 @@ int main(int argc, char **argv) {
         double dt = now() - t0;
         if (s > 0) { total += dt; if (dt < best) best = dt; }
     }
-    double mm = 6 * matmul_macs(&M, B, T), att = 6 * attention_macs(&M, B, T), gdn = 0;
-    for (int l = 0; l < c.L; l++) if (c.pattern[l] != 'A') gdn += 12.0 * B * T * c.H * c.dk * c.dv;
+    double mm, att, gdn;
+    step_flops(&M, B, T, &mm, &att, &gdn);
     double flops = mm + att + gdn;
     // the linear layers alone: the same matmuls, timed in isolation
     double tm = 0;

@@ -23,6 +23,7 @@ run:   ./bench_gpu [step|layer|all] [-e preset] [-V vocab] [-B B] [-T T] [-n ite
 */
 #define TESTING
 #include "../train_natsl.cu"
+#include "model_flops.h"
 #include <vector>
 #include <algorithm>
 
@@ -62,40 +63,6 @@ static size_t estimate_bytes(const Config *c, int B, int T) {
     size_t att = 2 * BT * std::max(cfg_HA(c), c->Ha);
     size_t fl = 4 * np + acts + dmax + ws + att + BT * (3 * (size_t)c->D + c->Vp + 8);
     return fl * sizeof(float) + ((size_t)1 << 30); // + cuBLAS workspace, context slack
-}
-
-// FLOPs of one step (see the header); N layers' routed pairs from the masks of the last forward
-static void step_flops(const Model *M, int B, int T, double *mm, double *att, double *gdn) {
-    const Config *c = &M->cfg;
-    double BT = (double)B * T, macs = BT * c->Vp * c->D;
-    for (int i = 0; i < M->ntensors; i++) {
-        const ParamTensor *t = &M->tensors[i];
-        if (t->layer < 0) continue;
-        int s = t->slot;
-        if (s == P_WQKV || s == P_WG || s == P_WAB || s == P_WO || s == P_WOW || s == P_WGU || s == P_WDOWN) macs += BT * t->numel;
-        if (s == P_WR) macs += (double)B * (T / CH) * t->numel;
-    }
-    *mm = 6 * macs;
-    int Nc = T / CH;
-    double am = 0, gm = 0;
-    std::vector<float> mask((size_t)B * Nc * c->H * 2);
-    for (int l = 0; l < c->L; l++) {
-        if (c->pattern[l] != 'A') gm += 12.0 * BT * c->H * c->dk * c->dv;
-        if (c->pattern[l] == 'A') am += (double)B * cfg_HA(c) * T * (T + 1) / 2.0 * 2 * NATSL_ATTN_HEAD;
-        if (c->pattern[l] != 'N') continue;
-        CUDA_CHECK(cudaMemcpy(mask.data(), M->la[l].rmask, mask.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        for (int b = 0; b < B; b++)
-            for (int j = 0; j < c->Ha; j++) {
-                double keys = 0, prefix = 0; // prefix: keys of earlier softmax-routed chunks
-                for (int cq = 0; cq < Nc; cq++) {
-                    keys += CH * (CH + 1) / 2.0 + CH * prefix;
-                    prefix += CH * mask[(((size_t)b * Nc + cq) * c->H + j / (c->Ha / c->H)) * 2];
-                }
-                am += keys * (cfg_dka(c) + cfg_dva(c));
-            }
-    }
-    *att = 6 * am;
-    *gdn = gm;
 }
 
 static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters) {
