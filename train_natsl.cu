@@ -478,35 +478,25 @@ attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restric
         const float *cL = sL + (it & 1) * 64;
         const float *cD = sD + (it & 1) * 64;
 
-        // S^T = K Q^T : 16 keys × 32 queries
+        // S^T = K Q^T and dP^T = V dO^T, each 16 keys × 32 queries: one k-step (8 features) of the product of
+        // a key-row tile X (row stride ld) with the query-row tile Y (same stride)
         float s[4][4], dp[4][4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) { s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f; dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f; }
-        auto st_step = [&](float (&acc)[4][4], int kst) {
+        auto xyt_step = [&](float (&acc)[4][4], const float *X, const float *Y, int ld, int kst) {
             FragA a;
-            const float *kp = sK + kr0 * LDK + kst * 8 + t;
-            make_a<SPLIT>(a, kp[0], kp[8 * LDK], kp[4], kp[8 * LDK + 4]);
+            const float *xp = X + kr0 * ld + kst * 8 + t;
+            make_a<SPLIT>(a, xp[0], xp[8 * ld], xp[4], xp[8 * ld + 4]);
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
-                const float *qp = cQ + (32 * qh + 8 * nt + g) * LDK + kst * 8 + t;
-                mma_ab<SPLIT>(acc[nt], a, qp[0], qp[4]);
-            }
-        };
-        // dP^T = V dO^T : 16 keys × 32 queries
-        auto dp_step = [&](float (&acc)[4][4], int kst) {
-            FragA a;
-            const float *vp = sV + kr0 * LDV + kst * 8 + t;
-            make_a<SPLIT>(a, vp[0], vp[8 * LDV], vp[4], vp[8 * LDV + 4]);
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                const float *op = cO + (32 * qh + 8 * nt + g) * LDV + kst * 8 + t;
-                mma_ab<SPLIT>(acc[nt], a, op[0], op[4]);
+                const float *yp = Y + (32 * qh + 8 * nt + g) * ld + kst * 8 + t;
+                mma_ab<SPLIT>(acc[nt], a, yp[0], yp[4]);
             }
         };
 #pragma unroll
-        for (int kst = 0; kst < KS; ++kst) st_step(s, kst);
+        for (int kst = 0; kst < KS; ++kst) xyt_step(s, sK, cQ, LDK, kst);
 #pragma unroll 4
-        for (int kst = 0; kst < NV; ++kst) dp_step(dp, kst);
+        for (int kst = 0; kst < NV; ++kst) xyt_step(dp, sV, cO, LDV, kst);
         // P, dS
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
