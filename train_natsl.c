@@ -1,5 +1,7 @@
 /*
-train_natsl.c — the NAtS-L reference trainer, on the CPU, in one file.
+train_natsl.c — the NAtS-L reference trainer on the CPU: the whole method (every layer's forward and
+backward, the model, AdamW) in one file. What is not model math and is shared with the GPU trainer
+train_natsl.cu lives in common/: data loader, tokenizer, checkpoint formats, flags, the training loop.
 
 NAtS-L (Neural Attention Search Linear, arXiv 2602.03681) splits the sequence into chunks of 64
 tokens. Per chunk and per head a router picks one of two token mixers for how *later* chunks see
