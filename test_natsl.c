@@ -27,16 +27,15 @@ Run: make test, or ./test_natsl SUBSTRING for the tests whose name contains it (
 static int g_check_failures, g_passed, g_failed;
 #define CHECK(cond, ...) do { if (!(cond)) { g_check_failures++; printf("  check failed: "); \
     printf(__VA_ARGS__); printf("  [%s:%d]\n", __FILE__, __LINE__); } } while (0)
-static double wall(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 static const char *g_filter; // run only the tests whose name contains this (argv[1])
 static void run_test(const char *name, void (*fn)(void)) {
     if (g_filter && !strstr(name, g_filter)) return;
     int before = g_check_failures;
-    double t0 = wall();
+    double t0 = now_s();
     fn();
     int ok = g_check_failures == before;
     if (ok) g_passed++; else g_failed++;
-    printf("%s %s (%.1f s)\n", ok ? "ok  " : "FAIL", name, wall() - t0);
+    printf("%s %s (%.1f s)\n", ok ? "ok  " : "FAIL", name, now_s() - t0);
     fflush(stdout);
 }
 #define RUN(fn) run_test(#fn, fn)
@@ -1209,7 +1208,7 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
     printf("threads: %d\n", omp_get_max_threads());
 #endif
-    double t0 = wall();
+    double t0 = now_s();
     RUN(test_grad_matmul);
     RUN(test_grad_rmsnorm);
     RUN(test_grad_swiglu);
@@ -1243,7 +1242,7 @@ int main(int argc, char **argv) {
     char why[256];
     if (gpu_available(why, sizeof(why))) RUN(test_cpu_vs_gpu);
     else printf("CPU vs GPU comparison: skipped (%s)\n", why);
-    printf("time: %.1f s\n", wall() - t0);
+    printf("time: %.1f s\n", now_s() - t0);
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;
 }

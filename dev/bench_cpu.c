@@ -12,7 +12,6 @@ run:   ./bench_cpu [preset] [pattern or variant or -] [B] [T] [steps]      e.g. 
 #include "../train_natsl.c"
 #include "model_flops.h"
 
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 
 int main(int argc, char **argv) {
     const char *preset = argc > 1 ? argv[1] : "tiny", *arch = argc > 2 ? argv[2] : "-";
@@ -29,12 +28,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < B * T; i++) { M.inputs[i] = rng_u32(&r) % c.V; M.targets[i] = rng_u32(&r) % c.V; }
     double best = 1e30, total = 0;
     for (int s = 0; s <= steps; s++) { // step 0 is the warm-up
-        double t0 = now();
+        double t0 = now_s();
         memset(M.grads, 0, M.nparams * sizeof(real));
         model_forward(&M, M.inputs, M.targets, B, T);
         model_backward(&M, M.inputs, M.targets, B, T, (real)1 / (B * T));
         adamw_update(&M, 1e-4, 0.9, 0.95, 1e-8, 0.1, 1, s + 1);
-        double dt = now() - t0;
+        double dt = now_s() - t0;
         if (s > 0) { total += dt; if (dt < best) best = dt; }
     }
     double mm, att, gdn;
@@ -62,10 +61,10 @@ int main(int argc, char **argv) {
             real *w = M.params + (i == M.ntensors ? (size_t)(M.p.head - M.params) : M.tensors[i].offset);
             real *gw = M.grads + (w - M.params);
             matmul_forward(y, x, w, (int)BT, C, OC); // warm-up: first touch of the buffers
-            double t0 = now();
+            double t0 = now_s();
             matmul_forward(y, x, w, (int)BT, C, OC);
             matmul_backward(dx, gw, y, x, w, (int)BT, C, OC);
-            tm += now() - t0;
+            tm += now_s() - t0;
         }
         free(x); free(y); free(dx);
     }

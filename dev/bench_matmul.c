@@ -10,12 +10,6 @@
 #define TESTING
 #include "../train_natsl.c" // the matmul_forward / matmul_backward of the CPU reference
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 static unsigned long long rng_state = 42;
 static float frand(void) { // uniform in [-1, 1)
     rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -98,10 +92,10 @@ static void bench(int BT, int C, int OC, int reps, double t[2]) {
     double *ts = (double *)malloc(sizeof(double) * reps);
     for (int pass = 0; pass < 2; pass++) {
         for (int r = -1; r < reps; r++) { // r == -1: warm-up
-            double t0 = now();
+            double t0 = now_s();
             if (pass == 0) matmul_forward(out, inp, w, BT, C, OC);
             else matmul_backward(dinp, dw, dout, inp, w, BT, C, OC);
-            if (r >= 0) ts[r] = now() - t0;
+            if (r >= 0) ts[r] = now_s() - t0;
         }
         qsort(ts, reps, sizeof(double), cmp_double);
         t[pass] = ts[reps / 2];
