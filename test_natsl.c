@@ -486,12 +486,12 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     M.router_no_grad = !relaxed;
     int B = 2, T = 192;
     LayerCtx c = {&M, 0, B, T, vec((size_t)B * T * cf.D), vec((size_t)B * T * cf.D), vec((size_t)B * T * cf.D), {0}};
-    real *abuf = vec(layer_acts_layout(&c.a, &cf, pattern[0], B, T, NULL));
-    layer_acts_layout(&c.a, &cf, pattern[0], B, T, abuf);
+    real *abuf = vec(layer_acts_layout(&c.a, &cf, pattern[0], B, T, NULL, ACTS_ALL));
+    layer_acts_layout(&c.a, &cf, pattern[0], B, T, abuf, ACTS_ALL);
     LayerActs d;
-    size_t dn = layer_acts_layout(&d, &cf, pattern[0], B, T, NULL);
+    size_t dn = layer_acts_layout(&d, &cf, pattern[0], B, T, NULL, ACTS_ALL);
     real *dbuf = vec(dn), *dx = vec((size_t)B * T * cf.D);
-    layer_acts_layout(&d, &cf, pattern[0], B, T, dbuf);
+    layer_acts_layout(&d, &cf, pattern[0], B, T, dbuf, ACTS_ALL);
     fill_normal(c.x, (size_t)B * T * cf.D, 1); fill_normal(c.R, (size_t)B * T * cf.D, 1);
     // make the router's choices clear-cut (and mixed) so small perturbations rarely flip them
     if (pattern[0] == 'N') fill_normal(M.p.layer[0].wr, 2 * cf.H * cf.D, 0.5);
@@ -565,7 +565,7 @@ static void check_model(int relaxed, const char *what) {
     M.router_relaxed = relaxed;
     M.router_no_grad = !relaxed;
     int B = 2, T = 192;
-    model_alloc_acts(&M, B, T);
+    model_alloc_acts(&M, B, T, 0);
     ModelCtx c = {&M, xcalloc(B * T, sizeof(int)), xcalloc(B * T, sizeof(int)), B, T, NULL};
     for (int i = 0; i < B * T; i++) { c.in[i] = rng_u32(&g_rng) % cf.V; c.tg[i] = rng_u32(&g_rng) % cf.V; }
     memset(M.grads, 0, M.nparams * sizeof(real));
@@ -589,6 +589,48 @@ static void check_model(int relaxed, const char *what) {
 }
 static void test_grad_model_hard(void) { check_model(0, "model GNAN, hard routing"); }
 static void test_grad_model_relaxed(void) { check_model(1, "model GNAN, relaxed router"); }
+
+// -k 1 (recompute): keeping only layer inputs and rerunning each layer in the backward pass gives the same
+// loss, routing decisions (read after the forward pass, as logging does) and gradients, bit for bit, over
+// two accumulated micro-batches, in less memory.
+static void test_recompute_identical(void) {
+    Config cf = small_config("GNAN", 0);
+    Model M[2];
+    int B = 2, T = 192;
+    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
+    real *dec[2], loss[2][2];
+    size_t nd = 0;
+    uint64_t rng0 = g_rng;
+    for (int k = 0; k < 2; k++) {
+        model_build(&M[k], &cf);
+        model_init(&M[k], 5);
+        g_rng = rng0; // the same router weights in both
+        for (int l = 0; l < cf.L; l++)
+            if (cf.pattern[l] == 'N') fill_normal(M[k].p.layer[l].wr, 2 * cf.H * cf.D, 0.5); // mixed routing
+        model_alloc_acts(&M[k], B, T, k);
+        uint64_t r = rng_seed(7);
+        for (int micro = 0; micro < 2; micro++) {
+            for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf.V; tg[i] = rng_u32(&r) % cf.V; }
+            model_forward(&M[k], in, tg, B, T);
+            loss[k][micro] = M[k].mean_loss;
+            if (micro == 0) { nd = model_decisions(&M[k], NULL, B, T); dec[k] = vec(nd); model_decisions(&M[k], dec[k], B, T); }
+            model_backward(&M[k], in, tg, B, T, (real)1 / (B * T));
+        }
+    }
+    static LayerActs tmp[NATSL_MAX_LAYERS];
+    size_t dmax, full = model_acts_layout(tmp, &cf, B, T, 0, NULL, &dmax), kept = model_acts_layout(tmp, &cf, B, T, 1, NULL, &dmax);
+    int soft = 0;
+    for (size_t i = 0; i < nd; i += 2) soft += dec[0][i] > 0;
+    printf("  losses %.6f %.6f; %d of %zu routed chunk-heads softmax; activations %zu -> %zu values\n", (double)loss[0][0],
+           (double)loss[0][1], soft, nd / 2, full, kept);
+    CHECK(soft > 0 && soft < (int)(nd / 2), "the routing is not mixed (%d of %zu softmax)", soft, nd / 2);
+    CHECK(!memcmp(loss[0], loss[1], sizeof(loss[0])), "recompute changes the loss");
+    CHECK(!memcmp(dec[0], dec[1], nd * sizeof(real)), "recompute changes the routing decisions read after the forward");
+    CHECK(!memcmp(M[0].grads, M[1].grads, M[0].nparams * sizeof(real)), "recompute changes the gradients");
+    CHECK(kept < full, "recompute does not save memory (%zu vs %zu values)", kept, full);
+    for (int k = 0; k < 2; k++) { free(dec[k]); model_free(&M[k]); }
+    free(in); free(tg);
+}
 
 // ---- parameter counts (§10) ------------------------------------------------------------------------------
 static size_t mixer_params(const Config *c, char kind) {
@@ -1065,6 +1107,8 @@ static void test_cli_bad_input(void) {
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     expect_error("-t 100", "multiple of 64");
     expect_error("-a GXN", "pattern");
+    expect_error("-k 2", "recompute must be 0 or 1");
+    expect_error("-p bf16", "CPU reference computes in fp32");
     expect_error("-e nosuchpreset", "no such file");
     expect_error("-i /nonexistent/*.bin", "/nonexistent");
     // a truncated shard, a shard with a wrong magic, a shard with an out-of-range token
@@ -1177,6 +1221,21 @@ static void compare_dumps(const char *what, const Dump *g, const Dump *c, const 
     CHECK(mism == 0, "%s: %d routing decisions differ", what, mism);
     CHECK(dsteps < ts, "%s: losses over 10 AdamW steps differ by %.2e", what, dsteps);
 }
+// train_natsl_cu -k 1 against -k 0: the forward pass (loss, logits, routing) is deterministic and must match
+// bit for bit; the gradients may differ only by the order of the backward pass's float atomics.
+static void compare_recompute(const char *what, const Dump *k1, const Dump *k0) {
+    CHECK(k1->n == k0->n && !memcmp(k1->h, k0->h, 8 * sizeof(int)), "%s: -k 1 dump headers/sizes differ", what);
+    if (k1->n != k0->n) return;
+    size_t BT = (size_t)k0->h[2] * k0->h[3], V = k0->h[4], np = k0->h[5], nr = k0->h[6], ns = k0->h[7];
+    size_t og = 1 + BT * V, orr = og + np, os = orr + 2 * nr;
+    int fwd = !memcmp(k1->x, k0->x, og * sizeof(float)) && !memcmp(k1->x + orr, k0->x + orr, 2 * nr * sizeof(float));
+    double dg = normwise(k1->x + og, k0->x + og, np), ds = 0;
+    for (size_t i = 0; i <= ns; i++) ds = fmax(ds, fabs(k1->x[os + i] - k0->x[os + i]) / fabs(k0->x[os + i]));
+    printf("  %s, recompute (-k 1) vs -k 0: forward %s, gradients %.2e, 10-step losses %.2e\n", what,
+           fwd ? "bit-identical" : "DIFFERS", dg, ds);
+    CHECK(fwd, "%s: -k 1 changes the forward pass", what);
+    CHECK(dg < 1e-5 && ds < 1e-5, "%s: -k 1 changes the gradients (%.2e) or the 10-step losses (%.2e)", what, dg, ds);
+}
 static int gpu_available(char *why, size_t n) {
     if (access("./train_natsl_cu", X_OK)) { snprintf(why, n, "./train_natsl_cu is not built (needs nvcc)"); return 0; }
     if (system("nvidia-smi -L >/dev/null 2>&1")) { snprintf(why, n, "no GPU (nvidia-smi finds none)"); return 0; }
@@ -1198,9 +1257,15 @@ static void test_cpu_vs_gpu(void) {
             if (runs[r][1][0]) config_set_pattern(&cf, runs[r][1] + 3, msg, sizeof(msg));
             if (read_dump("/tmp/natsl_cpu.bin", &c) || read_dump("/tmp/natsl_gpu.bin", &g)) { CHECK(0, "%s: cannot read the dumps", what); continue; }
             compare_dumps(what, &g, &c, &cf, bf16);
+            snprintf(cmd, sizeof(cmd), "./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin", args, runs[r][1],
+                     bf16 ? "bf16" : "fp32");
+            Dump k1;
+            CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
+            if (read_dump("/tmp/natsl_gpu_k1.bin", &k1)) CHECK(0, "%s: cannot read the -k 1 dump", what);
+            else { compare_recompute(what, &k1, &g); free(k1.x); }
             free(c.x); free(g.x);
         }
-    remove("/tmp/natsl_cpu.bin"); remove("/tmp/natsl_gpu.bin");
+    remove("/tmp/natsl_cpu.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
 }
 
 int main(int argc, char **argv) {
@@ -1233,6 +1298,7 @@ int main(int argc, char **argv) {
     RUN(test_grad_natsl_layer_relaxed);
     RUN(test_grad_model_hard);
     RUN(test_grad_model_relaxed);
+    RUN(test_recompute_identical);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);
     register_data_tests();

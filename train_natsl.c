@@ -788,6 +788,7 @@ typedef struct {
     real *params, *grads, *adam_m, *adam_v; // flat buffers
     ParamPtrs p, g;                          // named pointers into params and grads
     int B, T;                                // the largest batch the activations hold
+    int recompute;                           // 1: keep only layer inputs, rerun each layer in the backward pass
     real *acts;                              // flat activation buffer
     LayerActs la[NATSL_MAX_LAYERS];
     real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier
@@ -827,20 +828,15 @@ static void model_init(Model *M, uint64_t seed) {
     }
 }
 
-// Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64).
-static void model_alloc_acts(Model *M, int B, int T) {
+// Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64); recompute: see
+// model_acts_layout (common/layout.h).
+static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     const Config *c = &M->cfg;
-    size_t BT = (size_t)B * T, total = 0, dmax = 0;
-    for (int l = 0; l < c->L; l++) total += layer_acts_layout(&M->la[l], c, c->pattern[l], B, T, NULL);
-    for (const char *k = "GAN"; *k; k++) {
-        LayerActs tmp;
-        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL);
-        if (strchr(c->pattern, *k) && n > dmax) dmax = n;
-    }
-    M->B = B; M->T = T;
+    size_t BT = (size_t)B * T, dmax;
+    size_t total = model_acts_layout(M->la, c, B, T, recompute, NULL, &dmax);
+    M->B = B; M->T = T; M->recompute = recompute;
     M->acts = xcalloc(total, sizeof(real));
-    real *base = M->acts;
-    for (int l = 0; l < c->L; l++) base += layer_acts_layout(&M->la[l], c, c->pattern[l], B, T, base);
+    model_acts_layout(M->la, c, B, T, recompute, M->acts, &dmax);
     M->hL = xcalloc(BT * c->D, sizeof(real));
     M->lnf = xcalloc(BT * c->D, sizeof(real));
     M->lnf_rstd = xcalloc(BT, sizeof(real));
@@ -986,6 +982,24 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
 
 // ---- the whole model (§2) --------------------------------------------------------------------------------
 // h^0 = E[ids];  per layer: r = h + Mixer(RMSNorm(h)),  h' = r + MLP(RMSNorm(r));  logits = RMSNorm(h^L) W_headᵀ
+
+// Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward
+// pass reads (model_forward adds the down projection; model_backward reruns this under recompute).
+static void block_forward(Model *M, int l, int B, int T) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    LayerActs *a = &M->la[l];
+    const LayerParams *p = &M->p.layer[l];
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
+    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
+    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
+    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
+    for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
+    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+    swiglu_forward(a->hmid, a->gu, BT, c->F);
+}
+
 static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -995,19 +1009,10 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     }
     encoder_forward(M->la[0].res, inputs, M->p.wte, BT, D);
     for (int l = 0; l < c->L; l++) {
-        LayerActs *a = &M->la[l];
-        const LayerParams *p = &M->p.layer[l];
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
-        rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
-        if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
-        else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
-        else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
-        for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
-        rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
-        matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
-        swiglu_forward(a->hmid, a->gu, BT, c->F);
-        matmul_forward(out, a->hmid, p->wdown, BT, c->F, D);
-        for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += a->r[i];
+        block_forward(M, l, B, T);
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D);
+        for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += M->la[l].r[i];
     }
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp);
@@ -1032,8 +1037,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
         LayerParams *gp = &M->g.layer[l];
+        if (M->recompute && l < c->L - 1) block_forward(M, l, B, T); // the forward left layer L−1 in the scratch
         memset(M->dacts, 0, M->dacts_size * sizeof(real));
-        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts);
+        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_ALL);
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
@@ -1132,6 +1138,7 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
 // ================================================================================================
 
 // The CPU backend of the training driver (common/train_main.h: validation, sampling, the -z dump, the loop).
+static const char *backend_default_precision = "fp32";
 static void backend_start(const TrainArgs *a) {
     if (strcmp(a->precision, "fp32")) die("-p bf16: the CPU reference computes in fp32 (bf16 is train_natsl_cu's)");
 #ifdef _OPENMP

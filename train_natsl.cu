@@ -42,7 +42,9 @@ Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS).
 #include <errno.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <algorithm>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 #include "common/config.h"
 #include "common/dataloader.h"
@@ -134,29 +136,36 @@ static void colsum(float *dw, int R, int n, F f) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// optional op timing (environment NATSL_PROFILE=1): CUDA events around the big ops, summed per kind and
-// printed at the end of training. Each timed op is synchronized, so launch gaps add a little.
+// optional op timing (environment NATSL_PROFILE=1): CUDA events around every op (PROF_OP() at the top of each
+// host function that launches kernels, named after it), summed per name and printed, largest first, at the
+// end of training. Each timed op is synchronized, so launch gaps add a little.
 
-enum { PROF_GEMM, PROF_ATT_FWD, PROF_ATT_BWD, PROF_GDN_FWD, PROF_GDN_BWD, PROF_N };
-static const char *PROF_NAMES[PROF_N] = {"matmul (cuBLAS)", "attention fwd", "attention bwd", "GDN op fwd", "GDN op bwd"};
-static int g_prof = 0;
-static double g_prof_ms[PROF_N];
+#define PROF_MAX 64
+static int g_prof = 0, g_prof_n = 0;
+static const char *g_prof_name[PROF_MAX];
+static double g_prof_ms[PROF_MAX];
+static int g_prof_depth = 0; // an op inside another op (router_forward's matmul) counts toward the outer one
 struct ProfScope {
-    int kind; cudaEvent_t e0, e1;
-    explicit ProfScope(int k) : kind(k) {
-        if (!g_prof) return;
+    const char *name; cudaEvent_t e0, e1; bool on;
+    explicit ProfScope(const char *n) : name(n), on(g_prof && g_prof_depth++ == 0) {
+        if (!on) return;
         CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
         CUDA_CHECK(cudaEventRecord(e0));
     }
     ~ProfScope() {
-        if (!g_prof) return;
+        if (g_prof) g_prof_depth--;
+        if (!on) return;
         float ms = 0.f;
         CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        g_prof_ms[kind] += ms;
+        int k = 0;
+        while (k < g_prof_n && strcmp(g_prof_name[k], name)) k++;
+        if (k == g_prof_n && g_prof_n < PROF_MAX) g_prof_name[g_prof_n++] = name;
+        if (k < PROF_MAX) g_prof_ms[k] += ms;
         cudaEventDestroy(e0); cudaEventDestroy(e1);
     }
 };
+#define PROF_OP() ProfScope prof_op_(__func__)
 
 // ================================================================================================
 // The masked flash-attention kernels (their standalone test and benchmark: dev/cuda/attention/
@@ -673,7 +682,7 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, int ldqk, const float *v, int ldv,
                        const float *m, int B, int T, int NH, int NHm, int dq, int dvh, cudaStream_t st) {
-    ProfScope prof(PROF_ATT_FWD);
+    PROF_OP();
     if (!m) NHm = NH;
     attn_check_args("attention_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dvh);
 #define ATT_FWD_CASE(A, C)                                                                                          \
@@ -694,7 +703,7 @@ static size_t g_att_scratch_n = 0;
 void attention_backward(float *dq, float *dk, float *dv, float *dA, const float *dout, const float *out, const float *lse,
                         const float *q, const float *k, int ldqk, const float *v, int ldv, const float *m,
                         int B, int T, int NH, int NHm, int dq_, int dvh, cudaStream_t st) {
-    ProfScope prof(PROF_ATT_BWD);
+    PROF_OP();
     if (!m) NHm = NH;
     attn_check_args("attention_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
     if (((uintptr_t)dq % 16) || ((uintptr_t)dk % 16) || ((uintptr_t)dv % 16)) {
@@ -743,6 +752,7 @@ __global__ void encoder_forward_kernel(float *out, const int *ids, const float *
     out[i] = wte[(size_t)ids[bt] * D + d];
 }
 static void encoder_forward(real *out, const int *ids, const real *wte, int BT, int D) {
+    PROF_OP();
     encoder_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(out, ids, wte, BT, D);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -753,34 +763,58 @@ __global__ void encoder_backward_kernel(float *dwte, const float *dout, const in
     atomicAdd(dwte + (size_t)ids[bt] * D + d, dout[i]); // two positions may hold the same token
 }
 static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
+    PROF_OP();
     encoder_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(dwte, dout, ids, BT, D);
     CUDA_CHECK(cudaGetLastError());
 }
 
 // ---- linear layer: out[BT][OC] = inp[BT][C] W^T, W[OC][C] (cuBLAS, column-major view) ------------
 // Row-major X[r][c] is column-major Xᵀ, so y = x Wᵀ is, column-major, yᵀ (OC×BT) = op_T(W: C×OC) · (xᵀ: C×BT).
-// fp32 mode: cublasSgemm under CUBLAS_PEDANTIC_MATH (true fp32). bf16 mode (-p bf16): the same products with
-// CUBLAS_COMPUTE_32F_FAST_16BF — fp32 buffers, operands rounded to bf16 on the tensor cores, fp32 accumulation.
+// fp32 mode: cublasSgemm under CUBLAS_PEDANTIC_MATH (true fp32). bf16 mode (-p bf16): each operand is rounded
+// to a bf16 copy (round to nearest even) and cuBLAS multiplies the copies on the tensor cores with fp32
+// accumulation into the fp32 output; a copy made once serves both products of matmul_backward.
 static cublasHandle_t g_cublas;
 static int g_bf16 = 0;
-static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
+
+__global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+// The bf16 copy of x[n] in scratch slot `slot` (0: the product's left operand, 1: the weight, 2: its input).
+static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
+    static __nv_bfloat16 *buf[3];
+    static size_t cap[3];
+    if (n > cap[slot]) {
+        if (buf[slot]) CUDA_CHECK(cudaFree(buf[slot]));
+        buf[slot] = (__nv_bfloat16 *)xcudamalloc(n * sizeof(__nv_bfloat16));
+        cap[slot] = n;
+    }
+    to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)132 * 16), 256>>>(buf[slot], x, n);
+    CUDA_CHECK(cudaGetLastError());
+    return buf[slot];
+}
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                 const void *B, int ldb, float beta, float *C, int ldc) {
     const float one = 1.f;
     if (g_bf16)
-        CUBLAS_CHECK(cublasGemmEx(g_cublas, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
-    else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
+        CUBLAS_CHECK(cublasGemmEx(g_cublas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
+                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
 }
+// The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot`.
+static const void *operand(const float *x, size_t n, int slot) { return g_bf16 ? (const void *)to_bf16(x, n, slot) : x; }
 static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC) {
-    ProfScope prof(PROF_GEMM);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, weight, C, inp, C, 0.f, out, OC);
+    PROF_OP();
+    const void *w = operand(weight, (size_t)OC * C, 1), *x = operand(inp, (size_t)BT * C, 2);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, w, C, x, C, 0.f, out, OC);
 }
 // dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                             const real *weight, int BT, int C, int OC) {
-    ProfScope prof(PROF_GEMM);
-    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, weight, C, dout, OC, 1.f, dinp, C);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
+    PROF_OP();
+    const void *dy = operand(dout, (size_t)BT * OC, 0), *x = operand(inp, (size_t)BT * C, 2);
+    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, 1), C, dy, OC, 1.f, dinp, C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, x, C, dy, OC, 1.f, dweight, C);
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
@@ -800,6 +834,7 @@ __global__ void rmsnorm_forward_kernel(float *y, float *rstd, const float *x, co
 }
 static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
                             int N, int nh, int n, int ldx, int ldy) {
+    PROF_OP();
     rmsnorm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -823,6 +858,7 @@ struct RmsnormDw {
 };
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
                              const real *rstd, int N, int nh, int n, int ldx, int ldy) {
+    PROF_OP();
     rmsnorm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, x, w, rstd, N, nh, n, ldx, ldy);
     CUDA_CHECK(cudaGetLastError());
     RmsnormDw f = {dy, x, rstd, nh, n, ldx, ldy};
@@ -838,6 +874,7 @@ __global__ void swiglu_forward_kernel(float *h, const float *gu, int BT, int F) 
     h[idx] = siluf_(row[i]) * row[F + i];
 }
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
+    PROF_OP();
     swiglu_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * F, 256), 256>>>(h, gu, BT, F);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -851,6 +888,7 @@ __global__ void swiglu_backward_kernel(float *dgu, const float *dh, const float 
     dgu[bt * 2 * F + F + i] += d * siluf_(row[i]);
 }
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
+    PROF_OP();
     swiglu_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * F, 256), 256>>>(dgu, dh, gu, BT, F);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -872,6 +910,7 @@ __global__ void conv_silu_forward_kernel(float *y, float *pre, const float *x, i
     y[idx] = siluf_(s);
 }
 static void conv_silu_forward(real *y, real *pre, const real *x, int ldx, const real *w, int B, int T, int n) {
+    PROF_OP();
     conv_silu_forward_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * n, 256), 256>>>(y, pre, x, ldx, w, B, T, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -904,6 +943,7 @@ struct ConvDw {
 };
 static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *pre, const real *x,
                                int ldx, const real *w, int B, int T, int n) {
+    PROF_OP();
     conv_silu_backward_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * n, 256), 256>>>(dx, dy, pre, ldx, w, B, T, n);
     CUDA_CHECK(cudaGetLastError());
     ConvDw f = {dy, pre, x, ldx, T, n};
@@ -923,6 +963,7 @@ __global__ void l2norm_forward_kernel(float *y, float *rho, const float *x, int 
     if (lane == 0) rho[r] = s;
 }
 static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
+    PROF_OP();
     l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -937,6 +978,7 @@ __global__ void l2norm_backward_kernel(float *dx, const float *dy, const float *
     for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] += rho[r] * (dyr[i] - yr[i] * dot);
 }
 static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
+    PROF_OP();
     l2norm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, y, rho, N * nh, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -954,6 +996,7 @@ __global__ void gdn_gates_forward_kernel(float *g, float *beta, const float *ab,
 }
 static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A_log,
                               const real *dt_bias, int BT, int H) {
+    PROF_OP();
     gdn_gates_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * H, 256), 256>>>(g, beta, ab, A_log, dt_bias, BT, H);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -978,6 +1021,7 @@ struct GatesDw { // col < H: d dt_bias[col];  col >= H: dA_log[col − H]
 static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const real *dg, const real *dbeta,
                                const real *ab, const real *g, const real *beta, const real *A_log,
                                const real *dt_bias, int BT, int H) {
+    PROF_OP();
     gdn_gates_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * H, 256), 256>>>(dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
     CUDA_CHECK(cudaGetLastError());
     GatesDw f = {dg, ab, g, A_log, dt_bias, H};
@@ -1008,6 +1052,7 @@ __global__ void rope_rotate_kernel(float *x, int N, int T, int nh, int hd, int l
     v[i + half] = x2 * c + x1 * s;
 }
 static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign) {
+    PROF_OP();
     size_t n = (size_t)N * nh * (hd / 2);
     rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(x, N, T, nh, hd, ld, sign);
     CUDA_CHECK(cudaGetLastError());
@@ -1024,6 +1069,7 @@ __global__ void pair_softmax_forward_kernel(float *y, const float *x, size_t npa
     y[2 * i + 1] = 1.f - p0;
 }
 static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
+    PROF_OP();
     pair_softmax_forward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(y, x, npairs);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -1038,6 +1084,7 @@ __global__ void pair_softmax_backward_kernel(float *dx, const float *dy, const f
     dx[2 * i + 1] -= d;
 }
 static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_t npairs) {
+    PROF_OP();
     pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dx, dy, y, npairs, 0, 1);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2057,7 +2104,7 @@ static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv) {
 static void gdn_op_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
                            int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
                            int dk, int dv, real *ws) {
-    ProfScope prof(PROF_GDN_FWD);
+    PROF_OP();
     if (gdn_use_chunked(dk, dv)) gdnc::forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws);
     else gdn_tokens_forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
 }
@@ -2065,7 +2112,7 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
                             const real *dout, const real *state, const real *q, const real *k, int ldqk,
                             const real *v, int ldv, const real *g, const real *beta, const real *m,
                             int B, int T, int H, int dkh, int dvh, real *ws) {
-    ProfScope prof(PROF_GDN_BWD);
+    PROF_OP();
     if (gdn_use_chunked(dkh, dvh))
         gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws);
     else
@@ -2095,6 +2142,7 @@ __global__ void router_mask_kernel(float *mask, const float *pi, size_t n, int H
 // (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
 static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
                            int B, int T, int D, int H, int relaxed) {
+    PROF_OP();
     int Nc = T / CH;
     router_pool_kernel<<<(unsigned)CEIL_DIV((size_t)B * Nc * D, 256), 256>>>(pool, x, B, T, D);
     CUDA_CHECK(cudaGetLastError());
@@ -2115,6 +2163,7 @@ __global__ void router_dx_kernel(float *dx, const float *dpool, int B, int T, in
 // dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64.  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
 static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
                             const real *pool, const real *Wr, int B, int T, int D, int H) {
+    PROF_OP();
     int Nc = T / CH;
     CUDA_CHECK(cudaMemsetAsync(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real)));
     CUDA_CHECK(cudaMemsetAsync(dpool, 0, (size_t)B * Nc * D * sizeof(real)));
@@ -2151,6 +2200,7 @@ __global__ void gated_norm_forward_kernel(float *y, float *rstd, const float *o1
 }
 static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *w1, const real *o2,
                                const real *w2, const real *omega, const real *gate, int R, int n) {
+    PROF_OP();
     gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>(y, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2194,6 +2244,7 @@ struct GatedNormDw { // which = 1: dw1, 2: dw2
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
                                 const real *dy, const real *rstd, const real *o1, const real *w1,
                                 const real *o2, const real *w2, const real *omega, const real *gate, int R, int n) {
+    PROF_OP();
     gated_norm_backward_kernel<<<CEIL_DIV(R, 8), 256>>>(do1, do2, domega, dgate, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
     GatedNormDw f1 = {dy, gate, o2 ? omega : NULL, o1, rstd, R, n, 1};
@@ -2244,6 +2295,7 @@ __global__ void crossentropy_forward_kernel(float *losses, float *lse, const flo
 }
 static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
                                  int BT, int V, int Vp) {
+    PROF_OP();
     crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, logits, targets, V, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2261,6 +2313,7 @@ __global__ void crossentropy_backward_kernel(float *logits, const float *lse, co
 }
 static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
                                   int BT, int V, int Vp) {
+    PROF_OP();
     crossentropy_backward_kernel<<<BT, 1024>>>(logits, lse, targets, dloss, V, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2283,6 +2336,7 @@ __global__ void residual_add_kernel(float *out, const float *a, size_t n) {
     if (i < n) out[i] += a[i];
 }
 static void residual_add(real *out, const real *a, size_t n) {
+    PROF_OP();
     residual_add_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(out, a, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2299,6 +2353,7 @@ typedef struct {
     real *params, *grads, *adam_m, *adam_v; // flat device buffers
     ParamPtrs p, g;                          // named device pointers into params and grads
     int B, T;                                // the largest batch the activations hold
+    int recompute;                           // 1: keep only layer inputs, rerun each layer in the backward pass
     real *acts;                              // flat activation buffer (device)
     LayerActs la[NATSL_MAX_LAYERS];
     real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier (device)
@@ -2349,21 +2404,16 @@ static void model_init(Model *M, uint64_t seed) {
     free(hp);
 }
 
-// Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64).
-static void model_alloc_acts(Model *M, int B, int T) {
+// Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64); recompute: see
+// model_acts_layout (common/layout.h).
+static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     const Config *c = &M->cfg;
-    size_t BT = (size_t)B * T, total = 0, dmax = 0;
-    for (int l = 0; l < c->L; l++) total += layer_acts_layout(&M->la[l], c, c->pattern[l], B, T, NULL);
-    for (const char *k = "GAN"; *k; k++) {
-        LayerActs tmp;
-        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL);
-        if (strchr(c->pattern, *k) && n > dmax) dmax = n;
-    }
-    M->B = B; M->T = T;
+    size_t BT = (size_t)B * T, dmax;
+    size_t total = model_acts_layout(M->la, c, B, T, recompute, NULL, &dmax);
+    M->B = B; M->T = T; M->recompute = recompute;
     M->acts = (real *)xcudamalloc(total * sizeof(real));
     CUDA_CHECK(cudaMemset(M->acts, 0, total * sizeof(real)));
-    real *base = M->acts;
-    for (int l = 0; l < c->L; l++) base += layer_acts_layout(&M->la[l], c, c->pattern[l], B, T, base);
+    model_acts_layout(M->la, c, B, T, recompute, M->acts, &dmax);
     M->hL = (real *)xcudamalloc(BT * c->D * sizeof(real));
     M->lnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
     M->lnf_rstd = (real *)xcudamalloc(BT * sizeof(real));
@@ -2517,6 +2567,23 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
 }
 
 // ---- the whole model (§2) --------------------------------------------------------------------------------
+// Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward
+// pass reads (model_forward adds the down projection; model_backward reruns this under recompute).
+static void block_forward(Model *M, int l, int B, int T) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    LayerActs *a = &M->la[l];
+    const LayerParams *p = &M->p.layer[l];
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
+    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
+    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
+    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
+    residual_add(a->r, a->res, (size_t)BT * D);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
+    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+    swiglu_forward(a->hmid, a->gu, BT, c->F);
+}
+
 // inputs/targets are host arrays (copied to the device here). With targets, M->mean_loss is set (one
 // device-to-host read of a double).
 static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
@@ -2530,19 +2597,10 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     if (targets) CUDA_CHECK(cudaMemcpy(M->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
     encoder_forward(M->la[0].res, M->inputs, M->p.wte, BT, D);
     for (int l = 0; l < c->L; l++) {
-        LayerActs *a = &M->la[l];
-        const LayerParams *p = &M->p.layer[l];
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
-        rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
-        if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
-        else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
-        else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
-        residual_add(a->r, a->res, (size_t)BT * D);
-        rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
-        matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
-        swiglu_forward(a->hmid, a->gu, BT, c->F);
-        matmul_forward(out, a->hmid, p->wdown, BT, c->F, D);
-        residual_add(out, a->r, (size_t)BT * D);
+        block_forward(M, l, B, T);
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D);
+        residual_add(out, M->la[l].r, (size_t)BT * D);
     }
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp);
@@ -2571,8 +2629,12 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
         LayerParams *gp = &M->g.layer[l];
-        CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, M->dacts_size * sizeof(real)));
-        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts);
+        if (M->recompute && l < c->L - 1) block_forward(M, l, B, T); // the forward left layer L−1 in the scratch
+        {
+            ProfScope prof("memset of the gradient scratch");
+            CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, M->dacts_size * sizeof(real)));
+        }
+        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_ALL);
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
@@ -2610,6 +2672,7 @@ __global__ void grad_norm_finish_kernel(double *out, const double *part, int np)
     }
 }
 static double grad_norm(const Model *M) {
+    PROF_OP();
     const int np = 1024;
     grad_norm_partial_kernel<<<np, 512>>>(M->d_normpart, M->grads, M->nparams);
     CUDA_CHECK(cudaGetLastError());
@@ -2632,6 +2695,7 @@ __global__ void adamw_kernel(float *params, const float *grads, float *m, float 
 }
 // one AdamW step at step t (1-based) on the gradients scaled by grad_scale (clipping)
 static void adamw_update(Model *M, double lr, double b1, double b2, double eps, double wd, double grad_scale, int t) {
+    PROF_OP();
     if (!M->adam_m) {
         M->adam_m = (real *)xcudamalloc(M->nparams * sizeof(real));
         M->adam_v = (real *)xcudamalloc(M->nparams * sizeof(real));
@@ -2716,6 +2780,7 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
 static double g_prof_step_ms; // NATSL_PROFILE=1: step time summed over the profiled steps
 static int g_prof_steps;
 
+static const char *backend_default_precision = "bf16";
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
     cudaDeviceProp prop;
@@ -2734,13 +2799,17 @@ static void backend_step_timed(int first, double dt) {
 static void backend_finish(void) {
     if (g_prof && g_prof_steps > 0) {
         double known = 0;
+        int order[PROF_MAX];
+        for (int k = 0; k < g_prof_n; k++) order[k] = k;
+        std::sort(order, order + g_prof_n, [](int x, int y) { return g_prof_ms[x] > g_prof_ms[y]; });
         printf("profile (NATSL_PROFILE=1), ms per step over %d steps (first step excluded), step %.1f ms:\n", g_prof_steps,
                g_prof_step_ms / g_prof_steps);
-        for (int k = 0; k < PROF_N; k++) {
-            printf("  %-16s %9.2f ms  %5.1f%%\n", PROF_NAMES[k], g_prof_ms[k] / g_prof_steps, 100 * g_prof_ms[k] / g_prof_step_ms);
+        for (int i = 0; i < g_prof_n; i++) {
+            int k = order[i];
+            printf("  %-32s %9.2f ms  %5.1f%%\n", g_prof_name[k], g_prof_ms[k] / g_prof_steps, 100 * g_prof_ms[k] / g_prof_step_ms);
             known += g_prof_ms[k];
         }
-        printf("  %-16s %9.2f ms  %5.1f%%\n", "everything else", (g_prof_step_ms - known) / g_prof_steps,
+        printf("  %-32s %9.2f ms  %5.1f%%\n", "everything else", (g_prof_step_ms - known) / g_prof_steps,
                100 * (g_prof_step_ms - known) / g_prof_step_ms);
     }
     cublasDestroy(g_cublas);

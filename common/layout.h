@@ -49,35 +49,66 @@ typedef struct {
     real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
 } LayerActs;
 
-// Carves one layer's activations of the given kind out of base (NULL: only count). Returns the size.
-// Every field starts on a 64-value (256-byte) boundary, which the GPU kernels' vector loads need.
-static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base) {
+// The two parts of a layer's activations. KEPT is what every layer keeps even under recompute (its input
+// h^l and the small router tensors, which logging and the tests read after a forward pass); REST is what
+// recompute rebuilds in the backward pass.
+enum { ACTS_KEPT = 1, ACTS_REST = 2, ACTS_ALL = 3 };
+
+// Carves the given part of one layer's activations of the given kind out of base (NULL: only count) and
+// returns its size; fields of the other part are left as they are (a call that includes KEPT clears them all
+// first). Every field starts on a 64-value (256-byte) boundary, which the GPU kernels' vector loads need.
+static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base, int part) {
     size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
     size_t Nc = T / NATSL_CHUNK, off = 0;
-    memset(a, 0, sizeof(*a));
-#define TAKE(field, n) do { a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } while (0)
-    TAKE(res, BT * D); TAKE(xn, BT * D); TAKE(rstd1, BT);
+    const int R = ACTS_REST, KP = ACTS_KEPT;
+    if (part & ACTS_KEPT) memset(a, 0, sizeof(*a));
+#define TAKE(field, n, cls) do { if (part & (cls)) { a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } } while (0)
+    TAKE(res, BT * D, KP); TAKE(xn, BT * D, R); TAKE(rstd1, BT, R);
     if (kind == 'G' || kind == 'N') {
-        TAKE(proj, BT * (2 * K + Vt)); TAKE(conv, BT * (2 * K + Vt)); TAKE(qkv, BT * (2 * K + Vt));
-        TAKE(gate, BT * Vt); TAKE(ab, BT * 2 * H); TAKE(g, BT * H); TAKE(beta, BT * H);
-        TAKE(qk_hat, 2 * BT * K); TAKE(qk_rho, 2 * BT * H);
-        TAKE(gdn_out, BT * Vt); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv);
-        TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha)); TAKE(y, BT * Vt);
+        TAKE(proj, BT * (2 * K + Vt), R); TAKE(conv, BT * (2 * K + Vt), R); TAKE(qkv, BT * (2 * K + Vt), R);
+        TAKE(gate, BT * Vt, R); TAKE(ab, BT * 2 * H, R); TAKE(g, BT * H, R); TAKE(beta, BT * H, R);
+        TAKE(qk_hat, 2 * BT * K, R); TAKE(qk_rho, 2 * BT * H, R);
+        TAKE(gdn_out, BT * Vt, R); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, R);
+        TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R);
     }
     if (kind == 'N') {
-        TAKE(qka, 2 * BT * K); TAKE(qka_rstd, 2 * BT * Ha);
-        TAKE(att_out, BT * Vt); TAKE(lse, (size_t)B * Ha * T);
-        TAKE(omega_raw, BT * 2 * Ha); TAKE(omega, BT * 2 * Ha);
-        TAKE(pool, B * Nc * D); TAKE(rlogits, B * Nc * 2 * H); TAKE(rpi, B * Nc * 2 * H); TAKE(rmask, B * Nc * 2 * H);
+        TAKE(qka, 2 * BT * K, R); TAKE(qka_rstd, 2 * BT * Ha, R);
+        TAKE(att_out, BT * Vt, R); TAKE(lse, (size_t)B * Ha * T, R);
+        TAKE(omega_raw, BT * 2 * Ha, R); TAKE(omega, BT * 2 * Ha, R);
+        TAKE(pool, B * Nc * D, KP); TAKE(rlogits, B * Nc * 2 * H, KP); TAKE(rpi, B * Nc * 2 * H, KP);
+        TAKE(rmask, B * Nc * 2 * H, KP);
     }
     if (kind == 'A') {
         size_t HA = cfg_HA(c);
-        TAKE(proj, BT * 3 * D); TAKE(att_out, BT * D); TAKE(lse, (size_t)B * HA * T);
+        TAKE(proj, BT * 3 * D, R); TAKE(att_out, BT * D, R); TAKE(lse, (size_t)B * HA * T, R);
     }
-    TAKE(r, BT * D); TAKE(xn2, BT * D); TAKE(rstd2, BT);
-    TAKE(gu, BT * 2 * c->F); TAKE(hmid, BT * c->F);
+    TAKE(r, BT * D, R); TAKE(xn2, BT * D, R); TAKE(rstd2, BT, R);
+    TAKE(gu, BT * 2 * c->F, R); TAKE(hmid, BT * c->F, R);
 #undef TAKE
     return off;
+}
+
+// Carves the whole model's activations out of base (NULL: only count) and returns their size; *dmax gets the
+// size of the largest layer, which the gradient scratch (one layer's activation gradients) needs.
+// recompute = 0: every layer keeps all its activations for the backward pass.
+// recompute = 1: every layer keeps only its KEPT part; the REST of all layers shares one scratch, which each
+// layer's forward overwrites and the backward pass refills by running the layer again (model_backward).
+static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, int recompute, real *base, size_t *dmax) {
+    size_t off = 0, rest = 0;
+    LayerActs tmp;
+    *dmax = 0;
+    for (const char *k = "GAN"; *k; k++) {
+        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_ALL);
+        if (strchr(c->pattern, *k) && n > *dmax) *dmax = n;
+    }
+    for (int l = 0; l < c->L; l++)
+        off += layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, recompute ? ACTS_KEPT : ACTS_ALL);
+    if (!recompute) return off;
+    for (int l = 0; l < c->L; l++) {
+        size_t n = layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, ACTS_REST);
+        if (n > rest) rest = n;
+    }
+    return off + rest;
 }
 
 #endif

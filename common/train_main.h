@@ -4,6 +4,7 @@
 // model_init, model_alloc_acts, model_forward, model_backward, grad_norm, adamw_update, save_model,
 // load_model, save_state, load_state, model_free, to_float32: a host float32 copy of a model buffer)
 // and these backend hooks:
+//   backend_default_precision  what -p is when not given ("fp32" on the CPU, "bf16" on the GPU)
 //   model_zero_grad(M)         zero the gradient buffer
 //   backend_start(args)        set the backend up for the flags (precision) and print what it runs on
 //   backend_sync()             wait until the queued work is done (before reading a step's time)
@@ -141,7 +142,7 @@ static void write_dump(Model *M, DataLoader *train, const char *path, double lr,
 // val loss, samples, per-step logging (stdout and DIR/main.log) and checkpoints.
 static int train_main(int argc, char **argv) {
     TrainArgs a;
-    train_args_parse(&a, argc, argv);
+    train_args_parse(&a, argc, argv, backend_default_precision);
     int B = a.B, T = a.T;
     char err[1024], msg[1200];
     backend_start(&a);
@@ -185,7 +186,13 @@ static int train_main(int argc, char **argv) {
     Tokenizer tok;
     int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
     if (!have_tok) printf("note: %s (samples print token ids)\n", err);
-    model_alloc_acts(&M, B, T);
+    model_alloc_acts(&M, B, T, a.recompute);
+    {
+        static LayerActs sizes[NATSL_MAX_LAYERS];
+        size_t dmax, n = model_acts_layout(sizes, c, B, T, a.recompute, NULL, &dmax);
+        printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", n * sizeof(real) / 1073741824.0,
+               dmax * sizeof(real) / 1073741824.0, a.recompute ? "on: layer inputs kept" : "off");
+    }
     if (a.dump_path) { write_dump(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
 
     FILE *logf = NULL;

@@ -56,7 +56,7 @@ static inline double lr_at(int step, int warmup, int max_steps, double peak, dou
 typedef struct {
     const char *train_glob, *val_glob, *outdir, *init_from, *arch, *dump_path, *precision;
     int B, T, total_batch, warmup, max_steps, val_every, val_batches, sample_every, gen_tokens, ckpt_every;
-    int resume, seed;
+    int resume, seed, recompute;
     double lr, final_frac, wd;
     int accum; // micro-steps per step: total_batch / (B·T)
 } TrainArgs;
@@ -84,15 +84,18 @@ static inline void train_usage(const char *prog) {
            "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
            "  -r <int>    seed                              (default 42)\n"
            "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
-           "  -p <prec>   fp32|bf16; bf16 only in train_natsl_cu (default fp32)\n"
+           "  -k <0|1>    1 = recompute: keep only each layer's input and rerun the layer in the\n"
+           "              backward pass (much less memory, about a third more compute) (default 0)\n"
+           "  -p <prec>   fp32|bf16; bf16 only in train_natsl_cu (default: bf16 there, fp32 here)\n"
            "  -h          this help\n", prog);
 }
 
 // Parses and checks the flags; a bad one ends the program with a one-line error, -h with the usage.
-static inline void train_args_parse(TrainArgs *a, int argc, char **argv) {
+// default_precision: the program's default for -p ("fp32" in train_natsl, "bf16" in train_natsl_cu).
+static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
     char msg[1200];
-    TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, "fp32",
-                   4, 256, -1, 20, 300, 50, 8, 100, 64, 0, 0, 42, 3e-4, 0.1, 0.1, 1};
+    TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, default_precision,
+                   4, 256, -1, 20, 300, 50, 8, 100, 64, 0, 0, 42, 0, 3e-4, 0.1, 0.1, 1};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h")) { train_usage(argv[0]); exit(0); }
@@ -113,6 +116,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv) {
         case 'g': a->gen_tokens = atoi(v); break;  case 'n': a->ckpt_every = atoi(v); break;
         case 'y': a->resume = atoi(v); break;      case 'r': a->seed = atoi(v); break;
         case 'z': a->dump_path = v; break;         case 'p': a->precision = v; break;
+        case 'k': a->recompute = atoi(v); break;
         default: snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i - 1]); die(msg);
         }
     }
@@ -128,6 +132,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv) {
     }
     if (a->max_steps <= 0 || a->warmup < 0 || a->val_batches <= 0) die("-x and -m must be positive and -u not negative");
     if (a->resume && !a->outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
+    if (a->recompute != 0 && a->recompute != 1) { snprintf(msg, sizeof(msg), "-k %d: recompute must be 0 or 1", a->recompute); die(msg); }
     if (strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16")) {
         snprintf(msg, sizeof(msg), "-p %s: precision must be fp32 or bf16", a->precision);
         die(msg);

@@ -23,7 +23,7 @@ int main(int argc, char **argv) {
     Model M;
     model_build(&M, &c);
     model_init(&M, 1);
-    model_alloc_acts(&M, B, T);
+    model_alloc_acts(&M, B, T, 0);
     uint64_t r = rng_seed(2);
     for (int i = 0; i < B * T; i++) { M.inputs[i] = rng_u32(&r) % c.V; M.targets[i] = rng_u32(&r) % c.V; }
     double best = 1e30, total = 0;

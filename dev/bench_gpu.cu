@@ -18,8 +18,9 @@ buffer is allocated up front or on the first step and kept). B is lowered (halve
 footprint fits the free memory; the printed B is the one that ran.
 
 build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas
-run:   ./bench_gpu [step|layer|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
-       defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer
+run:   ./bench_gpu [step|layer|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1]
+       defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0
+       (-k 1: the step with recompute, train_natsl_cu's -k 1)
 */
 #define TESTING
 #include "../train_natsl.cu"
@@ -51,36 +52,34 @@ static int make_config(Config *c, const char *preset, const char *pattern, int V
 }
 
 // bytes model_build + model_alloc_acts + AdamW + the op scratch would take (a slightly generous estimate)
-static size_t estimate_bytes(const Config *c, int B, int T) {
-    size_t np = 0, acts = 0, dmax = 0, BT = (size_t)B * T;
+static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
+    size_t np = 0, dmax = 0, BT = (size_t)B * T;
     ParamTensor t[NATSL_MAX_TENSORS];
     param_tensors(c, t, &np);
-    LayerActs la;
-    for (int l = 0; l < c->L; l++) acts += layer_acts_layout(&la, c, c->pattern[l], B, T, NULL);
-    for (const char *k = "GAN"; *k; k++)
-        if (strchr(c->pattern, *k)) dmax = std::max(dmax, layer_acts_layout(&la, c, *k, B, T, NULL));
+    static LayerActs la[NATSL_MAX_LAYERS];
+    size_t acts = model_acts_layout(la, c, B, T, recompute, NULL, &dmax);
     size_t ws = (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
     size_t att = 2 * BT * std::max(cfg_HA(c), c->Ha);
     size_t fl = 4 * np + acts + dmax + ws + att + BT * (3 * (size_t)c->D + c->Vp + 8);
     return fl * sizeof(float) + ((size_t)1 << 30); // + cuBLAS workspace, context slack
 }
 
-static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters) {
+static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters, int recompute) {
     Config c;
     if (make_config(&c, preset, pattern, V)) exit(1);
     size_t fr, tot;
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
     int B = B0;
-    while (B > 1 && estimate_bytes(&c, B, T) > fr) B /= 2;
-    printf("step %s %s: V=%d B=%d T=%d (asked B=%d; estimate %.1f GiB of %.1f GiB free)\n", preset, pattern, V, B, T, B0,
-           estimate_bytes(&c, B, T) / 1073741824.0, fr / 1073741824.0);
+    while (B > 1 && estimate_bytes(&c, B, T, recompute) > fr) B /= 2;
+    printf("step %s %s: V=%d B=%d T=%d recompute %d (asked B=%d; estimate %.1f GiB of %.1f GiB free)\n", preset, pattern, V,
+           B, T, recompute, B0, estimate_bytes(&c, B, T, recompute) / 1073741824.0, fr / 1073741824.0);
     fflush(stdout);
     size_t base = used_bytes();
     Model M;
     model_build(&M, &c);
     model_init(&M, 1);
-    model_alloc_acts(&M, B, T);
+    model_alloc_acts(&M, B, T, recompute);
     std::vector<int> in((size_t)B * T), tg((size_t)B * T);
     uint64_t r = rng_seed(2);
     for (size_t i = 0; i < in.size(); i++) { in[i] = rng_u32(&r) % c.V; tg[i] = rng_u32(&r) % c.V; }
@@ -105,9 +104,9 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
         double mm, att, gdn;
         step_flops(&M, B, T, &mm, &att, &gdn);
         double ms = median(ts), fl = mm + att + gdn, peak = (used_bytes() - base) / 1073741824.0;
-        printf("RESULT step %-13s %s B=%d T=%d: %8.1f ms/step (min %.1f)  %8.0f tok/s  %.2f TFLOP/step (linear %.2f, attn %.2f, "
+        printf("RESULT step %-13s %s B=%d T=%d k=%d: %8.1f ms/step (min %.1f)  %8.0f tok/s  %.2f TFLOP/step (linear %.2f, attn %.2f, "
                "GDN %.2f)  %.0f TFLOP/s  MFU %.1f%%  peak %.1f GiB  loss %.4f\n",
-               pattern, prec ? "bf16" : "fp32", B, T, ms, *std::min_element(ts.begin(), ts.end()), (double)B * T / (ms / 1e3),
+               pattern, prec ? "bf16" : "fp32", B, T, recompute, ms, *std::min_element(ts.begin(), ts.end()), (double)B * T / (ms / 1e3),
                fl / 1e12, mm / 1e12, att / 1e12, gdn / 1e12, fl / (ms / 1e3) / 1e12, 100 * fl / (ms / 1e3) / 989e12, peak,
                (double)M.mean_loss);
         fflush(stdout);
@@ -137,7 +136,7 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     Model M;
     model_build(&M, &c);
     model_init(&M, 1);
-    model_alloc_acts(&M, B, T);
+    model_alloc_acts(&M, B, T, 0);
     int BT = B * T, Nc = T / CH;
     LayerActs *a = &M.la[0];
     const LayerParams *p = &M.p.layer[0];
@@ -171,7 +170,7 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
         CUDA_CHECK(cudaEventRecord(e1));
         LayerActs d;
         CUDA_CHECK(cudaMemsetAsync(M.dacts, 0, M.dacts_size * sizeof(real)));
-        layer_acts_layout(&d, &c, kind, B, T, M.dacts);
+        layer_acts_layout(&d, &c, kind, B, T, M.dacts, ACTS_ALL);
         if (kind == 'G') gdn_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else if (kind == 'A') attention_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else natsl_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T, 0);
@@ -199,7 +198,7 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
 
 int main(int argc, char **argv) {
     const char *mode = "all", *preset = "340m", *pats = "natsl-hybrid,gdn,transformer";
-    int V = 32000, B = 8, T = 4096, iters = 10;
+    int V = 32000, B = 8, T = 4096, iters = 10, recompute = 0;
     int i = 1;
     if (argc > 1 && argv[1][0] != '-') mode = argv[i++];
     for (; i + 1 < argc; i += 2) {
@@ -209,6 +208,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-T")) T = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-a")) pats = argv[i + 1];
+        else if (!strcmp(argv[i], "-k")) recompute = atoi(argv[i + 1]);
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 1; }
     }
     cudaDeviceProp prop;
@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "step") || !strcmp(mode, "all")) {
         char buf[256];
         snprintf(buf, sizeof(buf), "%s", pats);
-        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters);
+        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters, recompute);
     }
     CUBLAS_CHECK(cublasDestroy(g_cublas));
     return 0;
