@@ -1108,7 +1108,7 @@ static void test_cli_bad_input(void) {
     expect_error("-t 100", "multiple of 64");
     expect_error("-a GXN", "pattern");
     expect_error("-k 2", "recompute must be 0 or 1");
-    expect_error("-p bf16", "CPU reference computes in fp32");
+    expect_error("-p fp16", "precision must be fp32 or bf16");
     expect_error("-e nosuchpreset", "no such file");
     expect_error("-i /nonexistent/*.bin", "/nonexistent");
     // a truncated shard, a shard with a wrong magic, a shard with an out-of-range token
@@ -1222,8 +1222,10 @@ static void compare_dumps(const char *what, const Dump *g, const Dump *c, const 
     CHECK(dsteps < ts, "%s: losses over 10 AdamW steps differ by %.2e", what, dsteps);
 }
 // train_natsl_cu -k 1 against -k 0: the forward pass (loss, logits, routing) is deterministic and must match
-// bit for bit; the gradients may differ only by the order of the backward pass's float atomics.
-static void compare_recompute(const char *what, const Dump *k1, const Dump *k0) {
+// bit for bit; the gradients may differ only by the order of the backward pass's float atomics (~1e-7), which
+// bf16 rounding amplifies over the 10 AdamW steps (~2e-5 measured on an H100): bars 1e-5 and, for the
+// 10-step losses, 1e-5 in fp32 and 1e-4 in bf16.
+static void compare_recompute(const char *what, const Dump *k1, const Dump *k0, int bf16) {
     CHECK(k1->n == k0->n && !memcmp(k1->h, k0->h, 8 * sizeof(int)), "%s: -k 1 dump headers/sizes differ", what);
     if (k1->n != k0->n) return;
     size_t BT = (size_t)k0->h[2] * k0->h[3], V = k0->h[4], np = k0->h[5], nr = k0->h[6], ns = k0->h[7];
@@ -1234,38 +1236,65 @@ static void compare_recompute(const char *what, const Dump *k1, const Dump *k0) 
     printf("  %s, recompute (-k 1) vs -k 0: forward %s, gradients %.2e, 10-step losses %.2e\n", what,
            fwd ? "bit-identical" : "DIFFERS", dg, ds);
     CHECK(fwd, "%s: -k 1 changes the forward pass", what);
-    CHECK(dg < 1e-5 && ds < 1e-5, "%s: -k 1 changes the gradients (%.2e) or the 10-step losses (%.2e)", what, dg, ds);
+    CHECK(dg < 1e-5 && ds < (bf16 ? 1e-4 : 1e-5), "%s: -k 1 changes the gradients (%.2e) or the 10-step losses (%.2e)",
+          what, dg, ds);
 }
 static int gpu_available(char *why, size_t n) {
     if (access("./train_natsl_cu", X_OK)) { snprintf(why, n, "./train_natsl_cu is not built (needs nvcc)"); return 0; }
     if (system("nvidia-smi -L >/dev/null 2>&1")) { snprintf(why, n, "no GPU (nvidia-smi finds none)"); return 0; }
     return 1;
 }
+// The bf16 GPU run against the fp32 CPU run: how far bf16 rounding moves the results (reported; the loss and the
+// 10-step losses are held to SPEC §8's bf16 bars; per-tensor gradients are not, see the README: rounding
+// every matmul operand to bf16 moves the two-element a_log/dt_bias gradients of this tiny model by 3-5e-2).
+static void report_bf16_vs_fp32(const char *what, const Dump *g, const Dump *c, const Config *cf) {
+    if (g->n != c->n) { CHECK(0, "%s: dump sizes differ", what); return; }
+    size_t BT = (size_t)c->h[2] * c->h[3], V = c->h[4], np = c->h[5], nr = c->h[6], ns = c->h[7];
+    size_t og = 1 + BT * V, os = og + np + 2 * nr;
+    ParamTensor t[NATSL_MAX_TENSORS];
+    size_t total;
+    int nt = param_tensors(cf, t, &total);
+    double worst = 0, all = normwise(g->x + og, c->x + og, np), dl = fabs(g->x[0] - c->x[0]) / fabs(c->x[0]), ds = 0;
+    const char *wn = "";
+    for (int i = 0; i < nt; i++) {
+        double e = normwise(g->x + og + t[i].offset, c->x + og + t[i].offset, t[i].numel);
+        if (e > worst) { worst = e; wn = t[i].name; }
+    }
+    for (size_t i = 0; i <= ns; i++) ds = fmax(ds, fabs(g->x[os + i] - c->x[os + i]) / fabs(c->x[os + i]));
+    printf("  %s vs the fp32 CPU: loss %.2e, gradient %.2e (all tensors), worst tensor %.2e (%s), 10-step losses %.2e\n",
+           what, dl, all, worst, wn, ds);
+    CHECK(dl < 1e-2 && ds < 2e-2, "%s: bf16 moves the loss (%.2e) or the 10-step losses (%.2e) too far from fp32", what, dl, ds);
+}
+// Each precision against the CPU in the same precision (-p bf16 on the CPU rounds the matmul operands as the GPU
+// does), at SPEC §8's tolerances for that precision; then -k 1 against -k 0 on the GPU, and bf16 against fp32.
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}};
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < 2; r++) {
+        Config cf;
+        char msg[1024];
+        config_from_preset(&cf, "tiny");
+        if (runs[r][1][0]) config_set_pattern(&cf, runs[r][1] + 3, msg, sizeof(msg));
         for (int bf16 = 0; bf16 <= 1; bf16++) {
-            char cmd[1024], msg[1024], what[64];
-            const char *args = "-b 2 -t 256 -l 1e-3 -u 2";
-            snprintf(what, sizeof(what), "%s %s", runs[r][0], bf16 ? "bf16" : "fp32");
-            snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -z /tmp/natsl_cpu.bin && ./train_natsl_cu %s %s -p %s -z /tmp/natsl_gpu.bin",
-                     args, runs[r][1], args, runs[r][1], bf16 ? "bf16" : "fp32");
+            char cmd[1024], what[64];
+            const char *args = "-b 2 -t 256 -l 1e-3 -u 2", *prec = bf16 ? "bf16" : "fp32";
+            snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
+            snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -z /tmp/natsl_cpu_%s.bin && ./train_natsl_cu %s %s -p %s "
+                     "-z /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin", args, runs[r][1],
+                     prec, prec, args, runs[r][1], prec, args, runs[r][1], prec);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
-            Dump c, g;
-            Config cf;
-            config_from_preset(&cf, "tiny");
-            if (runs[r][1][0]) config_set_pattern(&cf, runs[r][1] + 3, msg, sizeof(msg));
-            if (read_dump("/tmp/natsl_cpu.bin", &c) || read_dump("/tmp/natsl_gpu.bin", &g)) { CHECK(0, "%s: cannot read the dumps", what); continue; }
+            Dump c, g, k1, c32;
+            snprintf(cmd, sizeof(cmd), "/tmp/natsl_cpu_%s.bin", prec);
+            if (read_dump(cmd, &c) || read_dump("/tmp/natsl_gpu.bin", &g) || read_dump("/tmp/natsl_gpu_k1.bin", &k1)) {
+                CHECK(0, "%s: cannot read the dumps", what);
+                continue;
+            }
             compare_dumps(what, &g, &c, &cf, bf16);
-            snprintf(cmd, sizeof(cmd), "./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin", args, runs[r][1],
-                     bf16 ? "bf16" : "fp32");
-            Dump k1;
-            CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
-            if (read_dump("/tmp/natsl_gpu_k1.bin", &k1)) CHECK(0, "%s: cannot read the -k 1 dump", what);
-            else { compare_recompute(what, &k1, &g); free(k1.x); }
-            free(c.x); free(g.x);
+            compare_recompute(what, &k1, &g, bf16);
+            if (bf16 && read_dump("/tmp/natsl_cpu_fp32.bin", &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
+            free(c.x); free(g.x); free(k1.x);
         }
-    remove("/tmp/natsl_cpu.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
+    }
+    remove("/tmp/natsl_cpu_fp32.bin"); remove("/tmp/natsl_cpu_bf16.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
 }
 
 int main(int argc, char **argv) {

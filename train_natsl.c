@@ -185,18 +185,43 @@ static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
     }
 }
 
+// -p bf16 (a check mode, not a fast one): the CPU computes what train_natsl_cu's bf16 mode computes, so the two
+// can be compared tightly: every matmul operand is rounded to bf16 (round to nearest even), the products
+// accumulate in fp32. operand() returns x itself, or its rounded copy in scratch slot `slot` (0: the
+// gradient dout, 1: the weight, 2: the input), like the GPU's.
+static int g_bf16 = 0;
+static real round_bf16(real x) {
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u; // inf/nan kept
+    memcpy(&f, &u, 4);
+    return f;
+}
+static const real *operand(const real *x, size_t n, int slot) {
+    static real *buf[3];
+    static size_t cap[3];
+    if (!g_bf16) return x;
+    if (n > cap[slot]) { free(buf[slot]); buf[slot] = xcalloc(n, sizeof(real)); cap[slot] = n; }
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) buf[slot][i] = round_bf16(x[i]);
+    return buf[slot];
+}
+
 // out[BT][OC] = inp[BT][C] · W^T   (W is [OC][C]; overwrites out)
 static void matmul_forward(real *out, const real *inp, const real *weight,
                            int BT, int C, int OC) {
-    gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
+    const real *w = operand(weight, (size_t)OC * C, 1), *x = operand(inp, (size_t)BT * C, 2);
+    gemm(out, OC, x, C, 1, w, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
 }
 
 // dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL)
 // dweight[OC][C] += dout^T · inp     (accumulates, for gradient accumulation)
 static void matmul_backward(real *dinp, real *dweight, const real *dout,
                             const real *inp, const real *weight, int BT, int C, int OC) {
-    if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, 1);
-    gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
+    const real *dy = operand(dout, (size_t)BT * OC, 0), *x = operand(inp, (size_t)BT * C, 2);
+    if (dinp) gemm(dinp, C, dy, OC, 1, operand(weight, (size_t)OC * C, 1), C, 1, BT, C, OC, 1);
+    gemm(dweight, C, dy, 1, OC, x, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
@@ -1140,7 +1165,8 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
 // The CPU backend of the training driver (common/train_main.h: validation, sampling, the -z dump, the loop).
 static const char *backend_default_precision = "fp32";
 static void backend_start(const TrainArgs *a) {
-    if (strcmp(a->precision, "fp32")) die("-p bf16: the CPU reference computes in fp32 (bf16 is train_natsl_cu's)");
+    g_bf16 = !strcmp(a->precision, "bf16");
+    if (g_bf16) printf("precision: bf16 matmul operands, as train_natsl_cu -p bf16 (a check mode: slower than fp32)\n");
 #ifdef _OPENMP
     printf("threads: %d\n", omp_get_max_threads());
 #endif

@@ -915,39 +915,52 @@ static void conv_silu_forward(real *y, real *pre, const real *x, int ldx, const 
     CUDA_CHECK(cudaGetLastError());
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ += Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
-__global__ void conv_silu_backward_kernel(float *dx, const float *dy, const float *pre, int ldx, const float *w,
-                                          int B, int T, int n) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * T * n) return;
-    size_t bt = idx / n;
-    int ch = (int)(idx % n), tau = (int)(bt % T);
-    size_t b = bt / T;
-    float s = 0.f;
-    for (int i = 0; i < NATSL_CONV; i++) {
-        int t = tau + (NATSL_CONV - 1) - i;
-        if (t >= T) continue;
-        size_t o = (b * T + t) * n + ch;
-        s += dy[o] * dsiluf_(pre[o]) * w[ch * NATSL_CONV + i];
+// One thread per (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order: dpre_t is
+// computed once, added to the four dx_τ it feeds (kept in registers until complete) and to dw through a sliding
+// window of x. dw's per-tile partial sums are then added in a fixed order (bitwise reproducible).
+#define CONV_TILE 32
+__global__ void conv_silu_backward_kernel(float *dx, float *dw_part, const float *dy, const float *pre, const float *x,
+                                          int ldx, const float *w, int B, int T, int n) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
+    if (ch >= n) return;
+    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
+    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
+    int t_end = min(t1 + NATSL_CONV - 1, T);
+    float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
+    auto X = [&](int t) { return t >= 0 ? x[(row0 + t) * ldx + ch] : 0.f; };
+    float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);     // the window x_{t−3..t−1}
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;             // pending dx_{t−3..t}
+    float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;             // dw[ch][0..3] over this tile
+    for (int t = t0; t < t_end; t++) {
+        size_t o = (row0 + t) * n + ch;
+        float dp = dy[o] * dsiluf_(pre[o]);
+        if (t < t1) {
+            float x3 = X(t);
+            d0 += dp * x0; d1 += dp * x1; d2 += dp * x2; d3 += dp * x3;
+            x0 = x1; x1 = x2; x2 = x3;
+        }
+        a0 += w0 * dp; a1 += w1 * dp; a2 += w2 * dp; a3 += w3 * dp;
+        if (t - 3 >= t0) dx[(row0 + t - 3) * ldx + ch] += a0;   // dx_{t−3} is complete
+        a0 = a1; a1 = a2; a2 = a3; a3 = 0.f;
     }
-    dx[bt * ldx + ch] += s;
+    float rest[3] = {a0, a1, a2};                              // dx_{t_end−3..t_end−1}: complete at the sequence end
+    for (int j = 0; j < 3; j++) {
+        int tau = t_end - 3 + j;
+        if (tau >= t0 && tau < t1) dx[(row0 + tau) * ldx + ch] += rest[j];
+    }
+    float *pp = dw_part + (size_t)tile * n * NATSL_CONV + ch * NATSL_CONV;
+    pp[0] = d0; pp[1] = d1; pp[2] = d2; pp[3] = d3;
 }
-struct ConvDw {
-    const float *dy, *pre, *x; int ldx, T, n;
-    __device__ float operator()(int r, int col) const { // r = b*T + t, col = ch*4 + i
-        int ch = col / NATSL_CONV, i = col % NATSL_CONV, t = r % T;
-        int tau = t - (NATSL_CONV - 1) + i;
-        if (tau < 0) return 0.f;
-        size_t o = (size_t)r * n + ch;
-        return dy[o] * dsiluf_(pre[o]) * x[((size_t)r - (t - tau)) * ldx + ch];
-    }
-};
 static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *pre, const real *x,
                                int ldx, const real *w, int B, int T, int n) {
     PROF_OP();
-    conv_silu_backward_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * n, 256), 256>>>(dx, dy, pre, ldx, w, B, T, n);
+    static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "conv_silu_backward_kernel assumes 4 taps");
+    int tiles = B * (T / CONV_TILE);
+    float *part = colpart((size_t)tiles * n * NATSL_CONV);
+    conv_silu_backward_kernel<<<dim3(CEIL_DIV(n, 128), tiles), 128>>>(dx, part, dy, pre, x, ldx, w, B, T, n);
     CUDA_CHECK(cudaGetLastError());
-    ConvDw f = {dy, pre, x, ldx, T, n};
-    colsum(dw, B * T, n * NATSL_CONV, f);
+    colsum_finish_kernel<<<CEIL_DIV(n * NATSL_CONV, 256), 256>>>(dw, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 // ---- L2 norm per head (§0): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------

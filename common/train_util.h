@@ -86,7 +86,8 @@ static inline void train_usage(const char *prog) {
            "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
            "  -k <0|1>    1 = recompute: keep only each layer's input and rerun the layer in the\n"
            "              backward pass (much less memory, about a third more compute) (default 0)\n"
-           "  -p <prec>   fp32|bf16; bf16 only in train_natsl_cu (default: bf16 there, fp32 here)\n"
+           "  -p <prec>   fp32|bf16: train_natsl_cu defaults to bf16 (bf16 matmul operands, fp32\n"
+           "              accumulation); train_natsl to fp32, its bf16 rounds the same operands (for checks)\n"
            "  -h          this help\n", prog);
 }
 
