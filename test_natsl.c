@@ -466,9 +466,9 @@ static void layer_run(LayerCtx *c) {
     memcpy(c->a.xn, c->x, (size_t)c->B * c->T * cf->D * sizeof(real));
     const LayerParams *p = &c->M->p.layer[c->l];
     char k = cf->pattern[c->l];
-    if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
-    else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
-    else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed);
+    if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, c->B, c->T, 0);
+    else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, c->B, c->T, 0);
+    else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed, 0);
 }
 static double layer_loss(void *p) { LayerCtx *c = p; layer_run(c); return dot_r(c->out, c->R, (size_t)c->B * c->T * c->M->cfg.D); }
 static real *g_decisions; // routing decisions of the unperturbed forward, for flip detection
@@ -590,24 +590,27 @@ static void check_model(int relaxed, const char *what) {
 static void test_grad_model_hard(void) { check_model(0, "model GNAN, hard routing"); }
 static void test_grad_model_relaxed(void) { check_model(1, "model GNAN, relaxed router"); }
 
-// -k 1 (recompute): keeping only layer inputs and rerunning each layer in the backward pass gives the same
-// loss, routing decisions (read after the forward pass, as logging does) and gradients, bit for bit, over
-// two accumulated micro-batches, in less memory.
+// -k 1 and -k 2 (recompute): keeping only each layer's input (and, at level 1, its GDN/softmax op outputs) and
+// rerunning the layer in the backward pass gives the same loss, routing decisions (read after the forward pass,
+// as logging does) and gradients as -k 0, bit for bit, over two accumulated micro-batches, in less memory.
 static void test_recompute_identical(void) {
     Config cf = small_config("GNAN", 0);
-    Model M[2];
+    Model M[3];
     int B = 2, T = 192;
     int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
-    real *dec[2], loss[2][2];
-    size_t nd = 0;
+    real *dec[3], loss[3][2];
+    size_t nd = 0, size[3];
     uint64_t rng0 = g_rng;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         model_build(&M[k], &cf);
         model_init(&M[k], 5);
-        g_rng = rng0; // the same router weights in both
+        g_rng = rng0; // the same router weights in all three
         for (int l = 0; l < cf.L; l++)
             if (cf.pattern[l] == 'N') fill_normal(M[k].p.layer[l].wr, 2 * cf.H * cf.D, 0.5); // mixed routing
         model_alloc_acts(&M[k], B, T, k);
+        static LayerActs tmp[NATSL_MAX_LAYERS];
+        size_t dmax;
+        size[k] = model_acts_layout(tmp, &cf, B, T, k, NULL, &dmax);
         uint64_t r = rng_seed(7);
         for (int micro = 0; micro < 2; micro++) {
             for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf.V; tg[i] = rng_u32(&r) % cf.V; }
@@ -617,18 +620,18 @@ static void test_recompute_identical(void) {
             model_backward(&M[k], in, tg, B, T, (real)1 / (B * T));
         }
     }
-    static LayerActs tmp[NATSL_MAX_LAYERS];
-    size_t dmax, full = model_acts_layout(tmp, &cf, B, T, 0, NULL, &dmax), kept = model_acts_layout(tmp, &cf, B, T, 1, NULL, &dmax);
     int soft = 0;
     for (size_t i = 0; i < nd; i += 2) soft += dec[0][i] > 0;
-    printf("  losses %.6f %.6f; %d of %zu routed chunk-heads softmax; activations %zu -> %zu values\n", (double)loss[0][0],
-           (double)loss[0][1], soft, nd / 2, full, kept);
+    printf("  losses %.6f %.6f; %d of %zu routed chunk-heads softmax; activations -k 0/1/2: %zu / %zu / %zu values\n",
+           (double)loss[0][0], (double)loss[0][1], soft, nd / 2, size[0], size[1], size[2]);
     CHECK(soft > 0 && soft < (int)(nd / 2), "the routing is not mixed (%d of %zu softmax)", soft, nd / 2);
-    CHECK(!memcmp(loss[0], loss[1], sizeof(loss[0])), "recompute changes the loss");
-    CHECK(!memcmp(dec[0], dec[1], nd * sizeof(real)), "recompute changes the routing decisions read after the forward");
-    CHECK(!memcmp(M[0].grads, M[1].grads, M[0].nparams * sizeof(real)), "recompute changes the gradients");
-    CHECK(kept < full, "recompute does not save memory (%zu vs %zu values)", kept, full);
-    for (int k = 0; k < 2; k++) { free(dec[k]); model_free(&M[k]); }
+    for (int k = 1; k < 3; k++) {
+        CHECK(!memcmp(loss[0], loss[k], sizeof(loss[0])), "-k %d changes the loss", k);
+        CHECK(!memcmp(dec[0], dec[k], nd * sizeof(real)), "-k %d changes the routing decisions read after the forward", k);
+        CHECK(!memcmp(M[0].grads, M[k].grads, M[0].nparams * sizeof(real)), "-k %d changes the gradients", k);
+    }
+    CHECK(size[2] < size[1] && size[1] < size[0], "recompute does not save memory (%zu, %zu, %zu values)", size[0], size[1], size[2]);
+    for (int k = 0; k < 3; k++) { free(dec[k]); model_free(&M[k]); }
     free(in); free(tg);
 }
 
@@ -1107,7 +1110,7 @@ static void test_cli_bad_input(void) {
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     expect_error("-t 100", "multiple of 64");
     expect_error("-a GXN", "pattern");
-    expect_error("-k 2", "recompute must be 0 or 1");
+    expect_error("-k 3", "recompute must be 0, 1 or 2");
     expect_error("-p fp16", "precision must be fp32 or bf16");
     expect_error("-e nosuchpreset", "no such file");
     expect_error("-i /nonexistent/*.bin", "/nonexistent");
@@ -1221,23 +1224,23 @@ static void compare_dumps(const char *what, const Dump *g, const Dump *c, const 
     CHECK(mism == 0, "%s: %d routing decisions differ", what, mism);
     CHECK(dsteps < ts, "%s: losses over 10 AdamW steps differ by %.2e", what, dsteps);
 }
-// train_natsl_cu -k 1 against -k 0: the forward pass (loss, logits, routing) is deterministic and must match
+// train_natsl_cu -k 1 or 2 against -k 0: the forward pass (loss, logits, routing) is deterministic and must match
 // bit for bit; the gradients may differ only by the order of the backward pass's float atomics (~1e-7), which
 // bf16 rounding amplifies over the 10 AdamW steps (~2e-5 measured on an H100): bars 1e-5 and, for the
 // 10-step losses, 1e-5 in fp32 and 1e-4 in bf16.
-static void compare_recompute(const char *what, const Dump *k1, const Dump *k0, int bf16) {
-    CHECK(k1->n == k0->n && !memcmp(k1->h, k0->h, 8 * sizeof(int)), "%s: -k 1 dump headers/sizes differ", what);
+static void compare_recompute(const char *what, int level, const Dump *k1, const Dump *k0, int bf16) {
+    CHECK(k1->n == k0->n && !memcmp(k1->h, k0->h, 8 * sizeof(int)), "%s: -k %d dump headers/sizes differ", what, level);
     if (k1->n != k0->n) return;
     size_t BT = (size_t)k0->h[2] * k0->h[3], V = k0->h[4], np = k0->h[5], nr = k0->h[6], ns = k0->h[7];
     size_t og = 1 + BT * V, orr = og + np, os = orr + 2 * nr;
     int fwd = !memcmp(k1->x, k0->x, og * sizeof(float)) && !memcmp(k1->x + orr, k0->x + orr, 2 * nr * sizeof(float));
     double dg = normwise(k1->x + og, k0->x + og, np), ds = 0;
     for (size_t i = 0; i <= ns; i++) ds = fmax(ds, fabs(k1->x[os + i] - k0->x[os + i]) / fabs(k0->x[os + i]));
-    printf("  %s, recompute (-k 1) vs -k 0: forward %s, gradients %.2e, 10-step losses %.2e\n", what,
+    printf("  %s, recompute (-k %d) vs -k 0: forward %s, gradients %.2e, 10-step losses %.2e\n", what, level,
            fwd ? "bit-identical" : "DIFFERS", dg, ds);
-    CHECK(fwd, "%s: -k 1 changes the forward pass", what);
-    CHECK(dg < 1e-5 && ds < (bf16 ? 1e-4 : 1e-5), "%s: -k 1 changes the gradients (%.2e) or the 10-step losses (%.2e)",
-          what, dg, ds);
+    CHECK(fwd, "%s: -k %d changes the forward pass", what, level);
+    CHECK(dg < 1e-5 && ds < (bf16 ? 1e-4 : 1e-5), "%s: -k %d changes the gradients (%.2e) or the 10-step losses (%.2e)",
+          what, level, dg, ds);
 }
 static int gpu_available(char *why, size_t n) {
     if (access("./train_natsl_cu", X_OK)) { snprintf(why, n, "./train_natsl_cu is not built (needs nvcc)"); return 0; }
@@ -1279,22 +1282,26 @@ static void test_cpu_vs_gpu(void) {
             const char *args = "-b 2 -t 256 -l 1e-3 -u 2", *prec = bf16 ? "bf16" : "fp32";
             snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
             snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -z /tmp/natsl_cpu_%s.bin && ./train_natsl_cu %s %s -p %s "
-                     "-z /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin", args, runs[r][1],
-                     prec, prec, args, runs[r][1], prec, args, runs[r][1], prec);
+                     "-z /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin && ./train_natsl_cu %s %s "
+                     "-p %s -k 2 -z /tmp/natsl_gpu_k2.bin", args, runs[r][1], prec, prec, args, runs[r][1], prec, args,
+                     runs[r][1], prec, args, runs[r][1], prec);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
-            Dump c, g, k1, c32;
+            Dump c, g, k1, k2, c32;
             snprintf(cmd, sizeof(cmd), "/tmp/natsl_cpu_%s.bin", prec);
-            if (read_dump(cmd, &c) || read_dump("/tmp/natsl_gpu.bin", &g) || read_dump("/tmp/natsl_gpu_k1.bin", &k1)) {
+            if (read_dump(cmd, &c) || read_dump("/tmp/natsl_gpu.bin", &g) || read_dump("/tmp/natsl_gpu_k1.bin", &k1) ||
+                read_dump("/tmp/natsl_gpu_k2.bin", &k2)) {
                 CHECK(0, "%s: cannot read the dumps", what);
                 continue;
             }
             compare_dumps(what, &g, &c, &cf, bf16);
-            compare_recompute(what, &k1, &g, bf16);
+            compare_recompute(what, 1, &k1, &g, bf16);
+            compare_recompute(what, 2, &k2, &g, bf16);
             if (bf16 && read_dump("/tmp/natsl_cpu_fp32.bin", &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
-            free(c.x); free(g.x); free(k1.x);
+            free(c.x); free(g.x); free(k1.x); free(k2.x);
         }
     }
     remove("/tmp/natsl_cpu_fp32.bin"); remove("/tmp/natsl_cpu_bf16.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
+    remove("/tmp/natsl_gpu_k2.bin");
 }
 
 int main(int argc, char **argv) {

@@ -916,11 +916,13 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
 // o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = y W_oᵀ
-static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
+                              int ops_kept) {
     int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
     gdn_inputs_forward(c, a, p, B, T);
-    gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
-                   a->g, a->beta, NULL, B, T, H, c->dk, c->dv);
+    if (!ops_kept)
+        gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
+                       a->g, a->beta, NULL, B, T, H, c->dk, c->dv);
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
     matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
 }
@@ -937,13 +939,15 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 }
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
-static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
+                                    int ops_kept) {
     int BT = B * T, D = c->D, HA = cfg_HA(c);
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D);
     rope_forward(a->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);     // q
     rope_forward(a->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D); // k
-    attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
-                      B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
+    if (!ops_kept)
+        attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
+                          B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
     matmul_forward(out, a->att_out, p->wo, BT, D, D);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
@@ -964,7 +968,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 // [H][d_v] re-viewed as [Ha][d_va]):  y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j);
 // out = y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536], 6 GDN heads of 128/256, 12 softmax heads of 64/128.
 static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                int relaxed) {
+                                int relaxed, int ops_kept) {
     int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
     const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
     real *qa = a->qka, *ka = a->qka + (size_t)BT * K;
@@ -975,9 +979,11 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
     matmul_forward(a->omega_raw, Q, p->wow, BT, K, 2 * Ha);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
-    attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva);
-    gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask,
-                   B, T, H, c->dk, c->dv);
+    if (!ops_kept) { // recompute level 1 kept their outputs
+        attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva);
+        gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask,
+                       B, T, H, c->dk, c->dv);
+    }
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
     matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
 }
@@ -1009,16 +1015,17 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
 // h^0 = E[ids];  per layer: r = h + Mixer(RMSNorm(h)),  h' = r + MLP(RMSNorm(r));  logits = RMSNorm(h^L) W_headᵀ
 
 // Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward
-// pass reads (model_forward adds the down projection; model_backward reruns this under recompute).
-static void block_forward(Model *M, int l, int B, int T) {
+// pass reads (model_forward adds the down projection; model_backward reruns this under recompute, with
+// ops_kept = 1 at level 1, whose kept GDN/softmax op outputs need no rerun).
+static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
-    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
-    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
-    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
+    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
+    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
+    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept);
     for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
@@ -1035,7 +1042,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     encoder_forward(M->la[0].res, inputs, M->p.wte, BT, D);
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
-        block_forward(M, l, B, T);
+        block_forward(M, l, B, T, 0);
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D);
         for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += M->la[l].r[i];
     }
@@ -1062,7 +1069,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
         LayerParams *gp = &M->g.layer[l];
-        if (M->recompute && l < c->L - 1) block_forward(M, l, B, T); // the forward left layer L−1 in the scratch
+        if (M->recompute && l < c->L - 1) block_forward(M, l, B, T, M->recompute == 1); // L−1: still in the scratch
         memset(M->dacts, 0, M->dacts_size * sizeof(real));
         layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_ALL);
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);

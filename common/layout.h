@@ -49,18 +49,19 @@ typedef struct {
     real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
 } LayerActs;
 
-// The two parts of a layer's activations. KEPT is what every layer keeps even under recompute (its input
-// h^l and the small router tensors, which logging and the tests read after a forward pass); REST is what
-// recompute rebuilds in the backward pass.
-enum { ACTS_KEPT = 1, ACTS_REST = 2, ACTS_ALL = 3 };
+// The three parts of a layer's activations. KEPT is what every layer keeps even under recompute (its input
+// h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
+// of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp),
+// which recompute level 1 keeps and level 2 reruns; REST is what any recompute level rebuilds.
+enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7 };
 
-// Carves the given part of one layer's activations of the given kind out of base (NULL: only count) and
-// returns its size; fields of the other part are left as they are (a call that includes KEPT clears them all
+// Carves the given parts of one layer's activations of the given kind out of base (NULL: only count) and
+// returns their size; fields of other parts are left as they are (a call that includes KEPT clears them all
 // first). Every field starts on a 64-value (256-byte) boundary, which the GPU kernels' vector loads need.
 static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base, int part) {
     size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
     size_t Nc = T / NATSL_CHUNK, off = 0;
-    const int R = ACTS_REST, KP = ACTS_KEPT;
+    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS;
     if (part & ACTS_KEPT) memset(a, 0, sizeof(*a));
 #define TAKE(field, n, cls) do { if (part & (cls)) { a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } } while (0)
     TAKE(res, BT * D, KP); TAKE(xn, BT * D, R); TAKE(rstd1, BT, R);
@@ -68,19 +69,19 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         TAKE(proj, BT * (2 * K + Vt), R); TAKE(conv, BT * (2 * K + Vt), R); TAKE(qkv, BT * (2 * K + Vt), R);
         TAKE(gate, BT * Vt, R); TAKE(ab, BT * 2 * H, R); TAKE(g, BT * H, R); TAKE(beta, BT * H, R);
         TAKE(qk_hat, 2 * BT * K, R); TAKE(qk_rho, 2 * BT * H, R);
-        TAKE(gdn_out, BT * Vt, R); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, R);
+        TAKE(gdn_out, BT * Vt, OP); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
         TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R);
     }
     if (kind == 'N') {
         TAKE(qka, 2 * BT * K, R); TAKE(qka_rstd, 2 * BT * Ha, R);
-        TAKE(att_out, BT * Vt, R); TAKE(lse, (size_t)B * Ha * T, R);
+        TAKE(att_out, BT * Vt, OP); TAKE(lse, (size_t)B * Ha * T, OP);
         TAKE(omega_raw, BT * 2 * Ha, R); TAKE(omega, BT * 2 * Ha, R);
         TAKE(pool, B * Nc * D, KP); TAKE(rlogits, B * Nc * 2 * H, KP); TAKE(rpi, B * Nc * 2 * H, KP);
         TAKE(rmask, B * Nc * 2 * H, KP);
     }
     if (kind == 'A') {
         size_t HA = cfg_HA(c);
-        TAKE(proj, BT * 3 * D, R); TAKE(att_out, BT * D, R); TAKE(lse, (size_t)B * HA * T, R);
+        TAKE(proj, BT * 3 * D, R); TAKE(att_out, BT * D, OP); TAKE(lse, (size_t)B * HA * T, OP);
     }
     TAKE(r, BT * D, R); TAKE(xn2, BT * D, R); TAKE(rstd2, BT, R);
     TAKE(gu, BT * 2 * c->F, R); TAKE(hmid, BT * c->F, R);
@@ -88,13 +89,20 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
     return off;
 }
 
+// What each recompute level (-k) keeps per layer; the other parts of all layers share one scratch.
+static inline int acts_kept(int recompute) {
+    return recompute == 0 ? ACTS_ALL : recompute == 1 ? ACTS_KEPT | ACTS_OPS : ACTS_KEPT;
+}
+
 // Carves the whole model's activations out of base (NULL: only count) and returns their size; *dmax gets the
 // size of the largest layer, which the gradient scratch (one layer's activation gradients) needs.
 // recompute = 0: every layer keeps all its activations for the backward pass.
-// recompute = 1: every layer keeps only its KEPT part; the REST of all layers shares one scratch, which each
-// layer's forward overwrites and the backward pass refills by running the layer again (model_backward).
+// recompute = 1, 2: every layer keeps only acts_kept(recompute); the rest of all layers shares one scratch,
+// which each layer's forward overwrites and the backward pass refills by running the layer again
+// (model_backward; level 1 skips the GDN and softmax ops there, whose outputs it kept).
 static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, int recompute, real *base, size_t *dmax) {
     size_t off = 0, rest = 0;
+    int kept = acts_kept(recompute);
     LayerActs tmp;
     *dmax = 0;
     for (const char *k = "GAN"; *k; k++) {
@@ -102,10 +110,10 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
         if (strchr(c->pattern, *k) && n > *dmax) *dmax = n;
     }
     for (int l = 0; l < c->L; l++)
-        off += layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, recompute ? ACTS_KEPT : ACTS_ALL);
-    if (!recompute) return off;
+        off += layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, kept);
+    if (kept == ACTS_ALL) return off;
     for (int l = 0; l < c->L; l++) {
-        size_t n = layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, ACTS_REST);
+        size_t n = layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, ACTS_ALL & ~kept);
         if (n > rest) rest = n;
     }
     return off + rest;

@@ -84,8 +84,8 @@ static inline void train_usage(const char *prog) {
            "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
            "  -r <int>    seed                              (default 42)\n"
            "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
-           "  -k <0|1>    1 = recompute: keep only each layer's input and rerun the layer in the\n"
-           "              backward pass (much less memory, about a third more compute) (default 0)\n"
+           "  -k <0|1|2>  recompute in the backward pass, for less memory: 1 = keep each layer's input and\n"
+           "              its GDN/softmax op outputs, rerun the rest; 2 = keep only the input (default 0)\n"
            "  -p <prec>   fp32|bf16: train_natsl_cu defaults to bf16 (bf16 matmul operands, fp32\n"
            "              accumulation); train_natsl to fp32, its bf16 rounds the same operands (for checks)\n"
            "  -h          this help\n", prog);
@@ -133,7 +133,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     }
     if (a->max_steps <= 0 || a->warmup < 0 || a->val_batches <= 0) die("-x and -m must be positive and -u not negative");
     if (a->resume && !a->outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
-    if (a->recompute != 0 && a->recompute != 1) { snprintf(msg, sizeof(msg), "-k %d: recompute must be 0 or 1", a->recompute); die(msg); }
+    if (a->recompute < 0 || a->recompute > 2) { snprintf(msg, sizeof(msg), "-k %d: recompute must be 0, 1 or 2", a->recompute); die(msg); }
     if (strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16")) {
         snprintf(msg, sizeof(msg), "-p %s: precision must be fp32 or bf16", a->precision);
         die(msg);

@@ -18,9 +18,9 @@ buffer is allocated up front or on the first step and kept). B is lowered (halve
 footprint fits the free memory; the printed B is the one that ran.
 
 build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas
-run:   ./bench_gpu [step|layer|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1]
+run:   ./bench_gpu [step|layer|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1|2]
        defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0
-       (-k 1: the step with recompute, train_natsl_cu's -k 1)
+       (-k: the step with train_natsl_cu's recompute level)
 */
 #define TESTING
 #include "../train_natsl.cu"
@@ -164,9 +164,9 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     std::vector<float> tf, tb;
     for (int it = 0; it < iters + 2; it++) {
         CUDA_CHECK(cudaEventRecord(e0));
-        if (kind == 'G') gdn_layer_forward(&c, a, p, a->r, B, T);
-        else if (kind == 'A') attention_layer_forward(&c, a, p, a->r, B, T);
-        else natsl_layer_forward(&c, a, p, a->r, B, T, 0);
+        if (kind == 'G') gdn_layer_forward(&c, a, p, a->r, B, T, 0);
+        else if (kind == 'A') attention_layer_forward(&c, a, p, a->r, B, T, 0);
+        else natsl_layer_forward(&c, a, p, a->r, B, T, 0, 0);
         CUDA_CHECK(cudaEventRecord(e1));
         LayerActs d;
         CUDA_CHECK(cudaMemsetAsync(M.dacts, 0, M.dacts_size * sizeof(real)));

@@ -9,6 +9,9 @@
 #   step : ./bench_gpu step $STEP_ARGS (full 340m training steps, V=32000, B=8 T=4096 or the largest B that fits;
 #          e.g. STEP_ARGS="-k 1 -a natsl-hybrid" for recompute)
 #   prof : NATSL_PROFILE=1 train_natsl_cu, 340m B=4 T=4096 bf16, 4 steps: time per op ($PROF_ARGS appended)
+#   san  : compute-sanitizer memcheck of a few tiny training steps (GNA, -k 0 and -k 2)
+#   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
+#   ncu  : Nsight Compute speed-of-light of the heaviest kernels in one 340m B=1 T=4096 step
 set -o pipefail
 O=${OUT:-/tmp/natsl_out}; mkdir -p $O
 WHAT="$*"; [ -z "$WHAT" ] && WHAT="test gdn att layer step"
@@ -28,5 +31,12 @@ if has att; then timeout 60 /tmp/masked_attention check > $O/att.log 2>&1; echo 
 if has layer; then timeout 150 ./bench_gpu layer > $O/bench_layer.log 2>&1; echo "bench layer rc=$?"; grep -E "RESULT|device|error" $O/bench_layer.log; fi
 if has prof; then timeout 150 env NATSL_PROFILE=1 ./train_natsl_cu -e 340m -b 4 -t 4096 -x 4 -v 0 -s 0 -u 1 $PROF_ARGS \
     > $O/prof.log 2>&1; echo "prof rc=$?"; sed -n '/^profile/,$p' $O/prof.log; grep -E "^step|activations" $O/prof.log; fi
+if has san; then
+    for k in 0 2; do timeout 120 compute-sanitizer --tool memcheck ./train_natsl_cu -x 2 -v 0 -s 0 -b 2 -t 128 -a GNA -k $k \
+        > $O/san_k$k.log 2>&1; echo "memcheck -k $k rc=$?"; grep -E "ERROR SUMMARY|error" $O/san_k$k.log | tail -2; done; fi
+if has main; then timeout 120 ./train_natsl_cu > $O/main.log 2>&1; echo "main job rc=$?"; grep -E "val loss|step  300|precision" $O/main.log; fi
+if has ncu; then timeout 200 ncu --section SpeedOfLight -k regex:"bwd_final|fwd_state|bwd_state|bwd_vloop|prep_kernel|attn_bwd|gated_norm_backward|rmsnorm_backward" \
+    -c 12 ./train_natsl_cu -e 340m -b 1 -t 4096 -x 1 -v 0 -s 0 > $O/ncu.log 2>&1; echo "ncu rc=$?"; \
+    grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|Compute \(SM\) Throughput" $O/ncu.log | head -60; fi
 if has step; then timeout 240 ./bench_gpu step $STEP_ARGS > $O/bench_step.log 2>&1; echo "bench step rc=$?"; grep -vE "^$" $O/bench_step.log; fi
 echo "total: $(( $(date +%s) - t0 )) s"
