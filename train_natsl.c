@@ -813,12 +813,12 @@ typedef struct {
     real *params, *grads, *adam_m, *adam_v; // flat buffers
     ParamPtrs p, g;                          // named pointers into params and grads
     int B, T;                                // the largest batch the activations hold
-    int recompute;                           // 1: keep only layer inputs, rerun each layer in the backward pass
+    int recompute;                           // -k: 1, 2 rerun layers in the backward pass (model_acts_layout)
     real *acts;                              // flat activation buffer
     LayerActs la[NATSL_MAX_LAYERS];
     real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier
     real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
-    size_t dacts_size;
+    size_t acts_size, dacts_size;            // floats in acts and dacts
     int *inputs, *targets;
     real mean_loss;
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
@@ -868,6 +868,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->logits = xcalloc(BT * c->Vp, sizeof(real));
     M->lse = xcalloc(BT, sizeof(real));
     M->losses = xcalloc(BT, sizeof(real));
+    M->acts_size = total;
     M->dacts_size = dmax;
     M->dacts = xcalloc(dmax, sizeof(real));
     M->dres = xcalloc(BT * c->D, sizeof(real));

@@ -2366,14 +2366,14 @@ typedef struct {
     real *params, *grads, *adam_m, *adam_v; // flat device buffers
     ParamPtrs p, g;                          // named device pointers into params and grads
     int B, T;                                // the largest batch the activations hold
-    int recompute;                           // 1: keep only layer inputs, rerun each layer in the backward pass
+    int recompute;                           // -k: 1, 2 rerun layers in the backward pass (model_acts_layout)
     real *acts;                              // flat activation buffer (device)
     LayerActs la[NATSL_MAX_LAYERS];
     real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier (device)
     real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
     real *gdn_ws;                            // the GDN op's workspace (one for all G/N layers; NULL if none)
     size_t gdn_ws_size;                      // its size in floats (gdn_op_workspace_floats)
-    size_t dacts_size;
+    size_t acts_size, dacts_size;            // floats in acts and dacts
     int *inputs, *targets;                   // device copies of the batch
     double *d_scalar;                        // device scratch: mean loss, gradient norm
     double *d_normpart;                      // device scratch: grad-norm partial sums
@@ -2417,27 +2417,31 @@ static void model_init(Model *M, uint64_t seed) {
     free(hp);
 }
 
+// Bytes model_alloc_acts takes for B×T at recompute level `recompute` (activations, gradient scratch, the GDN
+// op's workspace, the final norm and the classifier).
+static size_t model_acts_bytes(const Config *c, int B, int T, int recompute) {
+    LayerActs tmp[NATSL_MAX_LAYERS];
+    size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, NULL, &dmax), BT = (size_t)B * T;
+    size_t ws = (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
+    return (n + dmax + ws + BT * (3 * (size_t)c->D + c->Vp + 8)) * sizeof(real);
+}
+
 // Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64); recompute: see
-// model_acts_layout (common/layout.h).
+// model_acts_layout (common/layout.h). Stops with the sizes of the recompute levels if they do not fit.
 static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     const Config *c = &M->cfg;
-    size_t BT = (size_t)B * T, dmax;
-    size_t total = model_acts_layout(M->la, c, B, T, recompute, NULL, &dmax);
-    size_t ws = (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
-    size_t need = (total + dmax + ws + BT * (3 * (size_t)c->D + c->Vp + 8)) * sizeof(real), fr, tot;
+    size_t BT = (size_t)B * T, dmax, fr, tot, need = model_acts_bytes(c, B, T, recompute);
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
-    if (need > fr) { // say so, with what the recompute levels would take, instead of failing in cudaMalloc
+    if (need > fr) {
         char alt[256] = "";
-        for (int k = recompute + 1; k <= 2; k++) {
-            LayerActs tmp[NATSL_MAX_LAYERS];
-            size_t dm, n = model_acts_layout(tmp, c, B, T, k, NULL, &dm);
-            size_t nk = (n + dm + ws + BT * (3 * (size_t)c->D + c->Vp + 8)) * sizeof(real);
-            snprintf(alt + strlen(alt), sizeof(alt) - strlen(alt), "%s-k %d: %.1f GiB", alt[0] ? ", " : "", k, nk / 1073741824.0);
-        }
+        for (int k = recompute + 1; k <= 2; k++)
+            snprintf(alt + strlen(alt), sizeof(alt) - strlen(alt), "%s-k %d: %.1f GiB", alt[0] ? ", " : "", k,
+                     model_acts_bytes(c, B, T, k) / 1073741824.0);
         fprintf(stderr, "error: activations for B=%d T=%d need %.1f GiB but the GPU has %.1f GiB free (%s%s); try a smaller -b%s\n",
                 B, T, need / 1073741824.0, fr / 1073741824.0, alt[0] ? "with " : "", alt, recompute < 2 ? " or -k" : "");
         exit(1);
     }
+    size_t total = model_acts_layout(M->la, c, B, T, recompute, NULL, &dmax);
     M->B = B; M->T = T; M->recompute = recompute;
     M->acts = (real *)xcudamalloc(total * sizeof(real));
     CUDA_CHECK(cudaMemset(M->acts, 0, total * sizeof(real)));
@@ -2448,6 +2452,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->logits = (real *)xcudamalloc(BT * c->Vp * sizeof(real));
     M->lse = (real *)xcudamalloc(BT * sizeof(real));
     M->losses = (real *)xcudamalloc(BT * sizeof(real));
+    M->acts_size = total;
     M->dacts_size = dmax;
     M->dacts = (real *)xcudamalloc(dmax * sizeof(real));
     M->dres = (real *)xcudamalloc(BT * c->D * sizeof(real));

@@ -187,13 +187,9 @@ static int train_main(int argc, char **argv) {
     int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
     if (!have_tok) printf("note: %s (samples print token ids)\n", err);
     model_alloc_acts(&M, B, T, a.recompute);
-    {
-        static LayerActs sizes[NATSL_MAX_LAYERS];
-        size_t dmax, n = model_acts_layout(sizes, c, B, T, a.recompute, NULL, &dmax);
-        const char *what[3] = {"off", "1: layer inputs and op outputs kept", "2: layer inputs kept"};
-        printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", n * sizeof(real) / 1073741824.0,
-               dmax * sizeof(real) / 1073741824.0, what[a.recompute]);
-    }
+    const char *kept[3] = {"off", "1: layer inputs and op outputs kept", "2: layer inputs kept"};
+    printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", M.acts_size * sizeof(real) / 1073741824.0,
+           M.dacts_size * sizeof(real) / 1073741824.0, kept[a.recompute]);
     if (a.dump_path) { write_dump(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
 
     FILE *logf = NULL;

@@ -51,17 +51,13 @@ static int make_config(Config *c, const char *preset, const char *pattern, int V
     return 0;
 }
 
-// bytes model_build + model_alloc_acts + AdamW + the op scratch would take (a slightly generous estimate)
+// bytes model_build + model_alloc_acts + AdamW + the attention scratch would take (a slightly generous estimate)
 static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
-    size_t np = 0, dmax = 0, BT = (size_t)B * T;
+    size_t np = 0;
     ParamTensor t[NATSL_MAX_TENSORS];
     param_tensors(c, t, &np);
-    static LayerActs la[NATSL_MAX_LAYERS];
-    size_t acts = model_acts_layout(la, c, B, T, recompute, NULL, &dmax);
-    size_t ws = (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
-    size_t att = 2 * BT * std::max(cfg_HA(c), c->Ha);
-    size_t fl = 4 * np + acts + dmax + ws + att + BT * (3 * (size_t)c->D + c->Vp + 8);
-    return fl * sizeof(float) + ((size_t)1 << 30); // + cuBLAS workspace, context slack
+    size_t att = 2 * (size_t)B * T * std::max(cfg_HA(c), c->Ha);
+    return (4 * np + att) * sizeof(float) + model_acts_bytes(c, B, T, recompute) + ((size_t)1 << 30); // + cuBLAS, context
 }
 
 static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters, int recompute) {
