@@ -2219,52 +2219,67 @@ static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *
 }
 // with dn = dy ⊙ silu(gate): dgate += dy ⊙ n ⊙ silu'(gate), dω_k += dn·RMSNorm_k, and each input's
 // RMSNorm backward with dy_k = ω_k dn (§5.6).
-__global__ void gated_norm_backward_kernel(float *do1, float *do2, float *domega, float *dgate,
-                                           const float *dy, const float *rstd, const float *o1, const float *w1,
-                                           const float *o2, const float *w2, const float *omega, const float *gate,
-                                           int R, int n) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= R) return;
-    size_t o = (size_t)r * n;
-    float s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0.f, w_1 = o2 ? omega[2 * r] : 1.f, w_2 = o2 ? omega[2 * r + 1] : 0.f;
-    float dom1 = 0.f, dom2 = 0.f, dot1 = 0.f, dot2 = 0.f;
-    for (int i = lane; i < n; i += 32) {
-        float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0.f;
-        float dn = dy[o + i] * siluf_(gate[o + i]);
-        dgate[o + i] += dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gate[o + i]);
-        dom1 += dn * n1; dom2 += dn * n2;
-        dot1 += n1 * w_1 * dn;
-        dot2 += n2 * w_2 * dn;
+#define GN_MAXN 384 // widest row gated_norm_backward_kernel takes (d_v of the presets: 96, 256, 384; d_va: 48, 128)
+// One warp per row (rows r = blockIdx.x·8 + warp, strided by the grid). The weight gradients dw1, dw2 are summed
+// in the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
+// [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given R).
+__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, float *do2, float *domega, float *dgate,
+        float *part, const float *dy, const float *rstd, const float *o1, const float *w1, const float *o2,
+        const float *w2, const float *omega, const float *gate, int R, int n) {
+    __shared__ float sh[8][2][GN_MAXN];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float acc1[GN_MAXN / 32], acc2[GN_MAXN / 32];
+    for (int j = 0; j < GN_MAXN / 32; j++) acc1[j] = acc2[j] = 0.f;
+    for (int r = blockIdx.x * 8 + warp; r < R; r += gridDim.x * 8) {
+        size_t o = (size_t)r * n;
+        float s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0.f, w_1 = o2 ? omega[2 * r] : 1.f, w_2 = o2 ? omega[2 * r + 1] : 0.f;
+        float dom1 = 0.f, dom2 = 0.f, dot1 = 0.f, dot2 = 0.f;
+#pragma unroll
+        for (int j = 0; j < GN_MAXN / 32; j++) {
+            int i = lane + 32 * j;
+            if (i >= n) break;
+            float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0.f;
+            float dn = dy[o + i] * siluf_(gate[o + i]);
+            dgate[o + i] += dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gate[o + i]);
+            dom1 += dn * n1; dom2 += dn * n2;
+            dot1 += n1 * w_1 * dn;
+            dot2 += n2 * w_2 * dn;
+            acc1[j] += dn * w_1 * o1[o + i] * s1;
+            if (o2) acc2[j] += dn * w_2 * o2[o + i] * s2;
+        }
+        dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
+        dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
+        for (int i = lane; i < n; i += 32) {
+            float dn = dy[o + i] * siluf_(gate[o + i]);
+            do1[o + i] += s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
+            if (o2) do2[o + i] += s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
+        }
+        if (o2 && lane == 0) { domega[2 * r] += dom1; domega[2 * r + 1] += dom2; }
     }
-    dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
-    dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
-    for (int i = lane; i < n; i += 32) {
-        float dn = dy[o + i] * siluf_(gate[o + i]);
-        do1[o + i] += s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
-        if (o2) do2[o + i] += s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
+#pragma unroll
+    for (int j = 0; j < GN_MAXN / 32; j++)
+        if (lane + 32 * j < n) { sh[warp][0][lane + 32 * j] = acc1[j]; sh[warp][1][lane + 32 * j] = acc2[j]; }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) {
+        float t = 0.f;
+        for (int w = 0; w < 8; w++) t += sh[w][i / n][i % n];
+        part[(size_t)blockIdx.x * 2 * n + i] = t;
     }
-    if (o2 && lane == 0) { domega[2 * r] += dom1; domega[2 * r + 1] += dom2; }
 }
-struct GatedNormDw { // which = 1: dw1, 2: dw2
-    const float *dy, *gate, *omega, *o, *rstd; int R, n, which;
-    __device__ float operator()(int r, int i) const {
-        size_t x = (size_t)r * n + i;
-        float dn = dy[x] * siluf_(gate[x]);
-        float om = omega ? omega[2 * r + which - 1] : 1.f;
-        return dn * om * o[x] * rstd[(size_t)(which - 1) * R + r];
-    }
-};
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
                                 const real *dy, const real *rstd, const real *o1, const real *w1,
                                 const real *o2, const real *w2, const real *omega, const real *gate, int R, int n) {
     PROF_OP();
-    gated_norm_backward_kernel<<<CEIL_DIV(R, 8), 256>>>(do1, do2, domega, dgate, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
+    if (n > GN_MAXN) { fprintf(stderr, "error: gated_norm_backward: rows of %d > %d values\n", n, GN_MAXN); exit(1); }
+    int blocks = std::min(CEIL_DIV(R, 8), 132 * 8);
+    float *part = colpart((size_t)blocks * 2 * n);
+    gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, dgate, part, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
-    GatedNormDw f1 = {dy, gate, o2 ? omega : NULL, o1, rstd, R, n, 1};
-    colsum(dw1, R, n, f1);
+    colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw1, part, blocks, n, 2 * n, 0);
+    CUDA_CHECK(cudaGetLastError());
     if (o2) {
-        GatedNormDw f2 = {dy, gate, omega, o2, rstd, R, n, 2};
-        colsum(dw2, R, n, f2);
+        colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw2, part, blocks, n, 2 * n, n);
+        CUDA_CHECK(cudaGetLastError());
     }
 }
 

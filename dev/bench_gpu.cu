@@ -2,6 +2,9 @@
 bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included with TESTING):
   step:  one full training step (forward, backward, gradient norm + clip, AdamW) of a preset for several
          patterns, in -p bf16 and fp32: ms/step, tokens/s, MFU and peak GPU memory;
+  gemm:  the 340m model's linear layers alone (bf16): matmul_forward / matmul_backward as the trainer calls
+         them (with the bf16 operand copies) and the bare cuBLAS products on ready bf16 operands, in TFLOP/s,
+         with cuBLAS's default workspace and with a 64 MiB one;
   layer: one token-mixer layer alone (N, G, A: RMSNorm'd input → mixer → output projection, no MLP),
          forward + backward, at B·T = 32768 tokens for T = 4096, 16384, 32768; the N layer with its softmax
          fraction forced to 1.0 / 0.5 / 0.25 / 0.1 (a fixed routing mask replaces the router's decisions
@@ -18,7 +21,7 @@ buffer is allocated up front or on the first step and kept). B is lowered (halve
 footprint fits the free memory; the printed B is the one that ran.
 
 build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas
-run:   ./bench_gpu [step|layer|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1|2]
+run:   ./bench_gpu [step|layer|gemm|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1|2]
        defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0
        (-k: the step with train_natsl_cu's recompute level)
 */
@@ -192,6 +195,56 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     model_free(&M);
 }
 
+// One linear layer's products at BT tokens: the trainer's calls (conversions included) and the bare products.
+static void bench_gemm(int BT, int iters) {
+    struct { const char *name; int C, OC; } sh[] = {{"wqkv", 1024, 3072}, {"wg", 1024, 1536}, {"wab", 1024, 12},
+        {"wo", 1536, 1024}, {"wow", 768, 24}, {"wgu", 1024, 5632}, {"wdown", 2816, 1024}, {"head", 1024, 32000}};
+    size_t mx = 0, mw = 0;
+    for (auto &q : sh) { mx = std::max(mx, (size_t)BT * std::max(q.C, q.OC)); mw = std::max(mw, (size_t)q.C * q.OC); }
+    float *x = (float *)xcudamalloc(mx * 4), *y = (float *)xcudamalloc(mx * 4), *dx = (float *)xcudamalloc(mx * 4);
+    float *w = (float *)xcudamalloc(mw * 4), *dw = (float *)xcudamalloc(mw * 4);
+    fill(x, mx, 1, 1.f); fill(y, mx, 2, 1e-3f); fill(w, mw, 3, 0.02f); fill(dx, mx, 4, 0.f); fill(dw, mw, 5, 0.f);
+    __nv_bfloat16 *xb, *yb, *wb;
+    CUDA_CHECK(cudaMalloc(&xb, mx * 2)); CUDA_CHECK(cudaMalloc(&yb, mx * 2)); CUDA_CHECK(cudaMalloc(&wb, mw * 2));
+    to_bf16_kernel<<<2048, 256>>>(xb, x, mx); to_bf16_kernel<<<2048, 256>>>(yb, y, mx); to_bf16_kernel<<<2048, 256>>>(wb, w, mw);
+    void *ws = NULL;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
+    auto timed = [&](auto f) {
+        std::vector<float> t;
+        for (int it = 0; it < iters + 2; it++) {
+            CUDA_CHECK(cudaEventRecord(e0)); f(); CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms; CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            if (it >= 2) t.push_back(ms);
+        }
+        return median(t);
+    };
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { CUDA_CHECK(cudaMalloc(&ws, 64 << 20)); CUBLAS_CHECK(cublasSetWorkspace(g_cublas, ws, 64 << 20)); }
+        printf("-- linear layers at BT=%d, bf16, cuBLAS workspace %s: ms and TFLOP/s\n", BT, pass ? "64 MiB" : "default");
+        double tot_call = 0, tot_bare = 0, fl_tot = 0;
+        for (auto &q : sh) {
+            double fl = 2.0 * BT * q.C * q.OC;
+            float f = timed([&] { matmul_forward(y, x, w, BT, q.C, q.OC); });
+            float b = timed([&] { matmul_backward(dx, dw, y, x, w, BT, q.C, q.OC); });
+            float fb = timed([&] { gemm(CUBLAS_OP_T, CUBLAS_OP_N, q.OC, BT, q.C, wb, q.C, xb, q.C, 0.f, y, q.OC); });
+            float bb = timed([&] {
+                gemm(CUBLAS_OP_N, CUBLAS_OP_N, q.C, BT, q.OC, wb, q.C, yb, q.OC, 1.f, dx, q.C);
+                gemm(CUBLAS_OP_N, CUBLAS_OP_T, q.C, q.OC, BT, xb, q.C, yb, q.OC, 1.f, dw, q.C);
+            });
+            printf("RESULT gemm %-6s C=%5d OC=%5d  fwd %6.3f ms %4.0f TF/s (bare %6.3f ms %4.0f)  bwd %6.3f ms %4.0f TF/s "
+                   "(bare %6.3f ms %4.0f)\n", q.name, q.C, q.OC, f, fl / f / 1e9, fb, fl / fb / 1e9, b, 2 * fl / b / 1e9, bb,
+                   2 * fl / bb / 1e9);
+            tot_call += f + b; tot_bare += fb + bb; fl_tot += 3 * fl;
+        }
+        printf("RESULT gemm total per layer set: trainer calls %.2f ms (%.0f TF/s), bare products %.2f ms (%.0f TF/s)\n",
+               tot_call, fl_tot / tot_call / 1e9, tot_bare, fl_tot / tot_bare / 1e9);
+    }
+    void *ps[] = {x, y, dx, w, dw, xb, yb, wb}; // ws stays cuBLAS's workspace to the end (gemm runs last)
+    for (void *p : ps) if (p) CUDA_CHECK(cudaFree(p));
+    CUDA_CHECK(cudaEventDestroy(e0)); CUDA_CHECK(cudaEventDestroy(e1));
+}
+
 int main(int argc, char **argv) {
     const char *mode = "all", *preset = "340m", *pats = "natsl-hybrid,gdn,transformer";
     int V = 32000, B = 8, T = 4096, iters = 10, recompute = 0;
@@ -232,6 +285,10 @@ int main(int argc, char **argv) {
         char buf[256];
         snprintf(buf, sizeof(buf), "%s", pats);
         for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters, recompute);
+    }
+    if (!strcmp(mode, "gemm") || !strcmp(mode, "all")) {
+        set_precision(1);
+        bench_gemm(B * T, iters);
     }
     CUBLAS_CHECK(cublasDestroy(g_cublas));
     return 0;
