@@ -151,7 +151,7 @@ static void test_grad_matmul(void) {
 }
 
 typedef struct { real *x, *w, *y, *rstd, *R; } NormCtx;
-static double rmsnorm_loss(void *p) { NormCtx *c = p; rmsnorm_forward(c->y, c->rstd, c->x, c->w, 3, 2, 4, 10, 8); return dot_r(c->y, c->R, 24); }
+static double rmsnorm_loss(void *p) { NormCtx *c = p; rmsnorm_forward(c->y, c->rstd, c->x, c->w, 3, 2, 4, 10, 8, 0); return dot_r(c->y, c->R, 24); }
 static void test_grad_rmsnorm(void) { // 3 rows × 2 heads of width 4, input row stride 10, output stride 8
     NormCtx c = {vec(30), vec(4), vec(24), vec(6), vec(24)};
     real *dx = vec(30), *dw = vec(4);

@@ -187,8 +187,10 @@ static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
 
 // -p bf16 (a check mode, not a fast one): the CPU computes what train_natsl_cu's bf16 mode computes, so the two
 // can be compared tightly: every matmul operand is rounded to bf16 (round to nearest even), the products
-// accumulate in fp32. operand() returns x itself, or its rounded copy in scratch slot `slot` (0: the
-// gradient dout, 1: the weight, 2: the input), like the GPU's.
+// accumulate in fp32. The input is stored so by its producer (to_matmul_precision: RMSNorm of the block inputs,
+// the gated norm, SwiGLU) or rounded at the call site by operand(); the weight and dout are rounded here.
+// operand() returns x itself, or its rounded copy in scratch slot `slot` (0: dout, 1: the weight, 2: an input
+// at a call site), like the GPU's.
 static int g_bf16 = 0;
 static real round_bf16(real x) {
     float f = (float)x;
@@ -198,6 +200,7 @@ static real round_bf16(real x) {
     memcpy(&f, &u, 4);
     return f;
 }
+static real to_matmul_precision(real v) { return g_bf16 ? round_bf16(v) : v; }
 static const real *operand(const real *x, size_t n, int slot) {
     static real *buf[3];
     static size_t cap[3];
@@ -208,27 +211,27 @@ static const real *operand(const real *x, size_t n, int slot) {
     return buf[slot];
 }
 
-// out[BT][OC] = inp[BT][C] · W^T   (W is [OC][C]; overwrites out)
+// out[BT][OC] = inp[BT][C] · W^T   (W is [OC][C]; overwrites out; inp in the matmul precision, see above)
 static void matmul_forward(real *out, const real *inp, const real *weight,
                            int BT, int C, int OC) {
-    const real *w = operand(weight, (size_t)OC * C, 1), *x = operand(inp, (size_t)BT * C, 2);
-    gemm(out, OC, x, C, 1, w, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
+    gemm(out, OC, inp, C, 1, operand(weight, (size_t)OC * C, 1), 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
 }
 
 // dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL)
 // dweight[OC][C] += dout^T · inp     (accumulates, for gradient accumulation)
 static void matmul_backward(real *dinp, real *dweight, const real *dout,
                             const real *inp, const real *weight, int BT, int C, int OC) {
-    const real *dy = operand(dout, (size_t)BT * OC, 0), *x = operand(inp, (size_t)BT * C, 2);
+    const real *dy = operand(dout, (size_t)BT * OC, 0);
     if (dinp) gemm(dinp, C, dy, OC, 1, operand(weight, (size_t)OC * C, 1), C, 1, BT, C, OC, 1);
-    gemm(dweight, C, dy, 1, OC, x, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
+    gemm(dweight, C, dy, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
 // The rows are (i, h) for i < N, h < nh, at x + i*ldx + h*n (and y + i*ldy + h*n): one call
 // normalizes every head of a packed [N][nh*n] tensor. rstd[i*nh + h] is kept for the backward.
+// matmul_input: y only feeds matmuls (and the router's pool): stored in the matmul precision
 static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
-                            int N, int nh, int n, int ldx, int ldy) {
+                            int N, int nh, int n, int ldx, int ldy, int matmul_input) {
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
         const real *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
@@ -236,7 +239,7 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
         real ss = 0;
         for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
         real s = 1 / sqrt(ss / n + NATSL_EPS);
-        for (int i = 0; i < n; i++) yr[i] = xr[i] * s * w[i];
+        for (int i = 0; i < n; i++) yr[i] = matmul_input ? to_matmul_precision(xr[i] * s * w[i]) : xr[i] * s * w[i];
         rstd[r] = s;
     }
 }
@@ -268,7 +271,7 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     for (int bt = 0; bt < BT; bt++)
         for (int i = 0; i < F; i++) {
             const real *row = gu + (size_t)bt * 2 * F;
-            h[(size_t)bt * F + i] = silu(row[i]) * row[F + i];
+            h[(size_t)bt * F + i] = to_matmul_precision(silu(row[i]) * row[F + i]); // feeds only W_down
         }
 }
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
@@ -679,7 +682,7 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
                 for (int i = 0; i < D; i++) p[i] += x[((size_t)b * T + t) * D + i];
             for (int i = 0; i < D; i++) p[i] /= CH;
         }
-    matmul_forward(logits, pool, Wr, B * Nc, D, 2 * H);
+    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
     pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
     for (size_t i = 0; i < (size_t)B * Nc * H; i++) {
         int last = (int)((i / H) % Nc) == Nc - 1;
@@ -700,7 +703,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
             size_t o = ((size_t)b * Nc + c) * 2 * H;
             pair_softmax_backward(dlogits + o, dA + o, pi + o, H);
         }
-    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H);
+    matmul_backward(dpool, dWr, dlogits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -729,7 +732,7 @@ static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *
         for (int i = 0; i < n; i++) {
             real nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
                            : o1[o + i] * s1 * w1[i];
-            y[o + i] = nsum * silu(gate[o + i]);
+            y[o + i] = to_matmul_precision(nsum * silu(gate[o + i])); // feeds only W_o
         }
     }
 }
@@ -949,12 +952,12 @@ static void attention_layer_forward(const Config *c, LayerActs *a, const LayerPa
     if (!ops_kept)
         attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
                           B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
-    matmul_forward(out, a->att_out, p->wo, BT, D, D);
+    matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, HA = cfg_HA(c);
-    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D);
+    matmul_backward(d->att_out, gp->wo, dout, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
     attention_backward(d->proj, d->proj + D, d->proj + 2 * D, NULL, d->att_out, a->att_out, a->lse, a->proj,
                        a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL, B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
     rope_backward(d->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
@@ -975,10 +978,10 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     real *qa = a->qka, *ka = a->qka + (size_t)BT * K;
     gdn_inputs_forward(c, a, p, B, T);
     router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, H, relaxed);
-    rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K);
-    rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K);
+    rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K, 0);
+    rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K, 0);
     if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
-    matmul_forward(a->omega_raw, Q, p->wow, BT, K, 2 * Ha);
+    matmul_forward(a->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     if (!ops_kept) { // recompute level 1 kept their outputs
         attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva);
@@ -1003,7 +1006,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     attention_backward(dqa, dka_, dV, dA, d->att_out, a->att_out, a->lse, a->qka, a->qka + (size_t)BT * K, K, V, Vt,
                        a->rmask, B, T, Ha, H, dka, dva);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(dQ, gp->wow, d->omega_raw, Q, p->wow, BT, K, 2 * Ha);
+    matmul_backward(dQ, gp->wow, d->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
     if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }
     rmsnorm_backward(dQ, gp->qn, dqa, Q, p->qn, a->qka_rstd, BT, Ha, dka, K, K);
     rmsnorm_backward(dK, gp->kn, dka_, Kp, p->kn, a->qka_rstd + (size_t)BT * Ha, BT, Ha, dka, K, K);
@@ -1023,12 +1026,12 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept);
     for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
@@ -1047,7 +1050,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D);
         for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += M->la[l].r[i];
     }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D);
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);

@@ -66,6 +66,11 @@ typedef float real;
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
 __device__ __forceinline__ float dsiluf_(float x) { float s = sigmoidf_(x); return s * (1.f + x * (1.f - s)); }
+// element access in either storage precision (the matmul inputs are bf16 in -p bf16, see matmul_forward)
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -770,9 +775,11 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
 
 // ---- linear layer: out[BT][OC] = inp[BT][C] W^T, W[OC][C] (cuBLAS, column-major view) ------------
 // Row-major X[r][c] is column-major Xᵀ, so y = x Wᵀ is, column-major, yᵀ (OC×BT) = op_T(W: C×OC) · (xᵀ: C×BT).
-// fp32 mode: cublasSgemm under CUBLAS_PEDANTIC_MATH (true fp32). bf16 mode (-p bf16): each operand is rounded
-// to a bf16 copy (round to nearest even) and cuBLAS multiplies the copies on the tensor cores with fp32
-// accumulation into the fp32 output; a copy made once serves both products of matmul_backward.
+// fp32 mode: cublasSgemm under CUBLAS_PEDANTIC_MATH (true fp32). bf16 mode (-p bf16): the products run on the
+// tensor cores on bf16 operands (round to nearest even) with fp32 accumulation into the fp32 output. The input
+// inp is stored in the matmul precision: in bf16 mode its producer wrote it in bf16 (RMSNorm of the block
+// inputs, the gated norm, SwiGLU), or the call site copied it with operand(); the weight and the gradient dout
+// are copied here (one copy of dout serves both products of matmul_backward).
 static cublasHandle_t g_cublas;
 static int g_bf16 = 0;
 
@@ -801,41 +808,45 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
                                   CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
 }
-// The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot`.
-static const void *operand(const float *x, size_t n, int slot) { return g_bf16 ? (const void *)to_bf16(x, n, slot) : x; }
+// The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot` (0: dout, 1: the
+// weight, 2: an fp32 input at a matmul call site), bf16 values behind a real pointer.
+static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
 static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC) {
     PROF_OP();
-    const void *w = operand(weight, (size_t)OC * C, 1), *x = operand(inp, (size_t)BT * C, 2);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, w, C, x, C, 0.f, out, OC);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, 1), C, inp, C, 0.f, out, OC);
 }
 // dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                             const real *weight, int BT, int C, int OC) {
     PROF_OP();
-    const void *dy = operand(dout, (size_t)BT * OC, 0), *x = operand(inp, (size_t)BT * C, 2);
+    const void *dy = operand(dout, (size_t)BT * OC, 0);
     if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, 1), C, dy, OC, 1.f, dinp, C);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, x, C, dy, OC, 1.f, dweight, C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dy, OC, 1.f, dweight, C);
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
 // Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row.
-__global__ void rmsnorm_forward_kernel(float *y, float *rstd, const float *x, const float *w,
+template <class OutT>
+__global__ void rmsnorm_forward_kernel(OutT *y, float *rstd, const float *x, const float *w,
                                        int N, int nh, int n, int ldx, int ldy) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= N * nh) return;
     const float *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
-    float *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
+    OutT *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
     float ss = 0.f;
     for (int i = lane; i < n; i += 32) ss += xr[i] * xr[i];
     ss = warp_sum(ss);
     float s = 1.f / sqrtf(ss / n + NATSL_EPS);
-    for (int i = lane; i < n; i += 32) yr[i] = xr[i] * s * w[i];
+    for (int i = lane; i < n; i += 32) st(yr + i, xr[i] * s * w[i]);
     if (lane == 0) rstd[r] = s;
 }
+// matmul_input: y only feeds matmuls (and the router's pool): stored in the matmul precision
 static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
-                            int N, int nh, int n, int ldx, int ldy) {
+                            int N, int nh, int n, int ldx, int ldy, int matmul_input) {
     PROF_OP();
-    rmsnorm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
+    if (matmul_input && g_bf16)
+        rmsnorm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rstd, x, w, N, nh, n, ldx, ldy);
+    else rmsnorm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
     CUDA_CHECK(cudaGetLastError());
 }
 // dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
@@ -866,16 +877,18 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
 }
 
 // ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
-__global__ void swiglu_forward_kernel(float *h, const float *gu, int BT, int F) {
+template <class OutT> __global__ void swiglu_forward_kernel(OutT *h, const float *gu, int BT, int F) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)BT * F) return;
     size_t bt = idx / F, i = idx % F;
     const float *row = gu + bt * 2 * F;
-    h[idx] = siluf_(row[i]) * row[F + i];
+    st(h + idx, siluf_(row[i]) * row[F + i]);
 }
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     PROF_OP();
-    swiglu_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * F, 256), 256>>>(h, gu, BT, F);
+    unsigned g = (unsigned)CEIL_DIV((size_t)BT * F, 256);
+    if (g_bf16) swiglu_forward_kernel<<<g, 256>>>((__nv_bfloat16 *)h, gu, BT, F); // h feeds only W_down: matmul input
+    else swiglu_forward_kernel<<<g, 256>>>(h, gu, BT, F);
     CUDA_CHECK(cudaGetLastError());
 }
 __global__ void swiglu_backward_kernel(float *dgu, const float *dh, const float *gu, int BT, int F) {
@@ -2133,14 +2146,14 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
 }
 
 // ---- the router (Attention Score Layer, §5.2) ------------------------------------------------------
-__global__ void router_pool_kernel(float *pool, const float *x, int B, int T, int D) {
+template <class InT> __global__ void router_pool_kernel(float *pool, const InT *x, int B, int T, int D) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int Nc = T / CH;
     if (idx >= (size_t)B * Nc * D) return;
     int i = (int)(idx % D);
     size_t bc = idx / D, b = bc / Nc, c = bc % Nc;
     float p = 0.f;
-    for (int t = (int)c * CH; t < (int)(c + 1) * CH; t++) p += x[(b * T + t) * D + i];
+    for (int t = (int)c * CH; t < (int)(c + 1) * CH; t++) p += ld(x + (b * T + t) * D + i);
     pool[idx] = p / CH;
 }
 __global__ void router_mask_kernel(float *mask, const float *pi, size_t n, int H, int Nc, int relaxed) {
@@ -2157,9 +2170,11 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
                            int B, int T, int D, int H, int relaxed) {
     PROF_OP();
     int Nc = T / CH;
-    router_pool_kernel<<<(unsigned)CEIL_DIV((size_t)B * Nc * D, 256), 256>>>(pool, x, B, T, D);
+    unsigned g = (unsigned)CEIL_DIV((size_t)B * Nc * D, 256);
+    if (g_bf16) router_pool_kernel<<<g, 256>>>(pool, (const __nv_bfloat16 *)x, B, T, D); // x: RMSNorm'd, a matmul input
+    else router_pool_kernel<<<g, 256>>>(pool, x, B, T, D);
     CUDA_CHECK(cudaGetLastError());
-    matmul_forward(logits, pool, Wr, B * Nc, D, 2 * H);
+    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
     pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
     size_t n = (size_t)B * Nc * H;
     router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
@@ -2183,7 +2198,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
     size_t npairs = (size_t)B * Nc * H;
     pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
     CUDA_CHECK(cudaGetLastError());
-    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H);
+    matmul_backward(dpool, dWr, dlogits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
     router_dx_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * D, 256), 256>>>(dx, dpool, B, T, D);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2192,7 +2207,8 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 // Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
 // ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
 // rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row.
-__global__ void gated_norm_forward_kernel(float *y, float *rstd, const float *o1, const float *w1, const float *o2,
+template <class OutT>
+__global__ void gated_norm_forward_kernel(OutT *y, float *rstd, const float *o1, const float *w1, const float *o2,
                                           const float *w2, const float *omega, const float *gate, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -2208,13 +2224,15 @@ __global__ void gated_norm_forward_kernel(float *y, float *rstd, const float *o1
     for (int i = lane; i < n; i += 32) {
         float nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
                         : o1[o + i] * s1 * w1[i];
-        y[o + i] = nsum * siluf_(gate[o + i]);
+        st(y + o + i, nsum * siluf_(gate[o + i]));
     }
 }
 static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *w1, const real *o2,
                                const real *w2, const real *omega, const real *gate, int R, int n) {
     PROF_OP();
-    gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>(y, rstd, o1, w1, o2, w2, omega, gate, R, n);
+    if (g_bf16) // y feeds only W_o: a matmul input
+        gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>((__nv_bfloat16 *)y, rstd, o1, w1, o2, w2, omega, gate, R, n);
+    else gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>(y, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
 }
 // with dn = dy ⊙ silu(gate): dgate += dy ⊙ n ⊙ silu'(gate), dω_k += dn·RMSNorm_k, and each input's
@@ -2553,12 +2571,12 @@ static void attention_layer_forward(const Config *c, LayerActs *a, const LayerPa
     if (!ops_kept)
         attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
                           B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
-    matmul_forward(out, a->att_out, p->wo, BT, D, D);
+    matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, HA = cfg_HA(c);
-    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D);
+    matmul_backward(d->att_out, gp->wo, dout, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
     attention_backward(d->proj, d->proj + D, d->proj + 2 * D, NULL, d->att_out, a->att_out, a->lse, a->proj,
                        a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL, B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
     rope_backward(d->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
@@ -2581,10 +2599,10 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     if (g_bench_rmask) // benchmark-only: replace the router's decisions by a fixed mask [B][Nc][H][2]
         CUDA_CHECK(cudaMemcpyAsync(a->rmask, g_bench_rmask, (size_t)B * (T / CH) * H * 2 * sizeof(real), cudaMemcpyDeviceToDevice));
 #endif
-    rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K);
-    rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K);
+    rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K, 0);
+    rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K, 0);
     if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
-    matmul_forward(a->omega_raw, Q, p->wow, BT, K, 2 * Ha);
+    matmul_forward(a->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     if (!ops_kept) { // recompute level 1 kept their outputs
         attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva, 0);
@@ -2611,7 +2629,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, dV, d->g, d->beta, dA, d->gdn_out, a->state, a->qk_hat,
                     a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask, B, T, H, c->dk, c->dv, a->gdn_ws);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(dQ, gp->wow, d->omega_raw, Q, p->wow, BT, K, 2 * Ha);
+    matmul_backward(dQ, gp->wow, d->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
     if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }
     rmsnorm_backward(dQ, gp->qn, dqa, Q, p->qn, a->qka_rstd, BT, Ha, dka, K, K);
     rmsnorm_backward(dK, gp->kn, dka_, Kp, p->kn, a->qka_rstd + (size_t)BT * Ha, BT, Ha, dka, K, K);
@@ -2629,12 +2647,12 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept);
     residual_add(a->r, a->res, (size_t)BT * D);
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
@@ -2657,7 +2675,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D);
         residual_add(out, M->la[l].r, (size_t)BT * D);
     }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D);
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);

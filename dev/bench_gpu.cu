@@ -3,7 +3,8 @@ bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included w
   step:  one full training step (forward, backward, gradient norm + clip, AdamW) of a preset for several
          patterns, in -p bf16 and fp32: ms/step, tokens/s, MFU and peak GPU memory;
   gemm:  the 340m model's linear layers alone (bf16): matmul_forward / matmul_backward as the trainer calls
-         them (with the bf16 operand copies) and the bare cuBLAS products on ready bf16 operands, in TFLOP/s,
+         them (input stored in bf16; weight and dout copied to bf16) and the bare cuBLAS products on ready bf16
+         operands, in TFLOP/s,
          with cuBLAS's default workspace and with a 64 MiB one;
   layer: one token-mixer layer alone (N, G, A: RMSNorm'd input → mixer → output projection, no MLP),
          forward + backward, at B·T = 32768 tokens for T = 4096, 16384, 32768; the N layer with its softmax
@@ -140,7 +141,8 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     LayerActs *a = &M.la[0];
     const LayerParams *p = &M.p.layer[0];
     LayerParams *gp = &M.g.layer[0];
-    fill(a->xn, (size_t)BT * c.D, 1, 1.7f);
+    fill(a->res, (size_t)BT * c.D, 1, 1.7f);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, c.D, c.D, c.D, 1); // in the matmul precision
     fill(M.dres, (size_t)BT * c.D, 2, 1e-3f);
     real *fixed = NULL;
     if (kind == 'N' && frac >= 0) {
@@ -225,8 +227,9 @@ static void bench_gemm(int BT, int iters) {
         double tot_call = 0, tot_bare = 0, fl_tot = 0;
         for (auto &q : sh) {
             double fl = 2.0 * BT * q.C * q.OC;
-            float f = timed([&] { matmul_forward(y, x, w, BT, q.C, q.OC); });
-            float b = timed([&] { matmul_backward(dx, dw, y, x, w, BT, q.C, q.OC); });
+            const real *xs = (const real *)xb; // the trainer's matmul inputs are stored in bf16 (matmul_forward)
+            float f = timed([&] { matmul_forward(y, xs, w, BT, q.C, q.OC); });
+            float b = timed([&] { matmul_backward(dx, dw, y, xs, w, BT, q.C, q.OC); });
             float fb = timed([&] { gemm(CUBLAS_OP_T, CUBLAS_OP_N, q.OC, BT, q.C, wb, q.C, xb, q.C, 0.f, y, q.OC); });
             float bb = timed([&] {
                 gemm(CUBLAS_OP_N, CUBLAS_OP_N, q.C, BT, q.OC, wb, q.C, yb, q.OC, 1.f, dx, q.C);
