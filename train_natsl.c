@@ -1075,7 +1075,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         LayerParams *gp = &M->g.layer[l];
         if (M->recompute && l < c->L - 1) block_forward(M, l, B, T, M->recompute == 1); // L−1: still in the scratch
         memset(M->dacts, 0, M->dacts_size * sizeof(real));
-        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_ALL);
+        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_GRADS);
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);

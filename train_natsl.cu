@@ -2707,7 +2707,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             ProfScope prof("memset of the gradient scratch");
             CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, M->dacts_size * sizeof(real)));
         }
-        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_ALL);
+        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_GRADS);
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);

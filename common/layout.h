@@ -52,39 +52,41 @@ typedef struct {
 // The three parts of a layer's activations. KEPT is what every layer keeps even under recompute (its input
 // h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
 // of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp),
-// which recompute level 1 keeps and level 2 reruns; REST is what any recompute level rebuilds.
-enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7 };
+// which recompute level 1 keeps and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout
+// of its own, holds only the fields whose gradients the backward pass computes (the gradient scratch).
+enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8 };
 
 // Carves the given parts of one layer's activations of the given kind out of base (NULL: only count) and
-// returns their size; fields of other parts are left as they are (a call that includes KEPT clears them all
-// first). Every field starts on a 64-value (256-byte) boundary, which the GPU kernels' vector loads need.
+// returns their size; fields of other parts are left as they are (a call that includes KEPT, or GRADS, clears
+// them all first). Every field starts on a 64-value (256-byte) boundary, which the GPU kernels' vector loads need.
 static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base, int part) {
     size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
     size_t Nc = T / NATSL_CHUNK, off = 0;
-    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS;
-    if (part & ACTS_KEPT) memset(a, 0, sizeof(*a));
-#define TAKE(field, n, cls) do { if (part & (cls)) { a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } } while (0)
-    TAKE(res, BT * D, KP); TAKE(xn, BT * D, R); TAKE(rstd1, BT, R);
+    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS, G = 16; // G: the field has a gradient
+    if (part & (ACTS_KEPT | ACTS_GRADS)) memset(a, 0, sizeof(*a));
+#define TAKE(field, n, cls) do { if (part == ACTS_GRADS ? ((cls) & G) != 0 : (part & (cls)) != 0) { \
+        a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } } while (0)
+    TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G); TAKE(rstd1, BT, R);
     if (kind == 'G' || kind == 'N') {
-        TAKE(proj, BT * (2 * K + Vt), R); TAKE(conv, BT * (2 * K + Vt), R); TAKE(qkv, BT * (2 * K + Vt), R);
-        TAKE(gate, BT * Vt, R); TAKE(ab, BT * 2 * H, R); TAKE(g, BT * H, R); TAKE(beta, BT * H, R);
-        TAKE(qk_hat, 2 * BT * K, R); TAKE(qk_rho, 2 * BT * H, R);
-        TAKE(gdn_out, BT * Vt, OP); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
-        TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R);
+        TAKE(proj, BT * (2 * K + Vt), R | G); TAKE(conv, BT * (2 * K + Vt), R); TAKE(qkv, BT * (2 * K + Vt), R | G);
+        TAKE(gate, BT * Vt, R | G); TAKE(ab, BT * 2 * H, R | G); TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
+        TAKE(qk_hat, 2 * BT * K, R | G); TAKE(qk_rho, 2 * BT * H, R);
+        TAKE(gdn_out, BT * Vt, OP | G); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
+        TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G);
     }
     if (kind == 'N') {
-        TAKE(qka, 2 * BT * K, R); TAKE(qka_rstd, 2 * BT * Ha, R);
-        TAKE(att_out, BT * Vt, OP); TAKE(lse, (size_t)B * Ha * T, OP);
-        TAKE(omega_raw, BT * 2 * Ha, R); TAKE(omega, BT * 2 * Ha, R);
-        TAKE(pool, B * Nc * D, KP); TAKE(rlogits, B * Nc * 2 * H, KP); TAKE(rpi, B * Nc * 2 * H, KP);
-        TAKE(rmask, B * Nc * 2 * H, KP);
+        TAKE(qka, 2 * BT * K, R | G); TAKE(qka_rstd, 2 * BT * Ha, R);
+        TAKE(att_out, BT * Vt, OP | G); TAKE(lse, (size_t)B * Ha * T, OP);
+        TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G);
+        TAKE(pool, B * Nc * D, KP | G); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
+        TAKE(rmask, B * Nc * 2 * H, KP | G);
     }
     if (kind == 'A') {
         size_t HA = cfg_HA(c);
-        TAKE(proj, BT * 3 * D, R); TAKE(att_out, BT * D, OP); TAKE(lse, (size_t)B * HA * T, OP);
+        TAKE(proj, BT * 3 * D, R | G); TAKE(att_out, BT * D, OP | G); TAKE(lse, (size_t)B * HA * T, OP);
     }
-    TAKE(r, BT * D, R); TAKE(xn2, BT * D, R); TAKE(rstd2, BT, R);
-    TAKE(gu, BT * 2 * c->F, R); TAKE(hmid, BT * c->F, R);
+    TAKE(r, BT * D, R); TAKE(xn2, BT * D, R | G); TAKE(rstd2, BT, R);
+    TAKE(gu, BT * 2 * c->F, R | G); TAKE(hmid, BT * c->F, R | G);
 #undef TAKE
     return off;
 }
@@ -95,7 +97,7 @@ static inline int acts_kept(int recompute) {
 }
 
 // Carves the whole model's activations out of base (NULL: only count) and returns their size; *dmax gets the
-// size of the largest layer, which the gradient scratch (one layer's activation gradients) needs.
+// size of the largest layer's GRADS layout, which the gradient scratch (one layer's activation gradients) needs.
 // recompute = 0: every layer keeps all its activations for the backward pass.
 // recompute = 1, 2: every layer keeps only acts_kept(recompute); the rest of all layers shares one scratch,
 // which each layer's forward overwrites and the backward pass refills by running the layer again
@@ -106,7 +108,7 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
     LayerActs tmp;
     *dmax = 0;
     for (const char *k = "GAN"; *k; k++) {
-        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_ALL);
+        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_GRADS);
         if (strchr(c->pattern, *k) && n > *dmax) *dmax = n;
     }
     for (int l = 0; l < c->L; l++)

@@ -171,7 +171,7 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
         CUDA_CHECK(cudaEventRecord(e1));
         LayerActs d;
         CUDA_CHECK(cudaMemsetAsync(M.dacts, 0, M.dacts_size * sizeof(real)));
-        layer_acts_layout(&d, &c, kind, B, T, M.dacts, ACTS_ALL);
+        layer_acts_layout(&d, &c, kind, B, T, M.dacts, ACTS_GRADS);
         if (kind == 'G') gdn_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else if (kind == 'A') attention_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else natsl_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T, 0);
