@@ -187,10 +187,10 @@ static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
 
 // -p bf16 (a check mode, not a fast one): the CPU computes what train_natsl_cu's bf16 mode computes, so the two
 // can be compared tightly: every matmul operand is rounded to bf16 (round to nearest even), the products
-// accumulate in fp32. The input is stored so by its producer (to_matmul_precision: RMSNorm of the block inputs,
-// the gated norm, SwiGLU) or rounded at the call site by operand(); the weight and dout are rounded here.
-// operand() returns x itself, or its rounded copy in scratch slot `slot` (0: dout, 1: the weight, 2: an input
-// at a call site), like the GPU's.
+// accumulate in fp32. The input and the gradient dout are stored so by their producers (to_matmul_precision:
+// RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward) or rounded
+// at the call site by operand(); the weight is rounded here. operand() returns x itself, or its rounded copy in
+// scratch slot `slot` (0: a gradient, 1: the weight, 2: an input), like the GPU's.
 static int g_bf16 = 0;
 static real round_bf16(real x) {
     float f = (float)x;
@@ -217,13 +217,12 @@ static void matmul_forward(real *out, const real *inp, const real *weight,
     gemm(out, OC, inp, C, 1, operand(weight, (size_t)OC * C, 1), 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
 }
 
-// dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL)
+// dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL; dout in the matmul precision)
 // dweight[OC][C] += dout^T · inp     (accumulates, for gradient accumulation)
 static void matmul_backward(real *dinp, real *dweight, const real *dout,
                             const real *inp, const real *weight, int BT, int C, int OC) {
-    const real *dy = operand(dout, (size_t)BT * OC, 0);
-    if (dinp) gemm(dinp, C, dy, OC, 1, operand(weight, (size_t)OC * C, 1), C, 1, BT, C, OC, 1);
-    gemm(dweight, C, dy, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
+    if (dinp) gemm(dinp, C, dout, OC, 1, operand(weight, (size_t)OC * C, 1), C, 1, BT, C, OC, 1);
+    gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
@@ -280,8 +279,9 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
         for (int i = 0; i < F; i++) {
             const real *row = gu + (size_t)bt * 2 * F;
             real d = dh[(size_t)bt * F + i];
-            dgu[(size_t)bt * 2 * F + i] += d * row[F + i] * dsilu(row[i]);
-            dgu[(size_t)bt * 2 * F + F + i] += d * silu(row[i]);
+            real *dg = dgu + (size_t)bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
+            dg[i] = to_matmul_precision(dg[i] + d * row[F + i] * dsilu(row[i]));
+            dg[F + i] = to_matmul_precision(dg[F + i] + d * silu(row[i]));
         }
 }
 
@@ -369,8 +369,9 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
         for (int bt = 0; bt < BT; bt++) {
             size_t i = (size_t)bt * H + h;
             real da = dg[i] * -exp(A_log[h]) * sigmoid(ab[(size_t)bt * 2 * H + h] + dt_bias[h]);
-            dab[(size_t)bt * 2 * H + h] += da;
-            dab[(size_t)bt * 2 * H + H + h] += dbeta[i] * beta[i] * (1 - beta[i]);
+            real *d = dab + (size_t)bt * 2 * H; // feeds only W_ab's backward: a matmul gradient
+            d[h] = to_matmul_precision(d[h] + da);
+            d[H + h] = to_matmul_precision(d[H + h] + dbeta[i] * beta[i] * (1 - beta[i]));
             sd += da;
             sa += dg[i] * g[i];
         }
@@ -703,7 +704,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
             size_t o = ((size_t)b * Nc + c) * 2 * H;
             pair_softmax_backward(dlogits + o, dA + o, pi + o, H);
         }
-    matmul_backward(dpool, dWr, dlogits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
+    matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, 0), operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -749,7 +750,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         for (int i = 0; i < n; i++) {
             real n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0;
             real dn = dy[o + i] * silu(gate[o + i]);
-            dgate[o + i] += dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]);
+            dgate[o + i] = to_matmul_precision(dgate[o + i] + dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]));
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += o1[o + i] * s1 * w1[i] * w_1 * dn;
             if (o2) dot2 += o2[o + i] * s2 * w2[i] * w_2 * dn;
@@ -915,7 +916,7 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
                        a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * W, 0), a->xn, p->wqkv, BT, D, W);
 }
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
@@ -933,7 +934,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, Vt, c->D);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, 0), a->y, p->wo, BT, Vt, c->D);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, a->gdn_out, p->o_norm,
                         NULL, NULL, NULL, a->gate, BT * H, c->dv);
     gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, d->qkv + (size_t)2 * BT * K, d->g, d->beta, NULL, d->gdn_out,
@@ -957,12 +958,12 @@ static void attention_layer_forward(const Config *c, LayerActs *a, const LayerPa
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, HA = cfg_HA(c);
-    matmul_backward(d->att_out, gp->wo, dout, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
+    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, 0), operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
     attention_backward(d->proj, d->proj + D, d->proj + 2 * D, NULL, d->att_out, a->att_out, a->lse, a->proj,
                        a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL, B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
     rope_backward(d->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
     rope_backward(d->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D);
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, 0), a->xn, p->wqkv, BT, D, 3 * D);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -998,7 +999,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     real *dQ = d->qkv, *dK = d->qkv + (size_t)BT * K, *dV = d->qkv + (size_t)2 * BT * K;
     real *dqa = d->qka, *dka_ = d->qka + (size_t)BT * K;
     real *dA = d->rmask; // router gradient dÃ [B][Nc][H][2], filled by both ops
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, Vt, c->D);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, 0), a->y, p->wo, BT, Vt, c->D);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, a->gdn_out,
                         p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
     gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, dV, d->g, d->beta, dA, d->gdn_out, a->state, a->qk_hat,
@@ -1006,7 +1007,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     attention_backward(dqa, dka_, dV, dA, d->att_out, a->att_out, a->lse, a->qka, a->qka + (size_t)BT * K, K, V, Vt,
                        a->rmask, B, T, Ha, H, dka, dva);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(dQ, gp->wow, d->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
+    matmul_backward(dQ, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, 0), operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
     if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }
     rmsnorm_backward(dQ, gp->qn, dqa, Q, p->qn, a->qka_rstd, BT, Ha, dka, K, K);
     rmsnorm_backward(dK, gp->kn, dka_, Kp, p->kn, a->qka_rstd + (size_t)BT * Ha, BT, Ha, dka, K, K);
@@ -1066,7 +1067,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     int BT = B * T, D = c->D;
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
     memset(M->dlnf, 0, (size_t)BT * D * sizeof(real));
-    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    matmul_backward(M->dlnf, M->g.head, operand(M->logits, (size_t)BT * c->Vp, 0), M->lnf, M->p.head, BT, D, c->Vp);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
     rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
@@ -1076,7 +1077,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         if (M->recompute && l < c->L - 1) block_forward(M, l, B, T, M->recompute == 1); // L−1: still in the scratch
         memset(M->dacts, 0, M->dacts_size * sizeof(real));
         layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_GRADS);
-        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
+        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, 0), a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);

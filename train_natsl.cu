@@ -777,9 +777,9 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
 // Row-major X[r][c] is column-major Xᵀ, so y = x Wᵀ is, column-major, yᵀ (OC×BT) = op_T(W: C×OC) · (xᵀ: C×BT).
 // fp32 mode: cublasSgemm under CUBLAS_PEDANTIC_MATH (true fp32). bf16 mode (-p bf16): the products run on the
 // tensor cores on bf16 operands (round to nearest even) with fp32 accumulation into the fp32 output. The input
-// inp is stored in the matmul precision: in bf16 mode its producer wrote it in bf16 (RMSNorm of the block
-// inputs, the gated norm, SwiGLU), or the call site copied it with operand(); the weight and the gradient dout
-// are copied here (one copy of dout serves both products of matmul_backward).
+// inp and the gradient dout are stored in the matmul precision: in bf16 mode their producer wrote them in bf16
+// (RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward), or the
+// call site copied them with operand(); the weight is copied here.
 static cublasHandle_t g_cublas;
 static int g_bf16 = 0;
 
@@ -787,7 +787,7 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __float2bfloat16_rn(x[i]);
 }
-// The bf16 copy of x[n] in scratch slot `slot` (0: the product's left operand, 1: the weight, 2: its input).
+// The bf16 copy of x[n] in scratch slot `slot` (0: a gradient, 1: the weight, 2: an input).
 static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
     static __nv_bfloat16 *buf[3];
     static size_t cap[3];
@@ -809,19 +809,18 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
     else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
 }
 // The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot` (0: dout, 1: the
-// weight, 2: an fp32 input at a matmul call site), bf16 values behind a real pointer.
+// weight, 2: an fp32 input), bf16 values behind a real pointer.
 static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
 static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC) {
     PROF_OP();
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, 1), C, inp, C, 0.f, out, OC);
 }
-// dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp
+// dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp  (dout in the matmul precision)
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                             const real *weight, int BT, int C, int OC) {
     PROF_OP();
-    const void *dy = operand(dout, (size_t)BT * OC, 0);
-    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, 1), C, dy, OC, 1.f, dinp, C);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dy, OC, 1.f, dweight, C);
+    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, 1), C, dout, OC, 1.f, dinp, C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
@@ -891,18 +890,21 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     else swiglu_forward_kernel<<<g, 256>>>(h, gu, BT, F);
     CUDA_CHECK(cudaGetLastError());
 }
-__global__ void swiglu_backward_kernel(float *dgu, const float *dh, const float *gu, int BT, int F) {
+template <class GT> __global__ void swiglu_backward_kernel(GT *dgu, const float *dh, const float *gu, int BT, int F) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)BT * F) return;
     size_t bt = idx / F, i = idx % F;
     const float *row = gu + bt * 2 * F;
     float d = dh[idx];
-    dgu[bt * 2 * F + i] += d * row[F + i] * dsiluf_(row[i]);
-    dgu[bt * 2 * F + F + i] += d * siluf_(row[i]);
+    GT *dg = dgu + bt * 2 * F;
+    st(dg + i, ld(dg + i) + d * row[F + i] * dsiluf_(row[i]));
+    st(dg + F + i, ld(dg + F + i) + d * siluf_(row[i]));
 }
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
     PROF_OP();
-    swiglu_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * F, 256), 256>>>(dgu, dh, gu, BT, F);
+    unsigned g = (unsigned)CEIL_DIV((size_t)BT * F, 256);
+    if (g_bf16) swiglu_backward_kernel<<<g, 256>>>((__nv_bfloat16 *)dgu, dh, gu, BT, F); // feeds only W_gu's backward
+    else swiglu_backward_kernel<<<g, 256>>>(dgu, dh, gu, BT, F);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -1027,14 +1029,16 @@ static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A
     CUDA_CHECK(cudaGetLastError());
 }
 // da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (§3.4)
-__global__ void gdn_gates_backward_kernel(float *dab, const float *dg, const float *dbeta, const float *ab,
+template <class GT>
+__global__ void gdn_gates_backward_kernel(GT *dab, const float *dg, const float *dbeta, const float *ab,
                                           const float *beta, const float *A_log, const float *dt_bias, int BT, int H) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)BT * H) return;
     size_t bt = idx / H;
     int h = (int)(idx % H);
-    dab[bt * 2 * H + h] += dg[idx] * -expf(A_log[h]) * sigmoidf_(ab[bt * 2 * H + h] + dt_bias[h]);
-    dab[bt * 2 * H + H + h] += dbeta[idx] * beta[idx] * (1.f - beta[idx]);
+    GT *d = dab + bt * 2 * H;
+    st(d + h, ld(d + h) + dg[idx] * -expf(A_log[h]) * sigmoidf_(ab[bt * 2 * H + h] + dt_bias[h]));
+    st(d + H + h, ld(d + H + h) + dbeta[idx] * beta[idx] * (1.f - beta[idx]));
 }
 struct GatesDw { // col < H: d dt_bias[col];  col >= H: dA_log[col − H]
     const float *dg, *ab, *g, *A_log, *dt_bias; int H;
@@ -1048,7 +1052,10 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
                                const real *ab, const real *g, const real *beta, const real *A_log,
                                const real *dt_bias, int BT, int H) {
     PROF_OP();
-    gdn_gates_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * H, 256), 256>>>(dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
+    unsigned gr = (unsigned)CEIL_DIV((size_t)BT * H, 256);
+    if (g_bf16) // dab feeds only W_ab's backward: a matmul gradient
+        gdn_gates_backward_kernel<<<gr, 256>>>((__nv_bfloat16 *)dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
+    else gdn_gates_backward_kernel<<<gr, 256>>>(dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
     CUDA_CHECK(cudaGetLastError());
     GatesDw f = {dg, ab, g, A_log, dt_bias, H};
     int np = colsum_parts(BT), n = 2 * H;
@@ -2198,7 +2205,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
     size_t npairs = (size_t)B * Nc * H;
     pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
     CUDA_CHECK(cudaGetLastError());
-    matmul_backward(dpool, dWr, dlogits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
+    matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, 0), operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
     router_dx_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * D, 256), 256>>>(dx, dpool, B, T, D);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2241,7 +2248,8 @@ static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *
 // One warp per row (rows r = blockIdx.x·8 + warp, strided by the grid). The weight gradients dw1, dw2 are summed
 // in the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
 // [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given R).
-__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, float *do2, float *domega, float *dgate,
+template <class GT>
+__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, float *do2, float *domega, GT *dgate,
         float *part, const float *dy, const float *rstd, const float *o1, const float *w1, const float *o2,
         const float *w2, const float *omega, const float *gate, int R, int n) {
     __shared__ float sh[8][2][GN_MAXN];
@@ -2258,7 +2266,7 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, fl
             if (i >= n) break;
             float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0.f;
             float dn = dy[o + i] * siluf_(gate[o + i]);
-            dgate[o + i] += dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gate[o + i]);
+            st(dgate + o + i, ld(dgate + o + i) + dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gate[o + i]));
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += n1 * w_1 * dn;
             dot2 += n2 * w_2 * dn;
@@ -2291,7 +2299,10 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
     if (n > GN_MAXN) { fprintf(stderr, "error: gated_norm_backward: rows of %d > %d values\n", n, GN_MAXN); exit(1); }
     int blocks = std::min(CEIL_DIV(R, 8), 132 * 8);
     float *part = colpart((size_t)blocks * 2 * n);
-    gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, dgate, part, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
+    if (g_bf16) // dgate feeds only W_g's backward: a matmul gradient
+        gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, (__nv_bfloat16 *)dgate, part, dy, rstd, o1, w1, o2,
+                                                    w2, omega, gate, R, n);
+    else gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, dgate, part, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
     colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw1, part, blocks, n, 2 * n, 0);
     CUDA_CHECK(cudaGetLastError());
@@ -2534,7 +2545,7 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
                        a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * W, 0), a->xn, p->wqkv, BT, D, W);
 }
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
@@ -2552,7 +2563,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, Vt, c->D);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, 0), a->y, p->wo, BT, Vt, c->D);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, a->gdn_out, p->o_norm,
                         NULL, NULL, NULL, a->gate, BT * H, c->dv);
     gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, d->qkv + (size_t)2 * BT * K, d->g, d->beta, NULL, d->gdn_out,
@@ -2576,12 +2587,12 @@ static void attention_layer_forward(const Config *c, LayerActs *a, const LayerPa
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, HA = cfg_HA(c);
-    matmul_backward(d->att_out, gp->wo, dout, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
+    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, 0), operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
     attention_backward(d->proj, d->proj + D, d->proj + 2 * D, NULL, d->att_out, a->att_out, a->lse, a->proj,
                        a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL, B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
     rope_backward(d->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
     rope_backward(d->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D);
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, 0), a->xn, p->wqkv, BT, D, 3 * D);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -2621,7 +2632,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     real *dQ = d->qkv, *dK = d->qkv + (size_t)BT * K, *dV = d->qkv + (size_t)2 * BT * K;
     real *dqa = d->qka, *dka_ = d->qka + (size_t)BT * K;
     real *dA = d->rmask; // router gradient dÃ [B][Nc][H][2], filled by both ops
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, Vt, c->D);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, 0), a->y, p->wo, BT, Vt, c->D);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, a->gdn_out,
                         p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
     attention_backward(dqa, dka_, dV, dA, d->att_out, a->att_out, a->lse, a->qka, a->qka + (size_t)BT * K, K, V, Vt,
@@ -2629,7 +2640,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, dV, d->g, d->beta, dA, d->gdn_out, a->state, a->qk_hat,
                     a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask, B, T, H, c->dk, c->dv, a->gdn_ws);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(dQ, gp->wow, d->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
+    matmul_backward(dQ, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, 0), operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
     if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }
     rmsnorm_backward(dQ, gp->qn, dqa, Q, p->qn, a->qka_rstd, BT, Ha, dka, K, K);
     rmsnorm_backward(dK, gp->kn, dka_, Kp, p->kn, a->qka_rstd + (size_t)BT * Ha, BT, Ha, dka, K, K);
@@ -2695,7 +2706,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     int BT = B * T, D = c->D;
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
     CUDA_CHECK(cudaMemsetAsync(M->dlnf, 0, (size_t)BT * D * sizeof(real)));
-    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    matmul_backward(M->dlnf, M->g.head, operand(M->logits, (size_t)BT * c->Vp, 0), M->lnf, M->p.head, BT, D, c->Vp);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
     rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
@@ -2708,7 +2719,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, M->dacts_size * sizeof(real)));
         }
         layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_GRADS);
-        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
+        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, 0), a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
