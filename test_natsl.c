@@ -608,9 +608,7 @@ static void test_recompute_identical(void) {
         for (int l = 0; l < cf.L; l++)
             if (cf.pattern[l] == 'N') fill_normal(M[k].p.layer[l].wr, 2 * cf.H * cf.D, 0.5); // mixed routing
         model_alloc_acts(&M[k], B, T, k);
-        static LayerActs tmp[NATSL_MAX_LAYERS];
-        size_t dmax;
-        size[k] = model_acts_layout(tmp, &cf, B, T, k, NULL, &dmax);
+        size[k] = M[k].acts_size;
         uint64_t r = rng_seed(7);
         for (int micro = 0; micro < 2; micro++) {
             for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf.V; tg[i] = rng_u32(&r) % cf.V; }
@@ -1187,38 +1185,56 @@ static double normwise(const float *a, const float *ref, size_t n) {
     for (size_t i = 0; i < n; i++) { num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]); den += (double)ref[i] * ref[i]; }
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+// Where a -z dump's parts start (write_dump in common/train_main.h): the loss, logits [BT][V], gradients [np],
+// router logits [nr], router decisions [nr], then the losses over the 10 AdamW steps [ns + 1].
+typedef struct { size_t BT, V, np, nr, ns, grads, rlogits, rdec, steps; } DumpParts;
+static DumpParts dump_parts(const Dump *d) {
+    DumpParts p = {(size_t)d->h[2] * d->h[3], d->h[4], d->h[5], d->h[6], d->h[7], 0, 0, 0, 0};
+    p.grads = 1 + p.BT * p.V; p.rlogits = p.grads + p.np; p.rdec = p.rlogits + p.nr; p.steps = p.rdec + p.nr;
+    return p;
+}
+// The largest relative difference of the losses over the 10 AdamW steps.
+static double dump_steps_diff(const Dump *a, const Dump *ref) {
+    DumpParts p = dump_parts(ref);
+    double d = 0;
+    for (size_t i = 0; i <= p.ns; i++) d = fmax(d, fabs(a->x[p.steps + i] - ref->x[p.steps + i]) / fabs(ref->x[p.steps + i]));
+    return d;
+}
+// The largest normwise difference of one gradient tensor, and its name (infinite when the dump is not of cf).
+static double dump_worst_tensor(const Dump *a, const Dump *ref, const Config *cf, const char **name) {
+    DumpParts p = dump_parts(ref);
+    ParamTensor t[NATSL_MAX_TENSORS];
+    size_t total;
+    int nt = param_tensors(cf, t, &total);
+    double worst = 0;
+    *name = "";
+    if (total != p.np) { *name = "(the dump is not of this config)"; return INFINITY; }
+    for (int i = 0; i < nt; i++) {
+        double e = normwise(a->x + p.grads + t[i].offset, ref->x + p.grads + t[i].offset, t[i].numel);
+        if (e > worst) { worst = e; *name = t[i].name; }
+    }
+    return worst;
+}
 // gpu vs cpu (the reference); tolerances from SPEC §8 for the precision
 static void compare_dumps(const char *what, const Dump *g, const Dump *c, const Config *cf, int bf16) {
     double tl = bf16 ? 1e-2 : 1e-5, tg = bf16 ? 3e-2 : 1e-4, ts = bf16 ? 2e-2 : 1e-4, tie = bf16 ? 1e-2 : 1e-5;
     CHECK(g->n == c->n && !memcmp(g->h, c->h, 8 * sizeof(int)), "%s: dump headers/sizes differ", what);
     if (g->n != c->n) return;
-    size_t BT = (size_t)c->h[2] * c->h[3], V = c->h[4], np = c->h[5], nr = c->h[6], ns = c->h[7];
-    const float *lc = c->x, *lg = g->x;
-    double dl = fabs(lg[0] - lc[0]) / fabs(lc[0]);
-    double dz = normwise(lg + 1, lc + 1, BT * V);
-    ParamTensor t[NATSL_MAX_TENSORS];
-    size_t total;
-    int nt = param_tensors(cf, t, &total);
-    CHECK(total == np, "%s: the dump is not of this config", what);
-    const float *gc = lc + 1 + BT * V, *gg = lg + 1 + BT * V;
-    double worst = 0;
-    const char *worst_name = "";
-    for (int i = 0; i < nt; i++) {
-        double e = normwise(gg + t[i].offset, gc + t[i].offset, t[i].numel);
-        if (e > worst) { worst = e; worst_name = t[i].name; }
-        CHECK(e < tg, "%s: gradient of %s differs by %.2e (normwise)", what, t[i].name, e);
-    }
-    const float *rlc = gc + np, *rdc = rlc + nr, *rdg = gg + np + nr;
+    DumpParts p = dump_parts(c);
+    double dl = fabs(g->x[0] - c->x[0]) / fabs(c->x[0]);
+    double dz = normwise(g->x + 1, c->x + 1, p.BT * p.V);
+    const char *worst_name;
+    double worst = dump_worst_tensor(g, c, cf, &worst_name);
+    const float *rlc = c->x + p.rlogits, *rdc = c->x + p.rdec, *rdg = g->x + p.rdec;
     int mism = 0, ties = 0;
-    for (size_t i = 0; i + 1 < nr; i += 2)
+    for (size_t i = 0; i + 1 < p.nr; i += 2)
         if (rdc[i] != rdg[i] || rdc[i + 1] != rdg[i + 1]) {
             if (fabs(rlc[i] - rlc[i + 1]) < tie) ties++; else mism++;
         }
-    const float *sc = rdc + nr, *sg = rdg + nr;
-    double dsteps = 0;
-    for (size_t i = 0; i <= ns; i++) dsteps = fmax(dsteps, fabs(sg[i] - sc[i]) / fabs(sc[i]));
+    double dsteps = dump_steps_diff(g, c);
     printf("  %s: loss %.2e, logits %.2e, worst gradient %.2e (%s), routing %d mismatches (+%d near-ties), "
            "10-step losses %.2e\n", what, dl, dz, worst, worst_name, mism, ties, dsteps);
+    CHECK(worst < tg, "%s: gradient of %s differs by %.2e (normwise)", what, worst_name, worst);
     CHECK(dl < tl, "%s: loss differs by %.2e", what, dl);
     CHECK(dz < tg, "%s: logits differ by %.2e", what, dz);
     CHECK(mism == 0, "%s: %d routing decisions differ", what, mism);
@@ -1231,42 +1247,33 @@ static void compare_dumps(const char *what, const Dump *g, const Dump *c, const 
 static void compare_recompute(const char *what, int level, const Dump *k1, const Dump *k0, int bf16) {
     CHECK(k1->n == k0->n && !memcmp(k1->h, k0->h, 8 * sizeof(int)), "%s: -k %d dump headers/sizes differ", what, level);
     if (k1->n != k0->n) return;
-    size_t BT = (size_t)k0->h[2] * k0->h[3], V = k0->h[4], np = k0->h[5], nr = k0->h[6], ns = k0->h[7];
-    size_t og = 1 + BT * V, orr = og + np, os = orr + 2 * nr;
-    int fwd = !memcmp(k1->x, k0->x, og * sizeof(float)) && !memcmp(k1->x + orr, k0->x + orr, 2 * nr * sizeof(float));
-    double dg = normwise(k1->x + og, k0->x + og, np), ds = 0;
-    for (size_t i = 0; i <= ns; i++) ds = fmax(ds, fabs(k1->x[os + i] - k0->x[os + i]) / fabs(k0->x[os + i]));
+    DumpParts p = dump_parts(k0);
+    int fwd = !memcmp(k1->x, k0->x, p.grads * sizeof(float)) &&
+              !memcmp(k1->x + p.rlogits, k0->x + p.rlogits, 2 * p.nr * sizeof(float));
+    double dg = normwise(k1->x + p.grads, k0->x + p.grads, p.np), ds = dump_steps_diff(k1, k0);
     printf("  %s, recompute (-k %d) vs -k 0: forward %s, gradients %.2e, 10-step losses %.2e\n", what, level,
            fwd ? "bit-identical" : "DIFFERS", dg, ds);
     CHECK(fwd, "%s: -k %d changes the forward pass", what, level);
     CHECK(dg < 1e-5 && ds < (bf16 ? 1e-4 : 1e-5), "%s: -k %d changes the gradients (%.2e) or the 10-step losses (%.2e)",
           what, level, dg, ds);
 }
-static int gpu_available(char *why, size_t n) {
-    if (access("./train_natsl_cu", X_OK)) { snprintf(why, n, "./train_natsl_cu is not built (needs nvcc)"); return 0; }
-    if (system("nvidia-smi -L >/dev/null 2>&1")) { snprintf(why, n, "no GPU (nvidia-smi finds none)"); return 0; }
-    return 1;
-}
 // The bf16 GPU run against the fp32 CPU run: how far bf16 rounding moves the results (reported; the loss and the
 // 10-step losses are held to SPEC §8's bf16 bars; per-tensor gradients are not, see the README: rounding
 // every matmul operand to bf16 moves the two-element a_log/dt_bias gradients of this tiny model by 3-5e-2).
 static void report_bf16_vs_fp32(const char *what, const Dump *g, const Dump *c, const Config *cf) {
     if (g->n != c->n) { CHECK(0, "%s: dump sizes differ", what); return; }
-    size_t BT = (size_t)c->h[2] * c->h[3], V = c->h[4], np = c->h[5], nr = c->h[6], ns = c->h[7];
-    size_t og = 1 + BT * V, os = og + np + 2 * nr;
-    ParamTensor t[NATSL_MAX_TENSORS];
-    size_t total;
-    int nt = param_tensors(cf, t, &total);
-    double worst = 0, all = normwise(g->x + og, c->x + og, np), dl = fabs(g->x[0] - c->x[0]) / fabs(c->x[0]), ds = 0;
-    const char *wn = "";
-    for (int i = 0; i < nt; i++) {
-        double e = normwise(g->x + og + t[i].offset, c->x + og + t[i].offset, t[i].numel);
-        if (e > worst) { worst = e; wn = t[i].name; }
-    }
-    for (size_t i = 0; i <= ns; i++) ds = fmax(ds, fabs(g->x[os + i] - c->x[os + i]) / fabs(c->x[os + i]));
+    DumpParts p = dump_parts(c);
+    const char *wn;
+    double worst = dump_worst_tensor(g, c, cf, &wn), all = normwise(g->x + p.grads, c->x + p.grads, p.np);
+    double dl = fabs(g->x[0] - c->x[0]) / fabs(c->x[0]), ds = dump_steps_diff(g, c);
     printf("  %s vs the fp32 CPU: loss %.2e, gradient %.2e (all tensors), worst tensor %.2e (%s), 10-step losses %.2e\n",
            what, dl, all, worst, wn, ds);
     CHECK(dl < 1e-2 && ds < 2e-2, "%s: bf16 moves the loss (%.2e) or the 10-step losses (%.2e) too far from fp32", what, dl, ds);
+}
+static int gpu_available(char *why, size_t n) {
+    if (access("./train_natsl_cu", X_OK)) { snprintf(why, n, "./train_natsl_cu is not built (needs nvcc)"); return 0; }
+    if (system("nvidia-smi -L >/dev/null 2>&1")) { snprintf(why, n, "no GPU (nvidia-smi finds none)"); return 0; }
+    return 1;
 }
 // Each precision against the CPU in the same precision (-p bf16 on the CPU rounds the matmul operands as the GPU
 // does), at SPEC §8's tolerances for that precision; then -k 1 against -k 0 on the GPU, and bf16 against fp32.
