@@ -110,7 +110,7 @@ static double dot_r(const real *a, const real *b, size_t n) { return record_term
 
 // ---- primitive layers: loss = Σ R ⊙ output, backward with dout = R -----------------------------------
 typedef struct { int BT, C, OC; real *x, *w, *out, *R; } MatmulCtx;
-static double matmul_loss(void *p) { MatmulCtx *c = p; matmul_forward(c->out, c->x, c->w, c->BT, c->C, c->OC); return dot_r(c->out, c->R, (size_t)c->BT * c->OC); }
+static double matmul_loss(void *p) { MatmulCtx *c = p; matmul_forward(c->out, c->x, c->w, c->BT, c->C, c->OC, 0); return dot_r(c->out, c->R, (size_t)c->BT * c->OC); }
 static void test_grad_matmul(void) {
     MatmulCtx c = {7, 11, 5, 0, 0, 0, 0};
     c.x = vec(77); c.w = vec(55); c.out = vec(35); c.R = vec(35);
@@ -130,7 +130,7 @@ static void test_grad_matmul(void) {
         fill_normal(gx, (size_t)BT * C, 1); fill_normal(gw, (size_t)OC * C, 1);
         real *gx0 = vec((size_t)BT * C), *gw0 = vec((size_t)OC * C);
         memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
-        matmul_forward(y, x, w, BT, C, OC);
+        matmul_forward(y, x, w, BT, C, OC, 0);
         matmul_backward(gx, gw, dy, x, w, BT, C, OC);
         double worst = 0;
         for (int i = 0; i < BT; i++) for (int o = 0; o < OC; o++) {
@@ -173,13 +173,13 @@ static void test_grad_swiglu(void) {
     fd_check("swiglu", v, 1, swiglu_loss, &c, 0);
 }
 
-static double conv_loss(void *p) { NormCtx *c = p; conv_silu_forward(c->y, c->rstd, c->x, 5, c->w, 2, 6, 3); return dot_r(c->y, c->R, 36); }
+static double conv_loss(void *p) { NormCtx *c = p; conv_silu_forward(c->y, c->x, 5, c->w, 2, 6, 3); return dot_r(c->y, c->R, 36); }
 static void test_grad_conv_silu(void) { // B=2, T=6, 3 channels read from rows of stride 5
-    NormCtx c = {vec(60), vec(12), vec(36), vec(36), vec(36)};
+    NormCtx c = {vec(60), vec(12), vec(36), NULL, vec(36)};
     real *dx = vec(60), *dw = vec(12);
     fill_normal(c.x, 60, 1); fill_normal(c.w, 12, 0.7); fill_normal(c.R, 36, 1);
     conv_loss(&c);
-    conv_silu_backward(dx, dw, c.R, c.rstd, c.x, 5, c.w, 2, 6, 3);
+    conv_silu_backward(dx, dw, c.R, c.x, 5, c.w, 2, 6, 3);
     Var v[] = {{"x", c.x, dx, 60}, {"w", c.w, dw, 12}};
     fd_check("short conv + silu", v, 2, conv_loss, &c, 0);
 }

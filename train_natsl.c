@@ -188,8 +188,10 @@ static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
 // -p bf16 (a check mode, not a fast one): the CPU computes what train_natsl_cu's bf16 mode computes, so the two
 // can be compared tightly: every matmul operand is rounded to bf16 (round to nearest even), the products
 // accumulate in fp32. The input and the gradient dout are stored so by their producers (to_matmul_precision:
-// RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward) or rounded
-// at the call site by operand(); the weight is rounded here. operand() returns x itself, or its rounded copy in
+// RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward, the conv
+// backward, the classifier backward) or rounded at the call site by operand(); the weight is rounded here.
+// Matmul outputs read only by kernels that take bf16 on the GPU (matmul_forward's out_mp: the projection into
+// the short conv, the gate, the MLP's gate/up, the logits) are rounded too. operand() returns x itself, or its rounded copy in
 // scratch slot `slot` (0: a gradient, 1: the weight, 2: an input), like the GPU's.
 static int g_bf16 = 0;
 static real round_bf16(real x) {
@@ -201,6 +203,8 @@ static real round_bf16(real x) {
     return f;
 }
 static real to_matmul_precision(real v) { return g_bf16 ? round_bf16(v) : v; }
+// Element i of a tensor stored in the matmul precision (the GPU twin steps over bf16 elements in bf16 mode).
+static real *mp_at(real *x, size_t i) { return x + i; }
 static const real *operand(const real *x, size_t n, int slot) {
     static real *buf[3];
     static size_t cap[3];
@@ -212,9 +216,14 @@ static const real *operand(const real *x, size_t n, int slot) {
 }
 
 // out[BT][OC] = inp[BT][C] · W^T   (W is [OC][C]; overwrites out; inp in the matmul precision, see above)
-static void matmul_forward(real *out, const real *inp, const real *weight,
-                           int BT, int C, int OC) {
+// out_mp: out is stored in the matmul precision (it feeds only kernels that read that precision: the short conv,
+// the gated norm's gate, SwiGLU, the classifier)
+static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp) {
     gemm(out, OC, inp, C, 1, operand(weight, (size_t)OC * C, 1), 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
+    if (out_mp && g_bf16) {
+        #pragma omp parallel for
+        for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] = round_bf16(out[i]);
+    }
 }
 
 // dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL; dout in the matmul precision)
@@ -287,41 +296,48 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre).
-// x rows have stride ldx (a column block of the projection output); y and pre are [B*T][n].
-static void conv_silu_forward(real *y, real *pre, const real *x, int ldx, const real *w, int B, int T, int n) {
+// x rows have stride ldx (a column block of the projection output); y is [B*T][n]. pre is not stored: the
+// backward pass recomputes it from x (four products).
+static real conv_pre(const real *xc, int ldx, const real *wc, int t) { // xc: the channel's column of the sequence
+    real s = 0;
+    for (int i = 0; i < NATSL_CONV; i++) {
+        int tau = t - (NATSL_CONV - 1) + i;
+        if (tau >= 0) s += wc[i] * xc[(size_t)tau * ldx];
+    }
+    return s;
+}
+static void conv_silu_forward(real *y, const real *x, int ldx, const real *w, int B, int T, int n) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             size_t bt = (size_t)b * T + t;
-            for (int ch = 0; ch < n; ch++) {
-                real s = 0;
-                for (int i = 0; i < NATSL_CONV; i++) {
-                    int tau = t - (NATSL_CONV - 1) + i;
-                    if (tau >= 0) s += w[ch * NATSL_CONV + i] * x[((size_t)b * T + tau) * ldx + ch];
-                }
-                pre[bt * n + ch] = s;
-                y[bt * n + ch] = silu(s);
-            }
+            for (int ch = 0; ch < n; ch++)
+                y[bt * n + ch] = silu(conv_pre(x + (size_t)b * T * ldx + ch, ldx, w + ch * NATSL_CONV, t));
         }
 }
-// dpre = dy ⊙ silu'(pre);  dx_τ += Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
-static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *pre, const real *x,
-                               int ldx, const real *w, int B, int T, int n) {
+// dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
+// dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
+static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, const real *w,
+                               int B, int T, int n) {
     #pragma omp parallel for
     for (int ch = 0; ch < n; ch++) { // channels are independent: one thread owns a channel
         real dwc[NATSL_CONV] = {0};
-        for (int b = 0; b < B; b++)
+        for (int b = 0; b < B; b++) {
+            const real *xc = x + (size_t)b * T * ldx + ch;
+            real *dxc = dx + (size_t)b * T * ldx + ch;
+            for (int t = 0; t < T; t++) dxc[(size_t)t * ldx] = 0;
             for (int t = 0; t < T; t++) {
                 size_t bt = (size_t)b * T + t;
-                real dp = dy[bt * n + ch] * dsilu(pre[bt * n + ch]);
+                real dp = dy[bt * n + ch] * dsilu(conv_pre(xc, ldx, w + ch * NATSL_CONV, t));
                 for (int i = 0; i < NATSL_CONV; i++) {
                     int tau = t - (NATSL_CONV - 1) + i;
                     if (tau < 0) continue;
-                    size_t xi = ((size_t)b * T + tau) * ldx + ch;
-                    dwc[i] += dp * x[xi];
-                    dx[xi] += dp * w[ch * NATSL_CONV + i];
+                    dwc[i] += dp * xc[(size_t)tau * ldx];
+                    dxc[(size_t)tau * ldx] += dp * w[ch * NATSL_CONV + i];
                 }
             }
+            for (int t = 0; t < T; t++) dxc[(size_t)t * ldx] = to_matmul_precision(dxc[(size_t)t * ldx]);
+        }
         for (int i = 0; i < NATSL_CONV; i++) dw[ch * NATSL_CONV + i] += dwc[i];
     }
 }
@@ -683,7 +699,7 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
                 for (int i = 0; i < D; i++) p[i] += x[((size_t)b * T + t) * D + i];
             for (int i = 0; i < D; i++) p[i] /= CH;
         }
-    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
+    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H, 0);
     pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
     for (size_t i = 0; i < (size_t)B * Nc * H; i++) {
         int last = (int)((i / H) % Nc) == Nc - 1;
@@ -792,16 +808,17 @@ static void crossentropy_forward(real *losses, real *lse, const real *logits, co
         losses[bt] = lse[bt] - z[targets[bt]];
     }
 }
-// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding.
+// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding; in the matmul
+// precision (the head's backward is its only reader), like the logits themselves.
 static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
                                   int BT, int V, int Vp) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         real *z = logits + (size_t)bt * Vp, l = lse[bt];
+        int tg = targets[bt];
         #pragma omp simd
-        for (int i = 0; i < V; i++) z[i] = dloss * exp(z[i] - l);
+        for (int i = 0; i < V; i++) z[i] = to_matmul_precision(dloss * exp(z[i] - l) - (i == tg ? dloss : 0));
         for (int i = V; i < Vp; i++) z[i] = 0;
-        z[targets[bt]] -= dloss;
     }
 }
 
@@ -893,13 +910,12 @@ static void model_zero_grad(Model *M) { memset(M->grads, 0, M->nparams * sizeof(
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W);
-    conv_silu_forward(a->qkv, a->conv, a->proj, W, p->conv, B, T, K);
-    conv_silu_forward(a->qkv + (size_t)BT * K, a->conv + (size_t)BT * K, a->proj + K, W, p->conv + K * NATSL_CONV, B, T, K);
-    conv_silu_forward(a->qkv + (size_t)2 * BT * K, a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W,
-                      p->conv + 2 * K * NATSL_CONV, B, T, Vt);
-    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt);
-    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1);
+    conv_silu_forward(a->qkv, a->proj, W, p->conv, B, T, K);
+    conv_silu_forward(a->qkv + (size_t)BT * K, mp_at(a->proj, K), W, p->conv + K * NATSL_CONV, B, T, K);
+    conv_silu_forward(a->qkv + (size_t)2 * BT * K, mp_at(a->proj, 2 * K), W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
+    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qkv, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
@@ -909,14 +925,14 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
     l2norm_backward(d->qkv, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
-    conv_silu_backward(d->proj, gp->conv, d->qkv, a->conv, a->proj, W, p->conv, B, T, K);
-    conv_silu_backward(d->proj + K, gp->conv + K * NATSL_CONV, d->qkv + (size_t)BT * K, a->conv + (size_t)BT * K,
-                       a->proj + K, W, p->conv + K * NATSL_CONV, B, T, K);
-    conv_silu_backward(d->proj + 2 * K, gp->conv + 2 * K * NATSL_CONV, d->qkv + (size_t)2 * BT * K,
-                       a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    conv_silu_backward(d->proj, gp->conv, d->qkv, a->proj, W, p->conv, B, T, K);
+    conv_silu_backward(mp_at(d->proj, K), gp->conv + K * NATSL_CONV, d->qkv + (size_t)BT * K, mp_at(a->proj, K), W,
+                       p->conv + K * NATSL_CONV, B, T, K);
+    conv_silu_backward(mp_at(d->proj, 2 * K), gp->conv + 2 * K * NATSL_CONV, d->qkv + (size_t)2 * BT * K,
+                       mp_at(a->proj, 2 * K), W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
-    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * W, 0), a->xn, p->wqkv, BT, D, W);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
 }
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
@@ -929,7 +945,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
         gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
                        a->g, a->beta, NULL, B, T, H, c->dk, c->dv);
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
-    matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
+    matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -947,13 +963,13 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
                                     int ops_kept) {
     int BT = B * T, D = c->D, HA = cfg_HA(c);
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 0);
     rope_forward(a->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);     // q
     rope_forward(a->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D); // k
     if (!ops_kept)
         attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
                           B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
-    matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
+    matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D, 0);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -982,7 +998,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K, 0);
     rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K, 0);
     if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
-    matmul_forward(a->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
+    matmul_forward(a->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha, 0);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     if (!ops_kept) { // recompute level 1 kept their outputs
         attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva);
@@ -990,7 +1006,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
                        B, T, H, c->dk, c->dv);
     }
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
-    matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
+    matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
 }
 static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                  const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad) {
@@ -1033,7 +1049,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept);
     for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
-    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
@@ -1048,11 +1064,11 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T, 0);
-        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D);
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0);
         for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += M->la[l].r[i];
     }
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1);
-    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);
         double s = 0;
@@ -1067,7 +1083,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     int BT = B * T, D = c->D;
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
     memset(M->dlnf, 0, (size_t)BT * D * sizeof(real));
-    matmul_backward(M->dlnf, M->g.head, operand(M->logits, (size_t)BT * c->Vp, 0), M->lnf, M->p.head, BT, D, c->Vp);
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
     rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
@@ -1128,6 +1144,9 @@ static float *to_float32(const real *x, size_t n) {
     return f;
 }
 static void from_float32(real *x, const float *f, size_t n) { for (size_t i = 0; i < n; i++) x[i] = f[i]; }
+static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
+    return to_float32(M->logits + row * M->cfg.Vp, nrows * M->cfg.Vp);
+}
 
 static int save_model(const Model *M, const char *path, char *err, size_t errlen) {
     float *f = to_float32(M->params, M->nparams);

@@ -27,9 +27,13 @@ GPU organization (see dev/cuda/README.md):
     token-recurrence fallback's dq/dk/dg/dβ/dA), run-to-run differences at the 1e-7 level;
   * one host round trip per micro-step for the loss, one per step for the gradient norm (plus the small
     router masks read back for the "sfr" statistics of N layers);
-  * -p bf16 (first step only): the same program with matmuls on bf16 tensor cores
-    (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 buffers, bf16 operands, fp32 accumulation) and attention in
-    1xTF32; storage, the GDN op, norms and AdamW stay fp32;
+  * -p bf16 (the default): matmuls on bf16 tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F);
+    tensors that only feed matmuls, and matmul outputs read only by kernels that take bf16, are stored in
+    bf16 (the normalized block inputs, the gated norm's and SwiGLU's outputs, the projection into the short
+    conv, the gate, the MLP's gate/up, the logits, and the gradients those kernels write for matmuls);
+    weights and the other fp32 operands are copied to bf16 per call; attention runs in 1xTF32; the
+    residual stream, the GDN op, the other norms, master weights and AdamW stay fp32 (train_natsl -p bf16
+    rounds the same values on the CPU);
   * NATSL_PROFILE=1 in the environment: per-op-kind GPU times printed at the end of training.
 Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS).
 */
@@ -43,6 +47,7 @@ Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS).
 #include <dirent.h>
 #include <sys/stat.h>
 #include <algorithm>
+#include <type_traits>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
@@ -88,12 +93,18 @@ static void *xcudamalloc(size_t bytes) {
     if (e != cudaSuccess) { fprintf(stderr, "error: cudaMalloc of %zu bytes failed: %s\n", bytes, cudaGetErrorString(e)); exit(1); }
     return p;
 }
+static int num_sms(void) { // streaming multiprocessors of the current device (grids sized to fill it once)
+    static int n = 0;
+    if (!n) { int dev; CUDA_CHECK(cudaGetDevice(&dev)); CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)); }
+    return n;
+}
 
 
 // ------------------------------------------------------------------------------------------------
 // deterministic column sums: part[p][i] = Σ_{rows r of part p} f(r, i), then dw[i] += Σ_p part[p][i]
-// (fixed partition and order: bitwise reproducible). Used for every weight gradient that is a sum over
-// rows (norm weights, conv weights, gate parameters).
+// (fixed partition and order: bitwise reproducible). Every weight gradient that is a sum over rows (norm
+// weights, conv weights, gate parameters) ends in colsum_finish_kernel; the norms and the conv fill part in
+// their backward pass, the gate parameters through colsum_partial_kernel.
 
 static float *g_colpart = NULL;
 static size_t g_colpart_n = 0;
@@ -129,15 +140,6 @@ __global__ void colsum_finish_kernel(float *dw, const float *part, int np, int n
     float s = 0.f;
     for (int p = 0; p < np; p++) s += part[(size_t)p * ld + off + i];
     dw[i] += s;
-}
-template <class F>
-static void colsum(float *dw, int R, int n, F f) {
-    int np = colsum_parts(R);
-    float *part = colpart((size_t)np * n);
-    colsum_partial_kernel<<<dim3(CEIL_DIV(n, 32), np), dim3(32, 8)>>>(part, R, n, f);
-    CUDA_CHECK(cudaGetLastError());
-    colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, np, n, n, 0);
-    CUDA_CHECK(cudaGetLastError());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -800,20 +802,25 @@ static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
     CUDA_CHECK(cudaGetLastError());
     return buf[slot];
 }
+// C_mp: C is stored in the matmul precision (bf16 mode: bf16, rounded from the fp32 accumulator)
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                 const void *B, int ldb, float beta, float *C, int ldc) {
+                 const void *B, int ldb, float beta, float *C, int ldc, int C_mp = 0) {
     const float one = 1.f;
     if (g_bf16)
         CUBLAS_CHECK(cublasGemmEx(g_cublas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
-                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                  C_mp ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
 }
 // The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot` (0: dout, 1: the
 // weight, 2: an fp32 input), bf16 values behind a real pointer.
 static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
-static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC) {
+// Element i of a tensor stored in the matmul precision (bf16 elements in bf16 mode).
+static real *mp_at(real *x, size_t i) { return g_bf16 ? (real *)((__nv_bfloat16 *)x + i) : x + i; }
+// out_mp: out is stored in the matmul precision (it feeds only kernels that read that precision: the short conv,
+// the gated norm's gate, SwiGLU, the classifier)
+static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp) {
     PROF_OP();
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, 1), C, inp, C, 0.f, out, OC);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, 1), C, inp, C, 0.f, out, OC, out_mp);
 }
 // dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp  (dout in the matmul precision)
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
@@ -824,155 +831,201 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout, const r
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
-// Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row.
-template <class OutT>
-__global__ void rmsnorm_forward_kernel(OutT *y, float *rstd, const float *x, const float *w,
-                                       int N, int nh, int n, int ldx, int ldy) {
+// Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row, the row held in
+// registers: lane owns values lane + 32j, j < NJ (rows_dispatch picks the smallest NJ with 32·NJ ≥ n).
+template <class F> static void rows_dispatch(const char *who, int n, F launch) {
+    if (n <= 32) launch(std::integral_constant<int, 1>());
+    else if (n <= 64) launch(std::integral_constant<int, 2>());
+    else if (n <= 128) launch(std::integral_constant<int, 4>());
+    else if (n <= 256) launch(std::integral_constant<int, 8>());
+    else if (n <= 512) launch(std::integral_constant<int, 16>());
+    else if (n <= 1024) launch(std::integral_constant<int, 32>());
+    else if (n <= 1536) launch(std::integral_constant<int, 48>());
+    else if (n <= 2048) launch(std::integral_constant<int, 64>());
+    else { fprintf(stderr, "error: %s: rows of %d > 2048 values\n", who, n); exit(1); }
+    CUDA_CHECK(cudaGetLastError());
+}
+template <int NJ, class OutT>
+__global__ void __launch_bounds__(256) rmsnorm_forward_kernel(OutT *y, float *rstd, const float *x, const float *w,
+                                                              int N, int nh, int n, int ldx, int ldy) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= N * nh) return;
     const float *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
     OutT *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
-    float ss = 0.f;
-    for (int i = lane; i < n; i += 32) ss += xr[i] * xr[i];
+    float xv[NJ], ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) { int i = lane + 32 * j; xv[j] = i < n ? xr[i] : 0.f; ss += xv[j] * xv[j]; }
     ss = warp_sum(ss);
     float s = 1.f / sqrtf(ss / n + NATSL_EPS);
-    for (int i = lane; i < n; i += 32) st(yr + i, xr[i] * s * w[i]);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) if (lane + 32 * j < n) st(yr + lane + 32 * j, xv[j] * s * w[lane + 32 * j]);
     if (lane == 0) rstd[r] = s;
 }
 // matmul_input: y only feeds matmuls (and the router's pool): stored in the matmul precision
 static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
                             int N, int nh, int n, int ldx, int ldy, int matmul_input) {
     PROF_OP();
-    if (matmul_input && g_bf16)
-        rmsnorm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rstd, x, w, N, nh, n, ldx, ldy);
-    else rmsnorm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
-    CUDA_CHECK(cudaGetLastError());
+    rows_dispatch(__func__, n, [&](auto nj) {
+        constexpr int NJ = decltype(nj)::value;
+        if (matmul_input && g_bf16)
+            rmsnorm_forward_kernel<NJ><<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rstd, x, w, N, nh, n, ldx, ldy);
+        else rmsnorm_forward_kernel<NJ><<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
+    });
 }
 // dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
-__global__ void rmsnorm_backward_kernel(float *dx, const float *dy, const float *x, const float *w,
-                                        const float *rstd, int N, int nh, int n, int ldx, int ldy) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= N * nh) return;
-    size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
-    float s = rstd[r], dot = 0.f;
-    for (int i = lane; i < n; i += 32) dot += x[ox + i] * s * w[i] * dy[oy + i];
-    dot = warp_sum(dot) / n;
-    for (int i = lane; i < n; i += 32) dx[ox + i] += s * (w[i] * dy[oy + i] - x[ox + i] * s * dot);
-}
-struct RmsnormDw {
-    const float *dy, *x, *rstd; int nh, n, ldx, ldy;
-    __device__ float operator()(int r, int i) const {
+// Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
+// a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
+// reproducible for a given grid).
+template <int NJ>
+__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *dx, float *part, const float *dy, const float *x,
+        const float *w, const float *rstd, int N, int nh, int n, int ldx, int ldy) {
+    __shared__ float sh[32 * NJ];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float acc[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc[j] = 0.f;
+    for (int r = blockIdx.x * 8 + warp; r < N * nh; r += gridDim.x * 8) {
         size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
-        return dy[oy + i] * x[ox + i] * rstd[r];
+        float s = rstd[r], dot = 0.f, xv[NJ], dyv[NJ];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            int i = lane + 32 * j;
+            xv[j] = i < n ? x[ox + i] : 0.f; dyv[j] = i < n ? dy[oy + i] : 0.f;
+            float wi = i < n ? w[i] : 0.f;
+            dot += xv[j] * s * wi * dyv[j];
+            acc[j] += dyv[j] * xv[j] * s;
+        }
+        dot = warp_sum(dot) / n;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            int i = lane + 32 * j;
+            if (i < n) dx[ox + i] += s * (w[i] * dyv[j] - xv[j] * s * dot);
+        }
     }
-};
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 0.f;
+    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
+        __syncthreads();
+        if (warp == k)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) if (lane + 32 * j < n) sh[lane + 32 * j] += acc[j];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) part[(size_t)blockIdx.x * n + i] = sh[i];
+}
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
                              const real *rstd, int N, int nh, int n, int ldx, int ldy) {
     PROF_OP();
-    rmsnorm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, x, w, rstd, N, nh, n, ldx, ldy);
-    CUDA_CHECK(cudaGetLastError());
-    RmsnormDw f = {dy, x, rstd, nh, n, ldx, ldy};
-    colsum(dw, N * nh, n, f);
+    rows_dispatch(__func__, n, [&](auto nj) {
+        constexpr int NJ = decltype(nj)::value;
+        int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_backward_kernel<NJ>, 256, 0));
+        blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
+        float *part = colpart((size_t)blocks * n);
+        rmsnorm_backward_kernel<NJ><<<blocks, 256>>>(dx, part, dy, x, w, rstd, N, nh, n, ldx, ldy);
+        CUDA_CHECK(cudaGetLastError());
+        colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, blocks, n, n, 0);
+    });
 }
 
 // ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
-template <class OutT> __global__ void swiglu_forward_kernel(OutT *h, const float *gu, int BT, int F) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)BT * F) return;
-    size_t bt = idx / F, i = idx % F;
-    const float *row = gu + bt * 2 * F;
-    st(h + idx, siluf_(row[i]) * row[F + i]);
+// One block per token row (the elementwise kernels below index rows by block: no 64-bit divisions).
+// MP: the matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
+template <class MP> __global__ void swiglu_forward_kernel(MP *h, const MP *gu, int F) {
+    const MP *row = gu + (size_t)blockIdx.x * 2 * F;
+    for (int i = threadIdx.x; i < F; i += blockDim.x) st(h + (size_t)blockIdx.x * F + i, siluf_(ld(row + i)) * ld(row + F + i));
 }
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     PROF_OP();
-    unsigned g = (unsigned)CEIL_DIV((size_t)BT * F, 256);
-    if (g_bf16) swiglu_forward_kernel<<<g, 256>>>((__nv_bfloat16 *)h, gu, BT, F); // h feeds only W_down: matmul input
-    else swiglu_forward_kernel<<<g, 256>>>(h, gu, BT, F);
+    if (g_bf16) swiglu_forward_kernel<<<BT, 256>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)gu, F);
+    else swiglu_forward_kernel<<<BT, 256>>>(h, gu, F);
     CUDA_CHECK(cudaGetLastError());
 }
-template <class GT> __global__ void swiglu_backward_kernel(GT *dgu, const float *dh, const float *gu, int BT, int F) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)BT * F) return;
-    size_t bt = idx / F, i = idx % F;
-    const float *row = gu + bt * 2 * F;
-    float d = dh[idx];
-    GT *dg = dgu + bt * 2 * F;
-    st(dg + i, ld(dg + i) + d * row[F + i] * dsiluf_(row[i]));
-    st(dg + F + i, ld(dg + F + i) + d * siluf_(row[i]));
+template <class MP> __global__ void swiglu_backward_kernel(MP *dgu, const float *dh, const MP *gu, int F) {
+    size_t bt = blockIdx.x;
+    const MP *row = gu + bt * 2 * F;
+    MP *dg = dgu + bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
+    for (int i = threadIdx.x; i < F; i += blockDim.x) {
+        float d = dh[bt * F + i], a = ld(row + i), b = ld(row + F + i);
+        st(dg + i, ld(dg + i) + d * b * dsiluf_(a));
+        st(dg + F + i, ld(dg + F + i) + d * siluf_(a));
+    }
 }
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
     PROF_OP();
-    unsigned g = (unsigned)CEIL_DIV((size_t)BT * F, 256);
-    if (g_bf16) swiglu_backward_kernel<<<g, 256>>>((__nv_bfloat16 *)dgu, dh, gu, BT, F); // feeds only W_gu's backward
-    else swiglu_backward_kernel<<<g, 256>>>(dgu, dh, gu, BT, F);
+    if (g_bf16) swiglu_backward_kernel<<<BT, 256>>>((__nv_bfloat16 *)dgu, dh, (const __nv_bfloat16 *)gu, F);
+    else swiglu_backward_kernel<<<BT, 256>>>(dgu, dh, gu, F);
     CUDA_CHECK(cudaGetLastError());
 }
 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
-// pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre).
-__global__ void conv_silu_forward_kernel(float *y, float *pre, const float *x, int ldx, const float *w, int B, int T, int n) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * T * n) return;
-    size_t bt = idx / n;
-    int ch = (int)(idx % n), t = (int)(bt % T);
-    size_t b = bt / T;
-    float s = 0.f;
-    for (int i = 0; i < NATSL_CONV; i++) {
-        int tau = t - (NATSL_CONV - 1) + i;
-        if (tau >= 0) s += w[ch * NATSL_CONV + i] * x[(b * T + tau) * ldx + ch];
+// pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
+// stored: the backward pass recomputes it from the window of x it reads anyway.
+template <class MP> // x: the projection, a matmul output in the matmul precision
+__global__ void conv_silu_forward_kernel(float *y, const MP *x, int ldx, const float *w, int T, int n) {
+    size_t bt = blockIdx.x; // one block per token row
+    int t = (int)(bt % T);
+    for (int ch = threadIdx.x; ch < n; ch += blockDim.x) {
+        float s = 0.f;
+        for (int i = 0; i < NATSL_CONV; i++) {
+            int tau = t - (NATSL_CONV - 1) + i;
+            if (tau >= 0) s += w[ch * NATSL_CONV + i] * ld(x + (bt - t + tau) * ldx + ch);
+        }
+        y[bt * n + ch] = siluf_(s);
     }
-    pre[idx] = s;
-    y[idx] = siluf_(s);
 }
-static void conv_silu_forward(real *y, real *pre, const real *x, int ldx, const real *w, int B, int T, int n) {
+static void conv_silu_forward(real *y, const real *x, int ldx, const real *w, int B, int T, int n) {
     PROF_OP();
-    conv_silu_forward_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * n, 256), 256>>>(y, pre, x, ldx, w, B, T, n);
+    if (g_bf16) conv_silu_forward_kernel<<<B * T, 256>>>(y, (const __nv_bfloat16 *)x, ldx, w, T, n);
+    else conv_silu_forward_kernel<<<B * T, 256>>>(y, x, ldx, w, T, n);
     CUDA_CHECK(cudaGetLastError());
 }
-// dpre = dy ⊙ silu'(pre);  dx_τ += Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
-// One thread per (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order: dpre_t is
-// computed once, added to the four dx_τ it feeds (kept in registers until complete) and to dw through a sliding
-// window of x. dw's per-tile partial sums are then added in a fixed order (bitwise reproducible).
+// dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
+// dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
+// One thread per (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order with a
+// sliding window of x: pre_t is recomputed from it, dpre_t is added to the four dx_τ it feeds (kept in registers
+// until complete, then stored once) and to dw. dw's per-tile partial sums are then added in a fixed order
+// (bitwise reproducible).
 #define CONV_TILE 32
-__global__ void conv_silu_backward_kernel(float *dx, float *dw_part, const float *dy, const float *pre, const float *x,
-                                          int ldx, const float *w, int B, int T, int n) {
+template <class MP> // dx and x in the matmul precision
+__global__ void conv_silu_backward_kernel(MP *dx, float *dw_part, const float *dy, const MP *x, int ldx,
+                                          const float *w, int B, int T, int n) {
     int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
     if (ch >= n) return;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
     int t_end = min(t1 + NATSL_CONV - 1, T);
     float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
-    auto X = [&](int t) { return t >= 0 ? x[(row0 + t) * ldx + ch] : 0.f; };
+    auto X = [&](int t) { return t >= 0 ? ld(x + (row0 + t) * ldx + ch) : 0.f; };
     float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);     // the window x_{t−3..t−1}
     float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;             // pending dx_{t−3..t}
     float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;             // dw[ch][0..3] over this tile
     for (int t = t0; t < t_end; t++) {
-        size_t o = (row0 + t) * n + ch;
-        float dp = dy[o] * dsiluf_(pre[o]);
-        if (t < t1) {
-            float x3 = X(t);
-            d0 += dp * x0; d1 += dp * x1; d2 += dp * x2; d3 += dp * x3;
-            x0 = x1; x1 = x2; x2 = x3;
-        }
+        float x3 = X(t), pre = 0.f;
+        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
+        float dp = dy[(row0 + t) * n + ch] * dsiluf_(pre);
+        if (t < t1) { d0 += dp * x0; d1 += dp * x1; d2 += dp * x2; d3 += dp * x3; }
+        x0 = x1; x1 = x2; x2 = x3;
         a0 += w0 * dp; a1 += w1 * dp; a2 += w2 * dp; a3 += w3 * dp;
-        if (t - 3 >= t0) dx[(row0 + t - 3) * ldx + ch] += a0;   // dx_{t−3} is complete
+        if (t - 3 >= t0) st(dx + (row0 + t - 3) * ldx + ch, a0);   // dx_{t−3} is complete
         a0 = a1; a1 = a2; a2 = a3; a3 = 0.f;
     }
     float rest[3] = {a0, a1, a2};                              // dx_{t_end−3..t_end−1}: complete at the sequence end
     for (int j = 0; j < 3; j++) {
         int tau = t_end - 3 + j;
-        if (tau >= t0 && tau < t1) dx[(row0 + tau) * ldx + ch] += rest[j];
+        if (tau >= t0 && tau < t1) st(dx + (row0 + tau) * ldx + ch, rest[j]);
     }
     float *pp = dw_part + (size_t)tile * n * NATSL_CONV + ch * NATSL_CONV;
     pp[0] = d0; pp[1] = d1; pp[2] = d2; pp[3] = d3;
 }
-static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *pre, const real *x,
-                               int ldx, const real *w, int B, int T, int n) {
+static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, const real *w,
+                               int B, int T, int n) {
     PROF_OP();
     static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "conv_silu_backward_kernel assumes 4 taps");
     int tiles = B * (T / CONV_TILE);
     float *part = colpart((size_t)tiles * n * NATSL_CONV);
-    conv_silu_backward_kernel<<<dim3(CEIL_DIV(n, 128), tiles), 128>>>(dx, part, dy, pre, x, ldx, w, B, T, n);
+    dim3 grid(CEIL_DIV(n, 128), tiles);
+    if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx, part, dy, (const __nv_bfloat16 *)x, ldx, w, B, T, n);
+    else conv_silu_backward_kernel<<<grid, 128>>>(dx, part, dy, x, ldx, w, B, T, n);
     CUDA_CHECK(cudaGetLastError());
     colsum_finish_kernel<<<CEIL_DIV(n * NATSL_CONV, 256), 256>>>(dw, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
     CUDA_CHECK(cudaGetLastError());
@@ -2181,7 +2234,7 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
     if (g_bf16) router_pool_kernel<<<g, 256>>>(pool, (const __nv_bfloat16 *)x, B, T, D); // x: RMSNorm'd, a matmul input
     else router_pool_kernel<<<g, 256>>>(pool, x, B, T, D);
     CUDA_CHECK(cudaGetLastError());
-    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
+    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H, 0);
     pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
     size_t n = (size_t)B * Nc * H;
     router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
@@ -2214,9 +2267,10 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 // Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
 // ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
 // rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row.
-template <class OutT>
-__global__ void gated_norm_forward_kernel(OutT *y, float *rstd, const float *o1, const float *w1, const float *o2,
-                                          const float *w2, const float *omega, const float *gate, int R, int n) {
+// MP: the matmul-precision type of y (W_o's input) and gate (W_g's output)
+template <class MP>
+__global__ void gated_norm_forward_kernel(MP *y, float *rstd, const float *o1, const float *w1, const float *o2,
+                                          const float *w2, const float *omega, const MP *gate, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
     size_t o = (size_t)r * n;
@@ -2231,14 +2285,15 @@ __global__ void gated_norm_forward_kernel(OutT *y, float *rstd, const float *o1,
     for (int i = lane; i < n; i += 32) {
         float nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
                         : o1[o + i] * s1 * w1[i];
-        st(y + o + i, nsum * siluf_(gate[o + i]));
+        st(y + o + i, nsum * siluf_(ld(gate + o + i)));
     }
 }
 static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *w1, const real *o2,
                                const real *w2, const real *omega, const real *gate, int R, int n) {
     PROF_OP();
-    if (g_bf16) // y feeds only W_o: a matmul input
-        gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>((__nv_bfloat16 *)y, rstd, o1, w1, o2, w2, omega, gate, R, n);
+    if (g_bf16)
+        gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>((__nv_bfloat16 *)y, rstd, o1, w1, o2, w2, omega,
+                                                           (const __nv_bfloat16 *)gate, R, n);
     else gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>(y, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2248,10 +2303,10 @@ static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *
 // One warp per row (rows r = blockIdx.x·8 + warp, strided by the grid). The weight gradients dw1, dw2 are summed
 // in the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
 // [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given R).
-template <class GT>
-__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, float *do2, float *domega, GT *dgate,
+template <class MP> // dgate (W_g's output gradient) and gate in the matmul precision
+__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, float *do2, float *domega, MP *dgate,
         float *part, const float *dy, const float *rstd, const float *o1, const float *w1, const float *o2,
-        const float *w2, const float *omega, const float *gate, int R, int n) {
+        const float *w2, const float *omega, const MP *gate, int R, int n) {
     __shared__ float sh[8][2][GN_MAXN];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float acc1[GN_MAXN / 32], acc2[GN_MAXN / 32];
@@ -2264,9 +2319,9 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, fl
         for (int j = 0; j < GN_MAXN / 32; j++) {
             int i = lane + 32 * j;
             if (i >= n) break;
-            float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0.f;
-            float dn = dy[o + i] * siluf_(gate[o + i]);
-            st(dgate + o + i, ld(dgate + o + i) + dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gate[o + i]));
+            float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0.f, gt = ld(gate + o + i);
+            float dn = dy[o + i] * siluf_(gt);
+            st(dgate + o + i, ld(dgate + o + i) + dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt));
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += n1 * w_1 * dn;
             dot2 += n2 * w_2 * dn;
@@ -2276,7 +2331,7 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, fl
         dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
         dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
         for (int i = lane; i < n; i += 32) {
-            float dn = dy[o + i] * siluf_(gate[o + i]);
+            float dn = dy[o + i] * siluf_(ld(gate + o + i));
             do1[o + i] += s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
             if (o2) do2[o + i] += s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
         }
@@ -2299,9 +2354,9 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
     if (n > GN_MAXN) { fprintf(stderr, "error: gated_norm_backward: rows of %d > %d values\n", n, GN_MAXN); exit(1); }
     int blocks = std::min(CEIL_DIV(R, 8), 132 * 8);
     float *part = colpart((size_t)blocks * 2 * n);
-    if (g_bf16) // dgate feeds only W_g's backward: a matmul gradient
+    if (g_bf16)
         gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, (__nv_bfloat16 *)dgate, part, dy, rstd, o1, w1, o2,
-                                                    w2, omega, gate, R, n);
+                                                    w2, omega, (const __nv_bfloat16 *)gate, R, n);
     else gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, dgate, part, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
     colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw1, part, blocks, n, 2 * n, 0);
@@ -2334,44 +2389,50 @@ __device__ float block_sum(float x, float *sh) {
     for (int i = 0; i < nw; i++) r += sh[i];
     return r;
 }
-__global__ void crossentropy_forward_kernel(float *losses, float *lse, const float *logits, const int *targets, int V, int Vp) {
+// MP: the matmul-precision type of the logits (the head's output) and of their gradient (its backward's dout).
+template <class MP>
+__global__ void crossentropy_forward_kernel(float *losses, float *lse, const MP *logits, const int *targets, int V, int Vp) {
     __shared__ float sh[32];
     size_t bt = blockIdx.x;
-    const float *z = logits + bt * Vp;
+    const MP *z = logits + bt * Vp;
     float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, z[i]);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ld(z + i));
     mx = block_max(mx, sh);
     float s = 0.f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(z[i] - mx);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(ld(z + i) - mx);
     s = block_sum(s, sh);
     if (threadIdx.x == 0) {
         float l = mx + logf(s);
         lse[bt] = l;
-        losses[bt] = l - z[targets[bt]];
+        losses[bt] = l - ld(z + targets[bt]);
     }
 }
 static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
                                  int BT, int V, int Vp) {
     PROF_OP();
-    crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, logits, targets, V, Vp);
+    if (g_bf16) crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, (const __nv_bfloat16 *)logits, targets, V, Vp);
+    else crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, logits, targets, V, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
-// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding.
-__global__ void crossentropy_backward_kernel(float *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
+// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding; in the matmul
+// precision (the head's backward is its only reader), like the logits themselves.
+template <class MP>
+__global__ void crossentropy_backward_kernel(MP *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
     size_t bt = blockIdx.x;
-    float *z = logits + bt * Vp;
+    MP *z = logits + bt * Vp;
     float l = lse[bt];
     int tg = targets[bt];
     for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
-        float d = i < V ? dloss * expf(z[i] - l) : 0.f;
+        float d = i < V ? dloss * expf(ld(z + i) - l) : 0.f;
         if (i == tg) d -= dloss;
-        z[i] = d;
+        st(z + i, d);
     }
 }
 static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
                                   int BT, int V, int Vp) {
     PROF_OP();
-    crossentropy_backward_kernel<<<BT, 1024>>>(logits, lse, targets, dloss, V, Vp);
+    if (g_bf16) crossentropy_backward_kernel<<<BT, 1024>>>((__nv_bfloat16 *)logits, lse, targets, dloss, V, Vp);
+    else crossentropy_backward_kernel<<<BT, 1024>>>(logits, lse, targets, dloss, V, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
 // mean of the per-position losses, in double, in a fixed order (one block)
@@ -2388,13 +2449,17 @@ __global__ void mean_loss_kernel(double *out, const float *losses, int BT) {
     if (threadIdx.x == 0) *out = sh[0] / BT;
 }
 
-__global__ void residual_add_kernel(float *out, const float *a, size_t n) {
+// float4 at a time: n = B·T·D is a multiple of 4 (T % 64 == 0) and the buffers are 256-byte aligned
+__global__ void residual_add_kernel(float4 *out, const float4 *a, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] += a[i];
+    if (i >= n4) return;
+    float4 o = out[i], b = a[i];
+    o.x += b.x; o.y += b.y; o.z += b.z; o.w += b.w;
+    out[i] = o;
 }
 static void residual_add(real *out, const real *a, size_t n) {
     PROF_OP();
-    residual_add_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(out, a, n);
+    residual_add_kernel<<<(unsigned)CEIL_DIV(n / 4, 256), 256>>>((float4 *)out, (const float4 *)a, n / 4);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -2522,13 +2587,12 @@ static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->np
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W);
-    conv_silu_forward(a->qkv, a->conv, a->proj, W, p->conv, B, T, K);
-    conv_silu_forward(a->qkv + (size_t)BT * K, a->conv + (size_t)BT * K, a->proj + K, W, p->conv + K * NATSL_CONV, B, T, K);
-    conv_silu_forward(a->qkv + (size_t)2 * BT * K, a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W,
-                      p->conv + 2 * K * NATSL_CONV, B, T, Vt);
-    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt);
-    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1);
+    conv_silu_forward(a->qkv, a->proj, W, p->conv, B, T, K);
+    conv_silu_forward(a->qkv + (size_t)BT * K, mp_at(a->proj, K), W, p->conv + K * NATSL_CONV, B, T, K);
+    conv_silu_forward(a->qkv + (size_t)2 * BT * K, mp_at(a->proj, 2 * K), W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
+    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qkv, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
@@ -2538,14 +2602,14 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
     l2norm_backward(d->qkv, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
-    conv_silu_backward(d->proj, gp->conv, d->qkv, a->conv, a->proj, W, p->conv, B, T, K);
-    conv_silu_backward(d->proj + K, gp->conv + K * NATSL_CONV, d->qkv + (size_t)BT * K, a->conv + (size_t)BT * K,
-                       a->proj + K, W, p->conv + K * NATSL_CONV, B, T, K);
-    conv_silu_backward(d->proj + 2 * K, gp->conv + 2 * K * NATSL_CONV, d->qkv + (size_t)2 * BT * K,
-                       a->conv + (size_t)2 * BT * K, a->proj + 2 * K, W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    conv_silu_backward(d->proj, gp->conv, d->qkv, a->proj, W, p->conv, B, T, K);
+    conv_silu_backward(mp_at(d->proj, K), gp->conv + K * NATSL_CONV, d->qkv + (size_t)BT * K, mp_at(a->proj, K), W,
+                       p->conv + K * NATSL_CONV, B, T, K);
+    conv_silu_backward(mp_at(d->proj, 2 * K), gp->conv + 2 * K * NATSL_CONV, d->qkv + (size_t)2 * BT * K,
+                       mp_at(a->proj, 2 * K), W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
-    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * W, 0), a->xn, p->wqkv, BT, D, W);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
 }
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
@@ -2558,7 +2622,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
         gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
                        a->g, a->beta, NULL, B, T, H, c->dk, c->dv, a->gdn_ws);
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
-    matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
+    matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -2576,13 +2640,13 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
                                     int ops_kept) {
     int BT = B * T, D = c->D, HA = cfg_HA(c);
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 0);
     rope_forward(a->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);     // q
     rope_forward(a->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D); // k
     if (!ops_kept)
         attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
                           B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
-    matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
+    matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D, 0);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -2613,7 +2677,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K, 0);
     rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K, 0);
     if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
-    matmul_forward(a->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
+    matmul_forward(a->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha, 0);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     if (!ops_kept) { // recompute level 1 kept their outputs
         attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva, 0);
@@ -2621,7 +2685,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
                        B, T, H, c->dk, c->dv, a->gdn_ws);
     }
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
-    matmul_forward(out, a->y, p->wo, BT, Vt, c->D);
+    matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
 }
 // Order differs from train_natsl.c in one place: attention_backward runs BEFORE gdn_op_backward, because
 // it writes (not accumulates) dV and dA[...,0]; gdn_op_backward then accumulates into dV and dA[...,1].
@@ -2664,7 +2728,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept);
     residual_add(a->r, a->res, (size_t)BT * D);
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
-    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
@@ -2683,11 +2747,11 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T, 0);
-        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D);
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0);
         residual_add(out, M->la[l].r, (size_t)BT * D);
     }
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1);
-    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
         mean_loss_kernel<<<1, 1024>>>(M->d_scalar, M->losses, BT);
@@ -2706,7 +2770,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     int BT = B * T, D = c->D;
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
     CUDA_CHECK(cudaMemsetAsync(M->dlnf, 0, (size_t)BT * D * sizeof(real)));
-    matmul_backward(M->dlnf, M->g.head, operand(M->logits, (size_t)BT * c->Vp, 0), M->lnf, M->p.head, BT, D, c->Vp);
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
     rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
@@ -2807,6 +2871,16 @@ static float *to_float32(const real *dev, size_t n) { // device buffer → new h
     CUDA_CHECK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
     return f;
 }
+static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
+    size_t n = nrows * M->cfg.Vp;
+    if (!g_bf16) return to_float32(M->logits + row * M->cfg.Vp, n);
+    __nv_bfloat16 *h = (__nv_bfloat16 *)xcalloc(n, sizeof(__nv_bfloat16));
+    CUDA_CHECK(cudaMemcpy(h, (const __nv_bfloat16 *)M->logits + row * M->cfg.Vp, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+    float *f = (float *)xcalloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
+    free(h);
+    return f;
+}
 static void from_float32(real *dev, const float *f, size_t n) {
     CUDA_CHECK(cudaMemcpy(dev, f, n * sizeof(float), cudaMemcpyHostToDevice));
 }
@@ -2859,8 +2933,7 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
 
 // The GPU backend of the training driver (common/train_main.h: validation, sampling, the -z dump, the loop).
 // fp32: cuBLAS in true fp32 (no TF32), the attention kernels in their fp32-accurate 3xTF32 mode.
-// bf16 (first step of the bf16 path): matmuls on bf16 tensor cores, attention in 1xTF32; storage, the GDN op,
-// norms and AdamW stay fp32.
+// bf16 (the default): bf16 matmuls and bf16 storage of the tensors around them, attention in 1xTF32 (header).
 static double g_prof_step_ms; // NATSL_PROFILE=1: step time summed over the profiled steps
 static int g_prof_steps;
 

@@ -34,7 +34,7 @@ typedef struct {
     real *res;                  // h^l, the block input [BT][D]
     real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
     real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
-    real *conv, *qkv;           // G,N: conv output before / after SiLU, planes Q [BT][K] | K [BT][K] | V [BT][Vt]
+    real *qkv;                  // G,N: silu(conv(proj)), planes Q [BT][K] | K [BT][K] | V [BT][Vt]
     real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
     real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
     real *gdn_out, *state;      // G,N: GDN op output [BT][Vt], committed states [B][H][Nc][dk][dv]
@@ -68,7 +68,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } } while (0)
     TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G); TAKE(rstd1, BT, R);
     if (kind == 'G' || kind == 'N') {
-        TAKE(proj, BT * (2 * K + Vt), R | G); TAKE(conv, BT * (2 * K + Vt), R); TAKE(qkv, BT * (2 * K + Vt), R | G);
+        TAKE(proj, BT * (2 * K + Vt), R | G); TAKE(qkv, BT * (2 * K + Vt), R | G);
         TAKE(gate, BT * Vt, R | G); TAKE(ab, BT * 2 * H, R | G); TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
         TAKE(qk_hat, 2 * BT * K, R | G); TAKE(qk_rho, 2 * BT * H, R);
         TAKE(gdn_out, BT * Vt, OP | G); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);

@@ -60,7 +60,7 @@ static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *
     for (int t = 1; t < n + 1 && t < T; t++) {
         int Tt = ((t + NATSL_CHUNK - 1) / NATSL_CHUNK) * NATSL_CHUNK;
         model_forward(M, ids, NULL, 1, Tt);
-        float *z = to_float32(M->logits + (size_t)(t - 1) * M->cfg.Vp, M->cfg.V);
+        float *z = logits_to_float32(M, t - 1, 1);
         double mx = -1e30, s = 0, u = rng_uniform(rng), cum = 0;
         for (int i = 0; i < M->cfg.V; i++) if (z[i] > mx) mx = z[i];
         for (int i = 0; i < M->cfg.V; i++) s += exp(z[i] - mx);
@@ -101,7 +101,7 @@ static void write_dump(Model *M, DataLoader *train, const char *path, double lr,
     model_forward(M, first, first + BT, B, T);
     float loss = M->mean_loss, loss0 = loss;
     fwrite(&loss, sizeof(float), 1, f);
-    float *z = to_float32(M->logits, BT * c->Vp);
+    float *z = logits_to_float32(M, 0, BT);
     for (size_t r = 0; r < BT; r++) fwrite(z + r * c->Vp, sizeof(float), c->V, f);
     free(z);
     float *router = (float *)xcalloc(2 * nrouter + 1, sizeof(float)); // logits, then decisions

@@ -60,9 +60,9 @@ int main(int argc, char **argv) {
             }
             real *w = M.params + (i == M.ntensors ? (size_t)(M.p.head - M.params) : M.tensors[i].offset);
             real *gw = M.grads + (w - M.params);
-            matmul_forward(y, x, w, (int)BT, C, OC); // warm-up: first touch of the buffers
+            matmul_forward(y, x, w, (int)BT, C, OC, 0); // warm-up: first touch of the buffers
             double t0 = now_s();
-            matmul_forward(y, x, w, (int)BT, C, OC);
+            matmul_forward(y, x, w, (int)BT, C, OC, 0);
             matmul_backward(dx, gw, y, x, w, (int)BT, C, OC);
             tm += now_s() - t0;
         }

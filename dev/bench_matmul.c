@@ -64,7 +64,7 @@ static int check(int BT, int C, int OC) {
             for (int t = 0; t < BT; t++) s += (double)dout[t * OC + o] * inp[t * C + c];
             ref_dw[o * C + c] = s;
         }
-    matmul_forward(out, inp, w, BT, C, OC);
+    matmul_forward(out, inp, w, BT, C, OC, 0);
     matmul_backward(dinp, dw, dout, inp, w, BT, C, OC);
     matmul_backward(NULL, dw2, dout, inp, w, BT, C, OC);  // dinp == NULL: dweight only
     double e1 = rel_err(out, ref_out, (size_t)BT * OC);
@@ -93,7 +93,7 @@ static void bench(int BT, int C, int OC, int reps, double t[2]) {
     for (int pass = 0; pass < 2; pass++) {
         for (int r = -1; r < reps; r++) { // r == -1: warm-up
             double t0 = now_s();
-            if (pass == 0) matmul_forward(out, inp, w, BT, C, OC);
+            if (pass == 0) matmul_forward(out, inp, w, BT, C, OC, 0);
             else matmul_backward(dinp, dw, dout, inp, w, BT, C, OC);
             if (r >= 0) ts[r] = now_s() - t0;
         }
