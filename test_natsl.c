@@ -1215,8 +1215,9 @@ static double dump_worst_tensor(const Dump *a, const Dump *ref, const Config *cf
     }
     return worst;
 }
-// gpu vs cpu (the reference); tolerances from SPEC §8 for the precision
-static void compare_dumps(const char *what, const Dump *g, const Dump *c, const Config *cf, int bf16) {
+// gpu vs cpu (the reference); tolerances from SPEC §8 for the precision. per_tensor: the gradient bar holds for every
+// tensor (else for all gradients together, the worst tensor reported).
+static void compare_dumps(const char *what, const Dump *g, const Dump *c, const Config *cf, int bf16, int per_tensor) {
     double tl = bf16 ? 1e-2 : 1e-5, tg = bf16 ? 3e-2 : 1e-4, ts = bf16 ? 2e-2 : 1e-4, tie = bf16 ? 1e-2 : 1e-5;
     CHECK(g->n == c->n && !memcmp(g->h, c->h, 8 * sizeof(int)), "%s: dump headers/sizes differ", what);
     if (g->n != c->n) return;
@@ -1224,7 +1225,7 @@ static void compare_dumps(const char *what, const Dump *g, const Dump *c, const 
     double dl = fabs(g->x[0] - c->x[0]) / fabs(c->x[0]);
     double dz = normwise(g->x + 1, c->x + 1, p.BT * p.V);
     const char *worst_name;
-    double worst = dump_worst_tensor(g, c, cf, &worst_name);
+    double worst = dump_worst_tensor(g, c, cf, &worst_name), all = normwise(g->x + p.grads, c->x + p.grads, p.np);
     const float *rlc = c->x + p.rlogits, *rdc = c->x + p.rdec, *rdg = g->x + p.rdec;
     int mism = 0, ties = 0;
     for (size_t i = 0; i + 1 < p.nr; i += 2)
@@ -1232,9 +1233,10 @@ static void compare_dumps(const char *what, const Dump *g, const Dump *c, const 
             if (fabs(rlc[i] - rlc[i + 1]) < tie) ties++; else mism++;
         }
     double dsteps = dump_steps_diff(g, c);
-    printf("  %s: loss %.2e, logits %.2e, worst gradient %.2e (%s), routing %d mismatches (+%d near-ties), "
-           "10-step losses %.2e\n", what, dl, dz, worst, worst_name, mism, ties, dsteps);
-    CHECK(worst < tg, "%s: gradient of %s differs by %.2e (normwise)", what, worst_name, worst);
+    printf("  %s: loss %.2e, logits %.2e, gradients %.2e (all tensors), worst tensor %.2e (%s), routing %d mismatches "
+           "(+%d near-ties), 10-step losses %.2e\n", what, dl, dz, all, worst, worst_name, mism, ties, dsteps);
+    if (per_tensor) CHECK(worst < tg, "%s: gradient of %s differs by %.2e (normwise)", what, worst_name, worst);
+    else CHECK(all < tg, "%s: the gradients differ by %.2e (normwise, all tensors)", what, all);
     CHECK(dl < tl, "%s: loss differs by %.2e", what, dl);
     CHECK(dz < tg, "%s: logits differ by %.2e", what, dz);
     CHECK(mism == 0, "%s: %d routing decisions differ", what, mism);
@@ -1277,6 +1279,10 @@ static int gpu_available(char *why, size_t n) {
 }
 // Each precision against the CPU in the same precision (-p bf16 on the CPU rounds the matmul operands as the GPU
 // does), at SPEC §8's tolerances for that precision; then -k 1 against -k 0 on the GPU, and bf16 against fp32.
+// bf16 is compared twice: with the GDN op's block matmuls in fp32 FMA (NATSL_GDN_TF32=0: exactly what the CPU
+// emulates; every gradient tensor within 3e-2), and as trained, with them on the TF32 tensor cores, which the CPU
+// does not emulate (SPEC §8's bf16 bars with the gradient bar over all tensors: TF32's 5e-4 moves the tiny model's
+// two-element, cancellation-prone dt_bias/a_log gradients by up to about 6e-2, as bf16 rounding itself does).
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}};
     for (int r = 0; r < 2; r++) {
@@ -1290,17 +1296,24 @@ static void test_cpu_vs_gpu(void) {
             snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
             snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -z /tmp/natsl_cpu_%s.bin && ./train_natsl_cu %s %s -p %s "
                      "-z /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin && ./train_natsl_cu %s %s "
-                     "-p %s -k 2 -z /tmp/natsl_gpu_k2.bin", args, runs[r][1], prec, prec, args, runs[r][1], prec, args,
-                     runs[r][1], prec, args, runs[r][1], prec);
+                     "-p %s -k 2 -z /tmp/natsl_gpu_k2.bin && NATSL_GDN_TF32=0 ./train_natsl_cu %s %s -p %s -z /tmp/natsl_gpu_fma.bin",
+                     args, runs[r][1], prec, prec, args, runs[r][1], prec, args, runs[r][1], prec, args, runs[r][1], prec, args,
+                     runs[r][1], prec);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
-            Dump c, g, k1, k2, c32;
+            Dump c, g, k1, k2, c32, fma;
             snprintf(cmd, sizeof(cmd), "/tmp/natsl_cpu_%s.bin", prec);
             if (read_dump(cmd, &c) || read_dump("/tmp/natsl_gpu.bin", &g) || read_dump("/tmp/natsl_gpu_k1.bin", &k1) ||
                 read_dump("/tmp/natsl_gpu_k2.bin", &k2)) {
                 CHECK(0, "%s: cannot read the dumps", what);
                 continue;
             }
-            compare_dumps(what, &g, &c, &cf, bf16);
+            if (bf16 && read_dump("/tmp/natsl_gpu_fma.bin", &fma) == 0) {
+                char w2[96];
+                snprintf(w2, sizeof(w2), "%s, GDN op in fp32", what);
+                compare_dumps(w2, &fma, &c, &cf, 1, 1);
+                free(fma.x);
+            } else if (bf16) CHECK(0, "%s: cannot read the NATSL_GDN_TF32=0 dump", what);
+            compare_dumps(what, &g, &c, &cf, bf16, !bf16);
             compare_recompute(what, 1, &k1, &g, bf16);
             compare_recompute(what, 2, &k2, &g, bf16);
             if (bf16 && read_dump("/tmp/natsl_cpu_fp32.bin", &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
@@ -1308,7 +1321,7 @@ static void test_cpu_vs_gpu(void) {
         }
     }
     remove("/tmp/natsl_cpu_fp32.bin"); remove("/tmp/natsl_cpu_bf16.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
-    remove("/tmp/natsl_gpu_k2.bin");
+    remove("/tmp/natsl_gpu_k2.bin"); remove("/tmp/natsl_gpu_fma.bin");
 }
 
 int main(int argc, char **argv) {

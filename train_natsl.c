@@ -282,6 +282,7 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
             h[(size_t)bt * F + i] = to_matmul_precision(silu(row[i]) * row[F + i]); // feeds only W_down
         }
 }
+// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer)
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++)
@@ -289,8 +290,8 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
             const real *row = gu + (size_t)bt * 2 * F;
             real d = dh[(size_t)bt * F + i];
             real *dg = dgu + (size_t)bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
-            dg[i] = to_matmul_precision(dg[i] + d * row[F + i] * dsilu(row[i]));
-            dg[F + i] = to_matmul_precision(dg[F + i] + d * silu(row[i]));
+            dg[i] = to_matmul_precision(d * row[F + i] * dsilu(row[i]));
+            dg[F + i] = to_matmul_precision(d * silu(row[i]));
         }
 }
 
@@ -1078,6 +1079,14 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
 }
 
 // Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
+// Lays out the gradient scratch for one layer of the given kind, the fields the backward pass accumulates into
+// zeroed (the ones their producer writes whole come last and are left as they are: common/layout.h).
+static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T) {
+    size_t acc = layer_acts_layout(d, &M->cfg, kind, B, T, NULL, ACTS_GRADS_ACC);
+    memset(M->dacts, 0, acc * sizeof(real));
+    layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS);
+}
+
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -1091,8 +1100,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         const LayerParams *p = &M->p.layer[l];
         LayerParams *gp = &M->g.layer[l];
         if (M->recompute && l < c->L - 1) block_forward(M, l, B, T, M->recompute == 1); // L−1: still in the scratch
-        memset(M->dacts, 0, M->dacts_size * sizeof(real));
-        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_GRADS);
+        grads_scratch(M, &d, c->pattern[l], B, T);
         matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, 0), a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);

@@ -940,14 +940,15 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     else swiglu_forward_kernel<<<BT, 256>>>(h, gu, F);
     CUDA_CHECK(cudaGetLastError());
 }
+// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer)
 template <class MP> __global__ void swiglu_backward_kernel(MP *dgu, const float *dh, const MP *gu, int F) {
     size_t bt = blockIdx.x;
     const MP *row = gu + bt * 2 * F;
     MP *dg = dgu + bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
     for (int i = threadIdx.x; i < F; i += blockDim.x) {
         float d = dh[bt * F + i], a = ld(row + i), b = ld(row + F + i);
-        st(dg + i, ld(dg + i) + d * b * dsiluf_(a));
-        st(dg + F + i, ld(dg + F + i) + d * siluf_(a));
+        st(dg + i, d * b * dsiluf_(a));
+        st(dg + F + i, d * siluf_(a));
     }
 }
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
@@ -1523,10 +1524,55 @@ template <int W> __device__ __forceinline__ void lds_vec(float (&d)[W], const fl
 // and RN cols: rows are contiguous (tr*RM + r) when A is transposed (so one vector load along i), strided
 // (tr + r*TR) otherwise (vector loads along k); cols contiguous (tc*RN + s) when B is not transposed, strided
 // (tc + s*TC) otherwise. With row strides == 4 (mod 32) (or 20) every shared load is conflict-free.
-// NOTE: the element->thread mapping depends on <M,N,TA,TB>: calls with different TA/TB on the same C need a barrier.
+// TF32 form (bf16 mode, c_gdn_tf32 set; shapes with M ∈ {16, 32, 64, 128}): mma.sync m16n8k8 on operands rounded to
+// tf32, fp32 accumulation. The 8 warps split C into 16-row strips (8/(M/16) warps per strip), each warp owning NW
+// 8-column tiles of its strip: the A fragment is loaded once per k-step and used NW times.
+// NOTE: the element->thread mapping depends on <M,N,TA,TB> (SIMT) or on <M,N> (TF32): calls with different TA/TB on
+// the same C need a barrier.
+__constant__ int c_gdn_tf32; // 1: mm runs on the TF32 tensor cores where the shape allows (gdn_set_tf32)
+template <int M, int N, int K> __host__ __device__ constexpr bool mm_tc_fits() {
+    return M % 16 == 0 && 8 % (M / 16) == 0 && (N / 8) % (8 / (M / 16)) == 0 && N % 8 == 0 && K % 8 == 0;
+}
+template <int M, int N, int K, bool TA, bool TB>
+__device__ __forceinline__ void mm_tc(float *__restrict__ C, int ldc, const float *__restrict__ A, int lda,
+                                      const float *__restrict__ Bm, int ldb, float alpha, float beta, const float *rs) {
+    constexpr int WPS = 8 / (M / 16), NW = N / 8 / WPS; // warps per strip, 8-column tiles per warp
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int i0 = (w / WPS) * 16, j0 = (w % WPS) * NW * 8;
+    auto Aat = [&](int i, int k) { return TA ? A[k * lda + i] : A[i * lda + k]; };
+    auto Bat = [&](int k, int j) { return TB ? Bm[j * ldb + k] : Bm[k * ldb + j]; };
+    float acc[NW][4];
+#pragma unroll
+    for (int n = 0; n < NW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll 2
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        const uint32_t a[4] = {f2tf32(Aat(i0 + g, k0 + t)), f2tf32(Aat(i0 + g + 8, k0 + t)), f2tf32(Aat(i0 + g, k0 + t + 4)),
+                               f2tf32(Aat(i0 + g + 8, k0 + t + 4))};
+#pragma unroll
+        for (int n = 0; n < NW; n++) {
+            const int j = j0 + n * 8 + g;
+            mma_tf32(acc[n], a, f2tf32(Bat(k0 + t, j)), f2tf32(Bat(k0 + t + 4, j)));
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < NW; n++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int i = i0 + g + 8 * hh;
+            const float al = rs ? alpha * rs[i] : alpha;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float *c = &C[i * ldc + j0 + n * 8 + 2 * t + e];
+                *c = (beta == 0.f) ? al * acc[n][2 * hh + e] : fmaf(beta, *c, al * acc[n][2 * hh + e]);
+            }
+        }
+}
 template <int M, int N, int K, bool TA, bool TB>
 __device__ __forceinline__ void mm(float *__restrict__ C, int ldc, const float *__restrict__ A, int lda,
                                    const float *__restrict__ Bm, int ldb, float alpha, float beta, const float *rs = nullptr) {
+    if constexpr (mm_tc_fits<M, N, K>()) {
+        if (c_gdn_tf32) { mm_tc<M, N, K, TA, TB>(C, ldc, A, lda, Bm, ldb, alpha, beta, rs); return; }
+    }
     constexpr int per = (M * N) / GC_NT;
     constexpr int RN = mm_pick_rn(N, per);
     constexpr int RM = per / RN;
@@ -2078,6 +2124,7 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 // ------------------------------------------------------------------------------------------------
 // ---- host side
 static bool supported(int dk, int dv) { return (dk == 32 || dk == 48 || dk == 64 || dk == 128) && dv % GC_BV == 0; }
+static void set_tf32(int on) { CUDA_CHECK(cudaMemcpyToSymbol(c_gdn_tf32, &on, sizeof(int))); }
 
 static size_t ws_floats(int B, int T, int H, int dk, int dv) {
     const size_t BH = (size_t)B * H, BT = BH * T, Nc = T / CH;
@@ -2183,6 +2230,13 @@ static int g_gdn_tokens = -1;
 static int gdn_use_chunked(int dk, int dv) {
     if (g_gdn_tokens < 0) { const char *e = getenv("NATSL_GDN_TOKENS"); g_gdn_tokens = e && atoi(e) != 0; }
     return !g_gdn_tokens && gdnc::supported(dk, dv);
+}
+// on = 1 (bf16 mode): the chunked op's block matmuls run on the TF32 tensor cores (about 5e-4 relative error on
+// the op's outputs and gradients, dev/cuda/gdn/NOTES.md); on = 0 (fp32 mode, the default): fp32 FMA, for the CPU
+// comparison's 1e-5. NATSL_GDN_TF32=0 in the environment keeps fp32 FMA in bf16 mode too (the exact bf16 check).
+static void gdn_set_tf32(int on) {
+    const char *e = getenv("NATSL_GDN_TF32");
+    gdnc::set_tf32(on && !(e && atoi(e) == 0));
 }
 static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv) {
     return gdn_use_chunked(dk, dv) ? gdnc::ws_floats(B, T, H, dk, dv) : gdn_tokens_ws_floats(B, H, dk, dv);
@@ -2764,6 +2818,15 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
 
 // Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
 // Uses the batch that the last model_forward copied to the device.
+// Lays out the gradient scratch for one layer of the given kind, the fields the backward pass accumulates into
+// zeroed (the ones their producer writes whole come last and are left as they are: common/layout.h).
+static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T) {
+    ProfScope prof("memset of the gradient scratch");
+    size_t acc = layer_acts_layout(d, &M->cfg, kind, B, T, NULL, ACTS_GRADS_ACC);
+    CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, acc * sizeof(real)));
+    layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS);
+}
+
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     (void)inputs; (void)targets;
     const Config *c = &M->cfg;
@@ -2778,11 +2841,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         const LayerParams *p = &M->p.layer[l];
         LayerParams *gp = &M->g.layer[l];
         if (M->recompute && l < c->L - 1) block_forward(M, l, B, T, M->recompute == 1); // L−1: still in the scratch
-        {
-            ProfScope prof("memset of the gradient scratch");
-            CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, M->dacts_size * sizeof(real)));
-        }
-        layer_acts_layout(&d, c, c->pattern[l], B, T, M->dacts, ACTS_GRADS);
+        grads_scratch(M, &d, c->pattern[l], B, T);
         matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, 0), a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
@@ -2945,6 +3004,7 @@ static void backend_start(const TrainArgs *a) {
     CUBLAS_CHECK(cublasCreate(&g_cublas));
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
+    gdn_set_tf32(g_bf16);
     g_prof = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
     printf("device: %s, precision: %s\n", prop.name, a->precision);
 }

@@ -53,8 +53,10 @@ typedef struct {
 // h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
 // of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp),
 // which recompute level 1 keeps and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout
-// of its own, holds only the fields whose gradients the backward pass computes (the gradient scratch).
-enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8 };
+// of its own, holds only the fields whose gradients the backward pass computes (the gradient scratch): first those
+// it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer writes
+// whole (the conv's input gradient, SwiGLU's), which need no zeroing.
+enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8, ACTS_GRADS_ACC = 16 };
 
 // Carves the given parts of one layer's activations of the given kind out of base (NULL: only count) and
 // returns their size; fields of other parts are left as they are (a call that includes KEPT, or GRADS, clears
@@ -62,32 +64,37 @@ enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8 
 static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base, int part) {
     size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
     size_t Nc = T / NATSL_CHUNK, off = 0;
-    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS, G = 16; // G: the field has a gradient
-    if (part & (ACTS_KEPT | ACTS_GRADS)) memset(a, 0, sizeof(*a));
-#define TAKE(field, n, cls) do { if (part == ACTS_GRADS ? ((cls) & G) != 0 : (part & (cls)) != 0) { \
-        a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } } while (0)
-    TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G); TAKE(rstd1, BT, R);
-    if (kind == 'G' || kind == 'N') {
-        TAKE(proj, BT * (2 * K + Vt), R | G); TAKE(qkv, BT * (2 * K + Vt), R | G);
-        TAKE(gate, BT * Vt, R | G); TAKE(ab, BT * 2 * H, R | G); TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
-        TAKE(qk_hat, 2 * BT * K, R | G); TAKE(qk_rho, 2 * BT * H, R);
-        TAKE(gdn_out, BT * Vt, OP | G); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
-        TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G);
-    }
-    if (kind == 'N') {
-        TAKE(qka, 2 * BT * K, R | G); TAKE(qka_rstd, 2 * BT * Ha, R);
-        TAKE(att_out, BT * Vt, OP | G); TAKE(lse, (size_t)B * Ha * T, OP);
-        TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G);
-        TAKE(pool, B * Nc * D, KP | G); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
-        TAKE(rmask, B * Nc * 2 * H, KP | G);
-    }
-    if (kind == 'A') {
-        size_t HA = cfg_HA(c);
-        TAKE(proj, BT * 3 * D, R | G); TAKE(att_out, BT * D, OP | G); TAKE(lse, (size_t)B * HA * T, OP);
-    }
-    TAKE(r, BT * D, R); TAKE(xn2, BT * D, R | G); TAKE(rstd2, BT, R);
-    TAKE(gu, BT * 2 * c->F, R | G); TAKE(hmid, BT * c->F, R | G);
+    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS;
+    const int G = 32, WH = 64; // G: the field has a gradient; WH: written whole by its one producer (after G's)
+    const int grads = part == ACTS_GRADS || part == ACTS_GRADS_ACC;
+    if (grads || (part & ACTS_KEPT)) memset(a, 0, sizeof(*a));
+    for (int pass = 0; pass < (part == ACTS_GRADS ? 2 : 1); pass++) {
+#define TAKE(field, n, cls) do { \
+        if (grads ? ((cls) & G) && ((cls) & WH ? pass == 1 : pass == 0) : (part & (cls)) != 0) { \
+            a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } } while (0)
+        TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G); TAKE(rstd1, BT, R);
+        if (kind == 'G' || kind == 'N') {
+            TAKE(proj, BT * (2 * K + Vt), R | G | WH); TAKE(qkv, BT * (2 * K + Vt), R | G);
+            TAKE(gate, BT * Vt, R | G); TAKE(ab, BT * 2 * H, R | G); TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
+            TAKE(qk_hat, 2 * BT * K, R | G); TAKE(qk_rho, 2 * BT * H, R);
+            TAKE(gdn_out, BT * Vt, OP | G); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
+            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G);
+        }
+        if (kind == 'N') {
+            TAKE(qka, 2 * BT * K, R | G); TAKE(qka_rstd, 2 * BT * Ha, R);
+            TAKE(att_out, BT * Vt, OP | G); TAKE(lse, (size_t)B * Ha * T, OP);
+            TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G);
+            TAKE(pool, B * Nc * D, KP | G); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
+            TAKE(rmask, B * Nc * 2 * H, KP | G);
+        }
+        if (kind == 'A') {
+            size_t HA = cfg_HA(c);
+            TAKE(proj, BT * 3 * D, R | G); TAKE(att_out, BT * D, OP | G); TAKE(lse, (size_t)B * HA * T, OP);
+        }
+        TAKE(r, BT * D, R); TAKE(xn2, BT * D, R | G); TAKE(rstd2, BT, R);
+        TAKE(gu, BT * 2 * c->F, R | G | WH); TAKE(hmid, BT * c->F, R | G);
 #undef TAKE
+    }
     return off;
 }
 

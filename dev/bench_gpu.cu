@@ -44,6 +44,7 @@ static void set_precision(int bf16) {
     g_bf16 = bf16;
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
+    gdn_set_tf32(g_bf16);
 }
 
 static int make_config(Config *c, const char *preset, const char *pattern, int V) {
@@ -170,8 +171,7 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
         else natsl_layer_forward(&c, a, p, a->r, B, T, 0, 0);
         CUDA_CHECK(cudaEventRecord(e1));
         LayerActs d;
-        CUDA_CHECK(cudaMemsetAsync(M.dacts, 0, M.dacts_size * sizeof(real)));
-        layer_acts_layout(&d, &c, kind, B, T, M.dacts, ACTS_GRADS);
+        grads_scratch(&M, &d, kind, B, T);
         if (kind == 'G') gdn_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else if (kind == 'A') attention_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else natsl_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T, 0);

@@ -3,7 +3,7 @@
 # machine, e.g. through the device tool); logs go to $OUT (default /tmp/natsl_out).
 #   bash dev/cuda/run_device.sh [test] [gdn] [att] [layer] [step] [prof]   (no argument: all but prof)
 #   test : make test (CPU tests + test_natsl's CPU-vs-GPU comparison, fp32 and bf16, GNGN and GNA at T=256)
-#   gdn  : dev/cuda/gdn/gdn_chunk (chunked GDN op vs a double oracle, then its timing at the 340M size)
+#   gdn  : dev/cuda/gdn/gdn_chunk (chunked GDN op vs a double oracle, then its timing at the 340M size; fp32 and TF32)
 #   att  : dev/cuda/attention/masked_attention check (attention kernels vs a double oracle)
 #   layer: ./bench_gpu layer (one mixer layer, fwd+bwd, T = 4096 / 16384 / 32768)
 #   step : ./bench_gpu step $STEP_ARGS (full 340m training steps, V=32000, B=8 T=4096 or the largest B that fits;
@@ -26,7 +26,7 @@ has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention
 wait
 echo "build: $(( $(date +%s) - t0 )) s"; tail -3 $O/build.log; cat $O/build_bench.log
 if has test; then timeout 240 make test > $O/test.log 2>&1; echo "make test rc=$?"; grep -iE "pass|fail|gpu|error" $O/test.log | tail -25; fi
-if has gdn; then timeout 60 /tmp/gdn_chunk > $O/gdn.log 2>&1; echo "gdn_chunk rc=$?"; cat $O/gdn.log; fi
+if has gdn; then timeout 150 /tmp/gdn_chunk > $O/gdn.log 2>&1; echo "gdn_chunk rc=$?"; cat $O/gdn.log; fi
 if has att; then timeout 60 /tmp/masked_attention check > $O/att.log 2>&1; echo "masked_attention rc=$?"; grep -E "PASS|FAIL|CORRECT" $O/att.log | tail -12; fi
 if has layer; then timeout 150 ./bench_gpu layer > $O/bench_layer.log 2>&1; echo "bench layer rc=$?"; grep -E "RESULT|device|error" $O/bench_layer.log; fi
 if has prof; then timeout 150 env NATSL_PROFILE=1 ./train_natsl_cu -e 340m -b 4 -t 4096 -x 4 -v 0 -s 0 -u 1 $PROF_ARGS \
