@@ -754,8 +754,9 @@ static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *
         }
     }
 }
-// with dn = dy ⊙ silu(gate): dgate += dy ⊙ n ⊙ silu'(gate), dω_k += dn·RMSNorm_k, and each input's
-// RMSNorm backward with dy_k = ω_k dn (§5.6: the Triton kernel computes exactly this).
+// with dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's
+// RMSNorm backward with dy_k = ω_k dn (§5.6: the Triton kernel computes exactly this). do1, do2, dω and dgate are
+// written (the gated norm is their only producer); the weight gradients accumulate.
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
                                 const real *dy, const real *rstd, const real *o1, const real *w1,
                                 const real *o2, const real *w2, const real *omega, const real *gate, int R, int n) {
@@ -767,7 +768,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         for (int i = 0; i < n; i++) {
             real n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0;
             real dn = dy[o + i] * silu(gate[o + i]);
-            dgate[o + i] = to_matmul_precision(dgate[o + i] + dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]));
+            dgate[o + i] = to_matmul_precision(dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]));
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += o1[o + i] * s1 * w1[i] * w_1 * dn;
             if (o2) dot2 += o2[o + i] * s2 * w2[i] * w_2 * dn;
@@ -775,10 +776,10 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         dot1 /= n; dot2 /= n;
         for (int i = 0; i < n; i++) {
             real dn = dy[o + i] * silu(gate[o + i]);
-            do1[o + i] += s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
-            if (o2) do2[o + i] += s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
+            do1[o + i] = s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
+            if (o2) do2[o + i] = s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
         }
-        if (o2) { domega[2 * r] += dom1; domega[2 * r + 1] += dom2; }
+        if (o2) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
     }
     #pragma omp parallel for
     for (int i = 0; i < n; i++) { // weight gradients, one column per thread (fixed order)

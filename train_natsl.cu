@@ -960,36 +960,44 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
-// stored: the backward pass recomputes it from the window of x it reads anyway.
+// stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
+// (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order with the window x_{t−3..t} in
+// registers (each x read once), and form pre_t in the same order.
+#define CONV_TILE 32
+static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "the conv kernels assume 4 taps and whole tiles");
 template <class MP> // x: the projection, a matmul output in the matmul precision
-__global__ void conv_silu_forward_kernel(float *y, const MP *x, int ldx, const float *w, int T, int n) {
-    size_t bt = blockIdx.x; // one block per token row
-    int t = (int)(bt % T);
-    for (int ch = threadIdx.x; ch < n; ch += blockDim.x) {
-        float s = 0.f;
-        for (int i = 0; i < NATSL_CONV; i++) {
-            int tau = t - (NATSL_CONV - 1) + i;
-            if (tau >= 0) s += w[ch * NATSL_CONV + i] * ld(x + (bt - t + tau) * ldx + ch);
-        }
-        y[bt * n + ch] = siluf_(s);
+__global__ void conv_silu_forward_kernel(float *__restrict__ y, const MP *__restrict__ x, int ldx,
+                                         const float *__restrict__ w, int T, int n) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
+    if (ch >= n) return;
+    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE;
+    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
+    float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
+    auto X = [&](int t) { return t >= 0 ? ld(x + (row0 + t) * ldx + ch) : 0.f; };
+    float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);
+#pragma unroll 8
+    for (int t = t0; t < t0 + CONV_TILE; t++) {
+        float x3 = X(t), pre = 0.f;
+        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
+        y[(row0 + t) * n + ch] = siluf_(pre);
+        x0 = x1; x1 = x2; x2 = x3;
     }
 }
 static void conv_silu_forward(real *y, const real *x, int ldx, const real *w, int B, int T, int n) {
     PROF_OP();
-    if (g_bf16) conv_silu_forward_kernel<<<B * T, 256>>>(y, (const __nv_bfloat16 *)x, ldx, w, T, n);
-    else conv_silu_forward_kernel<<<B * T, 256>>>(y, x, ldx, w, T, n);
+    dim3 grid(CEIL_DIV(n, 128), B * (T / CONV_TILE));
+    if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>(y, (const __nv_bfloat16 *)x, ldx, w, T, n);
+    else conv_silu_forward_kernel<<<grid, 128>>>(y, x, ldx, w, T, n);
     CUDA_CHECK(cudaGetLastError());
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
 // dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
-// One thread per (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order with a
-// sliding window of x: pre_t is recomputed from it, dpre_t is added to the four dx_τ it feeds (kept in registers
-// until complete, then stored once) and to dw. dw's per-tile partial sums are then added in a fixed order
-// (bitwise reproducible).
-#define CONV_TILE 32
+// Per thread as in the forward: pre_t is recomputed from the window, dpre_t is added to the four dx_τ it feeds
+// (kept in registers until complete, then stored once) and to dw. dw's per-tile partial sums are then added in a
+// fixed order (bitwise reproducible).
 template <class MP> // dx and x in the matmul precision
-__global__ void conv_silu_backward_kernel(MP *dx, float *dw_part, const float *dy, const MP *x, int ldx,
-                                          const float *w, int B, int T, int n) {
+__global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict__ dw_part, const float *__restrict__ dy,
+                                          const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int n) {
     int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
     if (ch >= n) return;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
@@ -1000,6 +1008,7 @@ __global__ void conv_silu_backward_kernel(MP *dx, float *dw_part, const float *d
     float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);     // the window x_{t−3..t−1}
     float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;             // pending dx_{t−3..t}
     float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;             // dw[ch][0..3] over this tile
+#pragma unroll 4
     for (int t = t0; t < t_end; t++) {
         float x3 = X(t), pre = 0.f;
         pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
@@ -1021,12 +1030,11 @@ __global__ void conv_silu_backward_kernel(MP *dx, float *dw_part, const float *d
 static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, const real *w,
                                int B, int T, int n) {
     PROF_OP();
-    static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "conv_silu_backward_kernel assumes 4 taps");
     int tiles = B * (T / CONV_TILE);
     float *part = colpart((size_t)tiles * n * NATSL_CONV);
     dim3 grid(CEIL_DIV(n, 128), tiles);
-    if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx, part, dy, (const __nv_bfloat16 *)x, ldx, w, B, T, n);
-    else conv_silu_backward_kernel<<<grid, 128>>>(dx, part, dy, x, ldx, w, B, T, n);
+    if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx, part, dy, (const __nv_bfloat16 *)x, ldx, w, T, n);
+    else conv_silu_backward_kernel<<<grid, 128>>>(dx, part, dy, x, ldx, w, T, n);
     CUDA_CHECK(cudaGetLastError());
     colsum_finish_kernel<<<CEIL_DIV(n * NATSL_CONV, 256), 256>>>(dw, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
     CUDA_CHECK(cudaGetLastError());
@@ -2351,8 +2359,9 @@ static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *
     else gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>(y, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
 }
-// with dn = dy ⊙ silu(gate): dgate += dy ⊙ n ⊙ silu'(gate), dω_k += dn·RMSNorm_k, and each input's
-// RMSNorm backward with dy_k = ω_k dn (§5.6).
+// with dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's
+// RMSNorm backward with dy_k = ω_k dn (§5.6). do1, do2, dω and dgate are written (the gated norm is their only
+// producer); the weight gradients accumulate.
 #define GN_MAXN 384 // widest row gated_norm_backward_kernel takes (d_v of the presets: 96, 256, 384; d_va: 48, 128)
 // One warp per row (rows r = blockIdx.x·8 + warp, strided by the grid). The weight gradients dw1, dw2 are summed
 // in the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
@@ -2375,7 +2384,7 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, fl
             if (i >= n) break;
             float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0.f, gt = ld(gate + o + i);
             float dn = dy[o + i] * siluf_(gt);
-            st(dgate + o + i, ld(dgate + o + i) + dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt));
+            st(dgate + o + i, dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt));
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += n1 * w_1 * dn;
             dot2 += n2 * w_2 * dn;
@@ -2386,10 +2395,10 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, fl
         dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
         for (int i = lane; i < n; i += 32) {
             float dn = dy[o + i] * siluf_(ld(gate + o + i));
-            do1[o + i] += s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
-            if (o2) do2[o + i] += s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
+            do1[o + i] = s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
+            if (o2) do2[o + i] = s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
         }
-        if (o2 && lane == 0) { domega[2 * r] += dom1; domega[2 * r + 1] += dom2; }
+        if (o2 && lane == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
     }
 #pragma unroll
     for (int j = 0; j < GN_MAXN / 32; j++)

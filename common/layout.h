@@ -55,7 +55,7 @@ typedef struct {
 // which recompute level 1 keeps and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout
 // of its own, holds only the fields whose gradients the backward pass computes (the gradient scratch): first those
 // it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer writes
-// whole (the conv's input gradient, SwiGLU's), which need no zeroing.
+// whole (the conv's and SwiGLU's input gradients, the gated norm's), which need no zeroing.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8, ACTS_GRADS_ACC = 16 };
 
 // Carves the given parts of one layer's activations of the given kind out of base (NULL: only count) and
@@ -75,15 +75,15 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH); TAKE(qkv, BT * (2 * K + Vt), R | G);
-            TAKE(gate, BT * Vt, R | G); TAKE(ab, BT * 2 * H, R | G); TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
+            TAKE(gate, BT * Vt, R | G | WH); TAKE(ab, BT * 2 * H, R | G); TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
             TAKE(qk_hat, 2 * BT * K, R | G); TAKE(qk_rho, 2 * BT * H, R);
-            TAKE(gdn_out, BT * Vt, OP | G); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
+            TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
             TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G);
         }
         if (kind == 'N') {
             TAKE(qka, 2 * BT * K, R | G); TAKE(qka_rstd, 2 * BT * Ha, R);
-            TAKE(att_out, BT * Vt, OP | G); TAKE(lse, (size_t)B * Ha * T, OP);
-            TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G);
+            TAKE(att_out, BT * Vt, OP | G | WH); TAKE(lse, (size_t)B * Ha * T, OP);
+            TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G | WH);
             TAKE(pool, B * Nc * D, KP | G); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
             TAKE(rmask, B * Nc * 2 * H, KP | G);
         }
