@@ -76,6 +76,11 @@ __device__ __forceinline__ float ld(const float *p) { return *p; }
 __device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ void st(float *p, float v) { *p = v; }
 __device__ __forceinline__ void st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+// pairs of adjacent values (p 4-byte aligned for bf16, 8-byte for fp32)
+__device__ __forceinline__ float2 ld2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
+__device__ __forceinline__ float2 ld2(const __nv_bfloat16 *p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p)); }
+__device__ __forceinline__ void st2(float *p, float a, float b) { *reinterpret_cast<float2 *>(p) = make_float2(a, b); }
+__device__ __forceinline__ void st2(__nv_bfloat16 *p, float a, float b) { *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -832,7 +837,9 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout, const r
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
 // Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row, the row held in
-// registers: lane owns values lane + 32j, j < NJ (rows_dispatch picks the smallest NJ with 32·NJ ≥ n).
+// registers: NJ values per lane (rows_dispatch picks the smallest NJ with 32·NJ ≥ n). Value j of a lane is
+// column row_col: lane + 32j, or with V4 (n % 128 == 0, 16-byte aligned rows) runs of four, 128·(j/4) + 4·lane + j%4,
+// so that each lane moves float4s.
 template <class F> static void rows_dispatch(const char *who, int n, F launch) {
     if (n <= 32) launch(std::integral_constant<int, 1>());
     else if (n <= 64) launch(std::integral_constant<int, 2>());
@@ -845,20 +852,38 @@ template <class F> static void rows_dispatch(const char *who, int n, F launch) {
     else { fprintf(stderr, "error: %s: rows of %d > 2048 values\n", who, n); exit(1); }
     CUDA_CHECK(cudaGetLastError());
 }
-template <int NJ, class OutT>
-__global__ void __launch_bounds__(256) rmsnorm_forward_kernel(OutT *y, float *rstd, const float *x, const float *w,
-                                                              int N, int nh, int n, int ldx, int ldy) {
+template <bool V4> __device__ __forceinline__ int row_col(int lane, int j) {
+    return V4 ? (j >> 2) * 128 + 4 * lane + (j & 3) : lane + 32 * j;
+}
+template <int NJ, bool V4> __device__ __forceinline__ void row_load(float (&v)[NJ], const float *p, int lane, int n) {
+#pragma unroll
+    for (int j = 0; j < NJ; j += V4 ? 4 : 1) {
+        const int i = row_col<V4>(lane, j);
+        if constexpr (V4) {
+            const float4 t = i < n ? *reinterpret_cast<const float4 *>(p + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            v[j] = t.x; v[j + 1] = t.y; v[j + 2] = t.z; v[j + 3] = t.w;
+        } else v[j] = i < n ? p[i] : 0.f;
+    }
+}
+// V4 where the shape allows it
+template <int NJ> static bool row_v4(int n, const void *x, int ldx, const void *y, int ldy) {
+    return NJ % 4 == 0 && n % 128 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
+}
+template <int NJ, bool V4, class OutT>
+__global__ void __launch_bounds__(256) rmsnorm_forward_kernel(OutT *__restrict__ y, float *__restrict__ rstd,
+        const float *__restrict__ x, const float *__restrict__ w, int N, int nh, int n, int ldx, int ldy) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= N * nh) return;
     const float *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
     OutT *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
     float xv[NJ], ss = 0.f;
+    row_load<NJ, V4>(xv, xr, lane, n);
 #pragma unroll
-    for (int j = 0; j < NJ; j++) { int i = lane + 32 * j; xv[j] = i < n ? xr[i] : 0.f; ss += xv[j] * xv[j]; }
+    for (int j = 0; j < NJ; j++) ss += xv[j] * xv[j];
     ss = warp_sum(ss);
     float s = 1.f / sqrtf(ss / n + NATSL_EPS);
 #pragma unroll
-    for (int j = 0; j < NJ; j++) if (lane + 32 * j < n) st(yr + lane + 32 * j, xv[j] * s * w[lane + 32 * j]);
+    for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) st(yr + i, xv[j] * s * w[i]); }
     if (lane == 0) rstd[r] = s;
 }
 // matmul_input: y only feeds matmuls (and the router's pool): stored in the matmul precision
@@ -867,18 +892,24 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
     PROF_OP();
     rows_dispatch(__func__, n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
-        if (matmul_input && g_bf16)
-            rmsnorm_forward_kernel<NJ><<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rstd, x, w, N, nh, n, ldx, ldy);
-        else rmsnorm_forward_kernel<NJ><<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
+        auto go = [&](auto v4) {
+            constexpr bool V4 = decltype(v4)::value;
+            if (matmul_input && g_bf16)
+                rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rstd, x, w, N, nh, n, ldx, ldy);
+            else rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
+        };
+        if (row_v4<NJ>(n, x, ldx, y, ldy)) go(std::true_type());
+        else go(std::false_type());
     });
 }
 // dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
 // Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
 // a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
 // reproducible for a given grid).
-template <int NJ>
-__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *dx, float *part, const float *dy, const float *x,
-        const float *w, const float *rstd, int N, int nh, int n, int ldx, int ldy) {
+template <int NJ, bool V4>
+__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict__ dx, float *__restrict__ part,
+        const float *__restrict__ dy, const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ rstd,
+        int N, int nh, int n, int ldx, int ldy) {
     __shared__ float sh[32 * NJ];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float acc[NJ];
@@ -886,11 +917,13 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *dx, float 
     for (int j = 0; j < NJ; j++) acc[j] = 0.f;
     for (int r = blockIdx.x * 8 + warp; r < N * nh; r += gridDim.x * 8) {
         size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
-        float s = rstd[r], dot = 0.f, xv[NJ], dyv[NJ];
+        float s = rstd[r], dot = 0.f, xv[NJ], dyv[NJ], dxv[NJ];
+        row_load<NJ, V4>(xv, x + ox, lane, n);
+        row_load<NJ, V4>(dyv, dy + oy, lane, n);
+        row_load<NJ, V4>(dxv, dx + ox, lane, n);
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-            int i = lane + 32 * j;
-            xv[j] = i < n ? x[ox + i] : 0.f; dyv[j] = i < n ? dy[oy + i] : 0.f;
+            const int i = row_col<V4>(lane, j);
             float wi = i < n ? w[i] : 0.f;
             dot += xv[j] * s * wi * dyv[j];
             acc[j] += dyv[j] * xv[j] * s;
@@ -898,8 +931,8 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *dx, float 
         dot = warp_sum(dot) / n;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-            int i = lane + 32 * j;
-            if (i < n) dx[ox + i] += s * (w[i] * dyv[j] - xv[j] * s * dot);
+            const int i = row_col<V4>(lane, j);
+            if (i < n) dx[ox + i] = dxv[j] + s * (w[i] * dyv[j] - xv[j] * s * dot);
         }
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 0.f;
@@ -907,7 +940,7 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *dx, float 
         __syncthreads();
         if (warp == k)
 #pragma unroll
-            for (int j = 0; j < NJ; j++) if (lane + 32 * j < n) sh[lane + 32 * j] += acc[j];
+            for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) sh[i] += acc[j]; }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) part[(size_t)blockIdx.x * n + i] = sh[i];
@@ -917,22 +950,30 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
     PROF_OP();
     rows_dispatch(__func__, n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
-        int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_backward_kernel<NJ>, 256, 0));
-        blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
-        float *part = colpart((size_t)blocks * n);
-        rmsnorm_backward_kernel<NJ><<<blocks, 256>>>(dx, part, dy, x, w, rstd, N, nh, n, ldx, ldy);
-        CUDA_CHECK(cudaGetLastError());
-        colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, blocks, n, n, 0);
+        auto go = [&](auto v4) {
+            constexpr bool V4 = decltype(v4)::value;
+            int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_backward_kernel<NJ, V4>, 256, 0));
+            blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
+            float *part = colpart((size_t)blocks * n);
+            rmsnorm_backward_kernel<NJ, V4><<<blocks, 256>>>(dx, part, dy, x, w, rstd, N, nh, n, ldx, ldy);
+            CUDA_CHECK(cudaGetLastError());
+            colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, blocks, n, n, 0);
+        };
+        if (row_v4<NJ>(n, x, ldx, dy, ldy) && (uintptr_t)dx % 16 == 0) go(std::true_type());
+        else go(std::false_type());
     });
 }
 
 // ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
-// One block per token row (the elementwise kernels below index rows by block: no 64-bit divisions).
+// One block per token row (no 64-bit divisions per element), two adjacent values per thread (F is a multiple of 256).
 // MP: the matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
-template <class MP> __global__ void swiglu_forward_kernel(MP *h, const MP *gu, int F) {
+template <class MP> __global__ void swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu, int F) {
     const MP *row = gu + (size_t)blockIdx.x * 2 * F;
-    for (int i = threadIdx.x; i < F; i += blockDim.x) st(h + (size_t)blockIdx.x * F + i, siluf_(ld(row + i)) * ld(row + F + i));
+    for (int i = 2 * threadIdx.x; i < F; i += 2 * blockDim.x) {
+        float2 a = ld2(row + i), b = ld2(row + F + i);
+        st2(h + (size_t)blockIdx.x * F + i, siluf_(a.x) * b.x, siluf_(a.y) * b.y);
+    }
 }
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     PROF_OP();
@@ -941,14 +982,15 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     CUDA_CHECK(cudaGetLastError());
 }
 // dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer)
-template <class MP> __global__ void swiglu_backward_kernel(MP *dgu, const float *dh, const MP *gu, int F) {
+template <class MP>
+__global__ void swiglu_backward_kernel(MP *__restrict__ dgu, const float *__restrict__ dh, const MP *__restrict__ gu, int F) {
     size_t bt = blockIdx.x;
     const MP *row = gu + bt * 2 * F;
     MP *dg = dgu + bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
-    for (int i = threadIdx.x; i < F; i += blockDim.x) {
-        float d = dh[bt * F + i], a = ld(row + i), b = ld(row + F + i);
-        st(dg + i, d * b * dsiluf_(a));
-        st(dg + F + i, d * siluf_(a));
+    for (int i = 2 * threadIdx.x; i < F; i += 2 * blockDim.x) {
+        float2 d = ld2(dh + bt * F + i), a = ld2(row + i), b = ld2(row + F + i);
+        st2(dg + i, d.x * b.x * dsiluf_(a.x), d.y * b.y * dsiluf_(a.y));
+        st2(dg + F + i, d.x * siluf_(a.x), d.y * siluf_(a.y));
     }
 }
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
