@@ -1762,52 +1762,53 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
 template <int DK> constexpr size_t prep_smem() { return sizeof(float) * (2 * CH * (DK + GC_PADK) + 2 * CH * GC_L64 + 3 * CH); }
 
 // ------------------------------------------------------------------------------------------------
-// K2 forward state recurrence over chunks (sequential), one block per (value tile, h, b).
+// K2 forward state recurrence over chunks (sequential), one block per (value tile of BV columns, h, b).
 // Writes state[c] (committed state before chunk c) and Vn (over U). Loads of the next chunk overlap compute.
-template <int DK>
+template <int DK, int BV>
 __global__ void __launch_bounds__(GC_NT) fwd_state_kernel(GA a) {
+    constexpr int LBV = BV + 4;
     constexpr int LDK = DK + GC_PADK;
     extern __shared__ __align__(128) float sm[];
-    float *Ss = sm, *Ws = Ss + DK * GC_LBV, *Ks = Ws + CH * LDK, *Ub0 = Ks + CH * LDK, *Gs = Ub0 + 2 * CH * GC_LBV;
-    const int v0 = blockIdx.x * GC_BV, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+    float *Ss = sm, *Ws = Ss + DK * LBV, *Ks = Ws + CH * LDK, *Ub0 = Ks + CH * LDK, *Gs = Ub0 + 2 * CH * LBV;
+    const int v0 = blockIdx.x * BV, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
     const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * H + h;
-    for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) Ss[(idx / GC_BV) * GC_LBV + idx % GC_BV] = 0.f;
+    for (int idx = tid; idx < DK * BV; idx += GC_NT) Ss[(idx / BV) * LBV + idx % BV] = 0.f;
     // prologue: W_0, U_0
     ld_tile<CH, DK>(Ws, LDK, a.W + (bh * T) * DK, DK, true);
-    ld_tile<CH, GC_BV>(Ub0, GC_LBV, a.U + (bh * T) * dv + v0, dv, true);
+    ld_tile<CH, BV>(Ub0, LBV, a.U + (bh * T) * dv + v0, dv, true);
     cpa_commit();
     float mv_next = mval_of(a, b, 0, h);
     for (int c = 0; c < Nc; c++) {
         const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = bh * T + (size_t)c * CH;
-        float *Ub = Ub0 + (c & 1) * CH * GC_LBV;
+        float *Ub = Ub0 + (c & 1) * CH * LBV;
         const float mv = mv_next;
         if (c + 1 < Nc) mv_next = mval_of(a, b, c + 1, h);
         ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
         ld_tile<1, CH>(Gs, CH, a.Gc + wrow0, CH, true);
         cpa_commit();
         float *st = a.state + (bh * Nc + c) * DK * dv;
-        for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) { const int d = idx / GC_BV, j = idx % GC_BV; st[(size_t)d * dv + v0 + j] = Ss[d * GC_LBV + j]; }
+        for (int idx = tid; idx < DK * BV; idx += GC_NT) { const int d = idx / BV, j = idx % BV; st[(size_t)d * dv + v0 + j] = Ss[d * LBV + j]; }
         cpa_wait<1>();
         __syncthreads();
-        mm<CH, GC_BV, DK, false, false>(Ub, GC_LBV, Ws, LDK, Ss, GC_LBV, -1.f, 1.f);  // Vn = U - W S
+        mm<CH, BV, DK, false, false>(Ub, LBV, Ws, LDK, Ss, LBV, -1.f, 1.f);  // Vn = U - W S
         __syncthreads();
         if (c + 1 < Nc) {
             ld_tile<CH, DK>(Ws, LDK, a.W + (wrow0 + CH) * DK, DK, true);
-            ld_tile<CH, GC_BV>(Ub0 + ((c + 1) & 1) * CH * GC_LBV, GC_LBV, a.U + (wrow0 + CH) * dv + v0, dv, true);
+            ld_tile<CH, BV>(Ub0 + ((c + 1) & 1) * CH * LBV, LBV, a.U + (wrow0 + CH) * dv + v0, dv, true);
             cpa_commit();
         }
-        for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) { const int i = idx / GC_BV, j = idx % GC_BV; a.U[(wrow0 + i) * dv + v0 + j] = Ub[i * GC_LBV + j]; }
+        for (int idx = tid; idx < CH * BV; idx += GC_NT) { const int i = idx / BV, j = idx % BV; a.U[(wrow0 + i) * dv + v0 + j] = Ub[i * LBV + j]; }
         if (c + 1 < Nc) cpa_wait<1>(); else cpa_wait<0>();
         __syncthreads();
         const float GL = Gs[CH - 1];
         for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= mv * expf(GL - Gs[i]); }
         __syncthreads();
-        mm<DK, GC_BV, CH, true, false>(Ss, GC_LBV, Ks, LDK, Ub, GC_LBV, 1.f, expf(GL));  // S = gam_L S + m K^T diag(lam) Vn
+        mm<DK, BV, CH, true, false>(Ss, LBV, Ks, LDK, Ub, LBV, 1.f, expf(GL));  // S = gam_L S + m K^T diag(lam) Vn
         __syncthreads();
     }
 }
-template <int DK> constexpr size_t fwd_state_smem() { return sizeof(float) * (DK * GC_LBV + 2 * CH * (DK + GC_PADK) + 2 * CH * GC_LBV + CH); }
+template <int DK, int BV> constexpr size_t fwd_state_smem() { return sizeof(float) * (DK * (BV + 4) + 2 * CH * (DK + GC_PADK) + 2 * CH * (BV + 4) + CH); }
 
 // ------------------------------------------------------------------------------------------------
 // K3 forward output, grid (dv/GC_BV, Nc, B*H):  O = s diag(gam) Q S0 + s Pm Vn
@@ -1895,27 +1896,28 @@ __global__ void __launch_bounds__(GC_NT) bwd_rhs_kernel(GA a) {
 template <int DK> constexpr size_t bwd_rhs_smem() { return sizeof(float) * (CH * (DK + GC_PADK) + CH * GC_LBV + DK * GC_LBV + CH); }
 
 // ------------------------------------------------------------------------------------------------
-// B2 backward state recurrence (reverse, sequential), grid (dv/GC_BV, H, B).
+// B2 backward state recurrence (reverse, sequential), grid (dv/BV, H, B).
 //   dstate[c] = dS^end_c;  dVn += m diag(lam) K dS;  dS <- gam_L dS - W^T dVn + R_c
 // Prefetch: K_{c-1}, G_{c-1}, dVn_{c-1} issued after mm1 of c; W_{c-1} after mm2 of c; R_c prefetched to L2
 // after mm1, added after mm2.
-template <int DK>
+template <int DK, int BV>
 __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
+    constexpr int LBV = BV + 4;
     constexpr int LDK = DK + GC_PADK;
-    constexpr int EPT = DK * GC_BV / GC_NT;  // elements of the dS tile per thread (elementwise mapping)
-    static_assert((DK * GC_BV) % GC_NT == 0, "EPT");
+    constexpr int EPT = DK * BV / GC_NT;  // elements of the dS tile per thread (elementwise mapping)
+    static_assert((DK * BV) % GC_NT == 0, "EPT");
     extern __shared__ __align__(128) float sm[];
-    float *dSs = sm, *Ks = dSs + DK * GC_LBV, *Ws = Ks + CH * LDK, *dV0 = Ws + CH * LDK, *G0 = dV0 + 2 * CH * GC_LBV;
-    const int v0 = blockIdx.x * GC_BV, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+    float *dSs = sm, *Ks = dSs + DK * LBV, *Ws = Ks + CH * LDK, *dV0 = Ws + CH * LDK, *G0 = dV0 + 2 * CH * LBV;
+    const int v0 = blockIdx.x * BV, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
     const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * H + h;
-    for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) dSs[(idx / GC_BV) * GC_LBV + idx % GC_BV] = 0.f;
+    for (int idx = tid; idx < DK * BV; idx += GC_NT) dSs[(idx / BV) * LBV + idx % BV] = 0.f;
     auto issue_k = [&](int c) {
         const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = bh * T + (size_t)c * CH;
         ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
         ld_tile<1, CH>(G0 + (c & 1) * CH, CH, a.Gc + wrow0, CH, true);
         cpa_commit();
-        ld_tile<CH, GC_BV>(dV0 + (c & 1) * CH * GC_LBV, GC_LBV, a.dVn + wrow0 * dv + v0, dv, true);
+        ld_tile<CH, BV>(dV0 + (c & 1) * CH * LBV, LBV, a.dVn + wrow0 * dv + v0, dv, true);
         cpa_commit();
     };
     auto issue_w = [&](int c) {
@@ -1927,32 +1929,32 @@ __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
     float mv_next = mval_of(a, b, Nc - 1, h);
     for (int c = Nc - 1; c >= 0; c--) {
         const size_t wrow0 = bh * T + (size_t)c * CH;
-        float *dVb = dV0 + (c & 1) * CH * GC_LBV, *Gs = G0 + (c & 1) * CH;
+        float *dVb = dV0 + (c & 1) * CH * LBV, *Gs = G0 + (c & 1) * CH;
         const float mv = mv_next;
         if (c > 0) mv_next = mval_of(a, b, c - 1, h);
         float *dst = a.dstate + (bh * Nc + c) * DK * dv + v0;
         const float *rsrc = a.Rc + (bh * Nc + c) * DK * dv + v0;
-        for (int idx = tid; idx < DK * GC_BV; idx += GC_NT) { const int d = idx / GC_BV, j = idx % GC_BV; dst[(size_t)d * dv + j] = dSs[d * GC_LBV + j]; }
+        for (int idx = tid; idx < DK * BV; idx += GC_NT) { const int d = idx / BV, j = idx % BV; dst[(size_t)d * dv + j] = dSs[d * LBV + j]; }
         cpa_wait<1>();  // K, G, dVn of chunk c
         __syncthreads();
         const float GL = Gs[CH - 1];
         for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= mv * expf(GL - Gs[i]); }
         __syncthreads();
-        mm<CH, GC_BV, DK, false, false>(dVb, GC_LBV, Ks, LDK, dSs, GC_LBV, 1.f, 1.f);
+        mm<CH, BV, DK, false, false>(dVb, LBV, Ks, LDK, dSs, LBV, 1.f, 1.f);
         __syncthreads();
         if (c > 0) issue_k(c - 1);
-        if (tid < DK) asm volatile("prefetch.global.L2 [%0];" ::"l"(rsrc + (size_t)tid * dv));  // R_c rows (GC_BV*4 = 128 B each)
-        for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) { const int i = idx / GC_BV, j = idx % GC_BV; a.dVn[(wrow0 + i) * dv + v0 + j] = dVb[i * GC_LBV + j]; }
+        if (tid < DK) asm volatile("prefetch.global.L2 [%0];" ::"l"(rsrc + (size_t)tid * dv));  // R_c rows (BV*4 = 128 B each)
+        for (int idx = tid; idx < CH * BV; idx += GC_NT) { const int i = idx / BV, j = idx % BV; a.dVn[(wrow0 + i) * dv + v0 + j] = dVb[i * LBV + j]; }
         if (c > 0) cpa_wait<2>(); else cpa_wait<0>();  // W of chunk c
         __syncthreads();
-        mm<DK, GC_BV, CH, true, false>(dSs, GC_LBV, Ws, LDK, dVb, GC_LBV, -1.f, expf(GL));
+        mm<DK, BV, CH, true, false>(dSs, LBV, Ws, LDK, dVb, LBV, -1.f, expf(GL));
         __syncthreads();
 #pragma unroll
-        for (int k = 0; k < EPT; k++) { const int e = tid + k * GC_NT; dSs[(e / GC_BV) * GC_LBV + e % GC_BV] += rsrc[(size_t)(e / GC_BV) * dv + e % GC_BV]; }
+        for (int k = 0; k < EPT; k++) { const int e = tid + k * GC_NT; dSs[(e / BV) * LBV + e % BV] += rsrc[(size_t)(e / BV) * dv + e % BV]; }
         if (c > 0) issue_w(c - 1);
     }
 }
-template <int DK> constexpr size_t bwd_state_smem() { return sizeof(float) * (DK * GC_LBV + 2 * CH * (DK + GC_PADK) + 2 * CH * GC_LBV + 2 * CH); }
+template <int DK, int BV> constexpr size_t bwd_state_smem() { return sizeof(float) * (DK * (BV + 4) + 2 * CH * (DK + GC_PADK) + 2 * CH * (BV + 4) + 2 * CH); }
 
 // ------------------------------------------------------------------------------------------------
 // B3 loops over the value dim, grid (Nc, B*H). PART 0: dQ1 = dO S0^T, dPm = s dO Vn^T
@@ -2206,22 +2208,29 @@ template <int DK> static void set_attrs() {
     if (done) return;
     done = true;
     CUDA_CHECK(cudaFuncSetAttribute(prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem<DK>()));
-    CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK>()));
+    CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK, 16>()));
+    CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK, 32>()));
     CUDA_CHECK(cudaFuncSetAttribute(fwd_out_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_smem<DK>()));
     CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_smem<DK>()));
     CUDA_CHECK(cudaFuncSetAttribute(bwd_rhs_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_rhs_smem<DK>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK, 16>()));
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK, 32>()));
     CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 0>()));
     CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 1>()));
     CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 2>()));
     CUDA_CHECK(cudaFuncSetAttribute(bwd_final_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_smem<DK>()));
 }
 
+// The sequential state kernels run one block per (value tile, head, sequence): where 32-column tiles would leave SMs
+// idle (B·H·dv/32 below the SM count: long sequences at a small batch), 16-column tiles give twice the blocks.
+static int state_tile(const GA &a) { return a.B * a.H * (a.dvd / 32) < num_sms() ? 16 : 32; }
 template <int DK> static void fwd_impl(const GA &a) {
     set_attrs<DK>();
     const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
     prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
-    fwd_state_kernel<DK><<<dim3(nvt, H, B), GC_NT, fwd_state_smem<DK>()>>>(a); GDN_KERNEL_MARK("fwd_state");
+    if (state_tile(a) == 16) fwd_state_kernel<DK, 16><<<dim3(a.dvd / 16, H, B), GC_NT, fwd_state_smem<DK, 16>()>>>(a);
+    else fwd_state_kernel<DK, 32><<<dim3(nvt, H, B), GC_NT, fwd_state_smem<DK, 32>()>>>(a);
+    GDN_KERNEL_MARK("fwd_state");
     fwd_out_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, fwd_out_smem<DK>()>>>(a); GDN_KERNEL_MARK("fwd_out");
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2231,7 +2240,9 @@ template <int DK> static void bwd_impl(const GA &a) {
     prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
     bwd_local_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_local_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
     bwd_rhs_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs");
-    bwd_state_kernel<DK><<<dim3(nvt, H, B), GC_NT, bwd_state_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_state");
+    if (state_tile(a) == 16) bwd_state_kernel<DK, 16><<<dim3(a.dvd / 16, H, B), GC_NT, bwd_state_smem<DK, 16>()>>>(a);
+    else bwd_state_kernel<DK, 32><<<dim3(nvt, H, B), GC_NT, bwd_state_smem<DK, 32>()>>>(a);
+    GDN_KERNEL_MARK("bwd_state");
     bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
     bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a); GDN_KERNEL_MARK("vloop1");
     bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");

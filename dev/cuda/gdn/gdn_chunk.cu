@@ -317,6 +317,8 @@ int main(int argc, char **argv) {
             ok &= test_case("tiny m01 unaligned ld (scalar path)", 2, 256, 2, 48, 96, 1, 1);
             ok &= test_case("B1 T512 H2 dk128 dv256 m01", 1, 512, 2, 128, 256, 1);
             ok &= test_case("B1 T256 H2 dk64 dv128 m-real", 1, 256, 2, 64, 128, 2);
+            ok &= test_case("B4 T256 H6 dk128 dv256 m01 (32-col)", 4, 256, 6, 128, 256, 1); // 192 state blocks
+            printf("(state tiles: 16 columns in every case but the last, which has B·H·dv/32 >= the SM count)\n");
             printf("CORRECTNESS %s\n", ok ? "PASS" : "FAIL");
         }
         if (strcmp(mode, "test") != 0) time_all();
