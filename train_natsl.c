@@ -881,10 +881,10 @@ static void model_init(Model *M, uint64_t seed) {
 static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     const Config *c = &M->cfg;
     size_t BT = (size_t)B * T, dmax;
-    size_t total = model_acts_layout(M->la, c, B, T, recompute, NULL, &dmax);
+    size_t total = model_acts_layout(M->la, c, B, T, recompute, 0, NULL, &dmax);
     M->B = B; M->T = T; M->recompute = recompute;
     M->acts = xcalloc(total, sizeof(real));
-    model_acts_layout(M->la, c, B, T, recompute, M->acts, &dmax);
+    model_acts_layout(M->la, c, B, T, recompute, 0, M->acts, &dmax);
     M->hL = xcalloc(BT * c->D, sizeof(real));
     M->lnf = xcalloc(BT * c->D, sizeof(real));
     M->lnf_rstd = xcalloc(BT, sizeof(real));

@@ -2592,6 +2592,7 @@ typedef struct {
     ParamPtrs p, g;                          // named device pointers into params and grads
     int B, T;                                // the largest batch the activations hold
     int recompute;                           // -k: 1, 2 rerun layers in the backward pass (model_acts_layout)
+    int acts_bf16;                           // the activations are laid out for bf16 mode (half-size bf16 fields)
     real *acts;                              // flat activation buffer (device)
     LayerActs la[NATSL_MAX_LAYERS];
     real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier (device)
@@ -2646,7 +2647,7 @@ static void model_init(Model *M, uint64_t seed) {
 // op's workspace, the final norm and the classifier).
 static size_t model_acts_bytes(const Config *c, int B, int T, int recompute) {
     LayerActs tmp[NATSL_MAX_LAYERS];
-    size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, NULL, &dmax), BT = (size_t)B * T;
+    size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
     size_t ws = (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
     return (n + dmax + ws + BT * (3 * (size_t)c->D + c->Vp + 8)) * sizeof(real);
 }
@@ -2666,11 +2667,11 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
                 B, T, need / 1073741824.0, fr / 1073741824.0, alt[0] ? "with " : "", alt, recompute < 2 ? " or -k" : "");
         exit(1);
     }
-    size_t total = model_acts_layout(M->la, c, B, T, recompute, NULL, &dmax);
-    M->B = B; M->T = T; M->recompute = recompute;
+    size_t total = model_acts_layout(M->la, c, B, T, recompute, g_bf16, NULL, &dmax);
+    M->B = B; M->T = T; M->recompute = recompute; M->acts_bf16 = g_bf16;
     M->acts = (real *)xcudamalloc(total * sizeof(real));
     CUDA_CHECK(cudaMemset(M->acts, 0, total * sizeof(real)));
-    model_acts_layout(M->la, c, B, T, recompute, M->acts, &dmax);
+    model_acts_layout(M->la, c, B, T, recompute, g_bf16, M->acts, &dmax);
     M->hL = (real *)xcudamalloc(BT * c->D * sizeof(real));
     M->lnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
     M->lnf_rstd = (real *)xcudamalloc(BT * sizeof(real));
@@ -2857,6 +2858,10 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         fprintf(stderr, "error: model_forward(B=%d, T=%d) exceeds the activations (B=%d, T=%d)\n", B, T, M->B, M->T);
         exit(1);
     }
+    if (M->acts_bf16 != g_bf16) {
+        fprintf(stderr, "error: model_forward: the activations were laid out for the other precision\n");
+        exit(1);
+    }
     CUDA_CHECK(cudaMemcpy(M->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
     if (targets) CUDA_CHECK(cudaMemcpy(M->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
     encoder_forward(M->la[0].res, M->inputs, M->p.wte, BT, D);
@@ -2884,9 +2889,10 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
 // zeroed (the ones their producer writes whole come last and are left as they are: common/layout.h).
 static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T) {
     ProfScope prof("memset of the gradient scratch");
-    size_t acc = layer_acts_layout(d, &M->cfg, kind, B, T, NULL, ACTS_GRADS_ACC);
+    int mp = M->acts_bf16 ? ACTS_BF16 : 0;
+    size_t acc = layer_acts_layout(d, &M->cfg, kind, B, T, NULL, ACTS_GRADS_ACC | mp);
     CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, acc * sizeof(real)));
-    layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS);
+    layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS | mp);
 }
 
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {

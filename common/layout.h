@@ -55,8 +55,9 @@ typedef struct {
 // which recompute level 1 keeps and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout
 // of its own, holds only the fields whose gradients the backward pass computes (the gradient scratch): first those
 // it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer writes
-// whole (the conv's and SwiGLU's input gradients, the gated norm's), which need no zeroing.
-enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8, ACTS_GRADS_ACC = 16 };
+// whole (the conv's and SwiGLU's input gradients, the gated norm's), which need no zeroing. ACTS_BF16, or'ed into
+// a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the room.
+enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8, ACTS_GRADS_ACC = 16, ACTS_BF16 = 32 };
 
 // Carves the given parts of one layer's activations of the given kind out of base (NULL: only count) and
 // returns their size; fields of other parts are left as they are (a call that includes KEPT, or GRADS, clears
@@ -64,21 +65,26 @@ enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8,
 static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base, int part) {
     size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
     size_t Nc = T / NATSL_CHUNK, off = 0;
+    const int half = part & ACTS_BF16;
+    part &= ~ACTS_BF16;
     const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS;
-    const int G = 32, WH = 64; // G: the field has a gradient; WH: written whole by its one producer (after G's)
+    const int G = 32, WH = 64;   // G: the field has a gradient; WH: written whole by its one producer (after G's)
+    const int MA = 128, MG = 256; // stored in the matmul precision as an activation (MA), as a gradient (MG)
     const int grads = part == ACTS_GRADS || part == ACTS_GRADS_ACC;
     if (grads || (part & ACTS_KEPT)) memset(a, 0, sizeof(*a));
     for (int pass = 0; pass < (part == ACTS_GRADS ? 2 : 1); pass++) {
 #define TAKE(field, n, cls) do { \
         if (grads ? ((cls) & G) && ((cls) & WH ? pass == 1 : pass == 0) : (part & (cls)) != 0) { \
-            a->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } } while (0)
-        TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G); TAKE(rstd1, BT, R);
+            size_t n_ = half && ((cls) & (grads ? MG : MA)) ? ((size_t)(n) + 1) / 2 : (size_t)(n); \
+            a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; } } while (0)
+        TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N') {
-            TAKE(proj, BT * (2 * K + Vt), R | G | WH); TAKE(qkv, BT * (2 * K + Vt), R | G);
-            TAKE(gate, BT * Vt, R | G | WH); TAKE(ab, BT * 2 * H, R | G); TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
+            TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG); TAKE(qkv, BT * (2 * K + Vt), R | G);
+            TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
+            TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
             TAKE(qk_hat, 2 * BT * K, R | G); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
-            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G);
+            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G | MA);
         }
         if (kind == 'N') {
             TAKE(qka, 2 * BT * K, R | G); TAKE(qka_rstd, 2 * BT * Ha, R);
@@ -91,8 +97,8 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             size_t HA = cfg_HA(c);
             TAKE(proj, BT * 3 * D, R | G); TAKE(att_out, BT * D, OP | G); TAKE(lse, (size_t)B * HA * T, OP);
         }
-        TAKE(r, BT * D, R); TAKE(xn2, BT * D, R | G); TAKE(rstd2, BT, R);
-        TAKE(gu, BT * 2 * c->F, R | G | WH); TAKE(hmid, BT * c->F, R | G);
+        TAKE(r, BT * D, R); TAKE(xn2, BT * D, R | G | MA); TAKE(rstd2, BT, R);
+        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, R | G | MA);
 #undef TAKE
     }
     return off;
@@ -108,21 +114,23 @@ static inline int acts_kept(int recompute) {
 // recompute = 0: every layer keeps all its activations for the backward pass.
 // recompute = 1, 2: every layer keeps only acts_kept(recompute); the rest of all layers shares one scratch,
 // which each layer's forward overwrites and the backward pass refills by running the layer again
-// (model_backward; level 1 skips the GDN and softmax ops there, whose outputs it kept).
-static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, int recompute, real *base, size_t *dmax) {
+// (model_backward; level 1 skips the GDN and softmax ops there, whose outputs it kept). bf16: the GPU's bf16
+// mode (ACTS_BF16).
+static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, int recompute, int bf16, real *base,
+                                size_t *dmax) {
     size_t off = 0, rest = 0;
-    int kept = acts_kept(recompute);
+    int kept = acts_kept(recompute), mp = bf16 ? ACTS_BF16 : 0;
     LayerActs tmp;
     *dmax = 0;
     for (const char *k = "GAN"; *k; k++) {
-        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_GRADS);
+        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_GRADS | mp);
         if (strchr(c->pattern, *k) && n > *dmax) *dmax = n;
     }
     for (int l = 0; l < c->L; l++)
-        off += layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, kept);
+        off += layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, kept | mp);
     if (kept == ACTS_ALL) return off;
     for (int l = 0; l < c->L; l++) {
-        size_t n = layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, ACTS_ALL & ~kept);
+        size_t n = layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, (ACTS_ALL & ~kept) | mp);
         if (n > rest) rest = n;
     }
     return off + rest;

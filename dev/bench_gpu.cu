@@ -65,29 +65,31 @@ static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
     return (4 * np + att) * sizeof(float) + model_acts_bytes(c, B, T, recompute) + ((size_t)1 << 30); // + cuBLAS, context
 }
 
+// One model per precision (the activation layout depends on it: bf16 fields take half the room in bf16 mode).
 static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters, int recompute) {
     Config c;
     if (make_config(&c, preset, pattern, V)) exit(1);
-    size_t fr, tot;
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
-    int B = B0;
-    while (B > 1 && estimate_bytes(&c, B, T, recompute) > fr) B /= 2;
-    printf("step %s %s: V=%d B=%d T=%d recompute %d (asked B=%d; estimate %.1f GiB of %.1f GiB free)\n", preset, pattern, V,
-           B, T, recompute, B0, estimate_bytes(&c, B, T, recompute) / 1073741824.0, fr / 1073741824.0);
-    fflush(stdout);
-    size_t base = used_bytes();
-    Model M;
-    model_build(&M, &c);
-    model_init(&M, 1);
-    model_alloc_acts(&M, B, T, recompute);
-    std::vector<int> in((size_t)B * T), tg((size_t)B * T);
-    uint64_t r = rng_seed(2);
-    for (size_t i = 0; i < in.size(); i++) { in[i] = rng_u32(&r) % c.V; tg[i] = rng_u32(&r) % c.V; }
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
     for (int prec = 1; prec >= 0; prec--) {
         set_precision(prec);
+        size_t fr, tot;
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+        int B = B0;
+        while (B > 1 && estimate_bytes(&c, B, T, recompute) > fr) B /= 2;
+        printf("step %s %s %s: V=%d B=%d T=%d recompute %d (asked B=%d; estimate %.1f GiB of %.1f GiB free)\n", preset,
+               pattern, prec ? "bf16" : "fp32", V, B, T, recompute, B0, estimate_bytes(&c, B, T, recompute) / 1073741824.0,
+               fr / 1073741824.0);
+        fflush(stdout);
+        size_t base = used_bytes();
+        Model M;
+        model_build(&M, &c);
+        model_init(&M, 1);
+        model_alloc_acts(&M, B, T, recompute);
+        std::vector<int> in((size_t)B * T), tg((size_t)B * T);
+        uint64_t r = rng_seed(2);
+        for (size_t i = 0; i < in.size(); i++) { in[i] = rng_u32(&r) % c.V; tg[i] = rng_u32(&r) % c.V; }
         std::vector<float> ts;
         for (int it = 0; it < iters + 2; it++) {
             CUDA_CHECK(cudaEventRecord(e0));
@@ -111,9 +113,9 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
                fl / 1e12, mm / 1e12, att / 1e12, gdn / 1e12, fl / (ms / 1e3) / 1e12, 100 * fl / (ms / 1e3) / 989e12, peak,
                (double)M.mean_loss);
         fflush(stdout);
+        model_free(&M);
     }
     CUDA_CHECK(cudaEventDestroy(e0)); CUDA_CHECK(cudaEventDestroy(e1));
-    model_free(&M);
 }
 
 __global__ void fill_kernel(float *x, size_t n, uint32_t seed, float scale) {
