@@ -2739,7 +2739,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
         gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
                        a->g, a->beta, NULL, B, T, H, c->dk, c->dv, a->gdn_ws);
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
-    matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -2763,7 +2763,7 @@ static void attention_layer_forward(const Config *c, LayerActs *a, const LayerPa
     if (!ops_kept)
         attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
                           B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
-    matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D, 0);
+    if (!ops_kept) matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D, 0);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -2802,7 +2802,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
                        B, T, H, c->dk, c->dv, a->gdn_ws);
     }
     gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
-    matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
 }
 // Order differs from train_natsl.c in one place: attention_backward runs BEFORE gdn_op_backward, because
 // it writes (not accumulates) dV and dA[...,0]; gdn_op_backward then accumulates into dV and dA[...,1].
@@ -2833,7 +2833,8 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
 // ---- the whole model (§2) --------------------------------------------------------------------------------
 // Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward
 // pass reads (model_forward adds the down projection; model_backward reruns this under recompute, with
-// ops_kept = 1 at level 1, whose kept GDN/softmax op outputs need no rerun).
+// ops_kept = 1 at level 1, which kept the GDN/softmax op outputs and r = h + mixer output: neither the ops nor the
+// output projection and the residual add rerun).
 static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -2843,7 +2844,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept);
-    residual_add(a->r, a->res, (size_t)BT * D);
+    if (!ops_kept) residual_add(a->r, a->res, (size_t)BT * D);
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);

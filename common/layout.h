@@ -51,8 +51,9 @@ typedef struct {
 
 // The three parts of a layer's activations. KEPT is what every layer keeps even under recompute (its input
 // h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
-// of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp),
-// which recompute level 1 keeps and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout
+// of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp) and
+// the mixer block's output r (sparing the output projection and the residual add), which recompute level 1 keeps
+// and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout
 // of its own, holds only the fields whose gradients the backward pass computes (the gradient scratch): first those
 // it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer writes
 // whole (the conv's and SwiGLU's input gradients, the gated norm's), which need no zeroing. ACTS_BF16, or'ed into
@@ -97,7 +98,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             size_t HA = cfg_HA(c);
             TAKE(proj, BT * 3 * D, R | G); TAKE(att_out, BT * D, OP | G); TAKE(lse, (size_t)B * HA * T, OP);
         }
-        TAKE(r, BT * D, R); TAKE(xn2, BT * D, R | G | MA); TAKE(rstd2, BT, R);
+        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, R | G | MA); TAKE(rstd2, BT, R);
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, R | G | MA);
 #undef TAKE
     }
