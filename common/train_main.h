@@ -187,7 +187,7 @@ static int train_main(int argc, char **argv) {
     int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
     if (!have_tok) printf("note: %s (samples print token ids)\n", err);
     model_alloc_acts(&M, B, T, a.recompute);
-    const char *kept[3] = {"off", "1: layer inputs and op outputs kept", "2: layer inputs kept"};
+    const char *kept[3] = {"off", "1: layer inputs, op and mixer outputs kept", "2: layer inputs kept"};
     printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", M.acts_size * sizeof(real) / 1073741824.0,
            M.dacts_size * sizeof(real) / 1073741824.0, kept[a.recompute]);
     if (a.dump_path) { write_dump(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }

@@ -84,8 +84,9 @@ static inline void train_usage(const char *prog) {
            "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
            "  -r <int>    seed                              (default 42)\n"
            "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
-           "  -k <0|1|2>  recompute in the backward pass, for less memory: 1 = keep each layer's input and\n"
-           "              its GDN/softmax op outputs, rerun the rest; 2 = keep only the input (default 0)\n"
+           "  -k <0|1|2>  recompute in the backward pass, for less memory: 1 = keep each layer's input, its\n"
+           "              GDN/softmax op outputs and its mixer output, rerun the rest; 2 = keep only the input\n"
+           "              (default 0)\n"
            "  -p <prec>   fp32|bf16: train_natsl_cu defaults to bf16 (bf16 matmul operands, fp32\n"
            "              accumulation); train_natsl to fp32, its bf16 rounds the same operands (for checks)\n"
            "  -h          this help\n", prog);
