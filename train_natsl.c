@@ -191,8 +191,8 @@ static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
 // RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward, the conv
 // backward, the classifier backward) or rounded at the call site by operand(); the weight is rounded here.
 // Matmul outputs read only by kernels that take bf16 on the GPU (matmul_forward's out_mp: the projection into
-// the short conv, the gate, the MLP's gate/up, the logits) are rounded too. operand() returns x itself, or its rounded copy in
-// scratch slot `slot` (0: a gradient, 1: the weight, 2: an input), like the GPU's.
+// the short conv, the gate, the MLP's gate/up, the logits) are rounded too. operand() returns x itself, or its
+// rounded copy in scratch slot `slot` (0: a gradient, 1: the weight, 2: an input), like the GPU's.
 static int g_bf16 = 0;
 static real round_bf16(real x) {
     float f = (float)x;

@@ -1943,7 +1943,7 @@ __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
         mm<CH, BV, DK, false, false>(dVb, LBV, Ks, LDK, dSs, LBV, 1.f, 1.f);
         __syncthreads();
         if (c > 0) issue_k(c - 1);
-        if (tid < DK) asm volatile("prefetch.global.L2 [%0];" ::"l"(rsrc + (size_t)tid * dv));  // R_c rows (BV*4 = 128 B each)
+        if (tid < DK) asm volatile("prefetch.global.L2 [%0];" ::"l"(rsrc + (size_t)tid * dv));  // R_c rows (BV*4 bytes each)
         for (int idx = tid; idx < CH * BV; idx += GC_NT) { const int i = idx / BV, j = idx % BV; a.dVn[(wrow0 + i) * dv + v0 + j] = dVb[i * LBV + j]; }
         if (c > 0) cpa_wait<2>(); else cpa_wait<0>();  // W of chunk c
         __syncthreads();

@@ -53,11 +53,11 @@ typedef struct {
 // h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
 // of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp) and
 // the mixer block's output r (sparing the output projection and the residual add), which recompute level 1 keeps
-// and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout
-// of its own, holds only the fields whose gradients the backward pass computes (the gradient scratch): first those
-// it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer writes
-// whole (the conv's and SwiGLU's input gradients, the gated norm's), which need no zeroing. ACTS_BF16, or'ed into
-// a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the room.
+// and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout of its own, holds only the fields
+// whose gradients the backward pass computes (the gradient scratch): first those it accumulates into, which must
+// start at zero (GRADS_ACC counts them), then those their one producer writes whole (the conv's and SwiGLU's
+// input gradients, the gated norm's), which need no zeroing. ACTS_BF16, or'ed into a part (the GPU in bf16
+// mode), gives the fields stored in the matmul precision half the room.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8, ACTS_GRADS_ACC = 16, ACTS_BF16 = 32 };
 
 // Carves the given parts of one layer's activations of the given kind out of base (NULL: only count) and
