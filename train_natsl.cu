@@ -803,7 +803,7 @@ static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
         buf[slot] = (__nv_bfloat16 *)xcudamalloc(n * sizeof(__nv_bfloat16));
         cap[slot] = n;
     }
-    to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)132 * 16), 256>>>(buf[slot], x, n);
+    to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16), 256>>>(buf[slot], x, n);
     CUDA_CHECK(cudaGetLastError());
     return buf[slot];
 }
@@ -2468,7 +2468,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
                                 const real *o2, const real *w2, const real *omega, const real *gate, int R, int n) {
     PROF_OP();
     if (n > GN_MAXN) { fprintf(stderr, "error: gated_norm_backward: rows of %d > %d values\n", n, GN_MAXN); exit(1); }
-    int blocks = std::min(CEIL_DIV(R, 8), 132 * 8);
+    int blocks = std::min(CEIL_DIV(R, 8), num_sms() * 8);
     float *part = colpart((size_t)blocks * 2 * n);
     if (g_bf16)
         gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, (__nv_bfloat16 *)dgate, part, dy, rstd, o1, w1, o2,
