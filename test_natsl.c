@@ -1,5 +1,5 @@
 /*
-test_natsl.c — the checks of SPEC §8 for the CPU reference, plus data, checkpoint and CLI tests.
+test_natsl.c — the checks of doc/model.md §8 for the CPU reference, plus data, checkpoint and CLI tests.
 
 The model code is train_natsl.c itself, included here and compiled in double precision, so every
 backward pass is compared against central finite differences (4-point stencil) of its own forward:
@@ -120,7 +120,8 @@ static void test_grad_matmul(void) {
     Var v[] = {{"inp", c.x, dx, 77}, {"weight", c.w, dw, 55}};
     fd_check("matmul", v, 2, matmul_loss, &c, 0);
     free(c.x); free(c.w); free(c.out); free(c.R); free(dx); free(dw);
-    // the blocked product against the textbook triple loop: K slices (C > 256), edge tiles, accumulation
+    // the linear layer's three products (gemm, blocked) against gemm_reference, the definition: K slices (C > 256),
+    // edge tiles, transposed operands, accumulation; then the same in bf16 mode (operands rounded)
     int shapes[][3] = {{70, 300, 37}, {13, 520, 600}, {300, 17, 3}};
     for (int s = 0; s < 3; s++) {
         int BT = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
@@ -128,30 +129,29 @@ static void test_grad_matmul(void) {
         real *gx = vec((size_t)BT * C), *gw = vec((size_t)OC * C);
         fill_normal(x, (size_t)BT * C, 1); fill_normal(w, (size_t)OC * C, 1); fill_normal(dy, (size_t)BT * OC, 1);
         fill_normal(gx, (size_t)BT * C, 1); fill_normal(gw, (size_t)OC * C, 1);
-        real *gx0 = vec((size_t)BT * C), *gw0 = vec((size_t)OC * C);
-        memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
-        matmul_forward(y, x, w, BT, C, OC, 0);
-        matmul_backward(gx, gw, dy, x, w, BT, C, OC);
-        double worst = 0;
-        for (int i = 0; i < BT; i++) for (int o = 0; o < OC; o++) {
-            double r = 0; for (int k = 0; k < C; k++) r += x[(size_t)i * C + k] * w[(size_t)o * C + k];
-            worst = fmax(worst, fabs(r - y[(size_t)i * OC + o]));
+        real *y0 = vec((size_t)BT * OC), *gx0 = vec((size_t)BT * C), *gw0 = vec((size_t)OC * C);
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            g_bf16 = bf16;
+            memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
+            gemm_reference(y0, OC, x, C, 1, w, 1, C, BT, OC, C, 0);
+            gemm_reference(gx0, C, dy, OC, 1, w, C, 1, BT, C, OC, 1);
+            gemm_reference(gw0, C, dy, 1, OC, x, C, 1, OC, C, BT, 1);
+            matmul_forward(y, x, w, BT, C, OC, 0);
+            matmul_backward(gx, gw, dy, x, w, BT, C, OC);
+            g_bf16 = 0;
+            double worst = 0;
+            for (size_t i = 0; i < (size_t)BT * OC; i++) worst = fmax(worst, fabs(y[i] - y0[i]));
+            for (size_t i = 0; i < (size_t)BT * C; i++) worst = fmax(worst, fabs(gx[i] - gx0[i]));
+            for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(gw[i] - gw0[i]));
+            CHECK(worst < 1e-10, "gemm %dx%dx%d%s differs from gemm_reference by %g", BT, C, OC, bf16 ? " (bf16)" : "", worst);
+            memcpy(gx, gx0, (size_t)BT * C * sizeof(real)); memcpy(gw, gw0, (size_t)OC * C * sizeof(real));
         }
-        for (int i = 0; i < BT; i++) for (int k = 0; k < C; k++) {
-            double r = gx0[(size_t)i * C + k]; for (int o = 0; o < OC; o++) r += dy[(size_t)i * OC + o] * w[(size_t)o * C + k];
-            worst = fmax(worst, fabs(r - gx[(size_t)i * C + k]));
-        }
-        for (int o = 0; o < OC; o++) for (int k = 0; k < C; k++) {
-            double r = gw0[(size_t)o * C + k]; for (int i = 0; i < BT; i++) r += dy[(size_t)i * OC + o] * x[(size_t)i * C + k];
-            worst = fmax(worst, fabs(r - gw[(size_t)o * C + k]));
-        }
-        CHECK(worst < 1e-10, "blocked matmul %dx%dx%d differs from the triple loop by %g", BT, C, OC, worst);
-        free(x); free(w); free(y); free(dy); free(gx); free(gw); free(gx0); free(gw0);
+        free(x); free(w); free(y); free(dy); free(gx); free(gw); free(y0); free(gx0); free(gw0);
     }
 }
 
 typedef struct { real *x, *w, *y, *rstd, *R; } NormCtx;
-static double rmsnorm_loss(void *p) { NormCtx *c = p; rmsnorm_forward(c->y, c->rstd, c->x, c->w, 3, 2, 4, 10, 8, 0); return dot_r(c->y, c->R, 24); }
+static double rmsnorm_loss(void *p) { NormCtx *c = p; rmsnorm_forward(c->y, c->rstd, c->x, c->w, 3, 2, 4, 10, 8); return dot_r(c->y, c->R, 24); }
 static void test_grad_rmsnorm(void) { // 3 rows × 2 heads of width 4, input row stride 10, output stride 8
     NormCtx c = {vec(30), vec(4), vec(24), vec(6), vec(24)};
     real *dx = vec(30), *dw = vec(4);
@@ -173,14 +173,16 @@ static void test_grad_swiglu(void) {
     fd_check("swiglu", v, 1, swiglu_loss, &c, 0);
 }
 
-static double conv_loss(void *p) { NormCtx *c = p; conv_silu_forward(c->y, c->x, 5, c->w, 2, 6, 3); return dot_r(c->y, c->R, 36); }
-static void test_grad_conv_silu(void) { // B=2, T=6, 3 channels read from rows of stride 5
-    NormCtx c = {vec(60), vec(12), vec(36), NULL, vec(36)};
-    real *dx = vec(60), *dw = vec(12);
-    fill_normal(c.x, 60, 1); fill_normal(c.w, 12, 0.7); fill_normal(c.R, 36, 1);
+static double conv_loss(void *p) { NormCtx *c = p; conv_silu_forward(c->y, c->x, 5, 1, c->w, 2, 6, 3); return dot_r(c->y, c->R, 36); }
+static void test_grad_conv_silu(void) { // B=2, T=6, channels 1..3 of rows of stride 5 (weights [5][4])
+    NormCtx c = {vec(60), vec(20), vec(36), NULL, vec(36)};
+    real *dx = vec(60), *dw = vec(20);
+    fill_normal(c.x, 60, 1); fill_normal(c.w + 4, 12, 0.7); fill_normal(c.R, 36, 1); // the weights of channels 1..3
     conv_loss(&c);
-    conv_silu_backward(dx, dw, c.R, c.x, 5, c.w, 2, 6, 3);
-    Var v[] = {{"x", c.x, dx, 60}, {"w", c.w, dw, 12}};
+    conv_silu_backward(dx, dw, c.R, c.x, 5, 1, c.w, 2, 6, 3);
+    for (int i = 0; i < 60; i++) if (i % 5 < 1 || i % 5 > 3) CHECK(dx[i] == 0, "the conv wrote outside its channels");
+    for (int i = 0; i < 20; i++) if (i < 4 || i >= 16) CHECK(dw[i] == 0, "the conv's weight gradient left its channels");
+    Var v[] = {{"x", c.x, dx, 60}, {"w", c.w, dw, 20}};
     fd_check("short conv + silu", v, 2, conv_loss, &c, 0);
 }
 
@@ -241,7 +243,8 @@ static void test_grad_pair_softmax(void) {
 typedef struct { int R, n, two; real *o1, *w1, *o2, *w2, *om, *gate, *y, *rstd, *Rr; } GnCtx;
 static double gn_loss(void *p) {
     GnCtx *c = p;
-    gated_norm_forward(c->y, c->rstd, c->o1, c->w1, c->two ? c->o2 : NULL, c->two ? c->w2 : NULL, c->two ? c->om : NULL, c->gate, c->R, c->n);
+    GatedNormArgs a = {c->o1, c->w1, c->two ? c->o2 : NULL, c->two ? c->w2 : NULL, c->two ? c->om : NULL, c->gate, c->R, c->n};
+    gated_norm_forward(c->y, c->rstd, &a);
     return dot_r(c->y, c->Rr, (size_t)c->R * c->n);
 }
 static void test_grad_gated_norm(void) {
@@ -251,8 +254,8 @@ static void test_grad_gated_norm(void) {
         fill_normal(c.o1, 30, 1); fill_normal(c.w1, 5, 1); fill_normal(c.o2, 30, 1); fill_normal(c.w2, 5, 1);
         fill_uniform(c.om, 12, 0.1, 0.9); fill_normal(c.gate, 30, 1.5); fill_normal(c.Rr, 30, 1);
         gn_loss(&c);
-        gated_norm_backward(d1, dw1, two ? d2 : NULL, two ? dw2 : NULL, two ? dom : NULL, dg, c.Rr, c.rstd, c.o1, c.w1,
-                            two ? c.o2 : NULL, two ? c.w2 : NULL, two ? c.om : NULL, c.gate, 6, 5);
+        GatedNormArgs a = {c.o1, c.w1, two ? c.o2 : NULL, two ? c.w2 : NULL, two ? c.om : NULL, c.gate, 6, 5};
+        gated_norm_backward(d1, dw1, two ? d2 : NULL, two ? dw2 : NULL, two ? dom : NULL, dg, c.Rr, c.rstd, &a);
         Var v[] = {{"o1", c.o1, d1, 30}, {"w1", c.w1, dw1, 5}, {"gate", c.gate, dg, 30},
                    {"o2", c.o2, d2, 30}, {"w2", c.w2, dw2, 5}, {"omega", c.om, dom, 12}};
         fd_check(two ? "gated norm, two inputs" : "gated norm, one input", v, two ? 6 : 3, gn_loss, &c, 0);
@@ -304,16 +307,26 @@ static void op_ctx_init(OpCtx *c, int use_mask) {
     c->use_mask = use_mask;
     c->which = 3;
 }
+static AttnArgs op_attn_args(const OpCtx *c, const real *m) {
+    AttnArgs a = {c->q, c->k, c->v, OLD, OLD, m, OB, OT, ONH, OH, ODQ, ODVA};
+    return a;
+}
+static GdnArgs op_gdn_args(const OpCtx *c, const real *m) {
+    GdnArgs a = {c->q, c->k, c->v, OLD, OLD, c->g, c->beta, m, OB, OT, OH, ODK, ODV, NULL};
+    return a;
+}
 static double op_loss(void *p) {
     OpCtx *c = p;
     const real *m = c->use_mask ? c->m : NULL;
     double L = 0;
     if (c->which & 1) {
-        attention_forward(c->oa, c->lse, c->q, c->k, OLD, c->v, OLD, m, OB, OT, ONH, OH, ODQ, ODVA);
+        AttnArgs a = op_attn_args(c, m);
+        attention_forward(c->oa, c->lse, &a);
         L += dot_r(c->oa, c->Ra, (size_t)OB * OT * ONH * ODVA);
     }
     if (c->which & 2) {
-        gdn_op_forward(c->og, c->state, c->q, c->k, OLD, c->v, OLD, c->g, c->beta, m, OB, OT, OH, ODK, ODV);
+        GdnArgs a = op_gdn_args(c, m);
+        gdn_op_forward(c->og, c->state, &a);
         L += dot_r(c->og, c->Rg, (size_t)OB * OT * OH * ODV);
     }
     return L;
@@ -325,12 +338,10 @@ static void op_grads(OpCtx *c, OpGrads *d) {
     d->dg = vec(BT * OH); d->dbeta = vec(BT * OH); d->dA = vec(OB * ONC * OH * 2);
     const real *m = c->use_mask ? c->m : NULL;
     op_loss(c);
-    if (c->which & 1)
-        attention_backward(d->dq, d->dk, d->dv, m ? d->dA : NULL, c->Ra, c->oa, c->lse, c->q, c->k, OLD, c->v, OLD, m,
-                           OB, OT, ONH, OH, ODQ, ODVA);
-    if (c->which & 2)
-        gdn_op_backward(d->dq, d->dk, d->dv, d->dg, d->dbeta, m ? d->dA : NULL, c->Rg, c->state, c->q, c->k, OLD, c->v, OLD,
-                        c->g, c->beta, m, OB, OT, OH, ODK, ODV);
+    AttnArgs aa = op_attn_args(c, m);
+    GdnArgs ga = op_gdn_args(c, m);
+    if (c->which & 1) attention_backward(d->dq, d->dk, d->dv, m ? d->dA : NULL, c->Ra, c->oa, c->lse, &aa); // writes
+    if (c->which & 2) gdn_op_backward(d->dq, d->dk, d->dv, d->dg, d->dbeta, m ? d->dA : NULL, c->Rg, c->state, &ga);
 }
 
 static void test_grad_attention_causal(void) {
@@ -466,9 +477,9 @@ static void layer_run(LayerCtx *c) {
     memcpy(c->a.xn, c->x, (size_t)c->B * c->T * cf->D * sizeof(real));
     const LayerParams *p = &c->M->p.layer[c->l];
     char k = cf->pattern[c->l];
-    if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, c->B, c->T, 0);
-    else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, c->B, c->T, 0);
-    else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed, 0);
+    if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
+    else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
+    else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed);
 }
 static double layer_loss(void *p) { LayerCtx *c = p; layer_run(c); return dot_r(c->out, c->R, (size_t)c->B * c->T * c->M->cfg.D); }
 static real *g_decisions; // routing decisions of the unperturbed forward, for flip detection
@@ -664,7 +675,7 @@ static void test_param_counts(void) {
         ParamTensor t[NATSL_MAX_TENSORS];
         size_t total;
         param_tensors(&c, t, &total);
-        CHECK(total == want[i].total, "%s (V=%d): %zu parameters, SPEC §10 says %zu", want[i].preset, c.Vp, total, want[i].total);
+        CHECK(total == want[i].total, "%s (V=%d): %zu parameters, §10 says %zu", want[i].preset, c.Vp, total, want[i].total);
         CHECK(mixer_params(&c, 'G') == want[i].gdn, "%s GDN mixer %zu", want[i].preset, mixer_params(&c, 'G'));
         CHECK(mixer_params(&c, 'N') == want[i].nats, "%s NAtS-L mixer %zu", want[i].preset, mixer_params(&c, 'N'));
     }
@@ -1166,32 +1177,11 @@ static void test_resume_bit_identical(void) {
 }
 
 
-// ---- CPU vs GPU (SPEC §8): the same dump (-z) from train_natsl and train_natsl_cu -------------------------
-typedef struct { int h[256]; float *x; size_t n; } Dump;
-static int read_dump(const char *path, Dump *d) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    d->n = (size - 1024) / sizeof(float);
-    d->x = xcalloc(d->n, sizeof(float));
-    int ok = fread(d->h, sizeof(int), 256, f) == 256 && fread(d->x, sizeof(float), d->n, f) == d->n && d->h[0] == DUMP_MAGIC;
-    fclose(f);
-    return ok ? 0 : -1;
-}
+// ---- CPU vs GPU (§8): the same dump (-z, common/dump.h) from train_natsl and train_natsl_cu -------------------------
 static double normwise(const float *a, const float *ref, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) { num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]); den += (double)ref[i] * ref[i]; }
     return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-// Where a -z dump's parts start (write_dump in common/train_main.h): the loss, logits [BT][V], gradients [np],
-// router logits [nr], router decisions [nr], then the losses over the 10 AdamW steps [ns + 1].
-typedef struct { size_t BT, V, np, nr, ns, grads, rlogits, rdec, steps; } DumpParts;
-static DumpParts dump_parts(const Dump *d) {
-    DumpParts p = {(size_t)d->h[2] * d->h[3], d->h[4], d->h[5], d->h[6], d->h[7], 0, 0, 0, 0};
-    p.grads = 1 + p.BT * p.V; p.rlogits = p.grads + p.np; p.rdec = p.rlogits + p.nr; p.steps = p.rdec + p.nr;
-    return p;
 }
 // The largest relative difference of the losses over the 10 AdamW steps.
 static double dump_steps_diff(const Dump *a, const Dump *ref) {
@@ -1215,7 +1205,7 @@ static double dump_worst_tensor(const Dump *a, const Dump *ref, const Config *cf
     }
     return worst;
 }
-// gpu vs cpu (the reference); tolerances from SPEC §8 for the precision. per_tensor: the gradient bar holds for every
+// gpu vs cpu (the reference); tolerances from §8 for the precision. per_tensor: the gradient bar holds for every
 // tensor (else for all gradients together, the worst tensor reported).
 static void compare_dumps(const char *what, const Dump *g, const Dump *c, const Config *cf, int bf16, int per_tensor) {
     double tl = bf16 ? 1e-2 : 1e-5, tg = bf16 ? 3e-2 : 1e-4, ts = bf16 ? 2e-2 : 1e-4, tie = bf16 ? 1e-2 : 1e-5;
@@ -1260,7 +1250,7 @@ static void compare_recompute(const char *what, int level, const Dump *k1, const
           what, level, dg, ds);
 }
 // The bf16 GPU run against the fp32 CPU run: how far bf16 rounding moves the results (reported; the loss and the
-// 10-step losses are held to SPEC §8's bf16 bars; per-tensor gradients are not, see the README: rounding
+// 10-step losses are held to §8's bf16 bars; per-tensor gradients are not, see the README: rounding
 // every matmul operand to bf16 moves the two-element a_log/dt_bias gradients of this tiny model by 3-5e-2).
 static void report_bf16_vs_fp32(const char *what, const Dump *g, const Dump *c, const Config *cf) {
     if (g->n != c->n) { CHECK(0, "%s: dump sizes differ", what); return; }
@@ -1278,10 +1268,10 @@ static int gpu_available(char *why, size_t n) {
     return 1;
 }
 // Each precision against the CPU in the same precision (-p bf16 on the CPU rounds the matmul operands as the GPU
-// does), at SPEC §8's tolerances for that precision; then -k 1 against -k 0 on the GPU, and bf16 against fp32.
+// does), at §8's tolerances for that precision; then -k 1 against -k 0 on the GPU, and bf16 against fp32.
 // bf16 is compared twice: with the GDN op's block matmuls in fp32 FMA (NATSL_GDN_TF32=0: exactly what the CPU
 // emulates; every gradient tensor within 3e-2), and as trained, with them on the TF32 tensor cores, which the CPU
-// does not emulate (SPEC §8's bf16 bars with the gradient bar over all tensors: TF32's 5e-4 moves the tiny model's
+// does not emulate (§8's bf16 bars with the gradient bar over all tensors: TF32's 5e-4 moves the tiny model's
 // two-element, cancellation-prone dt_bias/a_log gradients by up to about 6e-2, as bf16 rounding itself does).
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}};
@@ -1302,12 +1292,12 @@ static void test_cpu_vs_gpu(void) {
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
             Dump c, g, k1, k2, c32, fma;
             snprintf(cmd, sizeof(cmd), "/tmp/natsl_cpu_%s.bin", prec);
-            if (read_dump(cmd, &c) || read_dump("/tmp/natsl_gpu.bin", &g) || read_dump("/tmp/natsl_gpu_k1.bin", &k1) ||
-                read_dump("/tmp/natsl_gpu_k2.bin", &k2)) {
+            if (dump_read(cmd, &c) || dump_read("/tmp/natsl_gpu.bin", &g) || dump_read("/tmp/natsl_gpu_k1.bin", &k1) ||
+                dump_read("/tmp/natsl_gpu_k2.bin", &k2)) {
                 CHECK(0, "%s: cannot read the dumps", what);
                 continue;
             }
-            if (bf16 && read_dump("/tmp/natsl_gpu_fma.bin", &fma) == 0) {
+            if (bf16 && dump_read("/tmp/natsl_gpu_fma.bin", &fma) == 0) {
                 char w2[96];
                 snprintf(w2, sizeof(w2), "%s, GDN op in fp32", what);
                 compare_dumps(w2, &fma, &c, &cf, 1, 1);
@@ -1316,7 +1306,7 @@ static void test_cpu_vs_gpu(void) {
             compare_dumps(what, &g, &c, &cf, bf16, !bf16);
             compare_recompute(what, 1, &k1, &g, bf16);
             compare_recompute(what, 2, &k2, &g, bf16);
-            if (bf16 && read_dump("/tmp/natsl_cpu_fp32.bin", &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
+            if (bf16 && dump_read("/tmp/natsl_cpu_fp32.bin", &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
             free(c.x); free(g.x); free(k1.x); free(k2.x);
         }
     }

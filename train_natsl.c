@@ -1,21 +1,34 @@
 /*
-train_natsl.c — the NAtS-L reference trainer on the CPU: the whole method (every layer's forward and
-backward, the model, AdamW) in one file. What is not model math and is shared with the GPU trainer
-train_natsl.cu lives in common/: data loader, tokenizer, checkpoint formats, flags, the training loop.
+train_natsl.c — the NAtS-L reference trainer on the CPU: the whole method in one file, to be read top to
+bottom. NAtS-L (Neural Attention Search Linear, arXiv 2602.03681) splits the sequence into chunks of 64
+tokens. Per chunk and per head a router picks one of two token mixers for how *later* chunks see this
+chunk: softmax attention (later queries attend its keys) or Gated DeltaNet (its tokens are committed into
+a linear-attention state). Inside a query's own chunk both run. The two outputs are normalized, mixed with
+weights computed from q, gated and projected.
 
-NAtS-L (Neural Attention Search Linear, arXiv 2602.03681) splits the sequence into chunks of 64
-tokens. Per chunk and per head a router picks one of two token mixers for how *later* chunks see
-this chunk: softmax attention (later queries attend its keys) or Gated DeltaNet (its tokens are
-committed into a linear-attention state). Inside a query's own chunk both run. The two outputs are
-normalized, mixed with weights computed from q, gated and projected.
+The model is defined in doc/model.md: the comments cite its sections as "§5.3" and its equations as
+"(5.3a)". Every forward pass has its backward written by hand next to it; test_natsl.c checks each
+against finite differences in double precision.
 
-Every equation below is pinned by SPEC.md (../shared/SPEC.md in the developers' tree; the numbers
-in comments like "§5.3" refer to it). Every forward pass has its backward written by hand next to
-it; test_natsl.c checks each against finite differences in double precision.
+The file reads in this order:
+  1. conventions and the small layers (embedding, linear, norms, SwiGLU, short conv, gates, RoPE, ...)
+  2. the two NAtS-L token mixers (the softmax op and the GDN op) and the router
+  3. the model: the G, A and N layers, the block, the forward and backward passes
+  4. the training step: gradient norm, clipping, AdamW
+  5. checkpoints and the program (the loop around train_step lives in common/train_main.h)
+  Appendix: speed and checking machinery that is not model math (the blocked matmul, bf16 emulation).
+What is not model math and is shared with the GPU trainer train_natsl.cu lives in common/: the
+configuration and parameter layout (config.h), the activation layout (layout.h), data loader, tokenizer,
+checkpoint files, flags and the training driver.
 
-Conventions: row vectors; a linear layer with weight W[out][in] computes y = x W^T; activations are
-token-major [B*T][width]; "backward" functions ACCUMULATE (+=) into every gradient they produce.
-Build: make train_natsl (see Makefile). Compile with -DNATSL_DOUBLE for double precision (tests).
+Conventions
+  * Row vectors; a linear layer with weight W[out][in] computes y = x Wᵀ; activations are token-major
+    [B*T][width]; B sequences of T tokens, BT = B*T rows.
+  * _forward functions overwrite (=) their outputs.
+  * _backward functions accumulate (+=) into every parameter gradient (for gradient accumulation over
+    micro-batches). Input gradients are accumulated (+=) unless the function's comment says it WRITES
+    them (=): an op that is the only producer of a gradient writes it, so nobody has to zero it first.
+  * Build: make train_natsl (see Makefile). -DNATSL_DOUBLE builds in double precision (the tests).
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +53,7 @@ typedef double real;
 typedef float real;
 #endif
 
-#include "common/layout.h" // LayerParams, LayerActs: named pointers into the flat buffers
+#include "common/layout.h" // LayerParams, LayerActs: named pointers into the flat buffers; the ops' arguments
 
 #define CH NATSL_CHUNK
 
@@ -59,8 +72,15 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
+// From the appendix: the matrix product C[M][N] (=, or += with accumulate) A·B with strided operands,
+// A(i,k) = A[i*ars + k*acs], B(k,j) = B[k*brs + j*bcs]; with -p bf16 it rounds its operands to bf16.
+static void gemm(real *C, int ldc, const real *A, long ars, long acs, const real *B, long brs, long bcs,
+                 int M, int N, int K, int accumulate);
+static int g_bf16 = 0;              // -p bf16: the CPU computes what train_natsl_cu -p bf16 does (appendix)
+static real matmul_precision(real x); // x as the GPU stores a matmul operand: rounded to bf16 in bf16 mode
+
 // ================================================================================================
-// Layers. Each _forward is followed by its _backward.
+// 1. Layers. Each _forward is followed by its _backward.
 // ================================================================================================
 
 // ---- embedding (§2): h0[bt] = E[id[bt]] -------------------------------------------------------
@@ -68,6 +88,7 @@ static void encoder_forward(real *out, const int *ids, const real *wte, int BT, 
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) memcpy(out + (size_t)bt * D, wte + (size_t)ids[bt] * D, D * sizeof(real));
 }
+// dwte[id[bt]] += dout[bt]
 static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
     for (int bt = 0; bt < BT; bt++) { // serial: two positions may hold the same token
         real *d = dwte + (size_t)ids[bt] * D;
@@ -76,170 +97,28 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
     }
 }
 
-// ---- linear layer: out[BT][OC] = inp[BT][C] Wᵀ, W[OC][C] ---------------------------------------------
-// The three products of a linear layer (forward, dinp, dweight) are one general matrix product
-//   C[M][N] (= or +=) A[M][K] · B[K][N],  A(i,k) = A[i*ars + k*acs],  B(k,j) = B[k*brs + j*bcs],
-// computed the way fast BLAS libraries do it, in portable C: the output is split into blocks that
-// threads take independently; for each block, K is walked in KC-sized slices whose A and B parts are
-// copied ("packed") into contiguous micro-panels; a micro-kernel keeps an MR×NR tile of C in
-// registers (gcc vectorizes it). Each output element is summed in a fixed order whatever the thread
-// count, so runs are reproducible.
-#define MR 6      // micro-tile rows
-#define NR 16     // micro-tile columns
-#define KC 256    // K slice: one packed B micro-panel (KC x NR reals = 16 KB) stays in L1
-#define MC 256    // max block rows: the packed A slice (MC x KC = 256 KB) stays in L2
-#define NC 512    // max block cols: packed B slice (KC x NC = 512 KB), read once per block
-
-// c[0:m][0:n] (row stride ldc) = or += a·b, where a is a packed MR-row micro-panel
-// (kc x MR) and b a packed NR-column micro-panel (kc x NR). The MR x NR accumulator tile
-// lives in registers (12 AVX2 / 24 NEON registers): per k, MR broadcasts of a times one
-// NR-wide row of b. gcc needs "omp simd" to vectorize along j (without -fopenmp or
-// -fopenmp-simd it vectorizes the k loop instead and is ~20x slower, still correct).
-// noinline: inlined into the OpenMP region, clang spills the accumulators.
-__attribute__((noinline))
-static void micro_kernel(int kc, const real *a, const real *b, real *c, int ldc,
-                         int m, int n, int accumulate) {
-    real acc[MR][NR] = {{0}};
-    for (int k = 0; k < kc; k++, a += MR, b += NR)
-        for (int i = 0; i < MR; i++)
-            #pragma omp simd
-            for (int j = 0; j < NR; j++) acc[i][j] += a[i] * b[j];
-    for (int i = 0; i < MR; i++) // write back; edge tiles only their valid m x n part
-        #pragma omp simd
-        for (int j = 0; j < NR; j++)
-            if (i < m && j < n)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
-}
-
-// Pack rows [0,n) x cols [0,kc) of X, where X(r,k) = X[r*rs + k*ks], into R-row
-// micro-panels stored k-major: dst[p][k][r] = X(p*R + r, k). Rows past n are zero.
-static void pack(real *dst, const real *X, long rs, long ks, int n, int kc, int R) {
-    for (int p = 0; p < n; p += R, dst += (long)R * kc, X += R * rs) {
-        int rows = n - p < R ? n - p : R, k = 0;
-        if (rows == R && rs == 1)       // the R values of one k are adjacent: copy
-            for (; k < kc; k++)
-                for (int r = 0; r < R; r++) dst[k * R + r] = X[k * ks + r];
-        else if (rows == R && ks == 1)  // rows are contiguous in k: transpose 8 k's at a time
-            for (; k + 8 <= kc; k += 8)
-                for (int r = 0; r < R; r++)
-                    for (int kk = 0; kk < 8; kk++) dst[(k + kk) * R + r] = X[r * rs + k + kk];
-        for (; k < kc; k++)             // general case, k remainder and partial panels
-            for (int r = 0; r < R; r++)
-                dst[k * R + r] = r < rows ? X[r * rs + k * ks] : 0;
-    }
-}
-
-// Scratch for packed panels, grown on demand and kept between calls. Not thread-safe:
-// the matmuls must be called from one thread at a time (they use OpenMP internally).
-static real *gemm_scratch = NULL;
-static size_t gemm_scratch_size = 0;
-
-static int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-// C[M][N] (row stride ldc) = A·B (accumulate = 0) or += A·B (accumulate = 1).
-static void gemm(real *Cm, int ldc, const real *A, long ars, long acs,
-                 const real *B, long brs, long bcs, int M, int N, int K, int accumulate) {
-    int nthreads = 1;
-#ifdef _OPENMP
-    nthreads = omp_get_max_threads();
-#endif
-    // Block sizes: split M and N evenly into blocks no larger than MC / NC.
-    int nbm = ceil_div(M, MC), nbn = ceil_div(N, NC);
-    // Not enough blocks to keep all threads equally busy? split further.
-    while ((nbm * nbn) % nthreads != 0 && nbm * nbn < 4 * nthreads) {
-        if (ceil_div(M, nbm) >= ceil_div(N, nbn) && nbm < ceil_div(M, MR)) nbm++;
-        else if (nbn < ceil_div(N, NR)) nbn++;
-        else break;
-    }
-    int mc = ceil_div(ceil_div(M, nbm), MR) * MR, nc = ceil_div(ceil_div(N, nbn), NR) * NR;
-    nbm = ceil_div(M, mc); nbn = ceil_div(N, nc);
-    size_t per_thread = (size_t)KC * (mc + nc);
-    if (gemm_scratch_size < per_thread * nthreads) {
-        free(gemm_scratch);
-        gemm_scratch_size = per_thread * nthreads;
-        gemm_scratch = xcalloc(gemm_scratch_size, sizeof(real));
-        if (!gemm_scratch) abort();
-    }
-    // Blocks are dealt round-robin; consecutive blocks read the same B slice (shared L3).
-    // Within a block, each packed B micro-panel (L1) is swept against all A panels (L2).
-    #pragma omp parallel for schedule(static, 1)
-    for (int blk = 0; blk < nbm * nbn; blk++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        real *Ap = gemm_scratch + per_thread * tid, *Bp = Ap + (size_t)KC * mc;
-        int i0 = (blk % nbm) * mc, j0 = (blk / nbm) * nc;
-        int mb = M - i0 < mc ? M - i0 : mc, nb = N - j0 < nc ? N - j0 : nc;
-        for (int p0 = 0; p0 < K; p0 += KC) {
-            int kc = K - p0 < KC ? K - p0 : KC;
-            pack(Ap, A + i0 * ars + p0 * acs, ars, acs, mb, kc, MR);
-            pack(Bp, B + p0 * brs + j0 * bcs, bcs, brs, nb, kc, NR);
-            for (int j = 0; j < nb; j += NR)
-                for (int i = 0; i < mb; i += MR)
-                    micro_kernel(kc, Ap + (long)i * kc, Bp + (long)j * kc,
-                                 Cm + (long)(i0 + i) * ldc + j0 + j, ldc,
-                                 mb - i < MR ? mb - i : MR, nb - j < NR ? nb - j : NR,
-                                 accumulate || p0 > 0);
-        }
-    }
-}
-
-// -p bf16 (a check mode, not a fast one): the CPU computes what train_natsl_cu's bf16 mode computes, so the two
-// can be compared tightly: every matmul operand is rounded to bf16 (round to nearest even), the products
-// accumulate in fp32. The input and the gradient dout are stored so by their producers (to_matmul_precision:
-// RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward, the conv
-// backward, the classifier backward) or rounded at the call site by operand(); the weight is rounded here.
-// Matmul outputs read only by kernels that take bf16 on the GPU (matmul_forward's out_mp: the projection into
-// the short conv, the gate, the MLP's gate/up, the logits) are rounded too. operand() returns x itself, or its
-// rounded copy in scratch slot `slot` (0: a gradient, 1: the weight, 2: an input), like the GPU's.
-static int g_bf16 = 0;
-static real round_bf16(real x) {
-    float f = (float)x;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u; // inf/nan kept
-    memcpy(&f, &u, 4);
-    return f;
-}
-static real to_matmul_precision(real v) { return g_bf16 ? round_bf16(v) : v; }
-// Element i of a tensor stored in the matmul precision (the GPU twin steps over bf16 elements in bf16 mode).
-static real *mp_at(real *x, size_t i) { return x + i; }
-static const real *operand(const real *x, size_t n, int slot) {
-    static real *buf[3];
-    static size_t cap[3];
-    if (!g_bf16) return x;
-    if (n > cap[slot]) { free(buf[slot]); buf[slot] = xcalloc(n, sizeof(real)); cap[slot] = n; }
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) buf[slot][i] = round_bf16(x[i]);
-    return buf[slot];
-}
-
-// out[BT][OC] = inp[BT][C] · W^T   (W is [OC][C]; overwrites out; inp in the matmul precision, see above)
-// out_mp: out is stored in the matmul precision (it feeds only kernels that read that precision: the short conv,
-// the gated norm's gate, SwiGLU, the classifier)
-static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp) {
-    gemm(out, OC, inp, C, 1, operand(weight, (size_t)OC * C, 1), 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
-    if (out_mp && g_bf16) {
+// ---- linear layer (§0): out[BT][OC] = inp[BT][C] Wᵀ, W[OC][C] ------------------------------------
+// out_bf16: in bf16 mode the GPU stores out in bf16 (it only feeds kernels that read bf16: the short conv,
+// the gated norm's gate, SwiGLU, the classifier), so it is rounded here too.
+static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_bf16) {
+    gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
+    if (out_bf16 && g_bf16) {
         #pragma omp parallel for
-        for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] = round_bf16(out[i]);
+        for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] = matmul_precision(out[i]);
     }
 }
-
-// dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL; dout in the matmul precision)
-// dweight[OC][C] += dout^T · inp     (accumulates, for gradient accumulation)
+// dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL)
+// dweight[OC][C] += doutᵀ · inp
 static void matmul_backward(real *dinp, real *dweight, const real *dout,
                             const real *inp, const real *weight, int BT, int C, int OC) {
-    if (dinp) gemm(dinp, C, dout, OC, 1, operand(weight, (size_t)OC * C, 1), C, 1, BT, C, OC, 1);
+    if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, 1);
     gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
 // ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
 // The rows are (i, h) for i < N, h < nh, at x + i*ldx + h*n (and y + i*ldy + h*n): one call
 // normalizes every head of a packed [N][nh*n] tensor. rstd[i*nh + h] is kept for the backward.
-// matmul_input: y only feeds matmuls (and the router's pool): stored in the matmul precision
-static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
-                            int N, int nh, int n, int ldx, int ldy, int matmul_input) {
+static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, int N, int nh, int n, int ldx, int ldy) {
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
         const real *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
@@ -247,7 +126,7 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
         real ss = 0;
         for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
         real s = 1 / sqrt(ss / n + NATSL_EPS);
-        for (int i = 0; i < n; i++) yr[i] = matmul_input ? to_matmul_precision(xr[i] * s * w[i]) : xr[i] * s * w[i];
+        for (int i = 0; i < n; i++) yr[i] = xr[i] * s * w[i];
         rstd[r] = s;
     }
 }
@@ -279,26 +158,26 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     for (int bt = 0; bt < BT; bt++)
         for (int i = 0; i < F; i++) {
             const real *row = gu + (size_t)bt * 2 * F;
-            h[(size_t)bt * F + i] = to_matmul_precision(silu(row[i]) * row[F + i]); // feeds only W_down
+            h[(size_t)bt * F + i] = silu(row[i]) * row[F + i];
         }
 }
-// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer)
+// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)]: WRITES dgu (SwiGLU is its only producer)
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++)
         for (int i = 0; i < F; i++) {
             const real *row = gu + (size_t)bt * 2 * F;
             real d = dh[(size_t)bt * F + i];
-            real *dg = dgu + (size_t)bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
-            dg[i] = to_matmul_precision(d * row[F + i] * dsilu(row[i]));
-            dg[F + i] = to_matmul_precision(d * silu(row[i]));
+            real *dg = dgu + (size_t)bt * 2 * F;
+            dg[i] = d * row[F + i] * dsilu(row[i]);
+            dg[F + i] = d * silu(row[i]);
         }
 }
 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre).
-// x rows have stride ldx (a column block of the projection output); y is [B*T][n]. pre is not stored: the
-// backward pass recomputes it from x (four products).
+// The conv runs on channels col .. col+n−1 of x (rows of stride ldx: the projection output) with those
+// channels' weights w[col + ch][4]; y is [B*T][n]. pre is not stored: the backward pass recomputes it from x.
 static real conv_pre(const real *xc, int ldx, const real *wc, int t) { // xc: the channel's column of the sequence
     real s = 0;
     for (int i = 0; i < NATSL_CONV; i++) {
@@ -307,39 +186,39 @@ static real conv_pre(const real *xc, int ldx, const real *wc, int t) { // xc: th
     }
     return s;
 }
-static void conv_silu_forward(real *y, const real *x, int ldx, const real *w, int B, int T, int n) {
+static void conv_silu_forward(real *y, const real *x, int ldx, int col, const real *w, int B, int T, int n) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             size_t bt = (size_t)b * T + t;
             for (int ch = 0; ch < n; ch++)
-                y[bt * n + ch] = silu(conv_pre(x + (size_t)b * T * ldx + ch, ldx, w + ch * NATSL_CONV, t));
+                y[bt * n + ch] = silu(conv_pre(x + (size_t)b * T * ldx + col + ch, ldx, w + (col + ch) * NATSL_CONV, t));
         }
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
-// dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
-static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, const real *w,
+// WRITES dx's channels col .. col+n−1 (the conv is their only producer).
+static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, int col, const real *w,
                                int B, int T, int n) {
     #pragma omp parallel for
     for (int ch = 0; ch < n; ch++) { // channels are independent: one thread owns a channel
+        const real *wc = w + (col + ch) * NATSL_CONV;
         real dwc[NATSL_CONV] = {0};
         for (int b = 0; b < B; b++) {
-            const real *xc = x + (size_t)b * T * ldx + ch;
-            real *dxc = dx + (size_t)b * T * ldx + ch;
+            const real *xc = x + (size_t)b * T * ldx + col + ch;
+            real *dxc = dx + (size_t)b * T * ldx + col + ch;
             for (int t = 0; t < T; t++) dxc[(size_t)t * ldx] = 0;
             for (int t = 0; t < T; t++) {
                 size_t bt = (size_t)b * T + t;
-                real dp = dy[bt * n + ch] * dsilu(conv_pre(xc, ldx, w + ch * NATSL_CONV, t));
+                real dp = dy[bt * n + ch] * dsilu(conv_pre(xc, ldx, wc, t));
                 for (int i = 0; i < NATSL_CONV; i++) {
                     int tau = t - (NATSL_CONV - 1) + i;
                     if (tau < 0) continue;
                     dwc[i] += dp * xc[(size_t)tau * ldx];
-                    dxc[(size_t)tau * ldx] += dp * w[ch * NATSL_CONV + i];
+                    dxc[(size_t)tau * ldx] += dp * wc[i];
                 }
             }
-            for (int t = 0; t < T; t++) dxc[(size_t)t * ldx] = to_matmul_precision(dxc[(size_t)t * ldx]);
         }
-        for (int i = 0; i < NATSL_CONV; i++) dw[ch * NATSL_CONV + i] += dwc[i];
+        for (int i = 0; i < NATSL_CONV; i++) dw[(col + ch) * NATSL_CONV + i] += dwc[i];
     }
 }
 
@@ -386,9 +265,9 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
         for (int bt = 0; bt < BT; bt++) {
             size_t i = (size_t)bt * H + h;
             real da = dg[i] * -exp(A_log[h]) * sigmoid(ab[(size_t)bt * 2 * H + h] + dt_bias[h]);
-            real *d = dab + (size_t)bt * 2 * H; // feeds only W_ab's backward: a matmul gradient
-            d[h] = to_matmul_precision(d[h] + da);
-            d[H + h] = to_matmul_precision(d[H + h] + dbeta[i] * beta[i] * (1 - beta[i]));
+            real *d = dab + (size_t)bt * 2 * H;
+            d[h] += da;
+            d[H + h] += dbeta[i] * beta[i] * (1 - beta[i]);
             sd += da;
             sa += dg[i] * g[i];
         }
@@ -416,6 +295,7 @@ static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign)
     }
 }
 static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_rotate(x, N, T, nh, hd, ld, 1); }
+// in place: dx holds dL/d(rotated x) and becomes dL/dx
 static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
 
 // ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π §5.2, output weights ω §5.1) --
@@ -426,7 +306,7 @@ static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
         y[2 * i + 1] = 1 - p0;
     }
 }
-// dx0 = y0·y1·(dy0 − dy1) = −dx1   (§6.5)
+// dx0 += y0·y1·(dy0 − dy1),  dx1 −= the same   (§6.5)
 static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_t npairs) {
     for (size_t i = 0; i < npairs; i++) {
         real d = y[2 * i] * y[2 * i + 1] * (dy[2 * i] - dy[2 * i + 1]);
@@ -435,11 +315,39 @@ static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_
     }
 }
 
+// ---- the classifier's loss (§2): cross-entropy over the V real tokens of the padded logits [BT][Vp] ------
+static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
+                                 int BT, int V, int Vp) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const real *z = logits + (size_t)bt * Vp;
+        real mx = NEG_LARGE, s = 0;
+        #pragma omp simd reduction(max : mx)
+        for (int i = 0; i < V; i++) mx = z[i] > mx ? z[i] : mx;
+        #pragma omp simd reduction(+ : s)
+        for (int i = 0; i < V; i++) s += exp(z[i] - mx);
+        lse[bt] = mx + log(s);
+        losses[bt] = lse[bt] - z[targets[bt]];
+    }
+}
+// WRITES dlogits in place of the logits: dloss·(softmax − onehot) on the V real tokens, 0 on the padding.
+static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
+                                  int BT, int V, int Vp) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        real *z = logits + (size_t)bt * Vp, l = lse[bt];
+        int tg = targets[bt];
+        #pragma omp simd
+        for (int i = 0; i < V; i++) z[i] = dloss * exp(z[i] - l) - (i == tg ? dloss : 0);
+        for (int i = V; i < Vp; i++) z[i] = 0;
+    }
+}
+
 // ================================================================================================
-// The two token mixers of a NAtS-L layer, driven by the routing mask m[B][Nc][Hm][2]
-// (op 0 = softmax attention, op 1 = GDN; §5.2). In training m is 0/1 with the last chunk 1 for both.
-// The ops also accept real-valued m in [0,1] (the relaxation of §8), and m = NULL means "every chunk
-// active": the plain causal attention of an A layer, the plain recurrence of a G layer.
+// 2. The two token mixers of a NAtS-L layer and the router that drives them with the routing mask
+// m[B][Nc][Hm][2] (op 0 = softmax attention, op 1 = GDN; §5.2). In training m is 0/1 with the last chunk 1
+// for both ops. The ops also accept real-valued m in [0,1] (the relaxation of §8), and m = NULL means
+// "every chunk active": the plain causal attention of an A layer, the plain recurrence of a G layer.
 // ================================================================================================
 
 // weight of the pairs between a query in chunk cq and the keys of chunk c (§5.3, §8)
@@ -449,14 +357,13 @@ static inline real chunk_weight(const real *m, int b, int c, int cq, int n, int 
 }
 
 // ---- softmax attention over the allowed pairs (§4, §5.3) ----------------------------------------
-// q, k: rows of stride ldqk, head j at columns j*dq; v: stride ldv, head j at j*dvh.
-// out [B*T][NH*dvh]; lse [B][NH][T] (log of each row's normalizer, kept for the backward).
-// Query i attends key j' ≤ i of its own chunk, and the keys of earlier chunks c with weight
-// m[b][c][j/G][0] (G = NH/Hm heads share one mask head; chunks with weight 0 are skipped):
-//   P_ij' = w_ij' exp(e_ij') / Σ w exp(e),  e_ij' = q_i·k_j' / sqrt(dq),  o_i = Σ P_ij' v_j'.
-static void attention_forward(real *out, real *lse, const real *q, const real *k, int ldqk,
-                              const real *v, int ldv, const real *m, int B, int T, int NH, int Hm,
-                              int dq, int dvh) {
+// Operands in AttnArgs (common/layout.h). out [B*T][heads*head_v]; lse [B][heads][T] (log of each row's
+// normalizer, kept for the backward). Query i attends key j' ≤ i of its own chunk, and the keys of earlier
+// chunks c with weight m[b][c][j/G][0] (G = heads/mask_heads heads share one mask head; chunks with weight 0
+// are skipped):  P_ij' = w_ij' exp(e_ij') / Σ w exp(e),  e_ij' = q_i·k_j' / sqrt(head_k),  o_i = Σ P_ij' v_j'.
+static void attention_forward(real *out, real *lse, const AttnArgs *a) {
+    const real *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
+    int B = a->B, T = a->T, NH = a->heads, Hm = a->mask_heads, dq = a->head_k, dvh = a->head_v;
     int Nc = T / CH, G = NH / Hm;
     real scale = 1 / sqrt((real)dq);
     #pragma omp parallel
@@ -467,12 +374,12 @@ static void attention_forward(real *out, real *lse, const real *q, const real *k
             for (int j = 0; j < NH; j++)
                 for (int i = 0; i < T; i++) {
                     int ci = i / CH;
-                    const real *qi = q + ((size_t)b * T + i) * ldqk + j * dq;
+                    const real *qi = q + ((size_t)b * T + i) * a->ldqk + j * dq;
                     real mx = NEG_LARGE;
                     for (int c = 0; c <= ci; c++) {
                         if (chunk_weight(m, b, c, ci, j / G, Nc, Hm, 0) == 0) continue;
                         for (int jj = c * CH; jj < (c + 1) * CH && jj <= i; jj++) {
-                            const real *kj = k + ((size_t)b * T + jj) * ldqk + j * dq;
+                            const real *kj = k + ((size_t)b * T + jj) * a->ldqk + j * dq;
                             real s = 0;
                             for (int d = 0; d < dq; d++) s += qi[d] * kj[d];
                             e[jj] = s * scale;
@@ -486,7 +393,7 @@ static void attention_forward(real *out, real *lse, const real *q, const real *k
                         if (wc == 0) continue;
                         for (int jj = c * CH; jj < (c + 1) * CH && jj <= i; jj++) {
                             real p = wc * exp(e[jj] - mx);
-                            const real *vj = v + ((size_t)b * T + jj) * ldv + j * dvh;
+                            const real *vj = v + ((size_t)b * T + jj) * a->ldv + j * dvh;
                             sum += p;
                             for (int d = 0; d < dvh; d++) oi[d] += p * vj[d];
                         }
@@ -498,18 +405,28 @@ static void attention_forward(real *out, real *lse, const real *q, const real *k
     }
 }
 // Exact backward over the allowed pairs (§6.2): dP = dO_i·v_j', δ_i = dO_i·o_i, dE = P(dP − δ),
-// dq_i += s Σ dE k, dk_j' += s Σ dE q, dv_j' += Σ P dO.  Router gradient (§6.3), when m != NULL:
-// for key chunks c < chunk(i) with m ≠ 0,  dA[b][c][n][0] += exp(e − lse)(dP − δ), summed over the
-// G heads of mask head n, over the later queries and the chunk's keys (= dL/dm exactly).
-static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout,
-                               const real *out, const real *lse, const real *q, const real *k, int ldqk,
-                               const real *v, int ldv, const real *m, int B, int T, int NH, int Hm,
-                               int dqh, int dvh) {
-    int Nc = T / CH, G = NH / Hm;
+// dq_i = s Σ dE k, dk_j' = s Σ dE q, dv_j' = Σ P dO.  Router gradient (§6.3), when m != NULL: for key
+// chunks c < chunk(i) with m ≠ 0, dA[b][c][n][0] = Σ exp(e − lse)(dP − δ) over the G heads of mask head n,
+// the later queries and the chunk's keys (= dL/dm exactly).
+// WRITES dq, dk, dv (their heads' columns; the other columns of the rows are left as they are) and dA[...][0]
+// (all chunks; 0 where m = 0 and at the last chunk; dA[...][1] is left as it is).
+static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
+                               const real *lse, const AttnArgs *a) {
+    const real *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
+    int B = a->B, T = a->T, NH = a->heads, Hm = a->mask_heads, dqh = a->head_k, dvh = a->head_v;
+    int Nc = T / CH, G = NH / Hm, ldqk = a->ldqk, ldv = a->ldv;
     real scale = 1 / sqrt((real)dqh);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
-        for (int n = 0; n < Hm; n++) // one thread owns a mask head: its dA entries and its G heads
+        for (int n = 0; n < Hm; n++) { // one thread owns a mask head: its dA entries and its G heads
+            for (int j = n * G; j < (n + 1) * G; j++)
+                for (int i = 0; i < T; i++) {
+                    size_t row = (size_t)b * T + i;
+                    memset(dq + row * ldqk + j * dqh, 0, dqh * sizeof(real));
+                    memset(dk + row * ldqk + j * dqh, 0, dqh * sizeof(real));
+                    memset(dv + row * ldv + j * dvh, 0, dvh * sizeof(real));
+                }
+            if (m) for (int c = 0; c < Nc; c++) dA[(((size_t)b * Nc + c) * Hm + n) * 2 + 0] = 0;
             for (int j = n * G; j < (n + 1) * G; j++)
                 for (int i = 0; i < T; i++) {
                     int ci = i / CH;
@@ -538,20 +455,19 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
                         if (m && c < ci) dA[(((size_t)b * Nc + c) * Hm + n) * 2 + 0] += dAc;
                     }
                 }
+        }
 }
 
 // ---- the GDN op with chunk commits (§3.2, §5.4) ---------------------------------------------------
-// q̂, k̂: rows of stride ldqk, head h at h*dk; v: stride ldv, head h at h*dv; g, beta: [B*T][H].
-// out [B*T][H*dv]; state [B][H][Nc][dk][dv] keeps the committed state before each chunk.
-// Per chunk c, a virtual run starts from the committed state S_c and applies the delta rule token by
-// token (decay first, then update; the output reads the updated state):
-//   Z ← α_t Z;  u_t = β_t (v_t − Zᵀk̂_t);  Z ← Z + k̂_t u_tᵀ;  o_t = s Zᵀq̂_t      (s = 1/sqrt(dk))
+// Operands in GdnArgs (common/layout.h). out [B*T][H*head_v]; state [B][H][Nc][head_k][head_v] keeps the
+// committed state before each chunk. Per chunk c, a virtual run starts from the committed state S_c and
+// applies the delta rule token by token (decay first, then update; the output reads the updated state):
+//   Z ← α_t Z;  u_t = β_t (v_t − Zᵀk̂_t);  Z ← Z + k̂_t u_tᵀ;  o_t = s Zᵀq̂_t      (α_t = e^{g_t}, s = 1/sqrt(d_k))
 // then S_{c+1} = Dec_c S_c + m_c (Z_last − Dec_c S_c),  Dec_c = exp(Σ_{t∈c} g_t),  m_c = m[b][c][h][1]:
 // a GDN chunk (m = 1) commits its run, any other chunk only decays the committed state.
-static void gdn_op_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
-                           int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
-                           int dk, int dv) {
-    int Nc = T / CH;
+static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
+    const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
+    int B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v, Nc = T / CH;
     size_t KV = (size_t)dk * dv;
     real scale = 1 / sqrt((real)dk);
     #pragma omp parallel
@@ -567,14 +483,14 @@ static void gdn_op_forward(real *out, real *state, const real *q, const real *k,
                     real gsum = 0;
                     for (int t = c * CH; t < (c + 1) * CH; t++) {
                         size_t row = (size_t)b * T + t;
-                        const real *qt = q + row * ldqk + h * dk, *kt = k + row * ldqk + h * dk;
-                        const real *vt = v + row * ldv + h * dv;
-                        real a = exp(g[row * H + h]), bt = beta[row * H + h];
+                        const real *qt = q + row * a->ldqk + h * dk, *kt = k + row * a->ldqk + h * dk;
+                        const real *vt = v + row * a->ldv + h * dv;
+                        real al = exp(g[row * H + h]), bt = beta[row * H + h];
                         real *ot = out + row * H * dv + h * dv;
                         gsum += g[row * H + h];
                         for (int j = 0; j < dv; j++) kz[j] = 0;
                         for (int i = 0; i < dk; i++)
-                            for (int j = 0; j < dv; j++) { Z[i * dv + j] *= a; kz[j] += kt[i] * Z[i * dv + j]; }
+                            for (int j = 0; j < dv; j++) { Z[i * dv + j] *= al; kz[j] += kt[i] * Z[i * dv + j]; }
                         for (int j = 0; j < dv; j++) { kz[j] = bt * (vt[j] - kz[j]); ot[j] = 0; } // kz ← u_t
                         for (int i = 0; i < dk; i++)
                             for (int j = 0; j < dv; j++) { Z[i * dv + j] += kt[i] * kz[j]; ot[j] += qt[i] * Z[i * dv + j]; }
@@ -593,12 +509,13 @@ static void gdn_op_forward(real *out, real *state, const real *q, const real *k,
 //   dβ = du·r;  dr = β du;  dv = dr;  dP = D − k̂ drᵀ;  dk̂ −= P dr;  dg_t = ⟨dP, P_t⟩;  dZ_{t−1} = α_t dP
 // starting from dZ_last = m_c dS. Then dS_c = dZ_start + (1 − m_c) Dec_c dS; the decay-only path adds
 // (1 − m_c) Dec_c ⟨dS, S_c⟩ to every dg_t of the chunk; and the router gradient where m_c ≠ 0 is
-// dA[b][c][h][1] += ⟨dS, Z_last − Dec_c S_c⟩ (the chunk's own update ΔS_c, §6.4).
-static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
-                            const real *dout, const real *state, const real *q, const real *k, int ldqk,
-                            const real *v, int ldv, const real *g, const real *beta, const real *m,
-                            int B, int T, int H, int dkh, int dvh) {
-    int Nc = T / CH;
+// dA[b][c][h][1] = ⟨dS, Z_last − Dec_c S_c⟩ (the chunk's own update ΔS_c, §6.4).
+// WRITES dq, dk (their heads' columns), dg, dβ and dA[...][1]; ACCUMULATES into dv (in an N layer the softmax
+// op has written its part of dv first).
+static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
+                            const real *state, const GdnArgs *a) {
+    const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
+    int B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v, Nc = T / CH, ldqk = a->ldqk, ldv = a->ldv;
     size_t KV = (size_t)dkh * dvh;
     real scale = 1 / sqrt((real)dkh);
     #pragma omp parallel
@@ -610,6 +527,13 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
+                for (int t = 0; t < T; t++) {
+                    size_t row = (size_t)b * T + t;
+                    memset(dq + row * ldqk + h * dkh, 0, dkh * sizeof(real));
+                    memset(dk + row * ldqk + h * dkh, 0, dkh * sizeof(real));
+                    dg[row * H + h] = dbeta[row * H + h] = 0;
+                }
+                if (m) for (int c = 0; c < Nc; c++) dA[(((size_t)b * Nc + c) * H + h) * 2 + 1] = 0;
                 memset(dS, 0, KV * sizeof(real));
                 for (int c = Nc - 1; c >= 0; c--) {
                     const real *Sc = state + (((size_t)b * H + h) * Nc + c) * KV;
@@ -619,16 +543,16 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
                     for (int tt = 0; tt < CH; tt++) {
                         size_t row = (size_t)b * T + c * CH + tt;
                         const real *kt = k + row * ldqk + h * dkh, *vt = v + row * ldv + h * dvh;
-                        real a = exp(g[row * H + h]), bt = beta[row * H + h];
+                        real al = exp(g[row * H + h]), bt = beta[row * H + h];
                         const real *Zp = Zs + tt * KV;
                         real *Zt = Zs + (tt + 1) * KV, *r = rs + tt * dvh, *u = us + tt * dvh;
                         gsum += g[row * H + h];
                         for (int j = 0; j < dvh; j++) r[j] = vt[j];
                         for (int i = 0; i < dkh; i++)
-                            for (int j = 0; j < dvh; j++) r[j] -= a * Zp[i * dvh + j] * kt[i];
+                            for (int j = 0; j < dvh; j++) r[j] -= al * Zp[i * dvh + j] * kt[i];
                         for (int j = 0; j < dvh; j++) u[j] = bt * r[j];
                         for (int i = 0; i < dkh; i++)
-                            for (int j = 0; j < dvh; j++) Zt[i * dvh + j] = a * Zp[i * dvh + j] + kt[i] * u[j];
+                            for (int j = 0; j < dvh; j++) Zt[i * dvh + j] = al * Zp[i * dvh + j] + kt[i] * u[j];
                     }
                     real mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1, dec = exp(gsum);
                     if (m) {
@@ -646,7 +570,7 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
                         const real *qt = q + row * ldqk + h * dkh, *kt = k + row * ldqk + h * dkh;
                         const real *dot = dout + row * H * dvh + h * dvh;
                         const real *Zp = Zs + tt * KV, *Zt = Zs + (tt + 1) * KV, *u = us + tt * dvh, *r = rs + tt * dvh;
-                        real a = exp(g[row * H + h]), bt = beta[row * H + h];
+                        real al = exp(g[row * H + h]), bt = beta[row * H + h];
                         real *dqt = dq + row * ldqk + h * dkh, *dkt = dk + row * ldqk + h * dkh;
                         real *dvt = dv + row * ldv + h * dvh;
                         for (int j = 0; j < dvh; j++) du[j] = 0;
@@ -668,10 +592,10 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
                         for (int i = 0; i < dkh; i++) { // dP = D − k̂ drᵀ; dk̂ −= P dr; dg = ⟨dP, P⟩; dZ = α dP
                             real sp = 0;
                             for (int j = 0; j < dvh; j++) {
-                                real dP = dZ[i * dvh + j] - kt[i] * du[j], P = a * Zp[i * dvh + j];
+                                real dP = dZ[i * dvh + j] - kt[i] * du[j], P = al * Zp[i * dvh + j];
                                 sp += P * du[j];
                                 dgt += dP * P;
-                                dZ[i * dvh + j] = a * dP;
+                                dZ[i * dvh + j] = al * dP;
                             }
                             dkt[i] -= sp;
                         }
@@ -688,6 +612,7 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
 // p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot
 // argmax (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
 // relaxed (tests only, §8): mask = π itself, so the whole layer is a smooth function of W_r and x.
+// x is the normalized block input, which the GPU stores in bf16 in bf16 mode: the pool reads it so.
 static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
                            int B, int T, int D, int H, int relaxed) {
     int Nc = T / CH;
@@ -697,10 +622,10 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
             real *p = pool + ((size_t)b * Nc + c) * D;
             for (int i = 0; i < D; i++) p[i] = 0;
             for (int t = c * CH; t < (c + 1) * CH; t++)
-                for (int i = 0; i < D; i++) p[i] += x[((size_t)b * T + t) * D + i];
+                for (int i = 0; i < D; i++) p[i] += matmul_precision(x[((size_t)b * T + t) * D + i]);
             for (int i = 0; i < D; i++) p[i] /= CH;
         }
-    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H, 0);
+    matmul_forward(logits, pool, Wr, B * Nc, D, 2 * H, 0);
     pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
     for (size_t i = 0; i < (size_t)B * Nc * H; i++) {
         int last = (int)((i / H) % Nc) == Nc - 1;
@@ -721,7 +646,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
             size_t o = ((size_t)b * Nc + c) * 2 * H;
             pair_softmax_backward(dlogits + o, dA + o, pi + o, H);
         }
-    matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, 0), operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
+    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -729,12 +654,13 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
                 dx[((size_t)b * T + t) * D + i] += dpool[((size_t)b * Nc + t / CH) * D + i] / CH;
 }
 
-// ---- the fused gated output norm (§3.3, §5.6) ------------------------------------------------------
-// Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
-// ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
+// ---- the gated output norm (§3.3, §5.6) ------------------------------------------------------------
+// Rows of width n, contiguous [R][n]. Two inputs (N layer): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
+// ⊙ silu(gate), ω [R][2]. One input (G layer: o2 = ω = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
 // rstd [2][R] keeps both inputs' reciprocal RMS.
-static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *w1, const real *o2,
-                               const real *w2, const real *omega, const real *gate, int R, int n) {
+static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
+    const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
+    int R = a->rows, n = a->n;
     #pragma omp parallel for
     for (int r = 0; r < R; r++) {
         size_t o = (size_t)r * n;
@@ -750,16 +676,17 @@ static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *
         for (int i = 0; i < n; i++) {
             real nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
                            : o1[o + i] * s1 * w1[i];
-            y[o + i] = to_matmul_precision(nsum * silu(gate[o + i])); // feeds only W_o
+            y[o + i] = nsum * silu(gate[o + i]);
         }
     }
 }
-// with dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's
-// RMSNorm backward with dy_k = ω_k dn (§5.6: the Triton kernel computes exactly this). do1, do2, dω and dgate are
-// written (the gated norm is their only producer); the weight gradients accumulate.
+// With dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's RMSNorm
+// backward with dy_k = ω_k dn (§5.6: the authors' Triton kernel computes exactly this). WRITES do1, do2, dω and
+// dgate (the gated norm is their only producer); the weight gradients dw1, dw2 accumulate.
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
-                                const real *dy, const real *rstd, const real *o1, const real *w1,
-                                const real *o2, const real *w2, const real *omega, const real *gate, int R, int n) {
+                                const real *dy, const real *rstd, const GatedNormArgs *a) {
+    const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
+    int R = a->rows, n = a->n;
     #pragma omp parallel for
     for (int r = 0; r < R; r++) {
         size_t o = (size_t)r * n;
@@ -768,7 +695,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         for (int i = 0; i < n; i++) {
             real n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0;
             real dn = dy[o + i] * silu(gate[o + i]);
-            dgate[o + i] = to_matmul_precision(dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]));
+            dgate[o + i] = dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]);
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += o1[o + i] * s1 * w1[i] * w_1 * dn;
             if (o2) dot2 += o2[o + i] * s2 * w2[i] * w_2 * dn;
@@ -795,37 +722,8 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
     }
 }
 
-// ---- fused classifier (§2): loss over the V real tokens of the padded logits --------------------------
-static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
-                                 int BT, int V, int Vp) {
-    #pragma omp parallel for
-    for (int bt = 0; bt < BT; bt++) {
-        const real *z = logits + (size_t)bt * Vp;
-        real mx = NEG_LARGE, s = 0;
-        #pragma omp simd reduction(max : mx)
-        for (int i = 0; i < V; i++) mx = z[i] > mx ? z[i] : mx;
-        #pragma omp simd reduction(+ : s)
-        for (int i = 0; i < V; i++) s += exp(z[i] - mx);
-        lse[bt] = mx + log(s);
-        losses[bt] = lse[bt] - z[targets[bt]];
-    }
-}
-// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding; in the matmul
-// precision (the head's backward is its only reader), like the logits themselves.
-static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
-                                  int BT, int V, int Vp) {
-    #pragma omp parallel for
-    for (int bt = 0; bt < BT; bt++) {
-        real *z = logits + (size_t)bt * Vp, l = lse[bt];
-        int tg = targets[bt];
-        #pragma omp simd
-        for (int i = 0; i < V; i++) z[i] = to_matmul_precision(dloss * exp(z[i] - l) - (i == tg ? dloss : 0));
-        for (int i = V; i < Vp; i++) z[i] = 0;
-    }
-}
-
 // ================================================================================================
-// The model: parameters, activations, and the three layer kinds
+// 3. The model: parameters, activations, the three layer kinds, the forward and backward passes
 // ================================================================================================
 
 typedef struct {
@@ -857,24 +755,8 @@ static void model_build(Model *M, const Config *c) {
     param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
 }
 
-// Initialization (§2 table), from one seeded stream.
-static void model_init(Model *M, uint64_t seed) {
-    uint64_t s = rng_seed(seed);
-    for (int i = 0; i < M->ntensors; i++) {
-        const ParamTensor *t = &M->tensors[i];
-        real *w = M->params + t->offset;
-        for (size_t j = 0; j < t->numel; j++) {
-            if (t->init == INIT_NORMAL) w[j] = 0.02 * rng_normal(&s);
-            else if (t->init == INIT_ONES) w[j] = 1;
-            else if (t->init == INIT_ALOG) w[j] = log(16.0 * rng_uniform(&s));   // A ~ U(0, 16)
-            else {                                                                 // dt_bias
-                double dt = exp(log(1e-3) + rng_uniform(&s) * (log(1e-1) - log(1e-3)));
-                if (dt < 1e-4) dt = 1e-4;
-                w[j] = dt + log(-expm1(-dt)); // inverse softplus: dt + log(1 − e^{−dt})
-            }
-        }
-    }
-}
+// Initialization (§2), from one seeded stream: init_params (common/model_io.h) fills the buffer.
+static void model_init(Model *M, uint64_t seed) { init_params(M->params, M->tensors, M->ntensors, seed); }
 
 // Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64); recompute: see
 // model_acts_layout (common/layout.h).
@@ -900,6 +782,13 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->targets = xcalloc(BT, sizeof(int));
 }
 
+// AdamW's moments, zero until the first update
+static void model_alloc_moments(Model *M) {
+    if (M->adam_m) return;
+    M->adam_m = xcalloc(M->nparams, sizeof(real));
+    M->adam_v = xcalloc(M->nparams, sizeof(real));
+}
+
 static void model_free(Model *M) {
     free(M->params); free(M->grads); free(M->adam_m); free(M->adam_v); free(M->acts);
     free(M->hL); free(M->lnf); free(M->lnf_rstd); free(M->logits); free(M->lse); free(M->losses);
@@ -913,25 +802,23 @@ static void model_zero_grad(Model *M) { memset(M->grads, 0, M->nparams * sizeof(
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1);
-    conv_silu_forward(a->qkv, a->proj, W, p->conv, B, T, K);
-    conv_silu_forward(a->qkv + (size_t)BT * K, mp_at(a->proj, K), W, p->conv + K * NATSL_CONV, B, T, K);
-    conv_silu_forward(a->qkv + (size_t)2 * BT * K, mp_at(a->proj, 2 * K), W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    conv_silu_forward(a->q, a->proj, W, 0, p->conv, B, T, K);      // proj's columns: Q | K | V
+    conv_silu_forward(a->k, a->proj, W, K, p->conv, B, T, K);
+    conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qkv, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
-// Takes the gradients in d (dqkv, dqk_hat, dgate, dg, dbeta) down to dx (+=) and the parameters.
+// Takes the gradients in d (of q, k, v, q̂, k̂, gate, g, β) down to dx (+=) and the parameters.
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
                                 const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
     l2norm_backward(d->qkv, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
-    conv_silu_backward(d->proj, gp->conv, d->qkv, a->proj, W, p->conv, B, T, K);
-    conv_silu_backward(mp_at(d->proj, K), gp->conv + K * NATSL_CONV, d->qkv + (size_t)BT * K, mp_at(a->proj, K), W,
-                       p->conv + K * NATSL_CONV, B, T, K);
-    conv_silu_backward(mp_at(d->proj, 2 * K), gp->conv + 2 * K * NATSL_CONV, d->qkv + (size_t)2 * BT * K,
-                       mp_at(a->proj, 2 * K), W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
+    conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
+    conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
@@ -939,49 +826,44 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
 // o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = y W_oᵀ
-static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                              int ops_kept) {
-    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
+static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+    GdnArgs op = gdn_layer_op_args(c, a, B, T);
+    GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
     gdn_inputs_forward(c, a, p, B, T);
-    if (!ops_kept)
-        gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
-                       a->g, a->beta, NULL, B, T, H, c->dk, c->dv);
-    gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
+    gdn_op_forward(a->gdn_out, a->state, &op);
+    gated_norm_forward(a->y, a->norm_rstd, &norm);
+    matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
-    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, 0), a->y, p->wo, BT, Vt, c->D);
-    gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, a->gdn_out, p->o_norm,
-                        NULL, NULL, NULL, a->gate, BT * H, c->dv);
-    gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, d->qkv + (size_t)2 * BT * K, d->g, d->beta, NULL, d->gdn_out,
-                    a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt, a->g, a->beta,
-                    NULL, B, T, H, c->dk, c->dv);
+    GdnArgs op = gdn_layer_op_args(c, a, B, T);
+    GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D);
+    gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
+    gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
-static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                    int ops_kept) {
-    int BT = B * T, D = c->D, HA = cfg_HA(c);
+// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place;  o = causal softmax attention;  out = o W_oᵀ
+static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    AttnArgs op = attn_layer_op_args(c, a, B, T);
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 0);
-    rope_forward(a->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);     // q
-    rope_forward(a->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D); // k
-    if (!ops_kept)
-        attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
-                          B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
-    if (!ops_kept) matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D, 0);
+    rope_forward(a->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    rope_forward(a->k, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    attention_forward(a->att_out, a->lse, &op);
+    matmul_forward(out, a->att_out, p->wo, BT, D, D, 0);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
-    int BT = B * T, D = c->D, HA = cfg_HA(c);
-    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, 0), operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
-    attention_backward(d->proj, d->proj + D, d->proj + 2 * D, NULL, d->att_out, a->att_out, a->lse, a->proj,
-                       a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL, B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD);
-    rope_backward(d->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
-    rope_backward(d->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, 0), a->xn, p->wqkv, BT, D, 3 * D);
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    AttnArgs op = attn_layer_op_args(c, a, B, T);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D);
+    attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
+    rope_backward(d->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    rope_backward(d->k, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -989,69 +871,64 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 // (optional RoPE, §5.8); GDN op on q̂, k̂, V as in G, both driven by Ã (§5.3, §5.4). ω = pair softmax of
 // Q W_owᵀ (§5.1). Fused norm (§5.6), over the Ha rows of d_va features of each token (the GDN output
 // [H][d_v] re-viewed as [Ha][d_va]):  y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j);
-// out = y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536], 6 GDN heads of 128/256, 12 softmax heads of 64/128.
+// out = y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536]; H = 6 GDN heads of 128/256, Ha = 12 softmax
+// heads of 64/128 (dka/dva).
 static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                int relaxed, int ops_kept) {
-    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
-    const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
-    real *qa = a->qka, *ka = a->qka + (size_t)BT * K;
+                                int relaxed) {
+    int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
+    AttnArgs att = natsl_attn_args(c, a, B, T);
+    GdnArgs gdn = natsl_gdn_args(c, a, B, T);
+    GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
     gdn_inputs_forward(c, a, p, B, T);
-    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, H, relaxed);
-    rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K, 0);
-    rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K, 0);
-    if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
-    matmul_forward(a->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha, 0);
+    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed);
+    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K);
+    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K);
+    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K); rope_forward(a->ka, BT, T, Ha, dka, K); }
+    matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
-    if (!ops_kept) { // recompute level 1 kept their outputs
-        attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva);
-        gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask,
-                       B, T, H, c->dk, c->dv);
-    }
-    gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
+    attention_forward(a->att_out, a->lse, &att);
+    gdn_op_forward(a->gdn_out, a->state, &gdn);
+    gated_norm_forward(a->y, a->norm_rstd, &norm);
+    matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
 }
+// The softmax op's backward writes dV and dA[...][0]; the GDN op's then adds its part to dV and writes dA[...][1]:
+// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4).
 static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                  const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad) {
-    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
-    const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
-    real *dQ = d->qkv, *dK = d->qkv + (size_t)BT * K, *dV = d->qkv + (size_t)2 * BT * K;
-    real *dqa = d->qka, *dka_ = d->qka + (size_t)BT * K;
-    real *dA = d->rmask; // router gradient dÃ [B][Nc][H][2], filled by both ops
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, 0), a->y, p->wo, BT, Vt, c->D);
-    gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, a->gdn_out,
-                        p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
-    gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, dV, d->g, d->beta, dA, d->gdn_out, a->state, a->qk_hat,
-                    a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask, B, T, H, c->dk, c->dv);
-    attention_backward(dqa, dka_, dV, dA, d->att_out, a->att_out, a->lse, a->qka, a->qka + (size_t)BT * K, K, V, Vt,
-                       a->rmask, B, T, Ha, H, dka, dva);
+    int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
+    AttnArgs att = natsl_attn_args(c, a, B, T);
+    GdnArgs gdn = natsl_gdn_args(c, a, B, T);
+    GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D);
+    gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
+    attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
+    gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(dQ, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, 0), operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
-    if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }
-    rmsnorm_backward(dQ, gp->qn, dqa, Q, p->qn, a->qka_rstd, BT, Ha, dka, K, K);
-    rmsnorm_backward(dK, gp->kn, dka_, Kp, p->kn, a->qka_rstd + (size_t)BT * Ha, BT, Ha, dka, K, K);
+    matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha);
+    if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K);
     if (!no_router_grad)
-        router_backward(dx, gp->wr, d->pool, d->rlogits, dA, a->rpi, a->pool, p->wr, B, T, c->D, H);
+        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
 // ---- the whole model (§2) --------------------------------------------------------------------------------
 // h^0 = E[ids];  per layer: r = h + Mixer(RMSNorm(h)),  h' = r + MLP(RMSNorm(r));  logits = RMSNorm(h^L) W_headᵀ
 
-// Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward
-// pass reads (model_forward adds the down projection; model_backward reruns this under recompute, with
-// ops_kept = 1 at level 1, which kept the GDN/softmax op outputs and r = h + mixer output: neither the ops nor the
-// output projection and the residual add rerun).
-static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
+// Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward pass
+// reads (model_forward adds the down projection; model_backward reruns this under recompute).
+static void block_forward(Model *M, int l, int B, int T) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1);
-    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
-    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
-    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept);
-    if (!ops_kept) for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
+    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
+    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
+    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
+    for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
@@ -1066,11 +943,11 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     encoder_forward(M->la[0].res, inputs, M->p.wte, BT, D);
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
-        block_forward(M, l, B, T, 0);
+        block_forward(M, l, B, T);
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0);
         for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += M->la[l].r[i];
     }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1);
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);
@@ -1080,7 +957,6 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     }
 }
 
-// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
 // Lays out the gradient scratch for one layer of the given kind, the fields the backward pass accumulates into
 // zeroed (the ones their producer writes whole come last and are left as they are: common/layout.h).
 static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T) {
@@ -1089,6 +965,10 @@ static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T) {
     layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS);
 }
 
+// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
+// Under recompute (-k 1, -k 2) every layer but the last first reruns block_forward to rebuild what its
+// backward pass reads (the last one's activations are still in the shared scratch). The CPU reruns the whole
+// block at both levels; level 1 only keeps more (the GPU uses it to skip the token mixers in the rerun).
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -1101,9 +981,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
         LayerParams *gp = &M->g.layer[l];
-        if (M->recompute && l < c->L - 1) block_forward(M, l, B, T, M->recompute == 1); // L−1: still in the scratch
+        if (M->recompute && l < c->L - 1) block_forward(M, l, B, T);
         grads_scratch(M, &d, c->pattern[l], B, T);
-        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, 0), a->hmid, p->wdown, BT, c->F, D);
+        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
@@ -1115,39 +995,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }
 
-// ================================================================================================
-// Optimizer (§9): AdamW with decoupled weight decay on the tensors marked in config.h
-// ================================================================================================
-
-static double grad_norm(const Model *M) {
-    double s = 0;
-    for (size_t i = 0; i < M->nparams; i++) s += (double)M->grads[i] * M->grads[i];
-    return sqrt(s);
-}
-
-// one AdamW step at step t (1-based) on the gradients scaled by grad_scale (clipping)
-static void adamw_update(Model *M, double lr, double b1, double b2, double eps, double wd, double grad_scale, int t) {
-    if (!M->adam_m) { M->adam_m = xcalloc(M->nparams, sizeof(real)); M->adam_v = xcalloc(M->nparams, sizeof(real)); }
-    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
-    for (int k = 0; k < M->ntensors; k++) {
-        const ParamTensor *pt = &M->tensors[k];
-        double decay = pt->decay ? wd : 0;
-        #pragma omp parallel for
-        for (size_t i = pt->offset; i < pt->offset + pt->numel; i++) {
-            double g = M->grads[i] * grad_scale;
-            M->adam_m[i] = b1 * M->adam_m[i] + (1 - b1) * g;
-            M->adam_v[i] = b2 * M->adam_v[i] + (1 - b2) * g * g;
-            double mh = M->adam_m[i] / c1, vh = M->adam_v[i] / c2;
-            M->params[i] -= lr * (mh / (sqrt(vh) + eps) + decay * M->params[i]);
-        }
-    }
-}
-
-// ================================================================================================
-// Checkpoints: model_%08d.bin (header + float32 parameters) and state_%08d.bin (AdamW moments, step,
-// RNG, data position), both written atomically (common/checkpoint.h).
-// ================================================================================================
-
+// Host float32 copies of a model buffer and back (checkpoints, logs, the -z dump); the GPU twins copy
+// from and to the device.
 static float *to_float32(const real *x, size_t n) {
     float *f = xcalloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
@@ -1158,52 +1007,74 @@ static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // r
     return to_float32(M->logits + row * M->cfg.Vp, nrows * M->cfg.Vp);
 }
 
-static int save_model(const Model *M, const char *path, char *err, size_t errlen) {
-    float *f = to_float32(M->params, M->nparams);
-    int rc = ckpt_write_model(path, &M->cfg, f, M->nparams, err, errlen);
-    free(f);
-    return rc;
+// Shared with train_natsl.cu, written on the functions above: the router statistics (softmax_fraction) and
+// the checkpoint files (save_model, load_model, save_state, load_state).
+#include "common/model_io.h"
+
+// ================================================================================================
+// 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW
+// ================================================================================================
+
+static double grad_norm(const Model *M) {
+    double s = 0;
+    for (size_t i = 0; i < M->nparams; i++) s += (double)M->grads[i] * M->grads[i];
+    return sqrt(s);
 }
 
-// Reads a model checkpoint: builds M from its header and loads the parameters.
-static int load_model(Model *M, const char *path, char *err, size_t errlen) {
-    Config c;
-    if (ckpt_read_model_config(path, &c, err, errlen)) return -1;
-    model_build(M, &c);
-    float *f = (float *)xcalloc(M->nparams, sizeof(float));
-    int rc = ckpt_read_model_params(path, f, M->nparams, err, errlen);
-    if (!rc) from_float32(M->params, f, M->nparams);
-    free(f);
-    return rc;
-}
-
-static int save_state(const Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
-    size_t n = M->nparams; // the moments exist after the first update (zeros if every step so far was skipped)
-    float *m = M->adam_m ? to_float32(M->adam_m, n) : (float *)xcalloc(n, sizeof(float));
-    float *v = M->adam_v ? to_float32(M->adam_v, n) : (float *)xcalloc(n, sizeof(float));
-    int rc = ckpt_write_state(path, s, m, v, n, err, errlen);
-    free(m); free(v);
-    return rc;
-}
-
-static int load_state(Model *M, TrainState *s, const char *path, char *err, size_t errlen) {
-    size_t n = M->nparams;
-    float *f = (float *)xcalloc(2 * n, sizeof(float));
-    int rc = ckpt_read_state(path, s, f, n, err, errlen);
-    if (!rc) {
-        if (!M->adam_m) { M->adam_m = xcalloc(n, sizeof(real)); M->adam_v = xcalloc(n, sizeof(real)); }
-        from_float32(M->adam_m, f, n);
-        from_float32(M->adam_v, f + n, n);
+// One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), with decoupled weight
+// decay on the tensors config.h marks:  m = β1 m + (1−β1) g,  v = β2 v + (1−β2) g²,
+// w −= lr (m̂ / (sqrt(v̂) + eps) + wd·w),  m̂ = m / (1 − β1ᵗ),  v̂ = v / (1 − β2ᵗ).
+static void adamw_update(Model *M, double lr, double wd, double grad_scale, int t) {
+    const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2, c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+    model_alloc_moments(M);
+    for (int k = 0; k < M->ntensors; k++) {
+        const ParamTensor *pt = &M->tensors[k];
+        double decay = pt->decay ? wd : 0;
+        #pragma omp parallel for
+        for (size_t i = pt->offset; i < pt->offset + pt->numel; i++) {
+            double g = M->grads[i] * grad_scale;
+            M->adam_m[i] = b1 * M->adam_m[i] + (1 - b1) * g;
+            M->adam_v[i] = b2 * M->adam_v[i] + (1 - b2) * g * g;
+            double mh = M->adam_m[i] / c1, vh = M->adam_v[i] / c2;
+            M->params[i] -= lr * (mh / (sqrt(vh) + ADAMW_EPS) + decay * M->params[i]);
+        }
     }
-    free(f);
-    return rc;
+}
+
+// One optimizer step t (1-based) over `accum` micro-batches of B×T tokens from the loader: zero the gradients;
+// per micro-batch, forward and backward with the loss scaled by 1/(B·T·accum), so the gradients sum to the
+// gradient of the mean loss over the whole batch; then the global gradient norm, clipping to GRAD_CLIP and one
+// AdamW update. A step whose gradient norm is not finite is skipped (no update). Returns the mean loss, the norm
+// (before clipping) and, per N layer l, the fraction of chunks routed to softmax in sfr[l] (when sfr != NULL).
+// A data error ends the program with its message.
+typedef struct { double loss, norm; int skipped; } StepStats;
+static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
+                            double *sfr) {
+    const Config *c = &M->cfg;
+    StepStats s = {0, 0, 0};
+    char err[1024];
+    model_zero_grad(M);
+    for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
+    for (int k = 0; k < accum; k++) {
+        if (dataloader_next_batch(train, err, sizeof(err))) die(err);
+        model_forward(M, train->inputs, train->targets, B, T);
+        model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum));
+        s.loss += M->mean_loss / accum;
+        for (int l = 0; sfr && l < c->L; l++)
+            if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
+    }
+    s.norm = grad_norm(M);
+    s.skipped = !is_finite(s.norm);
+    if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);
+    return s;
 }
 
 // ================================================================================================
-// Training: the backend hooks of the shared driver; main is left out when test_natsl.c includes this file
+// 5. The program: the CPU backend of the training driver common/train_main.h (flags, model, data, the loop
+// around train_step with validation, samples, logging and checkpoints). main is left out when test_natsl.c
+// includes this file.
 // ================================================================================================
 
-// The CPU backend of the training driver (common/train_main.h: validation, sampling, the -z dump, the loop).
 static const char *backend_default_precision = "fp32";
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
@@ -1212,7 +1083,6 @@ static void backend_start(const TrainArgs *a) {
     printf("threads: %d\n", omp_get_max_threads());
 #endif
 }
-static void backend_sync(void) {} // the CPU work is done when the functions return
 static void backend_step_timed(int first, double dt) { (void)first; (void)dt; }
 static void backend_finish(void) {}
 
@@ -1221,3 +1091,153 @@ static void backend_finish(void) {}
 #ifndef TESTING
 int main(int argc, char **argv) { return train_main(argc, argv); }
 #endif
+
+// ================================================================================================
+// Appendix: speed and checking machinery, not model math
+// ================================================================================================
+
+// ---- -p bf16: emulating the GPU's bf16 mode ------------------------------------------------------
+// A check mode, not a fast one: the CPU computes what train_natsl_cu -p bf16 computes, so the two can be
+// compared tightly (test_natsl.c). The GPU's matmuls take bf16 operands and accumulate in fp32; so gemm rounds
+// every operand to bf16 (round to nearest even) as it packs it, and accumulates in fp32. The GPU also stores a
+// few matmul outputs in bf16 (matmul_forward's out_bf16) and the router pools the bf16 normalized input
+// (router_forward): those read matmul_precision().
+static real round_bf16(real x) {
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u; // inf/nan kept
+    memcpy(&f, &u, 4);
+    return f;
+}
+static real matmul_precision(real x) { return g_bf16 ? round_bf16(x) : x; }
+
+// ---- the matrix product ------------------------------------------------------------------------------
+// gemm_reference is the definition (and the oracle the tests check gemm against; build with
+// -DNATSL_REFERENCE_GEMM to train with it):  C(i,j) (=, or +=) Σ_k A(i,k) B(k,j).
+static void gemm_reference(real *C, int ldc, const real *A, long ars, long acs, const real *B, long brs, long bcs,
+                           int M, int N, int K, int accumulate) {
+    #pragma omp parallel for
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            real s = 0;
+            for (int k = 0; k < K; k++) s += matmul_precision(A[i * ars + k * acs]) * matmul_precision(B[k * brs + j * bcs]);
+            C[(long)i * ldc + j] = accumulate ? C[(long)i * ldc + j] + s : s;
+        }
+}
+
+// gemm_blocked computes the same the way fast BLAS libraries do, in portable C: the output is split into blocks that
+// threads take independently; for each block, K is walked in KC-sized slices whose A and B parts are copied
+// ("packed") into contiguous micro-panels; a micro-kernel keeps an MR×NR tile of C in registers (gcc vectorizes
+// it). Each output element is summed in a fixed order whatever the thread count, so runs are reproducible.
+#define MR 6      // micro-tile rows
+#define NR 16     // micro-tile columns
+#define KC 256    // K slice: one packed B micro-panel (KC x NR reals = 16 KB) stays in L1
+#define MC 256    // max block rows: the packed A slice (MC x KC = 256 KB) stays in L2
+#define NC 512    // max block cols: packed B slice (KC x NC = 512 KB), read once per block
+
+// c[0:m][0:n] (row stride ldc) = or += a·b, where a is a packed MR-row micro-panel
+// (kc x MR) and b a packed NR-column micro-panel (kc x NR). The MR x NR accumulator tile
+// lives in registers (12 AVX2 / 24 NEON registers): per k, MR broadcasts of a times one
+// NR-wide row of b. gcc needs "omp simd" to vectorize along j (without -fopenmp or
+// -fopenmp-simd it vectorizes the k loop instead and is ~20x slower, still correct).
+// noinline: inlined into the OpenMP region, clang spills the accumulators.
+__attribute__((noinline))
+static void micro_kernel(int kc, const real *a, const real *b, real *c, int ldc,
+                         int m, int n, int accumulate) {
+    real acc[MR][NR] = {{0}};
+    for (int k = 0; k < kc; k++, a += MR, b += NR)
+        for (int i = 0; i < MR; i++)
+            #pragma omp simd
+            for (int j = 0; j < NR; j++) acc[i][j] += a[i] * b[j];
+    for (int i = 0; i < MR; i++) // write back; edge tiles only their valid m x n part
+        #pragma omp simd
+        for (int j = 0; j < NR; j++)
+            if (i < m && j < n)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+
+// Pack rows [0,n) x cols [0,kc) of X, where X(r,k) = X[r*rs + k*ks], into R-row
+// micro-panels stored k-major: dst[p][k][r] = X(p*R + r, k). Rows past n are zero.
+// In bf16 mode the packed values are the operand rounded to bf16.
+static void pack(real *dst, const real *X, long rs, long ks, int n, int kc, int R) {
+    real *start = dst;
+    for (int p = 0; p < n; p += R, dst += (long)R * kc, X += R * rs) {
+        int rows = n - p < R ? n - p : R, k = 0;
+        if (rows == R && rs == 1)       // the R values of one k are adjacent: copy
+            for (; k < kc; k++)
+                for (int r = 0; r < R; r++) dst[k * R + r] = X[k * ks + r];
+        else if (rows == R && ks == 1)  // rows are contiguous in k: transpose 8 k's at a time
+            for (; k + 8 <= kc; k += 8)
+                for (int r = 0; r < R; r++)
+                    for (int kk = 0; kk < 8; kk++) dst[(k + kk) * R + r] = X[r * rs + k + kk];
+        for (; k < kc; k++)             // general case, k remainder and partial panels
+            for (int r = 0; r < R; r++)
+                dst[k * R + r] = r < rows ? X[r * rs + k * ks] : 0;
+    }
+    if (g_bf16)
+        for (real *v = start; v < dst; v++) *v = round_bf16(*v);
+}
+
+// Scratch for packed panels, grown on demand and kept between calls. Not thread-safe:
+// the matmuls must be called from one thread at a time (they use OpenMP internally).
+static real *gemm_scratch = NULL;
+static size_t gemm_scratch_size = 0;
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+static void gemm_blocked(real *Cm, int ldc, const real *A, long ars, long acs,
+                         const real *B, long brs, long bcs, int M, int N, int K, int accumulate) {
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    // Block sizes: split M and N evenly into blocks no larger than MC / NC.
+    int nbm = ceil_div(M, MC), nbn = ceil_div(N, NC);
+    // Not enough blocks to keep all threads equally busy? split further.
+    while ((nbm * nbn) % nthreads != 0 && nbm * nbn < 4 * nthreads) {
+        if (ceil_div(M, nbm) >= ceil_div(N, nbn) && nbm < ceil_div(M, MR)) nbm++;
+        else if (nbn < ceil_div(N, NR)) nbn++;
+        else break;
+    }
+    int mc = ceil_div(ceil_div(M, nbm), MR) * MR, nc = ceil_div(ceil_div(N, nbn), NR) * NR;
+    nbm = ceil_div(M, mc); nbn = ceil_div(N, nc);
+    size_t per_thread = (size_t)KC * (mc + nc);
+    if (gemm_scratch_size < per_thread * nthreads) {
+        free(gemm_scratch);
+        gemm_scratch_size = per_thread * nthreads;
+        gemm_scratch = xcalloc(gemm_scratch_size, sizeof(real));
+    }
+    // Blocks are dealt round-robin; consecutive blocks read the same B slice (shared L3).
+    // Within a block, each packed B micro-panel (L1) is swept against all A panels (L2).
+    #pragma omp parallel for schedule(static, 1)
+    for (int blk = 0; blk < nbm * nbn; blk++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        real *Ap = gemm_scratch + per_thread * tid, *Bp = Ap + (size_t)KC * mc;
+        int i0 = (blk % nbm) * mc, j0 = (blk / nbm) * nc;
+        int mb = M - i0 < mc ? M - i0 : mc, nb = N - j0 < nc ? N - j0 : nc;
+        for (int p0 = 0; p0 < K; p0 += KC) {
+            int kc = K - p0 < KC ? K - p0 : KC;
+            pack(Ap, A + i0 * ars + p0 * acs, ars, acs, mb, kc, MR);
+            pack(Bp, B + p0 * brs + j0 * bcs, bcs, brs, nb, kc, NR);
+            for (int j = 0; j < nb; j += NR)
+                for (int i = 0; i < mb; i += MR)
+                    micro_kernel(kc, Ap + (long)i * kc, Bp + (long)j * kc,
+                                 Cm + (long)(i0 + i) * ldc + j0 + j, ldc,
+                                 mb - i < MR ? mb - i : MR, nb - j < NR ? nb - j : NR,
+                                 accumulate || p0 > 0);
+        }
+    }
+}
+
+static void gemm(real *C, int ldc, const real *A, long ars, long acs, const real *B, long brs, long bcs,
+                 int M, int N, int K, int accumulate) {
+#ifdef NATSL_REFERENCE_GEMM
+    gemm_reference(C, ldc, A, ars, acs, B, brs, bcs, M, N, K, accumulate);
+#else
+    gemm_blocked(C, ldc, A, ars, acs, B, brs, bcs, M, N, K, accumulate);
+#endif
+}

@@ -2,11 +2,12 @@
 train_natsl.cu — the NAtS-L trainer on one NVIDIA GPU (the GPU twin of train_natsl.c).
 
 Same program as train_natsl.c: the same flags (plus -p fp32|bf16), the same model, presets and patterns,
-the same main.log lines, the same checkpoint files (common/checkpoint.h + config.h's header functions:
-a checkpoint written by either program loads in the other), and the same -z comparison dump. The file
-mirrors train_natsl.c top to bottom with the same function names for the same layers, so the two can be
-read side by side: every layer's _forward/_backward here launches CUDA kernels that compute what the C
-loop computes (SPEC.md section numbers in the comments refer to ../shared/SPEC.md).
+the same main.log lines, the same checkpoint files and -z comparison dump (common/). The file mirrors
+train_natsl.c section by section with the same function names and contracts, so the two can be read side by
+side: every layer's _forward/_backward here launches CUDA kernels (or cuBLAS) that compute what the C loop
+computes. The comments cite doc/model.md as "§5.3". Sections: 1. layers, 2. the two token mixers (the masked
+flash-attention kernels, the GDN op's kernels) and the router, 3. the model, 4. the training step, 5. the program.
+Before section 1: the GPU plumbing (error checks, storage-type helpers, deterministic column sums, profiling).
 
 GPU organization (see dev/cuda/README.md):
   * parameters, gradients, AdamW moments and all activations live on the GPU in flat buffers with the
@@ -180,9 +181,592 @@ struct ProfScope {
 #define PROF_OP() ProfScope prof_op_(__func__)
 
 // ================================================================================================
-// The masked flash-attention kernels (their standalone test and benchmark: dev/cuda/attention/
-// masked_attention.cu, which includes this file): attention_forward / attention_backward below.
+// 1. Layers. Each _forward is followed by its _backward. Same names, arguments and write-or-accumulate
+// contracts as train_natsl.c (its header states them); pointers are device pointers; everything runs on the
+// default stream (in order). Where bf16 mode stores a tensor in bf16, the kernels take the storage type MP.
 // ================================================================================================
+
+// ---- embedding (§2): h0[bt] = E[id[bt]] -------------------------------------------------------
+__global__ void encoder_forward_kernel(float *out, const int *ids, const float *wte, int BT, int D) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * D) return;
+    size_t bt = i / D, d = i % D;
+    out[i] = wte[(size_t)ids[bt] * D + d];
+}
+static void encoder_forward(real *out, const int *ids, const real *wte, int BT, int D) {
+    PROF_OP();
+    encoder_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(out, ids, wte, BT, D);
+    CUDA_CHECK(cudaGetLastError());
+}
+__global__ void encoder_backward_kernel(float *dwte, const float *dout, const int *ids, int BT, int D) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * D) return;
+    size_t bt = i / D, d = i % D;
+    atomicAdd(dwte + (size_t)ids[bt] * D + d, dout[i]); // two positions may hold the same token
+}
+static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
+    PROF_OP();
+    encoder_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(dwte, dout, ids, BT, D);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- linear layer: out[BT][OC] = inp[BT][C] W^T, W[OC][C] (cuBLAS, column-major view) ------------
+// Row-major X[r][c] is column-major Xᵀ, so y = x Wᵀ is, column-major, yᵀ (OC×BT) = op_T(W: C×OC) · (xᵀ: C×BT).
+// fp32 mode: cublasSgemm under CUBLAS_PEDANTIC_MATH (true fp32). bf16 mode (-p bf16): the products run on the
+// tensor cores on bf16 operands (round to nearest even) with fp32 accumulation into the fp32 output. The input
+// inp and the gradient dout are stored in the matmul precision: in bf16 mode their producer wrote them in bf16
+// (RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward), or the
+// call site copied them with operand(); the weight is copied here.
+static cublasHandle_t g_cublas;
+static int g_bf16 = 0;
+
+__global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+// The scratch slots of the bf16 operand copies: one per operand of a product, so the three can coexist.
+enum { OPERAND_DOUT, OPERAND_WEIGHT, OPERAND_INPUT, OPERAND_SLOTS };
+// The bf16 copy of x[n] in scratch slot `slot`.
+static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
+    static __nv_bfloat16 *buf[OPERAND_SLOTS];
+    static size_t cap[OPERAND_SLOTS];
+    if (n > cap[slot]) {
+        if (buf[slot]) CUDA_CHECK(cudaFree(buf[slot]));
+        buf[slot] = (__nv_bfloat16 *)xcudamalloc(n * sizeof(__nv_bfloat16));
+        cap[slot] = n;
+    }
+    to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16), 256>>>(buf[slot], x, n);
+    CUDA_CHECK(cudaGetLastError());
+    return buf[slot];
+}
+// C_mp: C is stored in the matmul precision (bf16 mode: bf16, rounded from the fp32 accumulator)
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                 const void *B, int ldb, float beta, float *C, int ldc, int C_mp = 0) {
+    const float one = 1.f;
+    if (g_bf16)
+        CUBLAS_CHECK(cublasGemmEx(g_cublas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
+                                  C_mp ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
+}
+// The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot`, bf16 values behind a real
+// pointer. train_natsl.c has no such calls: its gemm rounds every operand as it packs it.
+static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
+// out_mp: out is stored in the matmul precision (it feeds only kernels that read that precision: the short conv,
+// the gated norm's gate, SwiGLU, the classifier)
+static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp) {
+    PROF_OP();
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, inp, C, 0.f, out, OC, out_mp);
+}
+// dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp  (dout in the matmul precision)
+static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
+                            const real *weight, int BT, int C, int OC) {
+    PROF_OP();
+    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, dout, OC, 1.f, dinp, C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
+}
+
+// ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
+// Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row, the row held in
+// registers: NJ values per lane (rows_dispatch picks the smallest NJ with 32·NJ ≥ n). Value j of a lane is
+// column row_col: lane + 32j, or with V4 (n % 128 == 0, 16-byte aligned rows) runs of four, 128·(j/4) + 4·lane + j%4,
+// so that each lane moves float4s.
+template <class F> static void rows_dispatch(const char *who, int n, F launch) {
+    if (n <= 32) launch(std::integral_constant<int, 1>());
+    else if (n <= 64) launch(std::integral_constant<int, 2>());
+    else if (n <= 128) launch(std::integral_constant<int, 4>());
+    else if (n <= 256) launch(std::integral_constant<int, 8>());
+    else if (n <= 512) launch(std::integral_constant<int, 16>());
+    else if (n <= 1024) launch(std::integral_constant<int, 32>());
+    else if (n <= 1536) launch(std::integral_constant<int, 48>());
+    else if (n <= 2048) launch(std::integral_constant<int, 64>());
+    else { fprintf(stderr, "error: %s: rows of %d > 2048 values\n", who, n); exit(1); }
+    CUDA_CHECK(cudaGetLastError());
+}
+template <bool V4> __device__ __forceinline__ int row_col(int lane, int j) {
+    return V4 ? (j >> 2) * 128 + 4 * lane + (j & 3) : lane + 32 * j;
+}
+template <int NJ, bool V4> __device__ __forceinline__ void row_load(float (&v)[NJ], const float *p, int lane, int n) {
+#pragma unroll
+    for (int j = 0; j < NJ; j += V4 ? 4 : 1) {
+        const int i = row_col<V4>(lane, j);
+        if constexpr (V4) {
+            const float4 t = i < n ? *reinterpret_cast<const float4 *>(p + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            v[j] = t.x; v[j + 1] = t.y; v[j + 2] = t.z; v[j + 3] = t.w;
+        } else v[j] = i < n ? p[i] : 0.f;
+    }
+}
+// V4 where the shape allows it
+template <int NJ> static bool row_v4(int n, const void *x, int ldx, const void *y, int ldy) {
+    return NJ % 4 == 0 && n % 128 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
+}
+template <int NJ, bool V4, class OutT>
+__global__ void __launch_bounds__(256) rmsnorm_forward_kernel(OutT *__restrict__ y, float *__restrict__ rstd,
+        const float *__restrict__ x, const float *__restrict__ w, int N, int nh, int n, int ldx, int ldy) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= N * nh) return;
+    const float *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
+    OutT *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
+    float xv[NJ], ss = 0.f;
+    row_load<NJ, V4>(xv, xr, lane, n);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) ss += xv[j] * xv[j];
+    ss = warp_sum(ss);
+    float s = 1.f / sqrtf(ss / n + NATSL_EPS);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) st(yr + i, xv[j] * s * w[i]); }
+    if (lane == 0) rstd[r] = s;
+}
+// matmul_input: y only feeds matmuls (and the router's pool): stored in the matmul precision
+static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
+                            int N, int nh, int n, int ldx, int ldy, int matmul_input) {
+    PROF_OP();
+    rows_dispatch(__func__, n, [&](auto nj) {
+        constexpr int NJ = decltype(nj)::value;
+        auto go = [&](auto v4) {
+            constexpr bool V4 = decltype(v4)::value;
+            if (matmul_input && g_bf16)
+                rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rstd, x, w, N, nh, n, ldx, ldy);
+            else rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
+        };
+        if (row_v4<NJ>(n, x, ldx, y, ldy)) go(std::true_type());
+        else go(std::false_type());
+    });
+}
+// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
+// Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
+// a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
+// reproducible for a given grid).
+template <int NJ, bool V4>
+__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict__ dx, float *__restrict__ part,
+        const float *__restrict__ dy, const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ rstd,
+        int N, int nh, int n, int ldx, int ldy) {
+    __shared__ float sh[32 * NJ];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float acc[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc[j] = 0.f;
+    for (int r = blockIdx.x * 8 + warp; r < N * nh; r += gridDim.x * 8) {
+        size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
+        float s = rstd[r], dot = 0.f, xv[NJ], dyv[NJ], dxv[NJ];
+        row_load<NJ, V4>(xv, x + ox, lane, n);
+        row_load<NJ, V4>(dyv, dy + oy, lane, n);
+        row_load<NJ, V4>(dxv, dx + ox, lane, n);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int i = row_col<V4>(lane, j);
+            float wi = i < n ? w[i] : 0.f;
+            dot += xv[j] * s * wi * dyv[j];
+            acc[j] += dyv[j] * xv[j] * s;
+        }
+        dot = warp_sum(dot) / n;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int i = row_col<V4>(lane, j);
+            if (i < n) dx[ox + i] = dxv[j] + s * (w[i] * dyv[j] - xv[j] * s * dot);
+        }
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 0.f;
+    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
+        __syncthreads();
+        if (warp == k)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) sh[i] += acc[j]; }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) part[(size_t)blockIdx.x * n + i] = sh[i];
+}
+static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy) {
+    PROF_OP();
+    rows_dispatch(__func__, n, [&](auto nj) {
+        constexpr int NJ = decltype(nj)::value;
+        auto go = [&](auto v4) {
+            constexpr bool V4 = decltype(v4)::value;
+            int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_backward_kernel<NJ, V4>, 256, 0));
+            blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
+            float *part = colpart((size_t)blocks * n);
+            rmsnorm_backward_kernel<NJ, V4><<<blocks, 256>>>(dx, part, dy, x, w, rstd, N, nh, n, ldx, ldy);
+            CUDA_CHECK(cudaGetLastError());
+            colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, blocks, n, n, 0);
+        };
+        if (row_v4<NJ>(n, x, ldx, dy, ldy) && (uintptr_t)dx % 16 == 0) go(std::true_type());
+        else go(std::false_type());
+    });
+}
+
+// ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
+// One block per token row (no 64-bit divisions per element), two adjacent values per thread (F is a multiple of 256).
+// MP: the matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
+template <class MP> __global__ void swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu, int F) {
+    const MP *row = gu + (size_t)blockIdx.x * 2 * F;
+    for (int i = 2 * threadIdx.x; i < F; i += 2 * blockDim.x) {
+        float2 a = ld2(row + i), b = ld2(row + F + i);
+        st2(h + (size_t)blockIdx.x * F + i, siluf_(a.x) * b.x, siluf_(a.y) * b.y);
+    }
+}
+static void swiglu_forward(real *h, const real *gu, int BT, int F) {
+    PROF_OP();
+    if (g_bf16) swiglu_forward_kernel<<<BT, 256>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)gu, F);
+    else swiglu_forward_kernel<<<BT, 256>>>(h, gu, F);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer)
+template <class MP>
+__global__ void swiglu_backward_kernel(MP *__restrict__ dgu, const float *__restrict__ dh, const MP *__restrict__ gu, int F) {
+    size_t bt = blockIdx.x;
+    const MP *row = gu + bt * 2 * F;
+    MP *dg = dgu + bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
+    for (int i = 2 * threadIdx.x; i < F; i += 2 * blockDim.x) {
+        float2 d = ld2(dh + bt * F + i), a = ld2(row + i), b = ld2(row + F + i);
+        st2(dg + i, d.x * b.x * dsiluf_(a.x), d.y * b.y * dsiluf_(a.y));
+        st2(dg + F + i, d.x * siluf_(a.x), d.y * siluf_(a.y));
+    }
+}
+static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
+    PROF_OP();
+    if (g_bf16) swiglu_backward_kernel<<<BT, 256>>>((__nv_bfloat16 *)dgu, dh, (const __nv_bfloat16 *)gu, F);
+    else swiglu_backward_kernel<<<BT, 256>>>(dgu, dh, gu, F);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
+// pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
+// stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
+// (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order with the window x_{t−3..t} in
+// registers (each x read once), and form pre_t in the same order.
+#define CONV_TILE 32
+static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "the conv kernels assume 4 taps and whole tiles");
+template <class MP> // x: the projection, a matmul output in the matmul precision
+__global__ void conv_silu_forward_kernel(float *__restrict__ y, const MP *__restrict__ x, int ldx,
+                                         const float *__restrict__ w, int T, int n) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
+    if (ch >= n) return;
+    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE;
+    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
+    float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
+    auto X = [&](int t) { return t >= 0 ? ld(x + (row0 + t) * ldx + ch) : 0.f; };
+    float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);
+#pragma unroll 8
+    for (int t = t0; t < t0 + CONV_TILE; t++) {
+        float x3 = X(t), pre = 0.f;
+        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
+        y[(row0 + t) * n + ch] = siluf_(pre);
+        x0 = x1; x1 = x2; x2 = x3;
+    }
+}
+// channels col .. col+n−1 of x (rows of stride ldx) and of w [.][4]
+static void conv_silu_forward(real *y, const real *x, int ldx, int col, const real *w, int B, int T, int n) {
+    PROF_OP();
+    dim3 grid(CEIL_DIV(n, 128), B * (T / CONV_TILE));
+    if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>(y, (const __nv_bfloat16 *)x + col, ldx, w + col * NATSL_CONV, T, n);
+    else conv_silu_forward_kernel<<<grid, 128>>>(y, x + col, ldx, w + col * NATSL_CONV, T, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
+// dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
+// Per thread as in the forward: pre_t is recomputed from the window, dpre_t is added to the four dx_τ it feeds
+// (kept in registers until complete, then stored once) and to dw. dw's per-tile partial sums are then added in a
+// fixed order (bitwise reproducible).
+template <class MP> // dx and x in the matmul precision
+__global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict__ dw_part, const float *__restrict__ dy,
+                                          const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int n) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
+    if (ch >= n) return;
+    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
+    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
+    int t_end = min(t1 + NATSL_CONV - 1, T);
+    float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
+    auto X = [&](int t) { return t >= 0 ? ld(x + (row0 + t) * ldx + ch) : 0.f; };
+    float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);     // the window x_{t−3..t−1}
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;             // pending dx_{t−3..t}
+    float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;             // dw[ch][0..3] over this tile
+#pragma unroll 4
+    for (int t = t0; t < t_end; t++) {
+        float x3 = X(t), pre = 0.f;
+        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
+        float dp = dy[(row0 + t) * n + ch] * dsiluf_(pre);
+        if (t < t1) { d0 += dp * x0; d1 += dp * x1; d2 += dp * x2; d3 += dp * x3; }
+        x0 = x1; x1 = x2; x2 = x3;
+        a0 += w0 * dp; a1 += w1 * dp; a2 += w2 * dp; a3 += w3 * dp;
+        if (t - 3 >= t0) st(dx + (row0 + t - 3) * ldx + ch, a0);   // dx_{t−3} is complete
+        a0 = a1; a1 = a2; a2 = a3; a3 = 0.f;
+    }
+    float rest[3] = {a0, a1, a2};                              // dx_{t_end−3..t_end−1}: complete at the sequence end
+    for (int j = 0; j < 3; j++) {
+        int tau = t_end - 3 + j;
+        if (tau >= t0 && tau < t1) st(dx + (row0 + tau) * ldx + ch, rest[j]);
+    }
+    float *pp = dw_part + (size_t)tile * n * NATSL_CONV + ch * NATSL_CONV;
+    pp[0] = d0; pp[1] = d1; pp[2] = d2; pp[3] = d3;
+}
+// WRITES dx's channels col .. col+n−1
+static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, int col, const real *w,
+                               int B, int T, int n) {
+    PROF_OP();
+    int tiles = B * (T / CONV_TILE);
+    float *part = colpart((size_t)tiles * n * NATSL_CONV);
+    dim3 grid(CEIL_DIV(n, 128), tiles);
+    if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx + col, part, dy, (const __nv_bfloat16 *)x + col, ldx,
+                                                         w + col * NATSL_CONV, T, n);
+    else conv_silu_backward_kernel<<<grid, 128>>>(dx + col, part, dy, x + col, ldx, w + col * NATSL_CONV, T, n);
+    CUDA_CHECK(cudaGetLastError());
+    colsum_finish_kernel<<<CEIL_DIV(n * NATSL_CONV, 256), 256>>>(dw + col * NATSL_CONV, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- L2 norm per head (§0): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
+__global__ void l2norm_forward_kernel(float *y, float *rho, const float *x, int R, int n) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *xr = x + (size_t)r * n;
+    float ss = 0.f;
+    for (int i = lane; i < n; i += 32) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    float s = 1.f / sqrtf(ss + NATSL_EPS);
+    for (int i = lane; i < n; i += 32) y[(size_t)r * n + i] = xr[i] * s;
+    if (lane == 0) rho[r] = s;
+}
+static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
+    PROF_OP();
+    l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (§3.4)
+__global__ void l2norm_backward_kernel(float *dx, const float *dy, const float *y, const float *rho, int R, int n) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *yr = y + (size_t)r * n, *dyr = dy + (size_t)r * n;
+    float dot = 0.f;
+    for (int i = lane; i < n; i += 32) dot += yr[i] * dyr[i];
+    dot = warp_sum(dot);
+    for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] += rho[r] * (dyr[i] - yr[i] * dot);
+}
+static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
+    PROF_OP();
+    l2norm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, y, rho, N * nh, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- GDN gates (§3.1): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
+__global__ void gdn_gates_forward_kernel(float *g, float *beta, const float *ab, const float *A_log,
+                                         const float *dt_bias, int BT, int H) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * H) return;
+    size_t bt = idx / H;
+    int h = (int)(idx % H);
+    const float *row = ab + bt * 2 * H;
+    g[idx] = -expf(A_log[h]) * softplusf_(row[h] + dt_bias[h]);
+    beta[idx] = sigmoidf_(row[H + h]);
+}
+static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A_log,
+                              const real *dt_bias, int BT, int H) {
+    PROF_OP();
+    gdn_gates_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * H, 256), 256>>>(g, beta, ab, A_log, dt_bias, BT, H);
+    CUDA_CHECK(cudaGetLastError());
+}
+// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (§3.4)
+template <class GT>
+__global__ void gdn_gates_backward_kernel(GT *dab, const float *dg, const float *dbeta, const float *ab,
+                                          const float *beta, const float *A_log, const float *dt_bias, int BT, int H) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * H) return;
+    size_t bt = idx / H;
+    int h = (int)(idx % H);
+    GT *d = dab + bt * 2 * H;
+    st(d + h, ld(d + h) + dg[idx] * -expf(A_log[h]) * sigmoidf_(ab[bt * 2 * H + h] + dt_bias[h]));
+    st(d + H + h, ld(d + H + h) + dbeta[idx] * beta[idx] * (1.f - beta[idx]));
+}
+struct GatesDw { // col < H: d dt_bias[col];  col >= H: dA_log[col − H]
+    const float *dg, *ab, *g, *A_log, *dt_bias; int H;
+    __device__ float operator()(int r, int col) const {
+        size_t i = (size_t)r * H + (col % H);
+        if (col < H) return dg[i] * -expf(A_log[col]) * sigmoidf_(ab[(size_t)r * 2 * H + col] + dt_bias[col]);
+        return dg[i] * g[i];
+    }
+};
+static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const real *dg, const real *dbeta,
+                               const real *ab, const real *g, const real *beta, const real *A_log,
+                               const real *dt_bias, int BT, int H) {
+    PROF_OP();
+    unsigned gr = (unsigned)CEIL_DIV((size_t)BT * H, 256);
+    if (g_bf16) // dab feeds only W_ab's backward: a matmul gradient
+        gdn_gates_backward_kernel<<<gr, 256>>>((__nv_bfloat16 *)dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
+    else gdn_gates_backward_kernel<<<gr, 256>>>(dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
+    CUDA_CHECK(cudaGetLastError());
+    GatesDw f = {dg, ab, g, A_log, dt_bias, H};
+    int np = colsum_parts(BT), n = 2 * H;
+    float *part = colpart((size_t)np * n);
+    colsum_partial_kernel<<<dim3(CEIL_DIV(n, 32), np), dim3(32, 8)>>>(part, BT, n, f);
+    CUDA_CHECK(cudaGetLastError());
+    colsum_finish_kernel<<<1, 256>>>(ddt_bias, part, np, H, n, 0);
+    CUDA_CHECK(cudaGetLastError());
+    colsum_finish_kernel<<<1, 256>>>(dA_log, part, np, H, n, H);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- RoPE (§4, §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
+// Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1).
+__global__ void rope_rotate_kernel(float *x, int N, int T, int nh, int hd, int ld, int sign) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int half = hd / 2;
+    if (idx >= (size_t)N * nh * half) return;
+    int i = (int)(idx % half), h = (int)((idx / half) % nh);
+    size_t r = idx / ((size_t)half * nh);
+    int t = (int)(r % T);
+    float *v = x + r * ld + (size_t)h * hd;
+    float ang = t * powf(10000.f, -2 * (float)i / hd);
+    float c = cosf(ang), s = sign * sinf(ang);
+    float x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * c - x2 * s;
+    v[i + half] = x2 * c + x1 * s;
+}
+static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign) {
+    PROF_OP();
+    size_t n = (size_t)N * nh * (hd / 2);
+    rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(x, N, T, nh, hd, ld, sign);
+    CUDA_CHECK(cudaGetLastError());
+}
+static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_rotate(x, N, T, nh, hd, ld, 1); }
+static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
+
+// ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π §5.2, output weights ω §5.1) --
+__global__ void pair_softmax_forward_kernel(float *y, const float *x, size_t npairs) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npairs) return;
+    float p0 = 1.f / (1.f + expf(x[2 * i + 1] - x[2 * i]));
+    y[2 * i] = p0;
+    y[2 * i + 1] = 1.f - p0;
+}
+static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
+    PROF_OP();
+    pair_softmax_forward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(y, x, npairs);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dx0 = y0·y1·(dy0 − dy1) = −dx1   (§6.5).  Router use: pairs of the last chunk (every Nc-th group of H
+// pairs when last_H > 0) get dy = 0 (dÃ of the forced last chunk is overwritten with 0).
+__global__ void pair_softmax_backward_kernel(float *dx, const float *dy, const float *y, size_t npairs, int last_H, int Nc) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npairs) return;
+    if (last_H > 0 && (int)((i / last_H) % Nc) == Nc - 1) return; // adds 0
+    float d = y[2 * i] * y[2 * i + 1] * (dy[2 * i] - dy[2 * i + 1]);
+    dx[2 * i] += d;
+    dx[2 * i + 1] -= d;
+}
+static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_t npairs) {
+    PROF_OP();
+    pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dx, dy, y, npairs, 0, 1);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- fused classifier (§2): loss over the V real tokens of the padded logits --------------------------
+// One block per row. The backward overwrites the logits with their gradient in place (no second copy).
+__device__ float block_max(float x, float *sh) {
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    __syncthreads();
+    if (lane == 0) sh[w] = x;
+    __syncthreads();
+    float r = sh[0];
+    for (int i = 1; i < nw; i++) r = fmaxf(r, sh[i]);
+    return r;
+}
+__device__ float block_sum(float x, float *sh) {
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    x = warp_sum(x);
+    __syncthreads();
+    if (lane == 0) sh[w] = x;
+    __syncthreads();
+    float r = 0.f;
+    for (int i = 0; i < nw; i++) r += sh[i];
+    return r;
+}
+// MP: the matmul-precision type of the logits (the head's output) and of their gradient (its backward's dout).
+template <class MP>
+__global__ void crossentropy_forward_kernel(float *losses, float *lse, const MP *logits, const int *targets, int V, int Vp) {
+    __shared__ float sh[32];
+    size_t bt = blockIdx.x;
+    const MP *z = logits + bt * Vp;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ld(z + i));
+    mx = block_max(mx, sh);
+    float s = 0.f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(ld(z + i) - mx);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        float l = mx + logf(s);
+        lse[bt] = l;
+        losses[bt] = l - ld(z + targets[bt]);
+    }
+}
+static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
+                                 int BT, int V, int Vp) {
+    PROF_OP();
+    if (g_bf16) crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, (const __nv_bfloat16 *)logits, targets, V, Vp);
+    else crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, logits, targets, V, Vp);
+    CUDA_CHECK(cudaGetLastError());
+}
+// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding; in the matmul
+// precision (the head's backward is its only reader), like the logits themselves.
+template <class MP>
+__global__ void crossentropy_backward_kernel(MP *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
+    size_t bt = blockIdx.x;
+    MP *z = logits + bt * Vp;
+    float l = lse[bt];
+    int tg = targets[bt];
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+        float d = i < V ? dloss * expf(ld(z + i) - l) : 0.f;
+        if (i == tg) d -= dloss;
+        st(z + i, d);
+    }
+}
+static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
+                                  int BT, int V, int Vp) {
+    PROF_OP();
+    if (g_bf16) crossentropy_backward_kernel<<<BT, 1024>>>((__nv_bfloat16 *)logits, lse, targets, dloss, V, Vp);
+    else crossentropy_backward_kernel<<<BT, 1024>>>(logits, lse, targets, dloss, V, Vp);
+    CUDA_CHECK(cudaGetLastError());
+}
+// mean of the per-position losses, in double, in a fixed order (one block)
+__global__ void mean_loss_kernel(double *out, const float *losses, int BT) {
+    __shared__ double sh[1024];
+    double s = 0;
+    for (int i = threadIdx.x; i < BT; i += blockDim.x) s += losses[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = sh[0] / BT;
+}
+
+// float4 at a time: n = B·T·D is a multiple of 4 (T % 64 == 0) and the buffers are 256-byte aligned
+__global__ void residual_add_kernel(float4 *out, const float4 *a, size_t n4) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 o = out[i], b = a[i];
+    o.x += b.x; o.y += b.y; o.z += b.z; o.w += b.w;
+    out[i] = o;
+}
+static void residual_add(real *out, const real *a, size_t n) {
+    PROF_OP();
+    residual_add_kernel<<<(unsigned)CEIL_DIV(n / 4, 256), 256>>>((float4 *)out, (const float4 *)a, n / 4);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ================================================================================================
+// 2. The two token mixers of a NAtS-L layer and the router that drives them with the routing mask
+// m[B][Nc][Hm][2] (op 0 = softmax, op 1 = GDN; §5.2). m = NULL means "every chunk active" (A layer; G layer).
+//   * softmax op: attention_forward / attention_backward (masked flash attention, 3xTF32 or TF32); the
+//     backward WRITES dq, dk, dv and dA[...,0].
+//   * GDN op: the chunked kernels (token-recurrence fallback); the backward WRITES dq, dk, dg, dβ, dA[...,1]
+//     and ACCUMULATES into dv (after the softmax op wrote dv).
+// ================================================================================================
+
+
+// ---- softmax attention over the allowed pairs (§4, §5.3, §6.2, §6.3): masked flash attention ------------------
+// (its standalone test and benchmark: dev/cuda/attention/masked_attention.cu, which includes this file)
 #define ATT_LOG2E 1.4426950408889634f
 #define ATT_LN2   0.6931471805599453f
 
@@ -692,10 +1276,13 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 
 #define ATT_SHAPES(X) X(24, 48) X(64, 128) X(64, 64)
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                       const float *m, int B, int T, int NH, int NHm, int dq, int dvh, cudaStream_t st) {
+// Operands in AttnArgs (common/layout.h); out [B*T][heads*head_v], lse [B][heads][T].
+static void attention_forward(real *out, real *lse, const AttnArgs *a) {
     PROF_OP();
-    if (!m) NHm = NH;
+    const float *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
+    int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, NH = a->heads, NHm = m ? a->mask_heads : a->heads;
+    int dq = a->head_k, dvh = a->head_v;
+    cudaStream_t st = 0;
     attn_check_args("attention_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dvh);
 #define ATT_FWD_CASE(A, C)                                                                                          \
     if (dq == A && dvh == C) {                                                                                      \
@@ -712,11 +1299,14 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, i
 static float *g_att_scratch = nullptr;
 static size_t g_att_scratch_n = 0;
 
-void attention_backward(float *dq, float *dk, float *dv, float *dA, const float *dout, const float *out, const float *lse,
-                        const float *q, const float *k, int ldqk, const float *v, int ldv, const float *m,
-                        int B, int T, int NH, int NHm, int dq_, int dvh, cudaStream_t st) {
+// WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given).
+static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
+                               const real *lse, const AttnArgs *a) {
     PROF_OP();
-    if (!m) NHm = NH;
+    const float *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
+    int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, NH = a->heads, NHm = m ? a->mask_heads : a->heads;
+    int dq_ = a->head_k, dvh = a->head_v;
+    cudaStream_t st = 0;
     attn_check_args("attention_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
     if (((uintptr_t)dq % 16) || ((uintptr_t)dk % 16) || ((uintptr_t)dv % 16)) {
         fprintf(stderr, "attention_backward: dq/dk/dv must be 16-byte aligned\n"); exit(1);
@@ -749,491 +1339,6 @@ void attention_backward(float *dq, float *dk, float *dv, float *dA, const float 
     exit(1);
 }
 
-
-// ================================================================================================
-// Layers. Each _forward is followed by its _backward. Same arguments as train_natsl.c; pointers are
-// device pointers; everything runs on the default stream (in order). Backwards ACCUMULATE (+=) like
-// the C code, except attention_backward (it writes dq, dk, dv and dA[...,0]; see natsl_layer_backward).
-// ================================================================================================
-
-// ---- embedding (§2): h0[bt] = E[id[bt]] -------------------------------------------------------
-__global__ void encoder_forward_kernel(float *out, const int *ids, const float *wte, int BT, int D) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)BT * D) return;
-    size_t bt = i / D, d = i % D;
-    out[i] = wte[(size_t)ids[bt] * D + d];
-}
-static void encoder_forward(real *out, const int *ids, const real *wte, int BT, int D) {
-    PROF_OP();
-    encoder_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(out, ids, wte, BT, D);
-    CUDA_CHECK(cudaGetLastError());
-}
-__global__ void encoder_backward_kernel(float *dwte, const float *dout, const int *ids, int BT, int D) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)BT * D) return;
-    size_t bt = i / D, d = i % D;
-    atomicAdd(dwte + (size_t)ids[bt] * D + d, dout[i]); // two positions may hold the same token
-}
-static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
-    PROF_OP();
-    encoder_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(dwte, dout, ids, BT, D);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-// ---- linear layer: out[BT][OC] = inp[BT][C] W^T, W[OC][C] (cuBLAS, column-major view) ------------
-// Row-major X[r][c] is column-major Xᵀ, so y = x Wᵀ is, column-major, yᵀ (OC×BT) = op_T(W: C×OC) · (xᵀ: C×BT).
-// fp32 mode: cublasSgemm under CUBLAS_PEDANTIC_MATH (true fp32). bf16 mode (-p bf16): the products run on the
-// tensor cores on bf16 operands (round to nearest even) with fp32 accumulation into the fp32 output. The input
-// inp and the gradient dout are stored in the matmul precision: in bf16 mode their producer wrote them in bf16
-// (RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward), or the
-// call site copied them with operand(); the weight is copied here.
-static cublasHandle_t g_cublas;
-static int g_bf16 = 0;
-
-__global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = __float2bfloat16_rn(x[i]);
-}
-// The bf16 copy of x[n] in scratch slot `slot` (0: a gradient, 1: the weight, 2: an input).
-static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
-    static __nv_bfloat16 *buf[3];
-    static size_t cap[3];
-    if (n > cap[slot]) {
-        if (buf[slot]) CUDA_CHECK(cudaFree(buf[slot]));
-        buf[slot] = (__nv_bfloat16 *)xcudamalloc(n * sizeof(__nv_bfloat16));
-        cap[slot] = n;
-    }
-    to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16), 256>>>(buf[slot], x, n);
-    CUDA_CHECK(cudaGetLastError());
-    return buf[slot];
-}
-// C_mp: C is stored in the matmul precision (bf16 mode: bf16, rounded from the fp32 accumulator)
-static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                 const void *B, int ldb, float beta, float *C, int ldc, int C_mp = 0) {
-    const float one = 1.f;
-    if (g_bf16)
-        CUBLAS_CHECK(cublasGemmEx(g_cublas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
-                                  C_mp ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
-}
-// The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot` (0: dout, 1: the
-// weight, 2: an fp32 input), bf16 values behind a real pointer.
-static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
-// Element i of a tensor stored in the matmul precision (bf16 elements in bf16 mode).
-static real *mp_at(real *x, size_t i) { return g_bf16 ? (real *)((__nv_bfloat16 *)x + i) : x + i; }
-// out_mp: out is stored in the matmul precision (it feeds only kernels that read that precision: the short conv,
-// the gated norm's gate, SwiGLU, the classifier)
-static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp) {
-    PROF_OP();
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, 1), C, inp, C, 0.f, out, OC, out_mp);
-}
-// dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp  (dout in the matmul precision)
-static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
-                            const real *weight, int BT, int C, int OC) {
-    PROF_OP();
-    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, 1), C, dout, OC, 1.f, dinp, C);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
-}
-
-// ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
-// Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row, the row held in
-// registers: NJ values per lane (rows_dispatch picks the smallest NJ with 32·NJ ≥ n). Value j of a lane is
-// column row_col: lane + 32j, or with V4 (n % 128 == 0, 16-byte aligned rows) runs of four, 128·(j/4) + 4·lane + j%4,
-// so that each lane moves float4s.
-template <class F> static void rows_dispatch(const char *who, int n, F launch) {
-    if (n <= 32) launch(std::integral_constant<int, 1>());
-    else if (n <= 64) launch(std::integral_constant<int, 2>());
-    else if (n <= 128) launch(std::integral_constant<int, 4>());
-    else if (n <= 256) launch(std::integral_constant<int, 8>());
-    else if (n <= 512) launch(std::integral_constant<int, 16>());
-    else if (n <= 1024) launch(std::integral_constant<int, 32>());
-    else if (n <= 1536) launch(std::integral_constant<int, 48>());
-    else if (n <= 2048) launch(std::integral_constant<int, 64>());
-    else { fprintf(stderr, "error: %s: rows of %d > 2048 values\n", who, n); exit(1); }
-    CUDA_CHECK(cudaGetLastError());
-}
-template <bool V4> __device__ __forceinline__ int row_col(int lane, int j) {
-    return V4 ? (j >> 2) * 128 + 4 * lane + (j & 3) : lane + 32 * j;
-}
-template <int NJ, bool V4> __device__ __forceinline__ void row_load(float (&v)[NJ], const float *p, int lane, int n) {
-#pragma unroll
-    for (int j = 0; j < NJ; j += V4 ? 4 : 1) {
-        const int i = row_col<V4>(lane, j);
-        if constexpr (V4) {
-            const float4 t = i < n ? *reinterpret_cast<const float4 *>(p + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-            v[j] = t.x; v[j + 1] = t.y; v[j + 2] = t.z; v[j + 3] = t.w;
-        } else v[j] = i < n ? p[i] : 0.f;
-    }
-}
-// V4 where the shape allows it
-template <int NJ> static bool row_v4(int n, const void *x, int ldx, const void *y, int ldy) {
-    return NJ % 4 == 0 && n % 128 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
-}
-template <int NJ, bool V4, class OutT>
-__global__ void __launch_bounds__(256) rmsnorm_forward_kernel(OutT *__restrict__ y, float *__restrict__ rstd,
-        const float *__restrict__ x, const float *__restrict__ w, int N, int nh, int n, int ldx, int ldy) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= N * nh) return;
-    const float *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
-    OutT *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
-    float xv[NJ], ss = 0.f;
-    row_load<NJ, V4>(xv, xr, lane, n);
-#pragma unroll
-    for (int j = 0; j < NJ; j++) ss += xv[j] * xv[j];
-    ss = warp_sum(ss);
-    float s = 1.f / sqrtf(ss / n + NATSL_EPS);
-#pragma unroll
-    for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) st(yr + i, xv[j] * s * w[i]); }
-    if (lane == 0) rstd[r] = s;
-}
-// matmul_input: y only feeds matmuls (and the router's pool): stored in the matmul precision
-static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
-                            int N, int nh, int n, int ldx, int ldy, int matmul_input) {
-    PROF_OP();
-    rows_dispatch(__func__, n, [&](auto nj) {
-        constexpr int NJ = decltype(nj)::value;
-        auto go = [&](auto v4) {
-            constexpr bool V4 = decltype(v4)::value;
-            if (matmul_input && g_bf16)
-                rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rstd, x, w, N, nh, n, ldx, ldy);
-            else rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
-        };
-        if (row_v4<NJ>(n, x, ldx, y, ldy)) go(std::true_type());
-        else go(std::false_type());
-    });
-}
-// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
-// Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
-// a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
-// reproducible for a given grid).
-template <int NJ, bool V4>
-__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict__ dx, float *__restrict__ part,
-        const float *__restrict__ dy, const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ rstd,
-        int N, int nh, int n, int ldx, int ldy) {
-    __shared__ float sh[32 * NJ];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float acc[NJ];
-#pragma unroll
-    for (int j = 0; j < NJ; j++) acc[j] = 0.f;
-    for (int r = blockIdx.x * 8 + warp; r < N * nh; r += gridDim.x * 8) {
-        size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
-        float s = rstd[r], dot = 0.f, xv[NJ], dyv[NJ], dxv[NJ];
-        row_load<NJ, V4>(xv, x + ox, lane, n);
-        row_load<NJ, V4>(dyv, dy + oy, lane, n);
-        row_load<NJ, V4>(dxv, dx + ox, lane, n);
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const int i = row_col<V4>(lane, j);
-            float wi = i < n ? w[i] : 0.f;
-            dot += xv[j] * s * wi * dyv[j];
-            acc[j] += dyv[j] * xv[j] * s;
-        }
-        dot = warp_sum(dot) / n;
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const int i = row_col<V4>(lane, j);
-            if (i < n) dx[ox + i] = dxv[j] + s * (w[i] * dyv[j] - xv[j] * s * dot);
-        }
-    }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 0.f;
-    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
-        __syncthreads();
-        if (warp == k)
-#pragma unroll
-            for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) sh[i] += acc[j]; }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) part[(size_t)blockIdx.x * n + i] = sh[i];
-}
-static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy) {
-    PROF_OP();
-    rows_dispatch(__func__, n, [&](auto nj) {
-        constexpr int NJ = decltype(nj)::value;
-        auto go = [&](auto v4) {
-            constexpr bool V4 = decltype(v4)::value;
-            int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
-            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_backward_kernel<NJ, V4>, 256, 0));
-            blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
-            float *part = colpart((size_t)blocks * n);
-            rmsnorm_backward_kernel<NJ, V4><<<blocks, 256>>>(dx, part, dy, x, w, rstd, N, nh, n, ldx, ldy);
-            CUDA_CHECK(cudaGetLastError());
-            colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, blocks, n, n, 0);
-        };
-        if (row_v4<NJ>(n, x, ldx, dy, ldy) && (uintptr_t)dx % 16 == 0) go(std::true_type());
-        else go(std::false_type());
-    });
-}
-
-// ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
-// One block per token row (no 64-bit divisions per element), two adjacent values per thread (F is a multiple of 256).
-// MP: the matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
-template <class MP> __global__ void swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu, int F) {
-    const MP *row = gu + (size_t)blockIdx.x * 2 * F;
-    for (int i = 2 * threadIdx.x; i < F; i += 2 * blockDim.x) {
-        float2 a = ld2(row + i), b = ld2(row + F + i);
-        st2(h + (size_t)blockIdx.x * F + i, siluf_(a.x) * b.x, siluf_(a.y) * b.y);
-    }
-}
-static void swiglu_forward(real *h, const real *gu, int BT, int F) {
-    PROF_OP();
-    if (g_bf16) swiglu_forward_kernel<<<BT, 256>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)gu, F);
-    else swiglu_forward_kernel<<<BT, 256>>>(h, gu, F);
-    CUDA_CHECK(cudaGetLastError());
-}
-// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer)
-template <class MP>
-__global__ void swiglu_backward_kernel(MP *__restrict__ dgu, const float *__restrict__ dh, const MP *__restrict__ gu, int F) {
-    size_t bt = blockIdx.x;
-    const MP *row = gu + bt * 2 * F;
-    MP *dg = dgu + bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
-    for (int i = 2 * threadIdx.x; i < F; i += 2 * blockDim.x) {
-        float2 d = ld2(dh + bt * F + i), a = ld2(row + i), b = ld2(row + F + i);
-        st2(dg + i, d.x * b.x * dsiluf_(a.x), d.y * b.y * dsiluf_(a.y));
-        st2(dg + F + i, d.x * siluf_(a.x), d.y * siluf_(a.y));
-    }
-}
-static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
-    PROF_OP();
-    if (g_bf16) swiglu_backward_kernel<<<BT, 256>>>((__nv_bfloat16 *)dgu, dh, (const __nv_bfloat16 *)gu, F);
-    else swiglu_backward_kernel<<<BT, 256>>>(dgu, dh, gu, F);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-// ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
-// pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
-// stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
-// (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order with the window x_{t−3..t} in
-// registers (each x read once), and form pre_t in the same order.
-#define CONV_TILE 32
-static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "the conv kernels assume 4 taps and whole tiles");
-template <class MP> // x: the projection, a matmul output in the matmul precision
-__global__ void conv_silu_forward_kernel(float *__restrict__ y, const MP *__restrict__ x, int ldx,
-                                         const float *__restrict__ w, int T, int n) {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
-    if (ch >= n) return;
-    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE;
-    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
-    float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
-    auto X = [&](int t) { return t >= 0 ? ld(x + (row0 + t) * ldx + ch) : 0.f; };
-    float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);
-#pragma unroll 8
-    for (int t = t0; t < t0 + CONV_TILE; t++) {
-        float x3 = X(t), pre = 0.f;
-        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
-        y[(row0 + t) * n + ch] = siluf_(pre);
-        x0 = x1; x1 = x2; x2 = x3;
-    }
-}
-static void conv_silu_forward(real *y, const real *x, int ldx, const real *w, int B, int T, int n) {
-    PROF_OP();
-    dim3 grid(CEIL_DIV(n, 128), B * (T / CONV_TILE));
-    if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>(y, (const __nv_bfloat16 *)x, ldx, w, T, n);
-    else conv_silu_forward_kernel<<<grid, 128>>>(y, x, ldx, w, T, n);
-    CUDA_CHECK(cudaGetLastError());
-}
-// dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
-// dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
-// Per thread as in the forward: pre_t is recomputed from the window, dpre_t is added to the four dx_τ it feeds
-// (kept in registers until complete, then stored once) and to dw. dw's per-tile partial sums are then added in a
-// fixed order (bitwise reproducible).
-template <class MP> // dx and x in the matmul precision
-__global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict__ dw_part, const float *__restrict__ dy,
-                                          const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int n) {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
-    if (ch >= n) return;
-    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
-    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
-    int t_end = min(t1 + NATSL_CONV - 1, T);
-    float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
-    auto X = [&](int t) { return t >= 0 ? ld(x + (row0 + t) * ldx + ch) : 0.f; };
-    float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);     // the window x_{t−3..t−1}
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;             // pending dx_{t−3..t}
-    float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;             // dw[ch][0..3] over this tile
-#pragma unroll 4
-    for (int t = t0; t < t_end; t++) {
-        float x3 = X(t), pre = 0.f;
-        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
-        float dp = dy[(row0 + t) * n + ch] * dsiluf_(pre);
-        if (t < t1) { d0 += dp * x0; d1 += dp * x1; d2 += dp * x2; d3 += dp * x3; }
-        x0 = x1; x1 = x2; x2 = x3;
-        a0 += w0 * dp; a1 += w1 * dp; a2 += w2 * dp; a3 += w3 * dp;
-        if (t - 3 >= t0) st(dx + (row0 + t - 3) * ldx + ch, a0);   // dx_{t−3} is complete
-        a0 = a1; a1 = a2; a2 = a3; a3 = 0.f;
-    }
-    float rest[3] = {a0, a1, a2};                              // dx_{t_end−3..t_end−1}: complete at the sequence end
-    for (int j = 0; j < 3; j++) {
-        int tau = t_end - 3 + j;
-        if (tau >= t0 && tau < t1) st(dx + (row0 + tau) * ldx + ch, rest[j]);
-    }
-    float *pp = dw_part + (size_t)tile * n * NATSL_CONV + ch * NATSL_CONV;
-    pp[0] = d0; pp[1] = d1; pp[2] = d2; pp[3] = d3;
-}
-static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, const real *w,
-                               int B, int T, int n) {
-    PROF_OP();
-    int tiles = B * (T / CONV_TILE);
-    float *part = colpart((size_t)tiles * n * NATSL_CONV);
-    dim3 grid(CEIL_DIV(n, 128), tiles);
-    if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx, part, dy, (const __nv_bfloat16 *)x, ldx, w, T, n);
-    else conv_silu_backward_kernel<<<grid, 128>>>(dx, part, dy, x, ldx, w, T, n);
-    CUDA_CHECK(cudaGetLastError());
-    colsum_finish_kernel<<<CEIL_DIV(n * NATSL_CONV, 256), 256>>>(dw, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-// ---- L2 norm per head (§0): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
-__global__ void l2norm_forward_kernel(float *y, float *rho, const float *x, int R, int n) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= R) return;
-    const float *xr = x + (size_t)r * n;
-    float ss = 0.f;
-    for (int i = lane; i < n; i += 32) ss += xr[i] * xr[i];
-    ss = warp_sum(ss);
-    float s = 1.f / sqrtf(ss + NATSL_EPS);
-    for (int i = lane; i < n; i += 32) y[(size_t)r * n + i] = xr[i] * s;
-    if (lane == 0) rho[r] = s;
-}
-static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
-    PROF_OP();
-    l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
-    CUDA_CHECK(cudaGetLastError());
-}
-// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (§3.4)
-__global__ void l2norm_backward_kernel(float *dx, const float *dy, const float *y, const float *rho, int R, int n) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= R) return;
-    const float *yr = y + (size_t)r * n, *dyr = dy + (size_t)r * n;
-    float dot = 0.f;
-    for (int i = lane; i < n; i += 32) dot += yr[i] * dyr[i];
-    dot = warp_sum(dot);
-    for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] += rho[r] * (dyr[i] - yr[i] * dot);
-}
-static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
-    PROF_OP();
-    l2norm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, y, rho, N * nh, n);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-// ---- GDN gates (§3.1): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
-__global__ void gdn_gates_forward_kernel(float *g, float *beta, const float *ab, const float *A_log,
-                                         const float *dt_bias, int BT, int H) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)BT * H) return;
-    size_t bt = idx / H;
-    int h = (int)(idx % H);
-    const float *row = ab + bt * 2 * H;
-    g[idx] = -expf(A_log[h]) * softplusf_(row[h] + dt_bias[h]);
-    beta[idx] = sigmoidf_(row[H + h]);
-}
-static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A_log,
-                              const real *dt_bias, int BT, int H) {
-    PROF_OP();
-    gdn_gates_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * H, 256), 256>>>(g, beta, ab, A_log, dt_bias, BT, H);
-    CUDA_CHECK(cudaGetLastError());
-}
-// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (§3.4)
-template <class GT>
-__global__ void gdn_gates_backward_kernel(GT *dab, const float *dg, const float *dbeta, const float *ab,
-                                          const float *beta, const float *A_log, const float *dt_bias, int BT, int H) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)BT * H) return;
-    size_t bt = idx / H;
-    int h = (int)(idx % H);
-    GT *d = dab + bt * 2 * H;
-    st(d + h, ld(d + h) + dg[idx] * -expf(A_log[h]) * sigmoidf_(ab[bt * 2 * H + h] + dt_bias[h]));
-    st(d + H + h, ld(d + H + h) + dbeta[idx] * beta[idx] * (1.f - beta[idx]));
-}
-struct GatesDw { // col < H: d dt_bias[col];  col >= H: dA_log[col − H]
-    const float *dg, *ab, *g, *A_log, *dt_bias; int H;
-    __device__ float operator()(int r, int col) const {
-        size_t i = (size_t)r * H + (col % H);
-        if (col < H) return dg[i] * -expf(A_log[col]) * sigmoidf_(ab[(size_t)r * 2 * H + col] + dt_bias[col]);
-        return dg[i] * g[i];
-    }
-};
-static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const real *dg, const real *dbeta,
-                               const real *ab, const real *g, const real *beta, const real *A_log,
-                               const real *dt_bias, int BT, int H) {
-    PROF_OP();
-    unsigned gr = (unsigned)CEIL_DIV((size_t)BT * H, 256);
-    if (g_bf16) // dab feeds only W_ab's backward: a matmul gradient
-        gdn_gates_backward_kernel<<<gr, 256>>>((__nv_bfloat16 *)dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
-    else gdn_gates_backward_kernel<<<gr, 256>>>(dab, dg, dbeta, ab, beta, A_log, dt_bias, BT, H);
-    CUDA_CHECK(cudaGetLastError());
-    GatesDw f = {dg, ab, g, A_log, dt_bias, H};
-    int np = colsum_parts(BT), n = 2 * H;
-    float *part = colpart((size_t)np * n);
-    colsum_partial_kernel<<<dim3(CEIL_DIV(n, 32), np), dim3(32, 8)>>>(part, BT, n, f);
-    CUDA_CHECK(cudaGetLastError());
-    colsum_finish_kernel<<<1, 256>>>(ddt_bias, part, np, H, n, 0);
-    CUDA_CHECK(cudaGetLastError());
-    colsum_finish_kernel<<<1, 256>>>(dA_log, part, np, H, n, H);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-// ---- RoPE (§4, §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
-// Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1).
-__global__ void rope_rotate_kernel(float *x, int N, int T, int nh, int hd, int ld, int sign) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int half = hd / 2;
-    if (idx >= (size_t)N * nh * half) return;
-    int i = (int)(idx % half), h = (int)((idx / half) % nh);
-    size_t r = idx / ((size_t)half * nh);
-    int t = (int)(r % T);
-    float *v = x + r * ld + (size_t)h * hd;
-    float ang = t * powf(10000.f, -2 * (float)i / hd);
-    float c = cosf(ang), s = sign * sinf(ang);
-    float x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * c - x2 * s;
-    v[i + half] = x2 * c + x1 * s;
-}
-static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign) {
-    PROF_OP();
-    size_t n = (size_t)N * nh * (hd / 2);
-    rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(x, N, T, nh, hd, ld, sign);
-    CUDA_CHECK(cudaGetLastError());
-}
-static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_rotate(x, N, T, nh, hd, ld, 1); }
-static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
-
-// ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π §5.2, output weights ω §5.1) --
-__global__ void pair_softmax_forward_kernel(float *y, const float *x, size_t npairs) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= npairs) return;
-    float p0 = 1.f / (1.f + expf(x[2 * i + 1] - x[2 * i]));
-    y[2 * i] = p0;
-    y[2 * i + 1] = 1.f - p0;
-}
-static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
-    PROF_OP();
-    pair_softmax_forward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(y, x, npairs);
-    CUDA_CHECK(cudaGetLastError());
-}
-// dx0 = y0·y1·(dy0 − dy1) = −dx1   (§6.5).  Router use: pairs of the last chunk (every Nc-th group of H
-// pairs when last_H > 0) get dy = 0 (dÃ of the forced last chunk is overwritten with 0).
-__global__ void pair_softmax_backward_kernel(float *dx, const float *dy, const float *y, size_t npairs, int last_H, int Nc) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= npairs) return;
-    if (last_H > 0 && (int)((i / last_H) % Nc) == Nc - 1) return; // adds 0
-    float d = y[2 * i] * y[2 * i + 1] * (dy[2 * i] - dy[2 * i + 1]);
-    dx[2 * i] += d;
-    dx[2 * i + 1] -= d;
-}
-static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_t npairs) {
-    PROF_OP();
-    pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dx, dy, y, npairs, 0, 1);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-// ================================================================================================
-// The two token mixers of a NAtS-L layer, driven by the routing mask m[B][Nc][Hm][2] (op 0 = softmax,
-// op 1 = GDN; §5.2). m = NULL means "every chunk active" (A layer; G layer).
-//   * softmax op: attention_forward / attention_backward above (masked flash attention, 3xTF32).
-//     NOTE: attention_backward WRITES dq, dk, dv and dA[...,0] (it does not accumulate).
-//   * GDN op: below (chunked kernels, token-recurrence fallback); it WRITES dq, dk, dg, dβ, dA[...,1]
-//     and ACCUMULATES into dv (after the softmax op wrote dv).
-// ================================================================================================
 
 // ---- the GDN op with chunk commits (§3.2, §5.4): token recurrence (the fallback of gdn_op_*) ------------
 // Same semantics and layouts as train_natsl.c's gdn_op_forward/backward (its backward accumulates every
@@ -2302,18 +2407,21 @@ static void gdn_set_tf32(int on) {
 static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv) {
     return gdn_use_chunked(dk, dv) ? gdnc::ws_floats(B, T, H, dk, dv) : gdn_tokens_ws_floats(B, H, dk, dv);
 }
-static void gdn_op_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
-                           int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
-                           int dk, int dv, real *ws) {
+static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
     PROF_OP();
+    const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
+    int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v;
+    real *ws = a->ws;
     if (gdn_use_chunked(dk, dv)) gdnc::forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws);
     else gdn_tokens_forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
 }
-static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
-                            const real *dout, const real *state, const real *q, const real *k, int ldqk,
-                            const real *v, int ldv, const real *g, const real *beta, const real *m,
-                            int B, int T, int H, int dkh, int dvh, real *ws) {
+// WRITES dq, dk, dg, dβ, dA[...,1]; ACCUMULATES into dv.
+static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
+                            const real *state, const GdnArgs *a) {
     PROF_OP();
+    const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
+    int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
+    real *ws = a->ws;
     if (gdn_use_chunked(dkh, dvh))
         gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws);
     else
@@ -2349,7 +2457,7 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
     if (g_bf16) router_pool_kernel<<<g, 256>>>(pool, (const __nv_bfloat16 *)x, B, T, D); // x: RMSNorm'd, a matmul input
     else router_pool_kernel<<<g, 256>>>(pool, x, B, T, D);
     CUDA_CHECK(cudaGetLastError());
-    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H, 0);
+    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, 0);
     pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
     size_t n = (size_t)B * Nc * H;
     router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
@@ -2373,7 +2481,8 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
     size_t npairs = (size_t)B * Nc * H;
     pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
     CUDA_CHECK(cudaGetLastError());
-    matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, 0), operand(pool, (size_t)B * Nc * D, 2), Wr, B * Nc, D, 2 * H);
+    matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, OPERAND_DOUT),
+                    operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H);
     router_dx_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * D, 256), 256>>>(dx, dpool, B, T, D);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -2403,9 +2512,10 @@ __global__ void gated_norm_forward_kernel(MP *y, float *rstd, const float *o1, c
         st(y + o + i, nsum * siluf_(ld(gate + o + i)));
     }
 }
-static void gated_norm_forward(real *y, real *rstd, const real *o1, const real *w1, const real *o2,
-                               const real *w2, const real *omega, const real *gate, int R, int n) {
+static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
     PROF_OP();
+    const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
+    int R = a->rows, n = a->n;
     if (g_bf16)
         gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>((__nv_bfloat16 *)y, rstd, o1, w1, o2, w2, omega,
                                                            (const __nv_bfloat16 *)gate, R, n);
@@ -2464,9 +2574,10 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, fl
     }
 }
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
-                                const real *dy, const real *rstd, const real *o1, const real *w1,
-                                const real *o2, const real *w2, const real *omega, const real *gate, int R, int n) {
+                                const real *dy, const real *rstd, const GatedNormArgs *a) {
     PROF_OP();
+    const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
+    int R = a->rows, n = a->n;
     if (n > GN_MAXN) { fprintf(stderr, "error: gated_norm_backward: rows of %d > %d values\n", n, GN_MAXN); exit(1); }
     int blocks = std::min(CEIL_DIV(R, 8), num_sms() * 8);
     float *part = colpart((size_t)blocks * 2 * n);
@@ -2483,104 +2594,8 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
     }
 }
 
-// ---- fused classifier (§2): loss over the V real tokens of the padded logits --------------------------
-// One block per row. The backward overwrites the logits with their gradient in place (no second copy).
-__device__ float block_max(float x, float *sh) {
-    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    __syncthreads();
-    if (lane == 0) sh[w] = x;
-    __syncthreads();
-    float r = sh[0];
-    for (int i = 1; i < nw; i++) r = fmaxf(r, sh[i]);
-    return r;
-}
-__device__ float block_sum(float x, float *sh) {
-    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    x = warp_sum(x);
-    __syncthreads();
-    if (lane == 0) sh[w] = x;
-    __syncthreads();
-    float r = 0.f;
-    for (int i = 0; i < nw; i++) r += sh[i];
-    return r;
-}
-// MP: the matmul-precision type of the logits (the head's output) and of their gradient (its backward's dout).
-template <class MP>
-__global__ void crossentropy_forward_kernel(float *losses, float *lse, const MP *logits, const int *targets, int V, int Vp) {
-    __shared__ float sh[32];
-    size_t bt = blockIdx.x;
-    const MP *z = logits + bt * Vp;
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ld(z + i));
-    mx = block_max(mx, sh);
-    float s = 0.f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(ld(z + i) - mx);
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) {
-        float l = mx + logf(s);
-        lse[bt] = l;
-        losses[bt] = l - ld(z + targets[bt]);
-    }
-}
-static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
-                                 int BT, int V, int Vp) {
-    PROF_OP();
-    if (g_bf16) crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, (const __nv_bfloat16 *)logits, targets, V, Vp);
-    else crossentropy_forward_kernel<<<BT, 1024>>>(losses, lse, logits, targets, V, Vp);
-    CUDA_CHECK(cudaGetLastError());
-}
-// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding; in the matmul
-// precision (the head's backward is its only reader), like the logits themselves.
-template <class MP>
-__global__ void crossentropy_backward_kernel(MP *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
-    size_t bt = blockIdx.x;
-    MP *z = logits + bt * Vp;
-    float l = lse[bt];
-    int tg = targets[bt];
-    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
-        float d = i < V ? dloss * expf(ld(z + i) - l) : 0.f;
-        if (i == tg) d -= dloss;
-        st(z + i, d);
-    }
-}
-static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
-                                  int BT, int V, int Vp) {
-    PROF_OP();
-    if (g_bf16) crossentropy_backward_kernel<<<BT, 1024>>>((__nv_bfloat16 *)logits, lse, targets, dloss, V, Vp);
-    else crossentropy_backward_kernel<<<BT, 1024>>>(logits, lse, targets, dloss, V, Vp);
-    CUDA_CHECK(cudaGetLastError());
-}
-// mean of the per-position losses, in double, in a fixed order (one block)
-__global__ void mean_loss_kernel(double *out, const float *losses, int BT) {
-    __shared__ double sh[1024];
-    double s = 0;
-    for (int i = threadIdx.x; i < BT; i += blockDim.x) s += losses[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *out = sh[0] / BT;
-}
-
-// float4 at a time: n = B·T·D is a multiple of 4 (T % 64 == 0) and the buffers are 256-byte aligned
-__global__ void residual_add_kernel(float4 *out, const float4 *a, size_t n4) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n4) return;
-    float4 o = out[i], b = a[i];
-    o.x += b.x; o.y += b.y; o.z += b.z; o.w += b.w;
-    out[i] = o;
-}
-static void residual_add(real *out, const real *a, size_t n) {
-    PROF_OP();
-    residual_add_kernel<<<(unsigned)CEIL_DIV(n / 4, 256), 256>>>((float4 *)out, (const float4 *)a, n / 4);
-    CUDA_CHECK(cudaGetLastError());
-}
-
 // ================================================================================================
-// The model: parameters, activations, and the three layer kinds (device buffers, C layouts)
+// 3. The model: parameters, activations, and the three layer kinds (device buffers, C layouts)
 // ================================================================================================
 
 typedef struct {
@@ -2621,24 +2636,11 @@ static void model_build(Model *M, const Config *c) {
     M->d_normpart = (double *)xcudamalloc(1024 * sizeof(double));
 }
 
-// Initialization (§2 table), from one seeded stream: on the host, exactly as train_natsl.c, then copied.
+// Initialization (§2), from one seeded stream: init_params (common/layout.h) on the host, exactly as
+// train_natsl.c, then copied.
 static void model_init(Model *M, uint64_t seed) {
-    uint64_t s = rng_seed(seed);
     real *hp = (real *)xcalloc(M->nparams, sizeof(real));
-    for (int i = 0; i < M->ntensors; i++) {
-        const ParamTensor *t = &M->tensors[i];
-        real *w = hp + t->offset;
-        for (size_t j = 0; j < t->numel; j++) {
-            if (t->init == INIT_NORMAL) w[j] = 0.02 * rng_normal(&s);
-            else if (t->init == INIT_ONES) w[j] = 1;
-            else if (t->init == INIT_ALOG) w[j] = log(16.0 * rng_uniform(&s));   // A ~ U(0, 16)
-            else {                                                                 // dt_bias
-                double dt = exp(log(1e-3) + rng_uniform(&s) * (log(1e-1) - log(1e-3)));
-                if (dt < 1e-4) dt = 1e-4;
-                w[j] = dt + log(-expm1(-dt)); // inverse softplus: dt + log(1 − e^{−dt})
-            }
-        }
-    }
+    init_params(hp, M->tensors, M->ntensors, seed);
     CUDA_CHECK(cudaMemcpy(M->params, hp, M->nparams * sizeof(real), cudaMemcpyHostToDevice));
     free(hp);
 }
@@ -2692,6 +2694,15 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     }
 }
 
+// AdamW's moments, zero until the first update
+static void model_alloc_moments(Model *M) {
+    if (M->adam_m) return;
+    M->adam_m = (real *)xcudamalloc(M->nparams * sizeof(real));
+    M->adam_v = (real *)xcudamalloc(M->nparams * sizeof(real));
+    CUDA_CHECK(cudaMemset(M->adam_m, 0, M->nparams * sizeof(real)));
+    CUDA_CHECK(cudaMemset(M->adam_v, 0, M->nparams * sizeof(real)));
+}
+
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
                   M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->d_normpart, M->gdn_ws};
@@ -2705,128 +2716,126 @@ static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->np
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1);
-    conv_silu_forward(a->qkv, a->proj, W, p->conv, B, T, K);
-    conv_silu_forward(a->qkv + (size_t)BT * K, mp_at(a->proj, K), W, p->conv + K * NATSL_CONV, B, T, K);
-    conv_silu_forward(a->qkv + (size_t)2 * BT * K, mp_at(a->proj, 2 * K), W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    conv_silu_forward(a->q, a->proj, W, 0, p->conv, B, T, K);      // proj's columns: Q | K | V
+    conv_silu_forward(a->k, a->proj, W, K, p->conv, B, T, K);
+    conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qkv, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
-// Takes the gradients in d (dqkv, dqk_hat, dgate, dg, dbeta) down to dx (+=) and the parameters.
+// Takes the gradients in d (of q, k, v, q̂, k̂, gate, g, β) down to dx (+=) and the parameters.
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
                                 const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
     l2norm_backward(d->qkv, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
-    conv_silu_backward(d->proj, gp->conv, d->qkv, a->proj, W, p->conv, B, T, K);
-    conv_silu_backward(mp_at(d->proj, K), gp->conv + K * NATSL_CONV, d->qkv + (size_t)BT * K, mp_at(a->proj, K), W,
-                       p->conv + K * NATSL_CONV, B, T, K);
-    conv_silu_backward(mp_at(d->proj, 2 * K), gp->conv + 2 * K * NATSL_CONV, d->qkv + (size_t)2 * BT * K,
-                       mp_at(a->proj, 2 * K), W, p->conv + 2 * K * NATSL_CONV, B, T, Vt);
+    conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
+    conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
+    conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
 }
 
+// The layers' forward passes take ops_kept (GPU only): recompute level 1 kept the token mixers' outputs and the
+// block's mixer output r, so its rerun (model_backward) skips the ops, the output projection and the residual add.
+
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
 // o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = y W_oᵀ
 static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
                               int ops_kept) {
-    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
+    GdnArgs op = gdn_layer_op_args(c, a, B, T);
+    GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
     gdn_inputs_forward(c, a, p, B, T);
-    if (!ops_kept)
-        gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt,
-                       a->g, a->beta, NULL, B, T, H, c->dk, c->dv, a->gdn_ws);
-    gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->o_norm, NULL, NULL, NULL, a->gate, BT * H, c->dv);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
+    if (!ops_kept) gdn_op_forward(a->gdn_out, a->state, &op);
+    gated_norm_forward(a->y, a->norm_rstd, &norm);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
-    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, 0), a->y, p->wo, BT, Vt, c->D);
-    gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, a->gdn_out, p->o_norm,
-                        NULL, NULL, NULL, a->gate, BT * H, c->dv);
-    gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, d->qkv + (size_t)2 * BT * K, d->g, d->beta, NULL, d->gdn_out,
-                    a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, a->qkv + (size_t)2 * BT * K, Vt, a->g, a->beta,
-                    NULL, B, T, H, c->dk, c->dv, a->gdn_ws);
+    GdnArgs op = gdn_layer_op_args(c, a, B, T);
+    GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)B * T * c->D, OPERAND_DOUT), a->y, p->wo, B * T, cfg_Vt(c), c->D);
+    gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
+    gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
+// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place;  o = causal softmax attention;  out = o W_oᵀ
 static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
                                     int ops_kept) {
-    int BT = B * T, D = c->D, HA = cfg_HA(c);
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    AttnArgs op = attn_layer_op_args(c, a, B, T);
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 0);
-    rope_forward(a->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);     // q
-    rope_forward(a->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D); // k
-    if (!ops_kept)
-        attention_forward(a->att_out, a->lse, a->proj, a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL,
-                          B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
-    if (!ops_kept) matmul_forward(out, operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D, 0);
+    rope_forward(a->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    rope_forward(a->k, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    if (!ops_kept) attention_forward(a->att_out, a->lse, &op);
+    if (!ops_kept) matmul_forward(out, operand(a->att_out, (size_t)BT * D, OPERAND_INPUT), p->wo, BT, D, D, 0);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
-    int BT = B * T, D = c->D, HA = cfg_HA(c);
-    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, 0), operand(a->att_out, (size_t)BT * D, 2), p->wo, BT, D, D);
-    attention_backward(d->proj, d->proj + D, d->proj + 2 * D, NULL, d->att_out, a->att_out, a->lse, a->proj,
-                       a->proj + D, 3 * D, a->proj + 2 * D, 3 * D, NULL, B, T, HA, HA, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 0);
-    rope_backward(d->proj, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
-    rope_backward(d->proj + D, BT, T, HA, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, 0), a->xn, p->wqkv, BT, D, 3 * D);
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    AttnArgs op = attn_layer_op_args(c, a, B, T);
+    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT),
+                    operand(a->att_out, (size_t)BT * D, OPERAND_INPUT), p->wo, BT, D, D);
+    attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
+    rope_backward(d->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    rope_backward(d->k, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
+// As train_natsl.c: router mask Ã (§5.2); softmax op on RMSNorm'd (+RoPE) qa, ka and V; GDN op on q̂, k̂, V, both
+// driven by Ã (§5.3, §5.4); ω from Q (§5.1); the fused gated norm (§5.6); out = y W_oᵀ.
 #ifdef TESTING
 static const real *g_bench_rmask = NULL; // benchmarks (dev/bench_gpu.cu): a fixed routing mask for every N layer
 #endif
 static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
                                 int relaxed, int ops_kept) {
-    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
-    const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
-    real *qa = a->qka, *ka = a->qka + (size_t)BT * K;
+    int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
+    AttnArgs att = natsl_attn_args(c, a, B, T);
+    GdnArgs gdn = natsl_gdn_args(c, a, B, T);
+    GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
     gdn_inputs_forward(c, a, p, B, T);
-    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, H, relaxed);
+    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed);
 #ifdef TESTING
     if (g_bench_rmask) // benchmark-only: replace the router's decisions by a fixed mask [B][Nc][H][2]
-        CUDA_CHECK(cudaMemcpyAsync(a->rmask, g_bench_rmask, (size_t)B * (T / CH) * H * 2 * sizeof(real), cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpyAsync(a->rmask, g_bench_rmask, (size_t)B * (T / CH) * c->H * 2 * sizeof(real), cudaMemcpyDeviceToDevice));
 #endif
-    rmsnorm_forward(qa, a->qka_rstd, Q, p->qn, BT, Ha, dka, K, K, 0);
-    rmsnorm_forward(ka, a->qka_rstd + (size_t)BT * Ha, Kp, p->kn, BT, Ha, dka, K, K, 0);
-    if (c->rope) { rope_forward(qa, BT, T, Ha, dka, K); rope_forward(ka, BT, T, Ha, dka, K); }
-    matmul_forward(a->omega_raw, operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha, 0);
+    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 0);
+    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 0);
+    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K); rope_forward(a->ka, BT, T, Ha, dka, K); }
+    matmul_forward(a->omega_raw, operand(a->q, (size_t)BT * K, OPERAND_INPUT), p->wow, BT, K, 2 * Ha, 0);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
-    if (!ops_kept) { // recompute level 1 kept their outputs
-        attention_forward(a->att_out, a->lse, qa, ka, K, V, Vt, a->rmask, B, T, Ha, H, dka, dva, 0);
-        gdn_op_forward(a->gdn_out, a->state, a->qk_hat, a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask,
-                       B, T, H, c->dk, c->dv, a->gdn_ws);
+    if (!ops_kept) {
+        attention_forward(a->att_out, a->lse, &att);
+        gdn_op_forward(a->gdn_out, a->state, &gdn);
     }
-    gated_norm_forward(a->y, a->norm_rstd, a->gdn_out, p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, Vt, c->D, 0);
+    gated_norm_forward(a->y, a->norm_rstd, &norm);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
 }
-// Order differs from train_natsl.c in one place: attention_backward runs BEFORE gdn_op_backward, because
-// it writes (not accumulates) dV and dA[...,0]; gdn_op_backward then accumulates into dV and dA[...,1].
+// The softmax op's backward writes dV and dA[...,0]; the GDN op's then adds its part to dV and writes dA[...,1]:
+// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4).
 static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                  const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad) {
-    int BT = B * T, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c);
-    const real *Q = a->qkv, *Kp = a->qkv + (size_t)BT * K, *V = a->qkv + (size_t)2 * BT * K;
-    real *dQ = d->qkv, *dK = d->qkv + (size_t)BT * K, *dV = d->qkv + (size_t)2 * BT * K;
-    real *dqa = d->qka, *dka_ = d->qka + (size_t)BT * K;
-    real *dA = d->rmask; // router gradient dÃ [B][Nc][H][2], filled by both ops
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, 0), a->y, p->wo, BT, Vt, c->D);
-    gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, a->gdn_out,
-                        p->n1, a->att_out, p->n2, a->omega, a->gate, BT * Ha, dva);
-    attention_backward(dqa, dka_, dV, dA, d->att_out, a->att_out, a->lse, a->qka, a->qka + (size_t)BT * K, K, V, Vt,
-                       a->rmask, B, T, Ha, H, dka, dva, 0);
-    gdn_op_backward(d->qk_hat, d->qk_hat + (size_t)BT * K, dV, d->g, d->beta, dA, d->gdn_out, a->state, a->qk_hat,
-                    a->qk_hat + (size_t)BT * K, K, V, Vt, a->g, a->beta, a->rmask, B, T, H, c->dk, c->dv, a->gdn_ws);
+    int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
+    AttnArgs att = natsl_attn_args(c, a, B, T);
+    GdnArgs gdn = natsl_gdn_args(c, a, B, T);
+    GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, OPERAND_DOUT), a->y, p->wo, BT, cfg_Vt(c), c->D);
+    gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
+    attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
+    gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(dQ, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, 0), operand(Q, (size_t)BT * K, 2), p->wow, BT, K, 2 * Ha);
-    if (c->rope) { rope_backward(dqa, BT, T, Ha, dka, K); rope_backward(dka_, BT, T, Ha, dka, K); }
-    rmsnorm_backward(dQ, gp->qn, dqa, Q, p->qn, a->qka_rstd, BT, Ha, dka, K, K);
-    rmsnorm_backward(dK, gp->kn, dka_, Kp, p->kn, a->qka_rstd + (size_t)BT * Ha, BT, Ha, dka, K, K);
+    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT),
+                    operand(a->q, (size_t)BT * K, OPERAND_INPUT), p->wow, BT, K, 2 * Ha);
+    if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K);
     if (!no_router_grad)
-        router_backward(dx, gp->wr, d->pool, d->rlogits, dA, a->rpi, a->pool, p->wr, B, T, c->D, H);
+        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
@@ -2911,7 +2920,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         LayerParams *gp = &M->g.layer[l];
         if (M->recompute && l < c->L - 1) block_forward(M, l, B, T, M->recompute == 1); // L−1: still in the scratch
         grads_scratch(M, &d, c->pattern[l], B, T);
-        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, 0), a->hmid, p->wdown, BT, c->F, D);
+        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
@@ -2923,8 +2932,32 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);
 }
 
+// Host float32 copies of a device buffer and back (checkpoints, logs, the -z dump)
+static float *to_float32(const real *dev, size_t n) {
+    float *f = (float *)xcalloc(n, sizeof(float));
+    CUDA_CHECK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return f;
+}
+static void from_float32(real *dev, const float *f, size_t n) {
+    CUDA_CHECK(cudaMemcpy(dev, f, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
+    size_t n = nrows * M->cfg.Vp;
+    if (!g_bf16) return to_float32(M->logits + row * M->cfg.Vp, n);
+    __nv_bfloat16 *h = (__nv_bfloat16 *)xcalloc(n, sizeof(__nv_bfloat16));
+    CUDA_CHECK(cudaMemcpy(h, (const __nv_bfloat16 *)M->logits + row * M->cfg.Vp, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+    float *f = (float *)xcalloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
+    free(h);
+    return f;
+}
+
+// Shared with train_natsl.c, written on the functions above: the router statistics (softmax_fraction) and the
+// checkpoint files (save_model, load_model, save_state, load_state).
+#include "common/model_io.h"
+
 // ================================================================================================
-// Optimizer (§9): AdamW with decoupled weight decay on the tensors marked in config.h (on the GPU)
+// 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW (on the GPU)
 // ================================================================================================
 
 __global__ void grad_norm_partial_kernel(double *part, const float *g, size_t n) {
@@ -2959,107 +2992,61 @@ static double grad_norm(const Model *M) {
     return norm;
 }
 
-__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, double lr, double b1,
-                             double b2, double eps, double decay, double grad_scale, double c1, double c2) {
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, double lr, double decay,
+                             double grad_scale, double c1, double c2) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2;
     double g = grads[i] * grad_scale;
     m[i] = b1 * m[i] + (1 - b1) * g;
     v[i] = b2 * v[i] + (1 - b2) * g * g;
     double mh = m[i] / c1, vh = v[i] / c2;
-    params[i] -= lr * (mh / (sqrt(vh) + eps) + decay * params[i]);
+    params[i] -= lr * (mh / (sqrt(vh) + ADAMW_EPS) + decay * params[i]);
 }
-// one AdamW step at step t (1-based) on the gradients scaled by grad_scale (clipping)
-static void adamw_update(Model *M, double lr, double b1, double b2, double eps, double wd, double grad_scale, int t) {
+// One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), as train_natsl.c.
+static void adamw_update(Model *M, double lr, double wd, double grad_scale, int t) {
     PROF_OP();
-    if (!M->adam_m) {
-        M->adam_m = (real *)xcudamalloc(M->nparams * sizeof(real));
-        M->adam_v = (real *)xcudamalloc(M->nparams * sizeof(real));
-        CUDA_CHECK(cudaMemset(M->adam_m, 0, M->nparams * sizeof(real)));
-        CUDA_CHECK(cudaMemset(M->adam_v, 0, M->nparams * sizeof(real)));
-    }
-    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+    model_alloc_moments(M);
+    double c1 = 1 - pow(ADAMW_BETA1, t), c2 = 1 - pow(ADAMW_BETA2, t);
     for (int k = 0; k < M->ntensors; k++) {
         const ParamTensor *pt = &M->tensors[k];
         double decay = pt->decay ? wd : 0;
         size_t o = pt->offset;
         adamw_kernel<<<(unsigned)CEIL_DIV(pt->numel, 256), 256>>>(M->params + o, M->grads + o, M->adam_m + o, M->adam_v + o,
-                                                                 pt->numel, lr, b1, b2, eps, decay, grad_scale, c1, c2);
+                                                                 pt->numel, lr, decay, grad_scale, c1, c2);
         CUDA_CHECK(cudaGetLastError());
     }
 }
 
-// ================================================================================================
-// Checkpoints: model_%08d.bin (header + float32 parameters) and state_%08d.bin (AdamW moments, step,
-// RNG, data position), both written atomically (common/checkpoint.h). Same files as train_natsl.c.
-// ================================================================================================
-
-static float *to_float32(const real *dev, size_t n) { // device buffer → new host float32 array
-    float *f = (float *)xcalloc(n, sizeof(float));
-    CUDA_CHECK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return f;
-}
-static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
-    size_t n = nrows * M->cfg.Vp;
-    if (!g_bf16) return to_float32(M->logits + row * M->cfg.Vp, n);
-    __nv_bfloat16 *h = (__nv_bfloat16 *)xcalloc(n, sizeof(__nv_bfloat16));
-    CUDA_CHECK(cudaMemcpy(h, (const __nv_bfloat16 *)M->logits + row * M->cfg.Vp, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-    float *f = (float *)xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
-    free(h);
-    return f;
-}
-static void from_float32(real *dev, const float *f, size_t n) {
-    CUDA_CHECK(cudaMemcpy(dev, f, n * sizeof(float), cudaMemcpyHostToDevice));
-}
-
-static int save_model(const Model *M, const char *path, char *err, size_t errlen) {
-    float *f = to_float32(M->params, M->nparams);
-    int rc = ckpt_write_model(path, &M->cfg, f, M->nparams, err, errlen);
-    free(f);
-    return rc;
-}
-
-// Reads a model checkpoint: builds M from its header and loads the parameters.
-static int load_model(Model *M, const char *path, char *err, size_t errlen) {
-    Config c;
-    if (ckpt_read_model_config(path, &c, err, errlen)) return -1;
-    model_build(M, &c);
-    float *f = (float *)xcalloc(M->nparams, sizeof(float));
-    int rc = ckpt_read_model_params(path, f, M->nparams, err, errlen);
-    if (!rc) from_float32(M->params, f, M->nparams);
-    free(f);
-    return rc;
-}
-
-static int save_state(const Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
-    size_t n = M->nparams; // the moments exist after the first update (zeros if every step so far was skipped)
-    float *m = M->adam_m ? to_float32(M->adam_m, n) : (float *)xcalloc(n, sizeof(float));
-    float *v = M->adam_v ? to_float32(M->adam_v, n) : (float *)xcalloc(n, sizeof(float));
-    int rc = ckpt_write_state(path, s, m, v, n, err, errlen);
-    free(m); free(v);
-    return rc;
-}
-
-static int load_state(Model *M, TrainState *s, const char *path, char *err, size_t errlen) {
-    size_t n = M->nparams;
-    float *f = (float *)xcalloc(2 * n, sizeof(float));
-    int rc = ckpt_read_state(path, s, f, n, err, errlen);
-    if (!rc) {
-        if (!M->adam_m) { M->adam_m = (real *)xcudamalloc(n * sizeof(real));
-            M->adam_v = (real *)xcudamalloc(n * sizeof(real)); }
-        from_float32(M->adam_m, f, n);
-        from_float32(M->adam_v, f + n, n);
+// One optimizer step, as train_natsl.c's train_step; it returns when the GPU has finished the step.
+typedef struct { double loss, norm; int skipped; } StepStats;
+static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
+                            double *sfr) {
+    const Config *c = &M->cfg;
+    StepStats s = {0, 0, 0};
+    char err[1024];
+    model_zero_grad(M);
+    for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
+    for (int k = 0; k < accum; k++) {
+        if (dataloader_next_batch(train, err, sizeof(err))) die(err);
+        model_forward(M, train->inputs, train->targets, B, T);
+        model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum));
+        s.loss += M->mean_loss / accum;
+        for (int l = 0; sfr && l < c->L; l++)
+            if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
     }
-    free(f);
-    return rc;
+    s.norm = grad_norm(M);
+    s.skipped = !is_finite(s.norm);
+    if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return s;
 }
+
 // ================================================================================================
-// Training: the backend hooks of the shared driver; main is left out when another program includes this
-// file with TESTING defined (the dev benchmarks and kernel harnesses)
+// 5. The program: the GPU backend of the training driver common/train_main.h. main is left out when another
+// program includes this file with TESTING defined (the dev benchmarks and kernel harnesses).
 // ================================================================================================
 
-// The GPU backend of the training driver (common/train_main.h: validation, sampling, the -z dump, the loop).
 // fp32: cuBLAS in true fp32 (no TF32), the attention kernels in their fp32-accurate 3xTF32 mode.
 // bf16 (the default): bf16 matmuls and bf16 storage of the tensors around them, attention in 1xTF32 (header).
 static double g_prof_step_ms; // NATSL_PROFILE=1: step time summed over the profiled steps
@@ -3077,7 +3064,6 @@ static void backend_start(const TrainArgs *a) {
     g_prof = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
     printf("device: %s, precision: %s\n", prop.name, a->precision);
 }
-static void backend_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 static void backend_step_timed(int first, double dt) {
     if (g_prof && first) memset(g_prof_ms, 0, sizeof(g_prof_ms)); // skip the first (warm-up) step
     else if (g_prof) { g_prof_step_ms += dt * 1e3; g_prof_steps++; }

@@ -3,9 +3,7 @@
 //   model_%08d.bin  the config (header below) and the parameters in param_tensors order
 //   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi],
 //                   then AdamW's first and second moments
-// and the -z comparison dump of common/train_main.h: [DUMP_MAGIC, 1, B, T, V, nparams, nrouter, nsteps], then
-// float32: loss, logits [B*T][V], grads [nparams], router logits [nrouter], router decisions [nrouter],
-// step losses [nsteps], final loss Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
+// (the -z comparison dump has its own file, common/dump.h). Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
 // renamed over PATH, so a killed run never leaves a half-written checkpoint under the real name.
 // Every function returns 0, or -1 with a one-line message "PATH: problem" in err.
 #ifndef NATSL_CHECKPOINT_H
@@ -19,8 +17,6 @@
 #include "config.h"
 
 #define CKPT_HEADER_BYTES (256 * sizeof(int))
-#define DUMP_MAGIC 20261124
-#define DUMP_STEPS 10
 
 static inline int ckpt_write_atomic(const char *path, const int *header, const float *a, size_t na,
                                     const float *b, size_t nb, char *err, size_t errlen) {
@@ -66,7 +62,7 @@ static inline int ckpt_read_floats(const char *path, size_t offset, float *out, 
 }
 
 // ----------------------------------------------------------------------------------------------
-// the model file's header (SPEC: "model (header with magic/version/config + flat params)")
+// the model file's header: magic, version, the config, the parameter count
 
 #define CKPT_MODEL_MAGIC 20261122
 #define CKPT_STATE_MAGIC 20261123

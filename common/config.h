@@ -1,6 +1,6 @@
 // Model configuration, presets, layer patterns and the flat parameter layout of natsl.c.
 // Shared by train_natsl.c (CPU) and train_natsl.cu (GPU) so that checkpoints are interchangeable.
-// Everything here follows ../shared/SPEC.md §1 (configuration), §2 (initialization), §9 (weight decay)
+// Everything here follows doc/model.md §1 (configuration), §2 (initialization), §9 (weight decay)
 // and §10 (parameter counts).
 #ifndef NATSL_CONFIG_H
 #define NATSL_CONFIG_H
@@ -10,13 +10,19 @@
 #include <string.h>
 
 #define NATSL_MAX_LAYERS 64
-#define NATSL_CHUNK 64        // C: NAtS chunk size (SPEC §0)
-#define NATSL_CONV 4          // short-conv kernel (SPEC §3.1)
-#define NATSL_EPS 1e-6f       // every norm eps (SPEC §1)
-#define NATSL_ATTN_HEAD 64    // head dim of the plain softmax layer A (SPEC §4)
-#define GPT2_VOCAB 50257      // real tokens (SPEC §1 DECISION)
+#define NATSL_CHUNK 64        // C: NAtS chunk size (§0)
+#define NATSL_CONV 4          // short-conv kernel (§3.1)
+#define NATSL_EPS 1e-6f       // every norm eps (§1)
+#define NATSL_ATTN_HEAD 64    // head dim of the plain softmax layer A (§4)
+#define GPT2_VOCAB 50257      // real tokens (§1, a decision)
 #define GPT2_VOCAB_PADDED 50304
 #define GPT2_EOT 50256
+
+// AdamW and gradient clipping (§9); the learning rate and weight decay are flags
+#define ADAMW_BETA1 0.9
+#define ADAMW_BETA2 0.95
+#define ADAMW_EPS 1e-8
+#define GRAD_CLIP 1.0         // the global gradient norm is clipped to this
 
 typedef struct {
     int D;        // hidden size
@@ -26,20 +32,20 @@ typedef struct {
     int Ha;       // softmax heads inside a NAtS-L layer
     int F;        // MLP width
     int V, Vp;    // vocabulary (real, padded)
-    int rope;     // RoPE on the NAtS-L softmax op (SPEC §5.8)
+    int rope;     // RoPE on the NAtS-L softmax op (§5.8)
     char pattern[NATSL_MAX_LAYERS + 1]; // one of G, A, N per layer
 } Config;
 
-// derived sizes (SPEC §1)
+// derived sizes (§1)
 static inline int cfg_K(const Config *c) { return c->H * c->dk; }     // K_tot
 static inline int cfg_Vt(const Config *c) { return c->H * c->dv; }    // V_tot
 static inline int cfg_dka(const Config *c) { return c->H * c->dk / c->Ha; }
 static inline int cfg_dva(const Config *c) { return c->H * c->dv / c->Ha; }
-static inline int cfg_HA(const Config *c) { return c->D / NATSL_ATTN_HEAD; } // heads of an A layer
+static inline int cfg_attn_heads(const Config *c) { return c->D / NATSL_ATTN_HEAD; } // heads of an A layer
 static inline int mlp_width(int D) { int f = 8 * D / 3; return 256 * ((f + 255) / 256); }
 
 // ----------------------------------------------------------------------------------------------
-// presets and patterns (SPEC §1)
+// presets and patterns (§1)
 
 // The NAtS-L Hybrid rule: N at every layer l with l mod 4 = 3 and at the last layer, G elsewhere.
 static inline void pattern_from_variant(char *out, const char *variant, int L) {
@@ -76,7 +82,7 @@ static inline int config_from_preset(Config *c, const char *name) {
 }
 
 // Applies -a: a variant name (keeps L) or a literal pattern over G/A/N (sets L). The pure NAtS-L
-// variant turns RoPE on for the softmax op (SPEC §5.8); every other choice leaves it off.
+// variant turns RoPE on for the softmax op (§5.8); every other choice leaves it off.
 static inline int config_set_pattern(Config *c, const char *arg, char *err, size_t errlen) {
     if (is_variant_name(arg)) {
         pattern_from_variant(c->pattern, arg, c->L);

@@ -6,6 +6,7 @@
 
 #include <string.h>
 #include "config.h"
+#include "train_util.h" // rng_seed, rng_normal, rng_uniform
 
 typedef union { // named pointers into the flat parameter (or gradient) buffer, in P_* order
     struct { real *ln_mix, *wqkv, *wg, *wab, *a_log, *dt_bias, *conv, *o_norm, *wr, *wow, *qn, *kn, *n1, *n2,
@@ -29,18 +30,40 @@ static void param_pointers(ParamPtrs *p, const ParamTensor *t, int nt, real *bas
     }
 }
 
+// Initialization (§2 table) of the flat parameter buffer w, from one seeded stream (the same values in both
+// programs; the GPU fills a host buffer and copies it).
+static void init_params(real *w, const ParamTensor *t, int nt, uint64_t seed) {
+    uint64_t s = rng_seed(seed);
+    for (int i = 0; i < nt; i++) {
+        real *x = w + t[i].offset;
+        for (size_t j = 0; j < t[i].numel; j++) {
+            if (t[i].init == INIT_NORMAL) x[j] = 0.02 * rng_normal(&s);
+            else if (t[i].init == INIT_ONES) x[j] = 1;
+            else if (t[i].init == INIT_ALOG) x[j] = log(16.0 * rng_uniform(&s));   // A ~ U(0, 16)
+            else {                                                                   // dt_bias
+                double dt = exp(log(1e-3) + rng_uniform(&s) * (log(1e-1) - log(1e-3)));
+                if (dt < 1e-4) dt = 1e-4;
+                x[j] = dt + log(-expm1(-dt)); // inverse softplus: dt + log(1 − e^{−dt})
+            }
+        }
+    }
+}
+
 // One layer's activations (and, with the same layout, the gradients of one layer's activations).
 typedef struct {
     real *res;                  // h^l, the block input [BT][D]
     real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
     real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
     real *qkv;                  // G,N: silu(conv(proj)), planes Q [BT][K] | K [BT][K] | V [BT][Vt]
+    real *q, *k, *v;            // G,N: the three planes of qkv;  A: the q, k, v column blocks of proj (row stride 3D)
     real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
     real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
+    real *q_hat, *k_hat;        // G,N: the two planes of qk_hat
     real *gdn_out, *state;      // G,N: GDN op output [BT][Vt], committed states [B][H][Nc][dk][dv]
     real *gdn_ws;               // G,N on the GPU: the chunked GDN op's workspace, one for all layers (not carved
                                 //   here: the .cu model owns it; NULL on the CPU, whose op needs none)
     real *qka, *qka_rstd;       // N: RMSNorm'd (+RoPE) softmax planes qa | ka [2][BT][K], rstd [2][BT][Ha]
+    real *qa, *ka, *qa_rstd, *ka_rstd; // N: the two planes of qka and of qka_rstd
     real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D];  lse [B][heads][T]
     real *omega_raw, *omega;    // N: Q W_owᵀ and its pair softmax [BT][2Ha]
     real *pool, *rlogits, *rpi, *rmask; // N: router [B][Nc][D], [B][Nc][2H] (logits, π, mask Ã)
@@ -48,6 +71,16 @@ typedef struct {
     real *r, *xn2, *rstd2;      // h + mixer output [BT][D]; RMSNorm of it [BT][D], [BT]
     real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
 } LayerActs;
+
+// Points the plane names (q, k, v, q_hat, ...) into the planar fields that hold them.
+static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T) {
+    size_t BT = (size_t)B * T, K = cfg_K(c), D = c->D;
+    if (kind == 'A' && a->proj) { a->q = a->proj; a->k = a->proj + D; a->v = a->proj + 2 * D; }
+    if (kind != 'A' && a->qkv) { a->q = a->qkv; a->k = a->qkv + BT * K; a->v = a->qkv + 2 * BT * K; }
+    if (a->qk_hat) { a->q_hat = a->qk_hat; a->k_hat = a->qk_hat + BT * K; }
+    if (a->qka) { a->qa = a->qka; a->ka = a->qka + BT * K; }
+    if (a->qka_rstd) { a->qa_rstd = a->qka_rstd; a->ka_rstd = a->qka_rstd + BT * c->Ha; }
+}
 
 // The three parts of a layer's activations. KEPT is what every layer keeps even under recompute (its input
 // h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
@@ -95,13 +128,14 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(rmask, B * Nc * 2 * H, KP | G);
         }
         if (kind == 'A') {
-            size_t HA = cfg_HA(c);
-            TAKE(proj, BT * 3 * D, R | G); TAKE(att_out, BT * D, OP | G); TAKE(lse, (size_t)B * HA * T, OP);
+            size_t n_attn = cfg_attn_heads(c);
+            TAKE(proj, BT * 3 * D, R | G); TAKE(att_out, BT * D, OP | G); TAKE(lse, (size_t)B * n_attn * T, OP);
         }
         TAKE(r, BT * D, OP); TAKE(xn2, BT * D, R | G | MA); TAKE(rstd2, BT, R);
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, R | G | MA);
 #undef TAKE
     }
+    if (base) layer_planes(a, c, kind, B, T);
     return off;
 }
 
@@ -135,6 +169,67 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
         if (n > rest) rest = n;
     }
     return off + rest;
+}
+
+
+// ---- the operands of the two token mixers and of the gated output norm, named once for both programs -----
+
+// The softmax op (§4, §5.3, §6.2, §6.3): `heads` heads; query/key head j at columns j*head_k of rows of stride
+// ldqk, value head j at j*head_v of rows of stride ldv. mask: the routing mask [B][Nc][mask_heads][2], of which
+// op 0 (softmax) is read, heads/mask_heads heads sharing one mask head; NULL: plain causal attention (an A layer).
+typedef struct {
+    const real *q, *k, *v;
+    int ldqk, ldv;
+    const real *mask;
+    int B, T, heads, mask_heads, head_k, head_v;
+} AttnArgs;
+
+// The GDN op (§3.2, §5.4, §6.1, §6.4): H heads; q̂/k̂ head h at columns h*head_k of rows of stride ldqk, value
+// head h at h*head_v of rows of stride ldv; log decay g and β [B*T][H]. mask: [B][Nc][H][2], of which op 1 (GDN:
+// the chunk commits) is read; NULL: every chunk commits (a G layer). ws: the GPU's workspace (NULL on the CPU).
+typedef struct {
+    const real *q, *k, *v;
+    int ldqk, ldv;
+    const real *g, *beta, *mask;
+    int B, T, H, head_k, head_v;
+    real *ws;
+} GdnArgs;
+
+// The gated output norm (§3.3, §5.6) over `rows` rows of width n: one input o1 (G layer: o2, w2, omega NULL)
+// or two (N layer), the gate [rows][n] and the mixing weights omega [rows][2].
+typedef struct {
+    const real *o1, *w1, *o2, *w2, *omega, *gate;
+    int rows, n;
+} GatedNormArgs;
+
+// The G layer's GDN op: every chunk commits.
+static inline GdnArgs gdn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
+    GdnArgs o = {a->q_hat, a->k_hat, a->v, cfg_K(c), cfg_Vt(c), a->g, a->beta, NULL, B, T, c->H, c->dk, c->dv, a->gdn_ws};
+    return o;
+}
+// The N layer's two ops, both driven by the router's mask (§5.3, §5.4).
+static inline GdnArgs natsl_gdn_args(const Config *c, const LayerActs *a, int B, int T) {
+    GdnArgs o = gdn_layer_op_args(c, a, B, T);
+    o.mask = a->rmask;
+    return o;
+}
+static inline AttnArgs natsl_attn_args(const Config *c, const LayerActs *a, int B, int T) {
+    AttnArgs o = {a->qa, a->ka, a->v, cfg_K(c), cfg_Vt(c), a->rmask, B, T, c->Ha, c->H, cfg_dka(c), cfg_dva(c)};
+    return o;
+}
+// The A layer's op: plain causal attention over the q, k, v column blocks of proj.
+static inline AttnArgs attn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
+    int D = c->D, heads = cfg_attn_heads(c);
+    AttnArgs o = {a->q, a->k, a->v, 3 * D, 3 * D, NULL, B, T, heads, heads, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD};
+    return o;
+}
+static inline GatedNormArgs gdn_layer_norm_args(const Config *c, const LayerActs *a, const real *o_norm, int B, int T) {
+    GatedNormArgs o = {a->gdn_out, o_norm, NULL, NULL, NULL, a->gate, B * T * c->H, c->dv};
+    return o;
+}
+static inline GatedNormArgs natsl_norm_args(const Config *c, const LayerActs *a, const real *n1, const real *n2, int B, int T) {
+    GatedNormArgs o = {a->gdn_out, n1, a->att_out, n2, a->omega, a->gate, B * T * c->Ha, cfg_dva(c)};
+    return o;
 }
 
 #endif

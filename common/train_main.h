@@ -1,36 +1,19 @@
-// The training driver shared by train_natsl.c and train_natsl.cu: validation, sampling, the -z
-// comparison dump, and the training loop with its logging and checkpoints. It is included at the end
-// of each program, after the model, so it calls that program's own model functions (model_build,
-// model_init, model_alloc_acts, model_forward, model_backward, grad_norm, adamw_update, save_model,
-// load_model, save_state, load_state, model_free, to_float32: a host float32 copy of a model buffer)
-// and these backend hooks:
+// The training driver shared by train_natsl.c and train_natsl.cu: the flags, the model (a preset, a checkpoint
+// to start from, or a run to resume), the data, and the loop around train_step with validation, samples,
+// logging (stdout and DIR/main.log) and checkpoints; and the -z comparison dump (common/dump.h).
+// It is included at the end of each program and is written on that program's model interface:
+//   Model, model_build, model_init, model_alloc_acts, model_forward, model_free, train_step, logits_to_float32,
+//   and common/model_io.h (softmax_fraction, save/load of the checkpoint files)
+// and on three backend hooks:
 //   backend_default_precision  what -p is when not given ("fp32" on the CPU, "bf16" on the GPU)
-//   model_zero_grad(M)         zero the gradient buffer
 //   backend_start(args)        set the backend up for the flags (precision) and print what it runs on
-//   backend_sync()             wait until the queued work is done (before reading a step's time)
 //   backend_step_timed(first, dt)  a step took dt seconds (first: the first step of this run)
 //   backend_finish()           print reports and release the backend
 #ifndef NATSL_TRAIN_MAIN_H
 #define NATSL_TRAIN_MAIN_H
 
 #include <sys/stat.h>
-
-// Fraction of softmax-routed chunks of an N layer (last chunk excluded: it is forced, SPEC §5.2), over
-// the batch, for one head (h >= 0) or all heads (h = -1).
-static double softmax_fraction(const Model *M, int l, int h, int B, int T) {
-    int Nc = T / NATSL_CHUNK, H = M->cfg.H, n = 0, soft = 0;
-    if (Nc < 2) return 0;
-    float *mask = to_float32(M->la[l].rmask, (size_t)B * Nc * H * 2);
-    for (int b = 0; b < B; b++)
-        for (int c = 0; c < Nc - 1; c++)
-            for (int k = 0; k < H; k++) {
-                if (h >= 0 && k != h) continue;
-                n++;
-                soft += mask[(((size_t)b * Nc + c) * H + k) * 2] == 1;
-            }
-    free(mask);
-    return (double)soft / n;
-}
+#include "dump.h"
 
 // Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
 static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
@@ -52,7 +35,7 @@ static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int 
 
 // Generates n tokens after an end-of-text token, sampling from the softmax. The forward runs on the
 // shortest multiple of 64 that holds the sequence: a position's logits depend only on earlier
-// tokens (routing of the current chunk only affects later chunks, SPEC §5.3-5.4), so this is exact.
+// tokens (routing of the current chunk only affects later chunks, §5.3-5.4), so this is exact.
 static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *rng) {
     int *ids = (int *)xcalloc(T, sizeof(int));
     ids[0] = GPT2_EOT;
@@ -78,64 +61,6 @@ static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *
     }
     printf("\n---\n");
     free(ids);
-}
-
-// -z FILE: the CPU-vs-GPU comparison dump (SPEC §8; layout in common/checkpoint.h). On the first train
-// batch: loss, logits, every parameter gradient, every N layer's router logits and decisions; then the
-// train loss of each of 10 AdamW steps and the loss on the first batch after them.
-static void write_dump(Model *M, DataLoader *train, const char *path, double lr, int warmup, double final_frac,
-                       double wd, int B, int T) {
-    const Config *c = &M->cfg;
-    char err[1024];
-    size_t BT = (size_t)B * T, nrouter = 0, per = BT / NATSL_CHUNK * 2 * c->H;
-    for (int l = 0; l < c->L; l++) nrouter += c->pattern[l] == 'N' ? per : 0;
-    FILE *f = fopen(path, "wb");
-    if (!f) { fprintf(stderr, "error: %s: cannot open for writing (%s)\n", path, strerror(errno)); exit(1); }
-    int h[256] = {DUMP_MAGIC, 1, B, T, c->V, (int)M->nparams, (int)nrouter, DUMP_STEPS};
-    fwrite(h, sizeof(int), 256, f);
-    if (dataloader_next_batch(train, err, sizeof(err))) die(err);
-    int *first = (int *)xcalloc(2 * BT, sizeof(int));
-    memcpy(first, train->inputs, BT * sizeof(int));
-    memcpy(first + BT, train->targets, BT * sizeof(int));
-    model_zero_grad(M);
-    model_forward(M, first, first + BT, B, T);
-    float loss = M->mean_loss, loss0 = loss;
-    fwrite(&loss, sizeof(float), 1, f);
-    float *z = logits_to_float32(M, 0, BT);
-    for (size_t r = 0; r < BT; r++) fwrite(z + r * c->Vp, sizeof(float), c->V, f);
-    free(z);
-    float *router = (float *)xcalloc(2 * nrouter + 1, sizeof(float)); // logits, then decisions
-    for (int l = 0, o = 0; l < c->L; l++)
-        if (c->pattern[l] == 'N') {
-            float *rl = to_float32(M->la[l].rlogits, per), *rd = to_float32(M->la[l].rmask, per);
-            memcpy(router + o, rl, per * sizeof(float));
-            memcpy(router + nrouter + o, rd, per * sizeof(float));
-            free(rl); free(rd);
-            o += per;
-        }
-    model_backward(M, first, first + BT, B, T, (real)1 / BT);
-    float *g = to_float32(M->grads, M->nparams);
-    fwrite(g, sizeof(float), M->nparams, f);
-    fwrite(router, sizeof(float), 2 * nrouter, f);
-    free(g); free(router);
-    for (int step = 1; step <= DUMP_STEPS; step++) {
-        if (step > 1) {
-            if (dataloader_next_batch(train, err, sizeof(err))) die(err);
-            model_zero_grad(M);
-            model_forward(M, train->inputs, train->targets, B, T);
-            model_backward(M, train->inputs, train->targets, B, T, (real)1 / BT);
-        }
-        float l = step == 1 ? loss : M->mean_loss;
-        double norm = grad_norm(M);
-        adamw_update(M, lr_at(step - 1, warmup, DUMP_STEPS, lr, final_frac), 0.9, 0.95, 1e-8, wd, norm > 1 ? 1 / norm : 1, step);
-        fwrite(&l, sizeof(float), 1, f);
-    }
-    model_forward(M, first, first + BT, B, T);
-    loss = M->mean_loss;
-    fwrite(&loss, sizeof(float), 1, f);
-    free(first);
-    if (fclose(f)) { fprintf(stderr, "error: %s: write failed\n", path); exit(1); }
-    printf("wrote %s: loss %.6f, after %d steps %.6f\n", path, loss0, DUMP_STEPS, loss);
 }
 
 // The whole program: flags, model (preset, checkpoint, or resume), data, then the training loop with
@@ -190,7 +115,7 @@ static int train_main(int argc, char **argv) {
     const char *kept[3] = {"off", "1: layer inputs, op and mixer outputs kept", "2: layer inputs kept"};
     printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", M.acts_size * sizeof(real) / 1073741824.0,
            M.dacts_size * sizeof(real) / 1073741824.0, kept[a.recompute]);
-    if (a.dump_path) { write_dump(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
+    if (a.dump_path) { dump_write(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
 
     FILE *logf = NULL;
     if (a.outdir) {
@@ -200,7 +125,8 @@ static int train_main(int argc, char **argv) {
         logf = fopen(msg, st.step > 0 ? "a" : "w");
         if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
     }
-    double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double));
+    double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double)); // val softmax fractions [layer][head]
+    double *sfr_step = (double *)xcalloc(c->L, sizeof(double));            // a step's, per layer
 
     for (int step = st.step + 1; step <= a.max_steps; step++) {
         int last = step == a.max_steps;
@@ -221,31 +147,18 @@ static int train_main(int argc, char **argv) {
             sample_text(&M, have_tok ? &tok : NULL, a.gen_tokens, T, &st.rng);
         }
 
-        double t0 = now_s(), loss = 0;
-        model_zero_grad(&M);
-        for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr[l * c->H + h] = 0;
-        for (int k = 0; k < a.accum; k++) {
-            if (dataloader_next_batch(&train, err, sizeof(err))) die(err);
-            model_forward(&M, train.inputs, train.targets, B, T);
-            model_backward(&M, train.inputs, train.targets, B, T, (real)1 / ((real)B * T * a.accum));
-            loss += M.mean_loss / a.accum;
-            for (int l = 0; l < c->L; l++)
-                if (c->pattern[l] == 'N') sfr[l * c->H] += softmax_fraction(&M, l, -1, B, T) / a.accum;
-        }
-        double norm = grad_norm(&M), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
-        int skipped = !is_finite(norm);
-        if (!skipped) adamw_update(&M, step_lr, 0.9, 0.95, 1e-8, a.wd, norm > 1 ? 1 / norm : 1, step);
-        backend_sync();
+        double t0 = now_s(), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
+        StepStats s = train_step(&M, &train, a.accum, B, T, step_lr, a.wd, step, sfr_step);
         double dt = now_s() - t0;
         backend_step_timed(step == st.step + 1, dt);
-        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, loss,
-               step_lr, norm, dt * 1e3, a.total_batch / dt);
-        for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr[l * c->H]);
-        printf("%s\n", skipped ? " | SKIPPED (gradient norm not finite)" : "");
+        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, s.loss,
+               step_lr, s.norm, dt * 1e3, a.total_batch / dt);
+        for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr_step[l]);
+        printf("%s\n", s.skipped ? " | SKIPPED (gradient norm not finite)" : "");
         if (logf) {
-            fprintf(logf, "s:%d trl:%.4f\n", step, loss);
-            for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr[l * c->H]);
-            if (skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
+            fprintf(logf, "s:%d trl:%.4f\n", step, s.loss);
+            for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr_step[l]);
+            if (s.skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
             fflush(logf);
         }
 
@@ -259,7 +172,7 @@ static int train_main(int argc, char **argv) {
         }
     }
     if (logf) fclose(logf);
-    free(sfr);
+    free(sfr); free(sfr_step);
     dataloader_free(&train); dataloader_free(&val);
     if (have_tok) tokenizer_free(&tok);
     model_free(&M);

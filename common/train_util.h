@@ -43,7 +43,7 @@ static inline double rng_normal(uint64_t *s) {
     return sqrt(-2.0 * log(rng_uniform(s))) * cos(6.283185307179586 * rng_uniform(s));
 }
 
-// ---- learning rate (SPEC §9): linear warmup from 0 to the peak, then cosine decay to final_frac · peak
+// ---- learning rate (§9): linear warmup from 0 to the peak, then cosine decay to final_frac · peak
 static inline double lr_at(int step, int warmup, int max_steps, double peak, double final_frac) {
     if (step < warmup) return peak * (step + 1) / warmup;
     if (max_steps <= warmup) return peak;

@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
         memset(M.grads, 0, M.nparams * sizeof(real));
         model_forward(&M, M.inputs, M.targets, B, T);
         model_backward(&M, M.inputs, M.targets, B, T, (real)1 / (B * T));
-        adamw_update(&M, 1e-4, 0.9, 0.95, 1e-8, 0.1, 1, s + 1);
+        adamw_update(&M, 1e-4, 0.1, 1, s + 1);
         double dt = now_s() - t0;
         if (s > 0) { total += dt; if (dt < best) best = dt; }
     }

@@ -61,7 +61,7 @@ static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
     size_t np = 0;
     ParamTensor t[NATSL_MAX_TENSORS];
     param_tensors(c, t, &np);
-    size_t att = 2 * (size_t)B * T * std::max(cfg_HA(c), c->Ha);
+    size_t att = 2 * (size_t)B * T * std::max(cfg_attn_heads(c), c->Ha);
     return (4 * np + att) * sizeof(float) + model_acts_bytes(c, B, T, recompute) + ((size_t)1 << 30); // + cuBLAS, context
 }
 
@@ -97,7 +97,7 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
             model_forward(&M, in.data(), tg.data(), B, T);
             model_backward(&M, in.data(), tg.data(), B, T, (real)1 / ((real)B * T));
             double norm = grad_norm(&M);
-            adamw_update(&M, 1e-4, 0.9, 0.95, 1e-8, 0.1, norm > 1 ? 1 / norm : 1, it + 1);
+            adamw_update(&M, 1e-4, 0.1, norm > GRAD_CLIP ? GRAD_CLIP / norm : 1, it + 1);
             CUDA_CHECK(cudaEventRecord(e1));
             CUDA_CHECK(cudaEventSynchronize(e1));
             float ms;

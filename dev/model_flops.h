@@ -22,7 +22,7 @@ static void step_flops(const Model *M, int B, int T, double *linear, double *att
     double att = 0, rec = 0;
     for (int l = 0; l < c->L; l++) {
         if (c->pattern[l] != 'A') rec += 12.0 * BT * c->H * c->dk * c->dv;
-        if (c->pattern[l] == 'A') att += (double)B * cfg_HA(c) * T * (T + 1) / 2.0 * 2 * NATSL_ATTN_HEAD;
+        if (c->pattern[l] == 'A') att += (double)B * cfg_attn_heads(c) * T * (T + 1) / 2.0 * 2 * NATSL_ATTN_HEAD;
         if (c->pattern[l] != 'N') continue;
         float *mask = to_float32(M->la[l].rmask, (size_t)B * Nc * c->H * 2);
         for (int b = 0; b < B; b++)

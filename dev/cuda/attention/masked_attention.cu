@@ -1,7 +1,7 @@
 // masked_attention.cu — test harness of the flash-attention-style tiled softmax attention of natsl.c (fp32 I/O,
 // TF32 tensor cores). The kernels and entry points live in train_natsl.cu (included below with TESTING defined).
 //
-// Serves both the plain causal `A` layer (SPEC §4) and the NAtS-L softmax op (SPEC §5.3, §6.2, §6.3, §8).
+// Serves both the plain causal `A` layer (§4) and the NAtS-L softmax op (§5.3, §6.2, §6.3, §8).
 // Forward and backward; never materializes T×T. Tiles are 64 queries × 64 keys = one NAtS chunk each way,
 // so the routing mask is a per-tile decision: key tiles (chunks) with m == 0 are skipped (never loaded).
 // See NOTES.md beside this file for the algorithm, the measured errors and timings.
@@ -24,7 +24,7 @@
 #include "../../../train_natsl.cu"
 
 // ==================================================================================================================
-// test harness: double-precision CPU oracle (SPEC §5.3 / §6.2 / §6.3 / §8, materializing scores), then timings
+// test harness: double-precision CPU oracle (§5.3 / §6.2 / §6.3 / §8, materializing scores), then timings
 // ==================================================================================================================
 #include <vector>
 #include <algorithm>
@@ -151,10 +151,10 @@ static bool run_check(const char *name, const Shape &S, int mask_kind, int passe
     const float *dm = mask_kind ? d_m : nullptr;
     const int NHm_arg = mask_kind ? NHm : NH;
 
-    attention_forward(d_out, d_lse, d_qkv + P.oq, d_qkv + P.ok, P.W, d_qkv + P.ov, P.W, dm, B, T, NH, NHm_arg, S.dq, S.dv, 0);
+    AttnArgs args = {d_qkv + P.oq, d_qkv + P.ok, d_qkv + P.ov, P.W, P.W, dm, B, T, NH, NHm_arg, S.dq, S.dv};
+    attention_forward(d_out, d_lse, &args);
     CUDA_CHECK(cudaDeviceSynchronize());
-    attention_backward(d_dqkv + P.oq, d_dqkv + P.ok, d_dqkv + P.ov, d_dA, d_dout, d_out, d_lse, d_qkv + P.oq, d_qkv + P.ok, P.W,
-                       d_qkv + P.ov, P.W, dm, B, T, NH, NHm_arg, S.dq, S.dv, 0);
+    attention_backward(d_dqkv + P.oq, d_dqkv + P.ok, d_dqkv + P.ov, d_dA, d_dout, d_out, d_lse, &args);
     CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<float> go(nout), gl(nl), gd(nqkv), gA(nm);
@@ -227,9 +227,10 @@ static void time_case(const char *name, int B, int T, int NH, int NHm, int Dq, i
     const int warm = g_reps > 1 ? 3 : 0;
     for (int r = 0; r < g_reps + warm; ++r) {
         CUDA_CHECK(cudaEventRecord(e0));
-        attention_forward(dOut, dL, dq_, dk_, NH * Dq, dv_, NH * Dv, mp, B, T, NH, nhm, Dq, Dv, 0);
+        AttnArgs args = {dq_, dk_, dv_, NH * Dq, NH * Dv, mp, B, T, NH, nhm, Dq, Dv};
+        attention_forward(dOut, dL, &args);
         CUDA_CHECK(cudaEventRecord(e1));
-        attention_backward(dQ, dK, dV, dA, dO, dOut, dL, dq_, dk_, NH * Dq, dv_, NH * Dv, mp, B, T, NH, nhm, Dq, Dv, 0);
+        attention_backward(dQ, dK, dV, dA, dO, dOut, dL, &args);
         CUDA_CHECK(cudaEventRecord(e2));
         CUDA_CHECK(cudaEventSynchronize(e2));
         float a, b2; CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1)); CUDA_CHECK(cudaEventElapsedTime(&b2, e1, e2));

@@ -1,4 +1,4 @@
-// gdn_chunk.cu -- test harness of the chunked (WY/UT) masked Gated-DeltaNet op of NAtS-L (SPEC §5.4 forward,
+// gdn_chunk.cu -- test harness of the chunked (WY/UT) masked Gated-DeltaNet op of NAtS-L (§5.4 forward,
 // §6.1 backward, §6.4 router gradient): checks against a double-precision token-by-token CPU oracle, then times
 // it at the 340M size. The kernels themselves live in train_natsl.cu (namespace gdnc, entry points
 // gdn_op_forward / gdn_op_backward), included here with TESTING defined; see NOTES.md beside this file.
@@ -72,7 +72,7 @@ static void make_prob(Prob &p, int B, int T, int H, int dk, int dv, int mmode /*
 
 struct Grads { std::vector<double> o, dq, dk, dv, dg, dbeta, dA; };
 
-// CPU oracle: token-by-token recurrence with chunk commits (SPEC §5.4) and its BPTT (§6.1, §6.4), double.
+// CPU oracle: token-by-token recurrence with chunk commits (§5.4) and its BPTT (§6.1, §6.4), double.
 static void cpu_ref(const Prob &p, Grads &r) {
     const int B = p.B, T = p.T, H = p.H, dk = p.dk, dv = p.dv, Nc = p.Nc;
     const double s = 1.0 / sqrt((double)dk);
@@ -190,13 +190,14 @@ static void dev_free(Dev &d) {
 }
 static void run_fwd(const Prob &p, Dev &d) {
     const float *mm_ = p.use_m ? d.m : nullptr;
-    gdn_op_forward(d.o, d.state, d.qk, d.qk + (size_t)p.H * p.dk, p.ldqk, d.v, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws);
+    GdnArgs a = {d.qk, d.qk + (size_t)p.H * p.dk, d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws};
+    gdn_op_forward(d.o, d.state, &a);
 }
 static void run_bwd(const Prob &p, Dev &d, bool zero = true) {  // dv accumulates: zero its data columns first
     const float *mm_ = p.use_m ? d.m : nullptr;                    // (the padding keeps its poison)
     if (zero) CUDA_CHECK(cudaMemset2D(d.dv, (size_t)p.ldv * 4, 0, (size_t)p.H * p.dv * 4, (size_t)p.B * p.T));
-    gdn_op_backward(d.dqk, d.dqk + (size_t)p.H * p.dk, d.dv, d.dg, d.dbeta, d.dA, d.dout, d.state, d.qk, d.qk + (size_t)p.H * p.dk, p.ldqk,
-                    d.v, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws);
+    GdnArgs a = {d.qk, d.qk + (size_t)p.H * p.dk, d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws};
+    gdn_op_backward(d.dqk, d.dqk + (size_t)p.H * p.dk, d.dv, d.dg, d.dbeta, d.dA, d.dout, d.state, &a);
 }
 static void run_op(const Prob &p, Dev &d) { run_fwd(p, d); run_bwd(p, d); }
 
