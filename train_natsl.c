@@ -83,12 +83,12 @@ static real matmul_precision(real x); // x as the GPU stores a matmul operand: r
 // 1. Layers. Each _forward is followed by its _backward.
 // ================================================================================================
 
-// ---- embedding (§2): h0[bt] = E[id[bt]] -------------------------------------------------------
+// ---- embedding (§2, (2.1a)): h0[bt] = E[id[bt]] -------------------------------------------------------
 static void encoder_forward(real *out, const int *ids, const real *wte, int BT, int D) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) memcpy(out + (size_t)bt * D, wte + (size_t)ids[bt] * D, D * sizeof(real));
 }
-// dwte[id[bt]] += dout[bt]
+// dwte[id[bt]] += dout[bt]   (2.3c)
 static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
     for (int bt = 0; bt < BT; bt++) { // serial: two positions may hold the same token
         real *d = dwte + (size_t)ids[bt] * D;
@@ -115,7 +115,7 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout,
     gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
-// ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
+// ---- RMSNorm (§0, (0.3)): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
 // The rows are (i, h) for i < N, h < nh, at x + i*ldx + h*n (and y + i*ldy + h*n): one call
 // normalizes every head of a packed [N][nh*n] tensor. rstd[i*nh + h] is kept for the backward.
 static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, int N, int nh, int n, int ldx, int ldy) {
@@ -130,7 +130,7 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, i
         rstd[r] = s;
     }
 }
-// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
+// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j)
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
                              const real *rstd, int N, int nh, int n, int ldx, int ldy) {
     #pragma omp parallel for
@@ -152,7 +152,7 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
     }
 }
 
-// ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
+// ---- SwiGLU (§2, (2.2a)): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++)
@@ -161,7 +161,7 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
             h[(size_t)bt * F + i] = silu(row[i]) * row[F + i];
         }
 }
-// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)]: WRITES dgu (SwiGLU is its only producer)
+// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)]   (2.2b): WRITES dgu (SwiGLU is its only producer)
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++)
@@ -174,7 +174,7 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
         }
 }
 
-// ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
+// ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre).
 // The conv runs on channels col .. col+n−1 of x (rows of stride ldx: the projection output) with those
 // channels' weights w[col + ch][4]; y is [B*T][n]. pre is not stored: the backward pass recomputes it from x.
@@ -195,7 +195,7 @@ static void conv_silu_forward(real *y, const real *x, int ldx, int col, const re
                 y[bt * n + ch] = silu(conv_pre(x + (size_t)b * T * ldx + col + ch, ldx, w + (col + ch) * NATSL_CONV, t));
         }
 }
-// dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
+// dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
 // WRITES dx's channels col .. col+n−1 (the conv is their only producer).
 static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, int col, const real *w,
                                int B, int T, int n) {
@@ -222,7 +222,7 @@ static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x
     }
 }
 
-// ---- L2 norm per head (§0): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
+// ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
 static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
@@ -234,7 +234,7 @@ static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int
         rho[r] = s;
     }
 }
-// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (§3.4)
+// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i)
 static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
@@ -245,7 +245,7 @@ static void l2norm_backward(real *dx, const real *dy, const real *y, const real 
     }
 }
 
-// ---- GDN gates (§3.1): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
+// ---- GDN gates (§3.1, (3.1f-g)): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
 static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A_log,
                               const real *dt_bias, int BT, int H) {
     #pragma omp parallel for
@@ -256,7 +256,7 @@ static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A
             beta[(size_t)bt * H + h] = sigmoid(row[H + h]);
         }
 }
-// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (§3.4)
+// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (3.4l-m)
 static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const real *dg, const real *dbeta,
                                const real *ab, const real *g, const real *beta, const real *A_log,
                                const real *dt_bias, int BT, int H) {
@@ -276,7 +276,7 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
     }
 }
 
-// ---- RoPE (§4, §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
+// ---- RoPE (§4, (4.2a-b); §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
 // Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1).
 static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign) {
     #pragma omp parallel for
@@ -298,7 +298,7 @@ static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_r
 // in place: dx holds dL/d(rotated x) and becomes dL/dx
 static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
 
-// ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π §5.2, output weights ω §5.1) --
+// ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π (5.2c), output weights ω (5.1e)) --
 static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
     for (size_t i = 0; i < npairs; i++) {
         real p0 = 1 / (1 + exp(x[2 * i + 1] - x[2 * i]));
@@ -306,7 +306,7 @@ static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
         y[2 * i + 1] = 1 - p0;
     }
 }
-// dx0 += y0·y1·(dy0 − dy1),  dx1 −= the same   (§6.5)
+// dx0 += y0·y1·(dy0 − dy1),  dx1 −= the same   (6.5c)
 static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_t npairs) {
     for (size_t i = 0; i < npairs; i++) {
         real d = y[2 * i] * y[2 * i + 1] * (dy[2 * i] - dy[2 * i + 1]);
@@ -315,7 +315,7 @@ static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_
     }
 }
 
-// ---- the classifier's loss (§2): cross-entropy over the V real tokens of the padded logits [BT][Vp] ------
+// ---- the classifier's loss (§2, (2.3a)): cross-entropy over the V real tokens of the padded logits [BT][Vp] ------
 static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
                                  int BT, int V, int Vp) {
     #pragma omp parallel for
@@ -330,7 +330,7 @@ static void crossentropy_forward(real *losses, real *lse, const real *logits, co
         losses[bt] = lse[bt] - z[targets[bt]];
     }
 }
-// WRITES dlogits in place of the logits: dloss·(softmax − onehot) on the V real tokens, 0 on the padding.
+// WRITES dlogits in place of the logits: dloss·(softmax − onehot) on the V real tokens, 0 on the padding (2.3b).
 static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
                                   int BT, int V, int Vp) {
     #pragma omp parallel for
@@ -356,7 +356,7 @@ static inline real chunk_weight(const real *m, int b, int c, int cq, int n, int 
     return m[(((size_t)b * Nc + c) * Hm + n) * 2 + op];
 }
 
-// ---- softmax attention over the allowed pairs (§4, §5.3) ----------------------------------------
+// ---- softmax attention over the allowed pairs (§4, §5.3: (5.3a-d)) ----------------------------------------
 // Operands in AttnArgs (common/layout.h). out [B*T][heads*head_v]; lse [B][heads][T] (log of each row's
 // normalizer, kept for the backward). Query i attends key j' ≤ i of its own chunk, and the keys of earlier
 // chunks c with weight m[b][c][j/G][0] (G = heads/mask_heads heads share one mask head; chunks with weight 0
@@ -404,10 +404,10 @@ static void attention_forward(real *out, real *lse, const AttnArgs *a) {
         free(e);
     }
 }
-// Exact backward over the allowed pairs (§6.2): dP = dO_i·v_j', δ_i = dO_i·o_i, dE = P(dP − δ),
+// Exact backward over the allowed pairs (§6.2, (6.2a-d)): dP = dO_i·v_j', δ_i = dO_i·o_i, dE = P(dP − δ),
 // dq_i = s Σ dE k, dk_j' = s Σ dE q, dv_j' = Σ P dO.  Router gradient (§6.3), when m != NULL: for key
 // chunks c < chunk(i) with m ≠ 0, dA[b][c][n][0] = Σ exp(e − lse)(dP − δ) over the G heads of mask head n,
-// the later queries and the chunk's keys (= dL/dm exactly).
+// the later queries and the chunk's keys (= dL/dm exactly, (6.3a)).
 // WRITES dq, dk, dv (their heads' columns; the other columns of the rows are left as they are) and dA[...][0]
 // (all chunks; 0 where m = 0 and at the last chunk; dA[...][1] is left as it is).
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
@@ -458,7 +458,7 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
         }
 }
 
-// ---- the GDN op with chunk commits (§3.2, §5.4) ---------------------------------------------------
+// ---- the GDN op with chunk commits (§3.2, §5.4: (5.4a-g)) ---------------------------------------------------
 // Operands in GdnArgs (common/layout.h). out [B*T][H*head_v]; state [B][H][Nc][head_k][head_v] keeps the
 // committed state before each chunk. Per chunk c, a virtual run starts from the committed state S_c and
 // applies the delta rule token by token (decay first, then update; the output reads the updated state):
@@ -503,7 +503,7 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
         free(S); free(Z); free(kz);
     }
 }
-// Exact backward (§3.4, §6.1, §6.4), chunk by chunk in reverse, carrying dS = dL/dS_{c+1}.
+// Exact backward (§3.4 (3.4a-h), §6.1 (6.1a-c), §6.4 (6.4b)), chunk by chunk in reverse, carrying dS = dL/dS_{c+1}.
 // Inside a chunk the run is recomputed from the saved S_c and back-propagated token by token:
 //   D = dZ_t + s q̂_t dO_tᵀ;  dq̂ = s Z_t dO;  dk̂ = D u;  du = Dᵀk̂;  r = v − P_tᵀk̂ (P_t = α_t Z_{t−1});
 //   dβ = du·r;  dr = β du;  dv = dr;  dP = D − k̂ drᵀ;  dk̂ −= P dr;  dg_t = ⟨dP, P_t⟩;  dZ_{t−1} = α_t dP
@@ -608,7 +608,7 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     }
 }
 
-// ---- the router (Attention Score Layer, §5.2) ------------------------------------------------------
+// ---- the router (Attention Score Layer, §5.2: (5.2a-f)) ------------------------------------------------------
 // p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot
 // argmax (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
 // relaxed (tests only, §8): mask = π itself, so the whole layer is a smooth function of W_r and x.
@@ -634,8 +634,8 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
         mask[2 * i + 1] = last ? 1 : relaxed ? pi[2 * i + 1] : !soft;
     }
 }
-// dÃ = dA with the last chunk zeroed (§6.5);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩);
-// dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64.  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
+// dÃ = dA with the last chunk zeroed (6.5a);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩) (6.5b-c);
+// dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64   (6.5d-e).  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
 static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
                             const real *pool, const real *Wr, int B, int T, int D, int H) {
     int Nc = T / CH;
@@ -654,7 +654,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
                 dx[((size_t)b * T + t) * D + i] += dpool[((size_t)b * Nc + t / CH) * D + i] / CH;
 }
 
-// ---- the gated output norm (§3.3, §5.6) ------------------------------------------------------------
+// ---- the gated output norm (§3.3 (3.3b), §5.6 (5.6b)) ------------------------------------------------------------
 // Rows of width n, contiguous [R][n]. Two inputs (N layer): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
 // ⊙ silu(gate), ω [R][2]. One input (G layer: o2 = ω = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
 // rstd [2][R] keeps both inputs' reciprocal RMS.
@@ -680,7 +680,7 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
         }
     }
 }
-// With dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's RMSNorm
+// With dn = dy ⊙ silu(gate) (5.6d-f): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's RMSNorm
 // backward with dy_k = ω_k dn (§5.6: the authors' Triton kernel computes exactly this). WRITES do1, do2, dω and
 // dgate (the gated norm is their only producer); the weight gradients dw1, dw2 accumulate.
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
@@ -913,7 +913,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
-// ---- the whole model (§2) --------------------------------------------------------------------------------
+// ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
 // h^0 = E[ids];  per layer: r = h + Mixer(RMSNorm(h)),  h' = r + MLP(RMSNorm(r));  logits = RMSNorm(h^L) W_headᵀ
 
 // Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward pass

@@ -186,7 +186,7 @@ struct ProfScope {
 // default stream (in order). Where bf16 mode stores a tensor in bf16, the kernels take the storage type MP.
 // ================================================================================================
 
-// ---- embedding (§2): h0[bt] = E[id[bt]] -------------------------------------------------------
+// ---- embedding (§2, (2.1a)): h0[bt] = E[id[bt]] -------------------------------------------------------
 __global__ void encoder_forward_kernel(float *out, const int *ids, const float *wte, int BT, int D) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * D) return;
@@ -265,7 +265,7 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout, const r
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
 }
 
-// ---- RMSNorm (§0): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
+// ---- RMSNorm (§0, (0.3)): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
 // Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row, the row held in
 // registers: NJ values per lane (rows_dispatch picks the smallest NJ with 32·NJ ≥ n). Value j of a lane is
 // column row_col: lane + 32j, or with V4 (n % 128 == 0, 16-byte aligned rows) runs of four, 128·(j/4) + 4·lane + j%4,
@@ -332,7 +332,7 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
         else go(std::false_type());
     });
 }
-// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (§3.4)
+// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j)
 // Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
 // a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
 // reproducible for a given grid).
@@ -395,7 +395,7 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
     });
 }
 
-// ---- SwiGLU (§2): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
+// ---- SwiGLU (§2, (2.2a)): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
 // One block per token row (no 64-bit divisions per element), two adjacent values per thread (F is a multiple of 256).
 // MP: the matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
 template <class MP> __global__ void swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu, int F) {
@@ -430,7 +430,7 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
     CUDA_CHECK(cudaGetLastError());
 }
 
-// ---- causal depthwise short conv (kernel 4) + SiLU (§3.1) --------------------------------------
+// ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
 // stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
 // (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order with the window x_{t−3..t} in
@@ -463,7 +463,7 @@ static void conv_silu_forward(real *y, const real *x, int ldx, int col, const re
     else conv_silu_forward_kernel<<<grid, 128>>>(y, x + col, ldx, w + col * NATSL_CONV, T, n);
     CUDA_CHECK(cudaGetLastError());
 }
-// dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}
+// dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
 // dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
 // Per thread as in the forward: pre_t is recomputed from the window, dpre_t is added to the four dx_τ it feeds
 // (kept in registers until complete, then stored once) and to dw. dw's per-tile partial sums are then added in a
@@ -515,7 +515,7 @@ static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x
     CUDA_CHECK(cudaGetLastError());
 }
 
-// ---- L2 norm per head (§0): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
+// ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
 __global__ void l2norm_forward_kernel(float *y, float *rho, const float *x, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -532,7 +532,7 @@ static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int
     l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
     CUDA_CHECK(cudaGetLastError());
 }
-// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (§3.4)
+// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i)
 __global__ void l2norm_backward_kernel(float *dx, const float *dy, const float *y, const float *rho, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -548,7 +548,7 @@ static void l2norm_backward(real *dx, const real *dy, const real *y, const real 
     CUDA_CHECK(cudaGetLastError());
 }
 
-// ---- GDN gates (§3.1): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
+// ---- GDN gates (§3.1, (3.1f-g)): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
 __global__ void gdn_gates_forward_kernel(float *g, float *beta, const float *ab, const float *A_log,
                                          const float *dt_bias, int BT, int H) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -565,7 +565,7 @@ static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A
     gdn_gates_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * H, 256), 256>>>(g, beta, ab, A_log, dt_bias, BT, H);
     CUDA_CHECK(cudaGetLastError());
 }
-// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (§3.4)
+// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (3.4l-m)
 template <class GT>
 __global__ void gdn_gates_backward_kernel(GT *dab, const float *dg, const float *dbeta, const float *ab,
                                           const float *beta, const float *A_log, const float *dt_bias, int BT, int H) {
@@ -605,7 +605,7 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
     CUDA_CHECK(cudaGetLastError());
 }
 
-// ---- RoPE (§4, §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
+// ---- RoPE (§4, (4.2a-b); §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
 // Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1).
 __global__ void rope_rotate_kernel(float *x, int N, int T, int nh, int hd, int ld, int sign) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -630,7 +630,7 @@ static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign)
 static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_rotate(x, N, T, nh, hd, ld, 1); }
 static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
 
-// ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π §5.2, output weights ω §5.1) --
+// ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π (5.2c), output weights ω (5.1e)) --
 __global__ void pair_softmax_forward_kernel(float *y, const float *x, size_t npairs) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= npairs) return;
@@ -2428,7 +2428,7 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
         gdn_tokens_backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws);
 }
 
-// ---- the router (Attention Score Layer, §5.2) ------------------------------------------------------
+// ---- the router (Attention Score Layer, §5.2: (5.2a-f)) ------------------------------------------------------
 template <class InT> __global__ void router_pool_kernel(float *pool, const InT *x, int B, int T, int D) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int Nc = T / CH;
@@ -2470,8 +2470,8 @@ __global__ void router_dx_kernel(float *dx, const float *dpool, int B, int T, in
     int i = (int)(idx % D), Nc = T / CH;
     dx[idx] += dpool[(b * Nc + t / CH) * D + i] / CH;
 }
-// dÃ = dA with the last chunk zeroed (§6.5);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩);
-// dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64.  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
+// dÃ = dA with the last chunk zeroed (6.5a);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩) (6.5b-c);
+// dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64   (6.5d-e).  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
 static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
                             const real *pool, const real *Wr, int B, int T, int D, int H) {
     PROF_OP();
@@ -2839,7 +2839,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
-// ---- the whole model (§2) --------------------------------------------------------------------------------
+// ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
 // Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward
 // pass reads (model_forward adds the down projection; model_backward reruns this under recompute, with
 // ops_kept = 1 at level 1, which kept the GDN/softmax op outputs and r = h + mixer output: neither the ops nor the
