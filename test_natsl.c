@@ -1269,10 +1269,12 @@ static int gpu_available(char *why, size_t n) {
 }
 // Each precision against the CPU in the same precision (-p bf16 on the CPU rounds the matmul operands as the GPU
 // does), at §8's tolerances for that precision; then -k 1 against -k 0 on the GPU, and bf16 against fp32.
-// bf16 is compared twice: with the GDN op's block matmuls in fp32 FMA (NATSL_GDN_TF32=0: exactly what the CPU
-// emulates; every gradient tensor within 3e-2), and as trained, with them on the TF32 tensor cores, which the CPU
-// does not emulate (§8's bf16 bars with the gradient bar over all tensors: TF32's 5e-4 moves the tiny model's
-// two-element, cancellation-prone dt_bias/a_log gradients by up to about 6e-2, as bf16 rounding itself does).
+// bf16 is compared twice: with the GDN op's block matmuls in fp32 FMA and attention on the TF32 kernels
+// (NATSL_GDN_TF32=0 NATSL_ATTN_BF16=0, the CPU with NATSL_ATTN_BF16=0 too: exactly what the CPU emulates; every
+// gradient tensor within 3e-2), and as trained, with the GDN op on the TF32 tensor cores and attention on the bf16
+// kernels, whose internal roundings (TF32 products; P and dS rounded to bf16) the CPU does not emulate (§8's bf16
+// bars with the gradient bar over all tensors: they move the tiny model's two-element, cancellation-prone
+// dt_bias/a_log gradients by up to about 6e-2, as bf16 rounding itself does).
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}};
     for (int r = 0; r < 2; r++) {
@@ -1286,23 +1288,24 @@ static void test_cpu_vs_gpu(void) {
             snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
             snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -z /tmp/natsl_cpu_%s.bin && ./train_natsl_cu %s %s -p %s "
                      "-z /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin && ./train_natsl_cu %s %s "
-                     "-p %s -k 2 -z /tmp/natsl_gpu_k2.bin && NATSL_GDN_TF32=0 ./train_natsl_cu %s %s -p %s -z /tmp/natsl_gpu_fma.bin",
+                     "-p %s -k 2 -z /tmp/natsl_gpu_k2.bin && NATSL_GDN_TF32=0 NATSL_ATTN_BF16=0 ./train_natsl_cu %s %s -p %s "
+                     "-z /tmp/natsl_gpu_fma.bin && NATSL_ATTN_BF16=0 ./train_natsl %s %s -p %s -z /tmp/natsl_cpu_exact.bin",
                      args, runs[r][1], prec, prec, args, runs[r][1], prec, args, runs[r][1], prec, args, runs[r][1], prec, args,
-                     runs[r][1], prec);
+                     runs[r][1], prec, args, runs[r][1], prec);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
-            Dump c, g, k1, k2, c32, fma;
+            Dump c, g, k1, k2, c32, fma, cx;
             snprintf(cmd, sizeof(cmd), "/tmp/natsl_cpu_%s.bin", prec);
             if (dump_read(cmd, &c) || dump_read("/tmp/natsl_gpu.bin", &g) || dump_read("/tmp/natsl_gpu_k1.bin", &k1) ||
                 dump_read("/tmp/natsl_gpu_k2.bin", &k2)) {
                 CHECK(0, "%s: cannot read the dumps", what);
                 continue;
             }
-            if (bf16 && dump_read("/tmp/natsl_gpu_fma.bin", &fma) == 0) {
+            if (bf16 && dump_read("/tmp/natsl_gpu_fma.bin", &fma) == 0 && dump_read("/tmp/natsl_cpu_exact.bin", &cx) == 0) {
                 char w2[96];
-                snprintf(w2, sizeof(w2), "%s, GDN op in fp32", what);
-                compare_dumps(w2, &fma, &c, &cf, 1, 1);
-                free(fma.x);
-            } else if (bf16) CHECK(0, "%s: cannot read the NATSL_GDN_TF32=0 dump", what);
+                snprintf(w2, sizeof(w2), "%s, GDN op in fp32, attention in TF32", what);
+                compare_dumps(w2, &fma, &cx, &cf, 1, 1);
+                free(fma.x); free(cx.x);
+            } else if (bf16) CHECK(0, "%s: cannot read the NATSL_GDN_TF32=0 NATSL_ATTN_BF16=0 dumps", what);
             compare_dumps(what, &g, &c, &cf, bf16, !bf16);
             compare_recompute(what, 1, &k1, &g, bf16);
             compare_recompute(what, 2, &k2, &g, bf16);
@@ -1311,7 +1314,7 @@ static void test_cpu_vs_gpu(void) {
         }
     }
     remove("/tmp/natsl_cpu_fp32.bin"); remove("/tmp/natsl_cpu_bf16.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
-    remove("/tmp/natsl_gpu_k2.bin"); remove("/tmp/natsl_gpu_fma.bin");
+    remove("/tmp/natsl_gpu_k2.bin"); remove("/tmp/natsl_gpu_fma.bin"); remove("/tmp/natsl_cpu_exact.bin");
 }
 
 int main(int argc, char **argv) {

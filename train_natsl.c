@@ -78,6 +78,7 @@ static void gemm(real *C, int ldc, const real *A, long ars, long acs, const real
                  int M, int N, int K, int accumulate);
 static int g_bf16 = 0;              // -p bf16: the CPU computes what train_natsl_cu -p bf16 does (appendix)
 static real matmul_precision(real x); // x as the GPU stores a matmul operand: rounded to bf16 in bf16 mode
+static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out);
 
 // ================================================================================================
 // 1. Layers. Each _forward is followed by its _backward.
@@ -361,7 +362,10 @@ static inline real chunk_weight(const real *m, int b, int c, int cq, int n, int 
 // normalizer, kept for the backward). Query i attends key j' ≤ i of its own chunk, and the keys of earlier
 // chunks c with weight m[b][c][j/G][0] (G = heads/mask_heads heads share one mask head; chunks with weight 0
 // are skipped):  P_ij' = w_ij' exp(e_ij') / Σ w exp(e),  e_ij' = q_i·k_j' / sqrt(head_k),  o_i = Σ P_ij' v_j'.
-static void attention_forward(real *out, real *lse, const AttnArgs *a) {
+static void attention_forward(real *out, real *lse, const AttnArgs *args) {
+    AttnArgs r;
+    real *copies = attention_operands_bf16(&r, args, NULL, NULL); // -p bf16 (appendix): the GPU's bf16 operands
+    const AttnArgs *a = copies ? &r : args;
     const real *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
     int B = a->B, T = a->T, NH = a->heads, Hm = a->mask_heads, dq = a->head_k, dvh = a->head_v;
     int Nc = T / CH, G = NH / Hm;
@@ -403,6 +407,10 @@ static void attention_forward(real *out, real *lse, const AttnArgs *a) {
                 }
         free(e);
     }
+    if (copies) {
+        for (size_t i = 0; i < (size_t)B * T * NH * dvh; i++) out[i] = matmul_precision(out[i]);
+        free(copies);
+    }
 }
 // Exact backward over the allowed pairs (§6.2, (6.2a-d)): dP = dO_i·v_j', δ_i = dO_i·o_i, dE = P(dP − δ),
 // dq_i = s Σ dE k, dk_j' = s Σ dE q, dv_j' = Σ P dO.  Router gradient (§6.3), when m != NULL: for key
@@ -411,7 +419,10 @@ static void attention_forward(real *out, real *lse, const AttnArgs *a) {
 // WRITES dq, dk, dv (their heads' columns; the other columns of the rows are left as they are) and dA[...][0]
 // (all chunks; 0 where m = 0 and at the last chunk; dA[...][1] is left as it is).
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
-                               const real *lse, const AttnArgs *a) {
+                               const real *lse, const AttnArgs *args) {
+    AttnArgs r;
+    real *copies = attention_operands_bf16(&r, args, &dout, &out); // -p bf16 (appendix): the GPU's bf16 operands
+    const AttnArgs *a = copies ? &r : args;
     const real *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
     int B = a->B, T = a->T, NH = a->heads, Hm = a->mask_heads, dqh = a->head_k, dvh = a->head_v;
     int Nc = T / CH, G = NH / Hm, ldqk = a->ldqk, ldv = a->ldv;
@@ -456,6 +467,7 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
                     }
                 }
         }
+    free(copies);
 }
 
 // ---- the GDN op with chunk commits (§3.2, §5.4: (5.4a-g)) ---------------------------------------------------
@@ -1111,6 +1123,32 @@ static real round_bf16(real x) {
     return f;
 }
 static real matmul_precision(real x) { return g_bf16 ? round_bf16(x) : x; }
+
+// The GPU runs the softmax op on its bf16 tensor-core kernels where they take the head dims ((64,64): the A layer;
+// (64,128): the 340m/760m N layers), on bf16 copies of q, k, v (and of dout and out in the backward), and stores
+// the output in bf16. In bf16 mode attention_forward/backward read such copies: r gets the args with q, k, v
+// pointing into rounded copies, *dout and *out (when given) are pointed at rounded copies too; returns the
+// buffer holding them all (free it), or NULL where the GPU runs the op in TF32 (nothing to round; also everywhere
+// with NATSL_ATTN_BF16=0 in the environment, as on the GPU).
+static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out) {
+    if (!g_bf16 || !env_flag("NATSL_ATTN_BF16", 1) || a->head_k != 64 || (a->head_v != 64 && a->head_v != 128)) return NULL;
+    size_t rows = (size_t)a->B * a->T, nqk = (rows - 1) * a->ldqk + (size_t)a->heads * a->head_k;
+    size_t nv = (rows - 1) * a->ldv + (size_t)a->heads * a->head_v, no = rows * a->heads * a->head_v;
+    real *buf = xcalloc(2 * nqk + nv + 2 * no, sizeof(real)), *p = buf;
+    const real *src[5] = {a->q, a->k, a->v, dout ? *dout : NULL, out ? *out : NULL};
+    size_t n[5] = {nqk, nqk, nv, no, no};
+    real *dst[5];
+    for (int t = 0; t < 5; t++) {
+        dst[t] = p;
+        if (src[t]) for (size_t i = 0; i < n[t]; i++) p[i] = round_bf16(src[t][i]);
+        p += n[t];
+    }
+    *r = *a;
+    r->q = dst[0]; r->k = dst[1]; r->v = dst[2];
+    if (dout) *dout = dst[3];
+    if (out) *out = dst[4];
+    return buf;
+}
 
 // ---- the matrix product ------------------------------------------------------------------------------
 // gemm_reference is the definition (and the oracle the tests check gemm against; build with

@@ -17,6 +17,12 @@
 
 static inline void die(const char *msg) { fprintf(stderr, "error: %s\n", msg); exit(1); }
 
+// A 0/1 switch from the environment (checks and measurements): the variable's integer value, def when unset.
+static inline int env_flag(const char *name, int def) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) != 0 : def;
+}
+
 static inline double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

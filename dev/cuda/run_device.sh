@@ -4,8 +4,9 @@
 #   bash dev/cuda/run_device.sh [test] [gdn] [att] [layer] [step] [prof]   (no argument: all but prof)
 #   test : make test (CPU tests + test_natsl's CPU-vs-GPU comparison, fp32 and bf16, GNGN and GNA at T=256)
 #   gdn  : dev/cuda/gdn/gdn_chunk (chunked GDN op vs a double oracle, then its timing at the 340M size; fp32 and TF32)
-#   att  : dev/cuda/attention/masked_attention check (attention kernels vs a double oracle)
-#   layer: ./bench_gpu layer (one mixer layer, fwd+bwd, T = 4096 / 16384 / 32768)
+#   att  : dev/cuda/attention/masked_attention check (the TF32 attention kernels vs a double oracle)
+#   flash: dev/cuda/attention/flash_bf16 check (the bf16 attention kernels vs a double oracle)
+#   layer: ./bench_gpu layer $LAYER_ARGS (one mixer layer, fwd+bwd, T = 4096 / 16384 / 32768)
 #   step : ./bench_gpu step $STEP_ARGS (full 340m training steps, V=32000, B=8 T=4096 or the largest B that fits;
 #          e.g. STEP_ARGS="-k 1 -a natsl-hybrid" for recompute)
 #   prof : NATSL_PROFILE=1 train_natsl_cu, 340m B=4 T=4096 bf16, 4 steps: time per op ($PROF_ARGS appended)
@@ -23,12 +24,14 @@ make -j8 train_natsl test_natsl train_natsl_cu > $O/build.log 2>&1 &
 $NV dev/bench_gpu.cu -o bench_gpu -lcublas >> $O/build_bench.log 2>&1 &
 has gdn && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublas >> $O/build_bench.log 2>&1 & }
 has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublas >> $O/build_bench.log 2>&1 & }
+has flash && { $NV -Xcompiler -fopenmp dev/cuda/attention/flash_bf16.cu -o /tmp/flash_bf16 -lcublas >> $O/build_bench.log 2>&1 & }
 wait
 echo "build: $(( $(date +%s) - t0 )) s"; tail -3 $O/build.log; cat $O/build_bench.log
 if has test; then timeout 300 make test > $O/test.log 2>&1; echo "make test rc=$?"; grep -iE "^  tiny|passed|fail|error" $O/test.log | tail -30; fi
 if has gdn; then timeout 150 /tmp/gdn_chunk > $O/gdn.log 2>&1; echo "gdn_chunk rc=$?"; cat $O/gdn.log; fi
 if has att; then timeout 60 /tmp/masked_attention check > $O/att.log 2>&1; echo "masked_attention rc=$?"; grep -E "PASS|FAIL|CORRECT" $O/att.log | tail -12; fi
-if has layer; then timeout 150 ./bench_gpu layer > $O/bench_layer.log 2>&1; echo "bench layer rc=$?"; grep -E "RESULT|device|error" $O/bench_layer.log; fi
+if has flash; then OMP_NUM_THREADS=16 timeout 120 /tmp/flash_bf16 check > $O/flash.log 2>&1; echo "flash_bf16 rc=$?"; grep -E "PASS|FAIL" $O/flash.log | tail -24; fi
+if has layer; then timeout 150 ./bench_gpu layer $LAYER_ARGS > $O/bench_layer.log 2>&1; echo "bench layer rc=$?"; grep -E "RESULT|device|error" $O/bench_layer.log; fi
 if has prof; then timeout 150 env NATSL_PROFILE=1 ./train_natsl_cu -e 340m -b 4 -t 4096 -x 4 -v 0 -s 0 -u 1 $PROF_ARGS \
     > $O/prof.log 2>&1; echo "prof rc=$?"; sed -n '/^profile/,$p' $O/prof.log; grep -E "^step|activations" $O/prof.log; fi
 if has san; then
