@@ -364,6 +364,33 @@ static void test_grad_attention_routed(void) {
     for (int t = 0; t < CH; t++) for (int j = 2 * ODQ; j < 4 * ODQ; j++) s += fabs(d2.dk[(size_t)t * OLD + j]);
     CHECK(s == 0, "a GDN-routed chunk's keys received softmax gradient from later queries (%g)", s);
 }
+// -p bf16 where the GPU runs its bf16 attention kernels (head dims 64/64, 64/128): the CPU's softmax op computes on
+// bf16-rounded q, k, v (dout, out) and rounds its output, exactly as the fp32 op on pre-rounded operands would
+static void test_attention_bf16_operands(void) {
+    enum { B = 1, T = 128, NH = 2, DQ = 64, DV = 128, LD = NH * DQ, LV = NH * DV };
+    real *q = vec(B * T * LD), *k = vec(B * T * LD), *v = vec(B * T * LV), *dout = vec(B * T * LV);
+    real *qr = vec(B * T * LD), *kr = vec(B * T * LD), *vr = vec(B * T * LV), *doutr = vec(B * T * LV);
+    real *o1 = vec(B * T * LV), *o2 = vec(B * T * LV), *l1 = vec(B * NH * T), *l2 = vec(B * NH * T);
+    real *g1 = vec(3 * B * T * LV), *g2 = vec(3 * B * T * LV);
+    uint64_t rng = g_rng; // the later tests' random inputs stay as they were
+    fill_normal(q, B * T * LD, 1); fill_normal(k, B * T * LD, 1); fill_normal(v, B * T * LV, 1); fill_normal(dout, B * T * LV, 1);
+    for (int i = 0; i < B * T * LD; i++) { qr[i] = round_bf16(q[i]); kr[i] = round_bf16(k[i]); }
+    for (int i = 0; i < B * T * LV; i++) { vr[i] = round_bf16(v[i]); doutr[i] = round_bf16(dout[i]); }
+    AttnArgs a = {q, k, v, LD, LV, NULL, B, T, NH, NH, DQ, DV}, ar = {qr, kr, vr, LD, LV, NULL, B, T, NH, NH, DQ, DV};
+    g_bf16 = 1;
+    attention_forward(o1, l1, &a);
+    attention_backward(g1, g1 + B * T * LV, g1 + 2 * B * T * LV, NULL, dout, o1, l1, &a);
+    g_bf16 = 0;
+    attention_forward(o2, l2, &ar);
+    for (int i = 0; i < B * T * LV; i++) o2[i] = round_bf16(o2[i]);
+    attention_backward(g2, g2 + B * T * LV, g2 + 2 * B * T * LV, NULL, doutr, o2, l2, &ar);
+    CHECK(!memcmp(o1, o2, B * T * LV * sizeof(real)) && !memcmp(l1, l2, B * NH * T * sizeof(real)),
+          "bf16 attention output differs from the fp32 op on rounded operands");
+    CHECK(!memcmp(g1, g2, 3 * B * T * LV * sizeof(real)), "bf16 attention gradients differ from the fp32 op on rounded operands");
+    real *ptrs[] = {q, k, v, dout, qr, kr, vr, doutr, o1, o2, l1, l2, g1, g2};
+    for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) free(ptrs[i]);
+    g_rng = rng;
+}
 static void test_grad_gdn_op_plain(void) {
     OpCtx c; op_ctx_init(&c, 0); c.which = 2;
     OpGrads d; op_grads(&c, &d);
@@ -1335,6 +1362,7 @@ int main(int argc, char **argv) {
     RUN(test_grad_crossentropy);
     RUN(test_grad_attention_causal);
     RUN(test_grad_attention_routed);
+    RUN(test_attention_bf16_operands);
     RUN(test_grad_gdn_op_plain);
     RUN(test_grad_gdn_op_routed);
     RUN(test_gdn_op_matches_token_oracle);
