@@ -1112,8 +1112,9 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 // A check mode, not a fast one: the CPU computes what train_natsl_cu -p bf16 computes, so the two can be
 // compared tightly (test_natsl.c). The GPU's matmuls take bf16 operands and accumulate in fp32; so gemm rounds
 // every operand to bf16 (round to nearest even) as it packs it, and accumulates in fp32. The GPU also stores a
-// few matmul outputs in bf16 (matmul_forward's out_bf16) and the router pools the bf16 normalized input
-// (router_forward): those read matmul_precision().
+// few matmul outputs in bf16 (matmul_forward's out_bf16), the router pools the bf16 normalized input
+// (router_forward): those read matmul_precision(); and its bf16 attention kernels read bf16 copies of their
+// operands and store a bf16 output (attention_operands_bf16 below).
 static real round_bf16(real x) {
     float f = (float)x;
     uint32_t u;
