@@ -339,7 +339,11 @@ static inline int run_dir_resume_step(const char *dir, int resume) {
         int step = -1;
         if (!is_run_file(e->d_name, 0)) continue;
         if (!found[0]) snprintf(found, sizeof(found), "%s", e->d_name);
-        if ((sscanf(e->d_name, "model_%8d", &step) == 1 || sscanf(e->d_name, "state_%8d", &step) == 1) && step != best)
+        int model = sscanf(e->d_name, "model_%8d", &step) == 1;
+        if (!model && sscanf(e->d_name, "state_%8d", &step) != 1) continue;
+        char partner[4400];
+        snprintf(partner, sizeof(partner), "%s/%s_%08d.bin", dir, model ? "state" : "model", step);
+        if (access(partner, R_OK) != 0)
             printf("note: %s/%s has no partner file of step %d%s: ignored\n", dir, e->d_name, step,
                    step > best ? " (the run was killed while saving)" : "");
     }
