@@ -3,7 +3,8 @@
 //   model_%08d.bin  the config (header below) and the parameters in param_tensors order
 //   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi],
 //                   then AdamW's first and second moments
-// (the -z comparison dump has its own file, common/dump.h). Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
+// (state header [10], [11]: the fingerprint of the model's config, config_fingerprint; the -z comparison dump
+// has its own file, common/dump.h). Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
 // renamed over PATH, so a killed run never leaves a half-written checkpoint under the real name.
 // Every function returns 0, or -1 with a one-line message "PATH: problem" in err.
 #ifndef NATSL_CHECKPOINT_H
@@ -13,10 +14,44 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdint.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "config.h"
+#include "train_util.h" // is_finite
 
 #define CKPT_HEADER_BYTES (256 * sizeof(int))
+
+// fopen for reading that refuses anything but a regular file (a directory opens fine on Linux and then
+// reads as garbage sizes). NULL with "PATH: problem" in err.
+static inline FILE *ckpt_fopen_regular(const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno)); return NULL; }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "%s: %s, not a checkpoint file", path, S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+        fclose(f);
+        return NULL;
+    }
+    return f;
+}
+
+// After a rename the new name is only durable once the directory holding it is synced.
+static inline int fsync_parent_dir(const char *path, char *err, size_t errlen) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) { snprintf(err, errlen, "%s: cannot open the directory to sync it (%s)", dir, strerror(errno)); return -1; }
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc) { snprintf(err, errlen, "%s: directory fsync failed (%s)", dir, strerror(e)); return -1; }
+    return 0;
+}
 
 static inline int ckpt_write_atomic(const char *path, const int *header, const float *a, size_t na,
                                     const float *b, size_t nb, char *err, size_t errlen) {
@@ -30,12 +65,12 @@ static inline int ckpt_write_atomic(const char *path, const int *header, const f
     ok = (fclose(f) == 0) && ok;
     if (!ok) { snprintf(err, errlen, "%s: write failed (%s)", tmp, strerror(errno)); remove(tmp); return -1; }
     if (rename(tmp, path)) { snprintf(err, errlen, "%s: cannot rename from %s (%s)", path, tmp, strerror(errno)); remove(tmp); return -1; }
-    return 0;
+    return fsync_parent_dir(path, err, errlen);
 }
 
 static inline int ckpt_read_header(const char *path, int *header, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno)); return -1; }
+    FILE *f = ckpt_fopen_regular(path, err, errlen);
+    if (!f) return -1;
     size_t n = fread(header, sizeof(int), 256, f);
     fclose(f);
     if (n != 256) { snprintf(err, errlen, "%s: file too short for a checkpoint header (%zu of 1024 bytes)", path, n * sizeof(int)); return -1; }
@@ -44,8 +79,8 @@ static inline int ckpt_read_header(const char *path, int *header, char *err, siz
 
 // Reads n floats at byte offset `offset`; with exact, the file must end right after them.
 static inline int ckpt_read_floats(const char *path, size_t offset, float *out, size_t n, int exact, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno)); return -1; }
+    FILE *f = ckpt_fopen_regular(path, err, errlen);
+    if (!f) return -1;
     long long want = (long long)(offset + n * sizeof(float));
     fseek(f, 0, SEEK_END);
     long long size = ftell(f);
@@ -59,6 +94,25 @@ static inline int ckpt_read_floats(const char *path, size_t offset, float *out, 
     fclose(f);
     if (got != n) { snprintf(err, errlen, "%s: read failed after %zu of %zu values", path, got, n); return -1; }
     return 0;
+}
+
+// The file must be exactly the header and n floats (checked before anything is allocated for it).
+static inline int ckpt_check_size(const char *path, size_t n, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb)) { snprintf(err, errlen, "%s: cannot stat (%s)", path, strerror(errno)); return -1; }
+    unsigned long long want = CKPT_HEADER_BYTES + (unsigned long long)n * sizeof(float);
+    if ((unsigned long long)sb.st_size != want) {
+        snprintf(err, errlen, "%s: %lld bytes, expected %llu for its header's config (truncated or wrong file?)", path,
+                 (long long)sb.st_size, want);
+        return -1;
+    }
+    return 0;
+}
+
+// Index of the first NaN or Inf among n floats, or n.
+static inline size_t ckpt_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) if (!is_finite(x[i])) return i;
+    return n;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -89,9 +143,21 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
     c->D = h[2]; c->L = h[3]; c->H = h[4]; c->dk = h[5]; c->dv = h[6]; c->Ha = h[7]; c->F = h[8];
     c->V = h[9]; c->Vp = h[10]; c->rope = h[11];
     if (c->L <= 0 || c->L > NATSL_MAX_LAYERS) { snprintf(err, errlen, "%s: bad layer count %d", path, c->L); return -1; }
-    for (int l = 0; l < c->L; l++) c->pattern[l] = (char)h[32 + l];
+    for (int l = 0; l < c->L; l++) {
+        if (h[32 + l] < 0 || h[32 + l] > 127 || !is_layer_kind((char)h[32 + l])) {
+            snprintf(err, errlen, "%s: layer %d has kind code %d in the header; layers are G, A or N", path, l, h[32 + l]);
+            return -1;
+        }
+        c->pattern[l] = (char)h[32 + l];
+    }
+    for (int i = 15; i < 256; i++)
+        if ((i < 32 || i >= 32 + c->L) && h[i] != 0) {
+            snprintf(err, errlen, "%s: header field %d is %d, must be 0 (corrupt or from another program)", path, i, h[i]);
+            return -1;
+        }
     char why[256];
     if (config_check(c, why, sizeof(why))) { snprintf(err, errlen, "%s: %s", path, why); return -1; }
+    if (h[13] < 0 || h[14] < 0) { snprintf(err, errlen, "%s: negative parameter count in the header", path); return -1; }
     size_t total, want = (size_t)h[13] | ((size_t)h[14] << 31);
     ParamTensor t[NATSL_MAX_TENSORS];
     param_tensors(c, t, &total);
@@ -101,7 +167,9 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
 
 // ---- the two files, from and into host float32 arrays -----------------------------------------------
 
-typedef struct { int step; uint64_t rng; int shard; size_t pos; } TrainState; // what a resume restores
+// What a resume restores. model_fp: the fingerprint of the model's config (config_fingerprint), set before a
+// save; after a load, what the file holds (0 in files written before the fingerprint existed).
+typedef struct { int step; uint64_t rng; int shard; size_t pos; uint64_t model_fp; } TrainState;
 
 static inline int ckpt_write_model(const char *path, const Config *c, const float *params, size_t n, char *err, size_t errlen) {
     int h[256];
@@ -113,15 +181,38 @@ static inline int ckpt_write_model(const char *path, const Config *c, const floa
 static inline int ckpt_read_model_config(const char *path, Config *c, char *err, size_t errlen) {
     int h[256];
     if (ckpt_read_header(path, h, err, errlen)) return -1;
-    return config_from_header(c, h, path, err, errlen);
+    if (config_from_header(c, h, path, err, errlen)) return -1;
+    size_t n = (size_t)h[13] | ((size_t)h[14] << 31);
+    return ckpt_check_size(path, n, err, errlen);
 }
+// The parameters; a NaN or Inf among them is refused (a model trained into NaN must not load silently).
 static inline int ckpt_read_model_params(const char *path, float *params, size_t n, char *err, size_t errlen) {
-    return ckpt_read_floats(path, CKPT_HEADER_BYTES, params, n, 1, err, errlen);
+    if (ckpt_read_floats(path, CKPT_HEADER_BYTES, params, n, 1, err, errlen)) return -1;
+    size_t i = ckpt_first_nonfinite(params, n);
+    if (i < n) {
+        uint32_t bits;
+        memcpy(&bits, &params[i], 4); // (no x != x: -ffast-math folds it to false)
+        snprintf(err, errlen, "%s: parameter %zu of %zu is %s", path, i, n, bits & 0x7fffff ? "NaN" : "infinite");
+        return -1;
+    }
+    return 0;
+}
+
+// A fingerprint of a model's config (its header), kept in the state file so that a state is only ever
+// loaded with the model it was written with.
+static inline uint64_t config_fingerprint(const Config *c, size_t nparams) {
+    int h[256];
+    config_to_header(c, nparams, h);
+    uint64_t x = 0xcbf29ce484222325ull; // FNV-1a over the header's bytes
+    const unsigned char *b = (const unsigned char *)h;
+    for (size_t i = 0; i < sizeof(h); i++) { x ^= b[i]; x *= 0x100000001b3ull; }
+    return x ? x : 1;
 }
 
 static inline int ckpt_write_state(const char *path, const TrainState *s, const float *m, const float *v, size_t n,
                                    char *err, size_t errlen) {
     int h[256] = {0};
+    h[10] = (int)(s->model_fp & 0xffffffff); h[11] = (int)(s->model_fp >> 32);
     h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
     h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
     h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
@@ -129,7 +220,12 @@ static inline int ckpt_write_state(const char *path, const TrainState *s, const 
     return ckpt_write_atomic(path, h, m, n, v, n, err, errlen);
 }
 
-// Reads a state file for a model of n parameters: the train state, and the moments into mv [2n] (m, then v).
+// Reads a state file for a model of n parameters: the train state, and the moments into mv [2n] (m, then
+// v). Every header field is checked: step >= 1, shard and position not negative, RNG state not 0 (a fixed
+// point of xorshift), the parameter count, the rest 0 but the model fingerprint; the moments must be finite
+// and the second moments not negative. What the run adds (the fingerprint against the model loaded, the
+// step against -x and the file name, the shard and position against the data) is checked by
+// resume_check_state and dataloader_seek.
 static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, size_t n, char *err, size_t errlen) {
     int h[256];
     if (ckpt_read_header(path, h, err, errlen)) return -1;
@@ -137,15 +233,85 @@ static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, si
         snprintf(err, errlen, "%s: not a natsl optimizer state file (magic %d, version %d)", path, h[0], h[1]);
         return -1;
     }
+    if (h[8] < 0 || h[9] < 0) { snprintf(err, errlen, "%s: negative parameter count in the header", path); return -1; }
     size_t held = (size_t)(uint32_t)h[8] | ((size_t)(uint32_t)h[9] << 31);
     if (held != n) {
         snprintf(err, errlen, "%s: state holds %zu parameters, the model has %zu", path, held, n);
         return -1;
     }
+    for (int i = 12; i < 256; i++)
+        if (h[i] != 0) {
+            snprintf(err, errlen, "%s: header field %d is %d, must be 0 (corrupt or from another program)", path, i, h[i]);
+            return -1;
+        }
+    if (h[2] < 1 || h[2] == 0x7fffffff) { snprintf(err, errlen, "%s: step %d out of range (1 to 2^31-2)", path, h[2]); return -1; }
+    if (h[3] < 0) { snprintf(err, errlen, "%s: shard index %d is negative", path, h[3]); return -1; }
+    if (h[4] < 0 || h[5] < 0) { snprintf(err, errlen, "%s: negative data position in the header", path); return -1; }
     s->step = h[2]; s->shard = h[3];
     s->pos = (size_t)(uint32_t)h[4] | ((size_t)(uint32_t)h[5] << 31);
     s->rng = (uint64_t)(uint32_t)h[6] | ((uint64_t)(uint32_t)h[7] << 32);
-    return ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen);
+    s->model_fp = (uint64_t)(uint32_t)h[10] | ((uint64_t)(uint32_t)h[11] << 32);
+    if (s->rng == 0) { snprintf(err, errlen, "%s: RNG state 0 (xorshift would emit only zeros): corrupt file", path); return -1; }
+    if (ckpt_check_size(path, 2 * n, err, errlen)) return -1;
+    if (ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen)) return -1;
+    for (size_t i = 0; i < 2 * n; i++)
+        if (!is_finite(mv[i]) || (i >= n && mv[i] < 0)) {
+            snprintf(err, errlen, "%s: %s moment %zu of %zu is %g (must be finite%s)", path, i < n ? "first" : "second",
+                     i % n, n, (double)mv[i], i < n ? "" : " and not negative");
+            return -1;
+        }
+    return 0;
+}
+
+// ---- a checkpoint against the run ------------------------------------------------------------------
+
+// The model (from a preset, -e FILE or a resume) against what the run feeds it: token ids of GPT-2 (the
+// data loader accepts ids below 50257, the tokenizer decodes them), so the vocabulary must be GPT-2's.
+static inline int check_model_for_data(const Config *c, const char *what, char *err, size_t errlen) {
+    if (c->V != GPT2_VOCAB) {
+        snprintf(err, errlen, "%s: vocabulary V=%d, but the data holds GPT-2 token ids (V=%d)", what, c->V, GPT2_VOCAB);
+        return -1;
+    }
+    return 0;
+}
+
+// On resume the model comes from the checkpoint; -e and -a, when given, must describe the same model.
+static inline int resume_check_flags(const Config *ckpt, const TrainArgs *a, char *err, size_t errlen) {
+    if (!a->init_given && !a->arch) return 0;
+    Config c;
+    if (config_from_preset(&c, a->init_from) == 0) {
+        if (a->arch && config_set_pattern(&c, a->arch, err, errlen)) return -1;
+    } else if (ckpt_read_model_config(a->init_from, &c, err, errlen)) return -1;
+    else if (a->arch) { snprintf(err, errlen, "-a is ignored with -e FILE: drop it"); return -1; }
+    if (memcmp(&c, ckpt, sizeof(c))) {
+        snprintf(err, errlen, "-y 1: the checkpoint's model (D=%d L=%d pattern %s rope %d) is not the one -e/-a describe "
+                 "(D=%d L=%d pattern %s rope %d): drop -e/-a to resume it", ckpt->D, ckpt->L, ckpt->pattern, ckpt->rope,
+                 c.D, c.L, c.pattern, c.rope);
+        return -1;
+    }
+    return 0;
+}
+
+// A state loaded for a resume against the model loaded with it and the run: the fingerprint of the model's
+// config, the step in the file name, and -x (a run that has nothing left to train is refused).
+static inline int resume_check_state(const TrainState *s, const Config *c, size_t nparams, int file_step, int max_steps,
+                                     const char *path, char *err, size_t errlen) {
+    uint64_t fp = config_fingerprint(c, nparams);
+    if (s->model_fp != 0 && s->model_fp != fp) {
+        snprintf(err, errlen, "%s: written for a model with another config (fingerprint %016llx) than the model file "
+                 "of that step (%016llx): not a pair", path, (unsigned long long)s->model_fp, (unsigned long long)fp);
+        return -1;
+    }
+    if (s->step != file_step) {
+        snprintf(err, errlen, "%s: holds step %d, its name says %d", path, s->step, file_step);
+        return -1;
+    }
+    if (s->step >= max_steps) {
+        snprintf(err, errlen, "%s: the run is at step %d and -x is %d: nothing left to train (give a larger -x)", path,
+                 s->step, max_steps);
+        return -1;
+    }
+    return 0;
 }
 
 #endif

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NATSL_MAX_LAYERS 64
@@ -107,16 +108,37 @@ static inline int config_set_pattern(Config *c, const char *arg, char *err, size
     return 0;
 }
 
-// Checks that the sizes fit together. Returns 0 or -1 with a message.
+// The layer kinds a pattern may hold; every dispatch on a pattern letter (param_tensors, the activation
+// layout, block_forward/model_backward of both programs) knows exactly these three.
+static inline int is_layer_kind(char k) { return k == 'G' || k == 'A' || k == 'N'; }
+
+#define NATSL_MAX_DIM 65536      // bound on every size of a config: keeps all products far from overflow
+#define NATSL_MAX_VOCAB (1 << 20)
+
+// Checks that the sizes fit together and the pattern holds only G, A and N. Every config the programs
+// build a model from passes here (presets, -a, checkpoint headers). Returns 0 or -1 with a message.
 static inline int config_check(const Config *c, char *err, size_t errlen) {
     const char *why = NULL;
+    int bad_letter = -1;
+    for (int l = 0; l < c->L && l < NATSL_MAX_LAYERS; l++)
+        if (!is_layer_kind(c->pattern[l])) { bad_letter = l; break; }
     if (c->D <= 0 || c->L <= 0 || c->H <= 0 || c->dk <= 0 || c->dv <= 0 || c->Ha <= 0 || c->F <= 0) why = "sizes must be positive";
-    else if (c->L > NATSL_MAX_LAYERS || (int)strlen(c->pattern) != c->L) why = "pattern length must equal the layer count";
+    else if (c->D > NATSL_MAX_DIM || c->H > NATSL_MAX_DIM || c->dk > NATSL_MAX_DIM || c->dv > NATSL_MAX_DIM ||
+             c->Ha > NATSL_MAX_DIM || c->F > NATSL_MAX_DIM) why = "a size exceeds 65536";
+    else if (c->L > NATSL_MAX_LAYERS || (int)strnlen(c->pattern, NATSL_MAX_LAYERS + 1) != c->L) why = "pattern length must equal the layer count";
+    else if (bad_letter >= 0) {
+        snprintf(err, errlen, "bad model config: pattern %s has '%c' (code %d) at layer %d; layers are G, A or N",
+                 c->pattern, c->pattern[bad_letter] >= 32 && c->pattern[bad_letter] < 127 ? c->pattern[bad_letter] : '?',
+                 (unsigned char)c->pattern[bad_letter], bad_letter);
+        return -1;
+    }
     else if (c->Ha % c->H) why = "softmax heads must be a multiple of GDN heads";
     else if ((c->H * c->dk) % c->Ha || (c->H * c->dv) % c->Ha) why = "key/value widths must split evenly into softmax heads";
     else if (strchr(c->pattern, 'A') && c->D % NATSL_ATTN_HEAD) why = "an A layer needs D to be a multiple of 64";
     else if (c->rope && cfg_dka(c) % 2) why = "RoPE needs an even softmax head dim";
-    else if (c->V <= 0 || c->Vp < c->V) why = "padded vocabulary must hold the vocabulary";
+    else if (c->V <= 0 || c->Vp < c->V || c->Vp > NATSL_MAX_VOCAB) why = "padded vocabulary must hold the vocabulary (at most 2^20 rows)";
+    else if (c->rope != 0 && c->rope != 1) why = "the RoPE flag must be 0 or 1";
+    else if (c->rope && !strchr(c->pattern, 'N')) why = "RoPE (on the NAtS-L softmax op) needs an N layer";
     if (why) { snprintf(err, errlen, "bad model config: %s", why); return -1; }
     return 0;
 }
@@ -197,6 +219,11 @@ typedef struct {
 // Lists every tensor with its offset. Returns the tensor count; *total gets the parameter count.
 // This is the one place where parameter sizes are computed.
 static inline int param_tensors(const Config *c, ParamTensor *t, size_t *total) {
+    char why[256];
+    if (config_check(c, why, sizeof(why))) { // a model is only ever built from a checked config
+        fprintf(stderr, "error: %s\n", why);
+        exit(1);
+    }
     int n = 0;
     size_t off = 0;
 #define ADD_TENSOR(NAME, NUMEL, INIT, DECAY, LAYER, SLOT) do { \

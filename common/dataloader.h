@@ -1,6 +1,6 @@
 /*
  * dataloader.h — reads llm.c-format token shards into (inputs, targets) batches.
- * Header-only, C99, libc + POSIX glob.h.
+ * Header-only, C99, libc + POSIX glob.h and sys/stat.h.
  *
  * Shard format (written by the scripts in dev/data/):
  *   header: 256 little-endian int32 = [20240520 magic, 1 version, number of tokens N, 0, ...]
@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define DATALOADER_MAGIC 20240520
 #define DATALOADER_VERSION 1
@@ -68,6 +69,11 @@ static inline FILE *dataloader_open_shard_(const char *path, size_t *ntok, char 
     unsigned char h[DATALOADER_HEADER_BYTES];
     int32_t magic, version, n;
     long size = -1, body;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a directory opens fine and has a bogus size */
+        dataloader_error_(err, errlen, "%s: %s, not a token shard", path, S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+        goto fail;
+    }
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
         dataloader_error_(err, errlen, "%s: cannot determine the file size", path);

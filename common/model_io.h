@@ -46,6 +46,7 @@ static int load_model(Model *M, const char *path, char *err, size_t errlen) {
     int rc = ckpt_read_model_params(path, f, M->nparams, err, errlen);
     if (!rc) from_float32(M->params, f, M->nparams);
     free(f);
+    if (rc) model_free(M); // nothing of a model that failed to load is kept
     return rc;
 }
 

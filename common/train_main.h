@@ -74,15 +74,16 @@ static int train_main(int argc, char **argv) {
 
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
     Model M;
-    TrainState st = {0, rng_seed(a.seed + 1), 0, 0};
-    int resume_step = a.resume ? latest_checkpoint(a.outdir) : -1;
-    if (a.resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", a.outdir);
-    if (a.outdir && !a.resume) check_fresh_outdir(a.outdir);
+    TrainState st = {0, rng_seed(a.seed + 1), 0, 0, 0};
+    if (a.outdir) run_dir_open(a.outdir); // created, locked for the life of the run, leftover *.tmp removed
+    int resume_step = run_dir_resume_step(a.outdir, a.resume);
     if (resume_step >= 0) {
         snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, resume_step);
         if (load_model(&M, msg, err, sizeof(err))) die(err);
         snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, resume_step);
         if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
+        if (resume_check_state(&st, &M.cfg, M.nparams, resume_step, a.max_steps, msg, err, sizeof(err)) ||
+            resume_check_flags(&M.cfg, &a, err, sizeof(err))) die(err);
         printf("resuming from %s (step %d)\n", msg, st.step);
     } else {
         Config c;
@@ -99,6 +100,7 @@ static int train_main(int argc, char **argv) {
         }
     }
     const Config *c = &M.cfg;
+    if (check_model_for_data(c, resume_step >= 0 ? "the checkpoint" : a.init_from, err, sizeof(err))) die(err);
     printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
            c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
     printf("parameters: %zu\n", M.nparams);
@@ -119,11 +121,9 @@ static int train_main(int argc, char **argv) {
 
     FILE *logf = NULL;
     if (a.outdir) {
-        mkdir(a.outdir, 0777);
         snprintf(msg, sizeof(msg), "%s/main.log", a.outdir);
         if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
-        logf = fopen(msg, st.step > 0 ? "a" : "w");
-        if (!logf) { snprintf(err, sizeof(err), "%s: cannot open for writing (%s)", msg, strerror(errno)); die(err); }
+        logf = log_open(msg, st.step > 0); // every write checked (log_flush)
     }
     double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double)); // val softmax fractions [layer][head]
     double *sfr_step = (double *)xcalloc(c->L, sizeof(double));            // a step's, per layer
@@ -140,7 +140,7 @@ static int train_main(int argc, char **argv) {
                 for (int h = 0; h < c->H; h++) printf(" %.2f", sfr[l * c->H + h]);
             }
             printf("\n");
-            if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); fflush(logf); }
+            if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); log_flush(logf); }
         }
         if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last)) {
             printf("step %d: sample\n", step);
@@ -159,11 +159,11 @@ static int train_main(int argc, char **argv) {
             fprintf(logf, "s:%d trl:%.4f\n", step, s.loss);
             for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr_step[l]);
             if (s.skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
-            fflush(logf);
+            log_flush(logf);
         }
 
         if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
-            st.step = step; st.shard = train.shard; st.pos = train.pos;
+            st.step = step; st.shard = train.shard; st.pos = train.pos; st.model_fp = config_fingerprint(c, M.nparams);
             snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, step);
             if (save_model(&M, msg, err, sizeof(err))) die(err);
             snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, step);
@@ -171,7 +171,7 @@ static int train_main(int argc, char **argv) {
             printf("saved %s/{model,state}_%08d.bin\n", a.outdir, step);
         }
     }
-    if (logf) fclose(logf);
+    if (logf) log_close(logf);
     free(sfr); free(sfr_step);
     dataloader_free(&train); dataloader_free(&val);
     if (have_tok) tokenizer_free(&tok);

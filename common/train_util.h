@@ -6,6 +6,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,6 +69,7 @@ typedef struct {
     int resume, seed, recompute;
     double lr, final_frac, wd;
     int accum; // micro-steps per step: total_batch / (B·T)
+    int init_given; // -e was on the command line
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -95,57 +100,112 @@ static inline void train_usage(const char *prog) {
            "              (default 0)\n"
            "  -p <prec>   fp32|bf16: train_natsl_cu defaults to bf16 (bf16 matmul operands, fp32\n"
            "              accumulation); train_natsl to fp32, its bf16 rounds the same operands (for checks)\n"
-           "  -h          this help\n", prog);
+           "  -h, --help  this help\n", prog);
 }
 
-// Parses and checks the flags; a bad one ends the program with a one-line error, -h with the usage.
+// ---- parsing one flag's number: the whole string must be the number, within [lo, hi] ------------------
+static inline void die_flag(char flag, const char *v, const char *why) {
+    char msg[1400];
+    snprintf(msg, sizeof(msg), "-%c %.1000s: %s", flag, v, why);
+    die(msg);
+}
+static inline int parse_int_flag(char flag, const char *v, long lo, long hi, const char *what) {
+    char *end, why[300];
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno == ERANGE || x < lo || x > hi) {
+        if (end == v || *end) snprintf(why, sizeof(why), "not an integer (%s, %ld to %ld)", what, lo, hi);
+        else snprintf(why, sizeof(why), "out of range (%s, %ld to %ld)", what, lo, hi);
+        die_flag(flag, v, why);
+    }
+    return (int)x;
+}
+static inline double parse_double_flag(char flag, const char *v, double lo, double hi, int lo_open, const char *what) {
+    char *end, why[300];
+    errno = 0;
+    double x = strtod(v, &end);
+    int num = end != v && !*end;
+    if (!num || errno == ERANGE || !is_finite(x) || x < lo || x > hi || (lo_open && x == lo)) {
+        snprintf(why, sizeof(why), "%s (%s, %s%g to %g)", !num ? "not a number" : !is_finite(x) ? "not finite" : "out of range",
+                 what, lo_open ? "above " : "", lo, hi);
+        die_flag(flag, v, why);
+    }
+    return x;
+}
+
+#define NATSL_MAX_BT (1 << 24) // tokens in one micro-batch B·T: far beyond memory, far from int overflow
+
+// Parses and checks the flags; a bad one ends the program with a one-line error naming that flag, -h or
+// --help with the usage. Every number is parsed whole (no trailing characters) and range-checked; the
+// products (B·T, the total batch) are checked before they are formed.
 // default_precision: the program's default for -p ("fp32" in train_natsl, "bf16" in train_natsl_cu).
 static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
-    char msg[1200];
+    char msg[1400];
     TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, default_precision,
-                   4, 256, -1, 20, 300, 50, 8, 100, 64, 0, 0, 42, 0, 3e-4, 0.1, 0.1, 1};
+                   4, 256, -1, 20, 300, 50, 8, 100, 64, 0, 0, 42, 0, 3e-4, 0.1, 0.1, 1, 0};
     *a = d;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h")) { train_usage(argv[0]); exit(0); }
-        if (argv[i][0] != '-' || strlen(argv[i]) != 2 || i + 1 >= argc) {
-            snprintf(msg, sizeof(msg), "bad argument '%s' (every flag takes a value; -h for help)", argv[i]);
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
+        if (argv[i][0] != '-' || strlen(argv[i]) != 2) {
+            snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpk", argv[i][1])) {
+            snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
+            die(msg);
+        }
+        if (i + 1 >= argc) { snprintf(msg, sizeof(msg), "%s needs a value (-h for help)", argv[i]); die(msg); }
         const char *v = argv[++i];
-        switch (argv[i - 1][1]) {
+        char f = argv[i - 1][1];
+        const long IMAX = 2147483646; // steps and counts stay below INT_MAX (step + 1 is formed)
+        switch (f) {
         case 'i': a->train_glob = v; break;        case 'j': a->val_glob = v; break;
-        case 'o': a->outdir = v; break;            case 'e': a->init_from = v; break;
-        case 'a': a->arch = v; break;              case 'b': a->B = atoi(v); break;
-        case 't': a->T = atoi(v); break;           case 'd': a->total_batch = atoi(v); break;
-        case 'l': a->lr = atof(v); break;          case 'u': a->warmup = atoi(v); break;
-        case 'q': a->final_frac = atof(v); break;  case 'c': a->wd = atof(v); break;
-        case 'x': a->max_steps = atoi(v); break;   case 'v': a->val_every = atoi(v); break;
-        case 'm': a->val_batches = atoi(v); break; case 's': a->sample_every = atoi(v); break;
-        case 'g': a->gen_tokens = atoi(v); break;  case 'n': a->ckpt_every = atoi(v); break;
-        case 'y': a->resume = atoi(v); break;      case 'r': a->seed = atoi(v); break;
-        case 'z': a->dump_path = v; break;         case 'p': a->precision = v; break;
-        case 'k': a->recompute = atoi(v); break;
-        default: snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i - 1]); die(msg);
+        case 'o': a->outdir = v; break;            case 'e': a->init_from = v; a->init_given = 1; break;
+        case 'a': a->arch = v; break;              case 'z': a->dump_path = v; break;
+        case 'p': a->precision = v; break;
+        case 'b': a->B = parse_int_flag(f, v, 1, NATSL_MAX_BT / NATSL_CHUNK, "micro-batch size"); break;
+        case 't': a->T = parse_int_flag(f, v, 1, NATSL_MAX_BT, "sequence length, a multiple of 64"); break;
+        case 'd': a->total_batch = parse_int_flag(f, v, 1, IMAX, "total batch in tokens, a multiple of B*T"); break;
+        case 'l': a->lr = parse_double_flag(f, v, 0, 1, 1, "peak learning rate"); break;
+        case 'u': a->warmup = parse_int_flag(f, v, 0, IMAX, "warmup steps"); break;
+        case 'q': a->final_frac = parse_double_flag(f, v, 0, 1, 0, "final LR as a fraction of the peak"); break;
+        case 'c': a->wd = parse_double_flag(f, v, 0, 1, 0, "weight decay"); break;
+        case 'x': a->max_steps = parse_int_flag(f, v, 1, IMAX, "steps"); break;
+        case 'v': a->val_every = parse_int_flag(f, v, 0, IMAX, "val every N steps, 0 = never"); break;
+        case 'm': a->val_batches = parse_int_flag(f, v, 1, 1000000, "val batches"); break;
+        case 's': a->sample_every = parse_int_flag(f, v, 0, IMAX, "sample every N steps, 0 = never"); break;
+        case 'g': a->gen_tokens = parse_int_flag(f, v, 0, NATSL_MAX_BT, "tokens to generate"); break;
+        case 'n': a->ckpt_every = parse_int_flag(f, v, 0, IMAX, "checkpoint every N steps, 0 = at the end"); break;
+        case 'y': a->resume = parse_int_flag(f, v, 0, 1, "resume flag"); break;
+        case 'r': a->seed = parse_int_flag(f, v, 0, 2147483647, "seed"); break;
+        case 'k': a->recompute = parse_int_flag(f, v, 0, 2, "recompute level"); break;
         }
     }
-    if (a->T <= 0 || a->T % NATSL_CHUNK) {
+    if (a->T % NATSL_CHUNK) {
         snprintf(msg, sizeof(msg), "-t %d: sequence length must be a positive multiple of %d (the NAtS chunk size)", a->T, NATSL_CHUNK);
         die(msg);
     }
-    if (a->B <= 0) { snprintf(msg, sizeof(msg), "-b %d: micro-batch size must be positive", a->B); die(msg); }
-    if (a->total_batch < 0) a->total_batch = a->B * a->T;
-    if (a->total_batch <= 0 || a->total_batch % (a->B * a->T)) {
-        snprintf(msg, sizeof(msg), "-d %d: total batch must be a positive multiple of B*T = %d", a->total_batch, a->B * a->T);
+    if ((long long)a->B * a->T > NATSL_MAX_BT) {
+        snprintf(msg, sizeof(msg), "-b %d -t %d: B*T = %lld tokens in one micro-batch, at most %d", a->B, a->T,
+                 (long long)a->B * a->T, NATSL_MAX_BT);
         die(msg);
     }
-    if (a->max_steps <= 0 || a->warmup < 0 || a->val_batches <= 0) die("-x and -m must be positive and -u not negative");
+    int BT = a->B * a->T;
+    if (a->total_batch < 0) a->total_batch = BT;
+    if (a->total_batch % BT) {
+        snprintf(msg, sizeof(msg), "-d %d: total batch must be a positive multiple of B*T = %d", a->total_batch, BT);
+        die(msg);
+    }
+    if (a->sample_every > 0 && a->gen_tokens >= a->T) {
+        snprintf(msg, sizeof(msg), "-g %d: a sample holds at most T-1 = %d tokens (raise -t or lower -g)", a->gen_tokens, a->T - 1);
+        die(msg);
+    }
     if (a->resume && !a->outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
-    if (a->recompute < 0 || a->recompute > 2) { snprintf(msg, sizeof(msg), "-k %d: recompute must be 0, 1 or 2", a->recompute); die(msg); }
     if (strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16")) {
-        snprintf(msg, sizeof(msg), "-p %s: precision must be fp32 or bf16", a->precision);
+        snprintf(msg, sizeof(msg), "-p %.1000s: precision must be fp32 or bf16", a->precision);
         die(msg);
     }
-    a->accum = a->total_batch / (a->B * a->T);
+    a->accum = a->total_batch / BT;
 }
 
 // ---- the run directory ---------------------------------------------------------------------------
@@ -169,12 +229,165 @@ static inline int latest_checkpoint(const char *dir) {
     return best;
 }
 
-// A fresh run (no -y 1) never overwrites another run's log and checkpoints.
+// Whether name is one of the files a run writes (main.log, model_/state_%08d.bin), or their temporary
+// versions (tmp = 1: the same name + ".tmp").
+static inline int is_run_file(const char *name, int tmp) {
+    char rest[16];
+    int step, n = -1;
+    size_t len = strlen(name);
+    if (tmp) {
+        if (len < 5 || strcmp(name + len - 4, ".tmp")) return 0;
+        len -= 4;
+    } else if (len >= 4 && !strcmp(name + len - 4, ".tmp")) return 0;
+    if (len == 8 && !strncmp(name, "main.log", 8)) return 1;
+    if ((sscanf(name, "model_%8d.bi%1[n]%n", &step, rest, &n) == 2 || sscanf(name, "state_%8d.bi%1[n]%n", &step, rest, &n) == 2) &&
+        (size_t)n == len && len == 18)
+        return 1;
+    return 0;
+}
+
+// A fresh run (no -y 1) never overwrites another run's log and checkpoints: any of main.log, model_*.bin,
+// state_*.bin (a pair or not) in the directory makes it refuse.
 static inline void check_fresh_outdir(const char *dir) {
-    char p[4200], msg[4400];
-    snprintf(p, sizeof(p), "%s/main.log", dir);
-    if (access(p, F_OK) == 0 || latest_checkpoint(dir) >= 0) {
-        snprintf(msg, sizeof(msg), "-o %s already holds a run (main.log or checkpoints): resume it with -y 1 or choose another -o", dir);
+    char msg[4400];
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!is_run_file(e->d_name, 0)) continue;
+        snprintf(msg, sizeof(msg), "-o %s already holds a run (%s): resume it with -y 1 or choose another -o", dir, e->d_name);
+        closedir(d);
+        die(msg);
+    }
+    closedir(d);
+}
+
+// mkdir -p: creates dir and its missing parents. 0, or -1 with mkdir's own error in err.
+static inline int mkdir_p(const char *dir, char *err, size_t errlen) {
+    char p[4096];
+    if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p)) { snprintf(err, errlen, "%.200s...: path too long", dir); return -1; }
+    for (char *q = p + 1;; q++) {
+        if (*q != '/' && *q) continue;
+        char c = *q;
+        *q = 0;
+        struct stat sb;
+        if (mkdir(p, 0777) && errno != EEXIST) {
+            snprintf(err, errlen, "-o %s: cannot create directory %s (%s)", dir, p, strerror(errno));
+            return -1;
+        }
+        if (stat(p, &sb) || !S_ISDIR(sb.st_mode)) {
+            snprintf(err, errlen, "-o %s: %s exists and is not a directory", dir, p);
+            return -1;
+        }
+        *q = c;
+        if (!c) break;
+    }
+    return 0;
+}
+
+// The run directory, for the life of the run: created (with its parents) if needed, then locked with an
+// exclusive flock on DIR/.lock, which holds the pid of the trainer that has it. A second trainer on the
+// same directory (fresh or -y 1) is refused instead of mixing checkpoints and logs. The lock goes away
+// with the process (exit, crash or kill). Then the leftover temporary files of a killed run
+// (model_/state_*.bin.tmp, main.log.tmp) are removed: nobody else can be writing them.
+static inline void run_dir_open(const char *dir) {
+    char p[4200], msg[4600], err[4400];
+    if (mkdir_p(dir, err, sizeof(err))) die(err);
+    snprintf(p, sizeof(p), "%s/.lock", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) { snprintf(msg, sizeof(msg), "-o %s: cannot create the lock file %s (%s)", dir, p, strerror(errno)); die(msg); }
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        if (n > 0 && pid[n - 1] == '\n') pid[n - 1] = 0;
+        if (e == EWOULDBLOCK)
+            snprintf(msg, sizeof(msg), "-o %s is in use by another trainer (pid %s holds %s): wait for it to end or choose another -o",
+                     dir, *pid ? pid : "?", p);
+        else snprintf(msg, sizeof(msg), "-o %s: cannot lock %s (%s)", dir, p, strerror(e));
+        die(msg);
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) || pwrite(fd, pid, n, 0) != n) {
+        snprintf(msg, sizeof(msg), "%s: cannot write (%s)", p, strerror(errno));
+        die(msg);
+    }
+    // fd stays open (and locked) until the process ends
+    DIR *d = opendir(dir);
+    if (!d) { snprintf(msg, sizeof(msg), "-o %s: cannot list (%s)", dir, strerror(errno)); die(msg); }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!is_run_file(e->d_name, 1)) continue;
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (remove(p)) { snprintf(msg, sizeof(msg), "%s: cannot remove a leftover temporary file (%s)", p, strerror(errno)); die(msg); }
+        printf("removed %s (left by a killed run)\n", p);
+    }
+    closedir(d);
+}
+
+// The step to resume from: with -y 1 the latest complete pair (model_ and state_ of one step; a newer
+// file without its partner, left by a run killed between the two writes, is named and ignored: the run
+// overwrites it when it gets there). A directory with run files but no complete pair is refused, as a
+// fresh run would refuse it; an empty or new one starts fresh. Without -y 1 the directory must hold no
+// run (check_fresh_outdir). -1: start fresh.
+static inline int run_dir_resume_step(const char *dir, int resume) {
+    char msg[4600];
+    if (!dir) return -1;
+    if (!resume) { check_fresh_outdir(dir); return -1; }
+    int best = latest_checkpoint(dir);
+    DIR *d = opendir(dir);
+    if (!d) { snprintf(msg, sizeof(msg), "-o %s: cannot list (%s)", dir, strerror(errno)); die(msg); }
+    struct dirent *e;
+    char found[300] = "";
+    while ((e = readdir(d))) {
+        int step = -1;
+        if (!is_run_file(e->d_name, 0)) continue;
+        if (!found[0]) snprintf(found, sizeof(found), "%s", e->d_name);
+        int model = sscanf(e->d_name, "model_%8d", &step) == 1;
+        if (!model && sscanf(e->d_name, "state_%8d", &step) != 1) continue;
+        char partner[4400];
+        snprintf(partner, sizeof(partner), "%s/%s_%08d.bin", dir, model ? "state" : "model", step);
+        if (access(partner, R_OK) != 0)
+            printf("note: %s/%s has no partner file of step %d%s: ignored\n", dir, e->d_name, step,
+                   step > best ? " (the run was killed while saving)" : "");
+    }
+    closedir(d);
+    if (best < 0 && found[0]) {
+        snprintf(msg, sizeof(msg), "-y 1: -o %s holds no complete checkpoint pair (model_N.bin and state_N.bin of one step) "
+                 "but a run's files (%s): refusing to start over them; move them away or choose another -o", dir, found);
+        die(msg);
+    }
+    if (best < 0) printf("no checkpoint in %s: starting fresh\n", dir);
+    return best;
+}
+
+// main.log: every write is checked (a full disk or a quota ends the run with the error, it does not leave
+// a silently empty log).
+static char g_log_path[4200];
+static inline FILE *log_open(const char *path, int append) {
+    snprintf(g_log_path, sizeof(g_log_path), "%s", path);
+    FILE *f = fopen(path, append ? "a" : "w");
+    if (!f) {
+        char msg[4400];
+        snprintf(msg, sizeof(msg), "%s: cannot open for writing (%s)", path, strerror(errno));
+        die(msg);
+    }
+    return f;
+}
+static inline void log_flush(FILE *f) {
+    if (fflush(f) || ferror(f)) {
+        char msg[4400];
+        snprintf(msg, sizeof(msg), "%s: write failed (%s)", g_log_path, strerror(errno));
+        die(msg);
+    }
+}
+static inline void log_close(FILE *f) {
+    log_flush(f);
+    if (fclose(f)) {
+        char msg[4400];
+        snprintf(msg, sizeof(msg), "%s: write failed (%s)", g_log_path, strerror(errno));
         die(msg);
     }
 }
@@ -193,7 +406,9 @@ static inline int log_truncate_after(const char *path, int step, char *err, size
         if (sscanf(line, "s:%d", &s) != 1 || s <= step) fputs(line, out);
     }
     fclose(in);
-    if (fclose(out) || rename(tmp, path)) { snprintf(err, errlen, "%s: cannot rewrite (%s)", path, strerror(errno)); return -1; }
+    int ok = !ferror(out) && fflush(out) == 0 && fsync(fileno(out)) == 0;
+    ok = fclose(out) == 0 && ok;
+    if (!ok || rename(tmp, path)) { snprintf(err, errlen, "%s: cannot rewrite (%s)", path, strerror(errno)); remove(tmp); return -1; }
     return 0;
 }
 

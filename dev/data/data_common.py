@@ -7,16 +7,29 @@ A shard is a 1024-byte header of 256 little-endian int32 followed by the tokens 
     header[2] = number of tokens that follow
     header[3:256] = 0
 common/dataloader.h reads these files.
+
+Third-party packages (numpy, tiktoken, regex, datasets; pinned in dev/data/requirements.txt) are imported
+only where they are used, through need(), so every script answers --help without them and says what
+to install when they are missing.
 """
 import hashlib
-
-import numpy as np
+import importlib
+import sys
 
 MAGIC, VERSION, HEADER_INTS = 20240520, 1, 256
 
 
+def need(module):
+    """Import a third-party module, or exit with the command that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        sys.exit(f"error: this needs the Python package '{module}': pip install -r dev/data/requirements.txt")
+
+
 def write_datafile(path, tokens):
     """Write tokens (any int sequence / array with values in [0, 65535]) as an llm.c shard."""
+    np = need("numpy")
     tokens = np.asarray(tokens)
     assert tokens.ndim == 1 and len(tokens) < 2**31, "token count must fit in the int32 header"
     assert len(tokens) == 0 or (tokens.min() >= 0 and tokens.max() < 2**16), "tokens must fit in uint16"
@@ -29,6 +42,7 @@ def write_datafile(path, tokens):
 
 def read_datafile(path):
     """Read an llm.c shard back as a uint16 numpy array, checking its header."""
+    np = need("numpy")
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(HEADER_INTS * 4), dtype="<i4")
         assert header[0] == MAGIC and header[1] == VERSION, f"{path}: not a version-{VERSION} llm.c shard"

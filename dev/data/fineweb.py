@@ -1,7 +1,7 @@
 """
 FineWeb / FineWeb-Edu -> GPT-2 tokens -> llm.c-format shards (for users with internet access).
 
-    pip install datasets tiktoken numpy
+    pip install -r dev/data/requirements.txt
     python dev/data/fineweb.py --version 10B          # dev/data/fineweb10B/fineweb_{val,train}_NNNNNN.bin
     python dev/data/fineweb.py --version 10B --edu    # dev/data/edu_fineweb10B/edu_fineweb_{val,train}_NNNNNN.bin
     python dev/data/fineweb.py --local_text FILE --outdir /tmp/shards --shard_size 100000   # offline check
@@ -27,10 +27,8 @@ import os
 import re
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_common import write_datafile  # noqa: E402
+from data_common import need, write_datafile  # noqa: E402
 from gpt2_offline import EOT, get_encoding  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def hub_documents(edu, version, download):
     """Yield the text of every document of the FineWeb(-Edu) sample, in dataset order."""
-    from datasets import load_dataset  # imported here so --local_text works without `datasets`
+    load_dataset = need("datasets").load_dataset  # imported here so --local_text works without `datasets`
     repo = "HuggingFaceFW/fineweb-edu" if edu else "HuggingFaceFW/fineweb"
     ds = load_dataset(repo, name=f"sample-{version}T", split="train", streaming=not download)
     for row in ds:
@@ -64,6 +62,7 @@ def _init_worker():
 
 def tokenize(doc):
     """[EOT] + GPT-2 tokens of one document, as uint16 (GPT-2 ids are < 50257 < 2^16)."""
+    np = need("numpy")
     tokens = np.array([EOT] + _enc.encode_ordinary(doc), dtype=np.int64)
     assert tokens.max() < 2**16
     return tokens.astype(np.uint16)
@@ -74,6 +73,7 @@ class ShardWriter:
 
     def __init__(self, outdir, prefix, shard_size, max_shards=None):
         self.outdir, self.prefix, self.max_shards = outdir, prefix, max_shards
+        np = need("numpy")
         self.buf = np.empty(shard_size, dtype=np.uint16)
         self.fill = 0    # tokens in buf
         self.index = 0   # index of the shard being filled

@@ -15,14 +15,15 @@ and we pass it plain local paths (and turn off its file cache while it reads the
 Run this file to self-test: it checks a few well-known ids and compares tiktoken against a
 tiny independent pure-Python GPT-2 BPE (written below) on real text.
 """
+import argparse
 import functools
 import hashlib
 import json
 import os
+import sys
 
-import regex  # tiktoken depends on it; needed for \p{L} in the reference implementation
-import tiktoken
-from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data_common import need  # noqa: E402  (tiktoken and regex are imported where they are used)
 
 GPT2_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt2")
 ENCODER_JSON = os.path.join(GPT2_DIR, "encoder.json")
@@ -56,6 +57,8 @@ def get_encoding():
         _check_sha256(path)
     # TIKTOKEN_CACHE_DIR="" makes tiktoken read the files directly instead of copying them into
     # (or reading a stale copy from) its cache directory; restore the user's setting afterwards.
+    tiktoken = need("tiktoken")
+    data_gym_to_mergeable_bpe_ranks = need("tiktoken.load").data_gym_to_mergeable_bpe_ranks
     saved = os.environ.get("TIKTOKEN_CACHE_DIR")
     os.environ["TIKTOKEN_CACHE_DIR"] = ""
     try:
@@ -105,6 +108,7 @@ def reference_encode(text):
     with open(VOCAB_BPE, encoding="utf-8") as f:
         merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line]
     rank = {pair: i for i, pair in enumerate(merges)}
+    regex = need("regex")  # tiktoken depends on it; needed for \p{L}
     b2u = bytes_to_unicode()
     ids = []
     for chunk in regex.findall(GPT2_PATTERN, text):
@@ -120,6 +124,8 @@ def reference_encode(text):
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description="self-test of the offline GPT-2 tokenizer: known ids, and tiktoken "
+                            "against an independent pure-Python BPE on real text").parse_args()
     enc = get_encoding()
     assert enc.n_vocab == VOCAB_SIZE and enc.eot_token == EOT
     known = {"Hello world": [15496, 995], " the": [262], "\n": [198], "!": [0]}

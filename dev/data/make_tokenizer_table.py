@@ -16,10 +16,8 @@ import json
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_common import sha256_file  # noqa: E402
+from data_common import need, sha256_file  # noqa: E402
 from gpt2_offline import ENCODER_JSON, EOT, VOCAB_SIZE, bytes_to_unicode, get_encoding  # noqa: E402
 
 MAGIC, VERSION = 20251122, 1
@@ -44,7 +42,7 @@ def main():
         assert p == enc.decode_single_token_bytes(i), (i, p)
     assert pieces[EOT] == b"<|endoftext|>"
 
-    header = np.zeros(256, dtype="<i4")
+    header = need("numpy").zeros(256, dtype="<i4")
     header[:4] = [MAGIC, VERSION, VOCAB_SIZE, EOT]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "wb") as f:
