@@ -1215,6 +1215,7 @@ static void backend_start(const TrainArgs *a) {
 }
 static void backend_sync(void) {} // the CPU work is done when the functions return
 static void backend_step_timed(int first, double dt) { (void)first; (void)dt; }
+static void backend_step_note(const Model *M, int B, int T, int accum, double dt) { (void)M; (void)B; (void)T; (void)accum; (void)dt; }
 static void backend_finish(void) {}
 
 #include "common/train_main.h"

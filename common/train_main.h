@@ -9,11 +9,13 @@
 //   backend_start(args)        set the backend up for the flags (precision) and print what it runs on
 //   backend_sync()             wait until the queued work is done (before reading a step's time)
 //   backend_step_timed(first, dt)  a step took dt seconds (first: the first step of this run)
+//   backend_step_note(M, B, T, accum, dt)  print extra fields of the step line (the GPU: MFU)
 //   backend_finish()           print reports and release the backend
 #ifndef NATSL_TRAIN_MAIN_H
 #define NATSL_TRAIN_MAIN_H
 
 #include <sys/stat.h>
+#include "baseline.h"
 
 // Fraction of softmax-routed chunks of an N layer (last chunk excluded: it is forced, SPEC §5.2), over
 // the batch, for one head (h >= 0) or all heads (h = -1).
@@ -188,6 +190,7 @@ static int train_main(int argc, char **argv) {
     Tokenizer tok;
     int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
     if (!have_tok) printf("note: %s (samples print token ids)\n", err);
+    if (a.val_every > 0 && !a.dump_path) print_baselines(&train, &val, a.val_batches, c->V); // what the val loss must beat
     model_alloc_acts(&M, B, T, a.recompute);
     const char *kept[3] = {"off", "1: layer inputs, op and mixer outputs kept", "2: layer inputs kept"};
     printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", M.acts_size * sizeof(real) / 1073741824.0,
@@ -202,6 +205,7 @@ static int train_main(int argc, char **argv) {
     }
     double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double));
 
+    double t_start = now_s(); // for the ETA
     for (int step = st.step + 1; step <= a.max_steps; step++) {
         int last = step == a.max_steps;
         if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
@@ -240,6 +244,8 @@ static int train_main(int argc, char **argv) {
         backend_step_timed(step == st.step + 1, dt);
         printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, loss,
                step_lr, norm, dt * 1e3, a.total_batch / dt);
+        backend_step_note(&M, B, T, a.accum, dt); // the GPU's MFU
+        print_eta(step - st.step, a.max_steps - step, now_s() - t_start);
         for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr[l * c->H]);
         printf("%s\n", skipped ? " | SKIPPED (gradient norm not finite)" : "");
         if (logf) {
