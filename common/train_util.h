@@ -159,6 +159,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         if (i + 1 >= argc) { snprintf(msg, sizeof(msg), "%s needs a value (-h for help)", argv[i]); die(msg); }
         const char *v = argv[++i];
         char f = argv[i - 1][1];
+        if (!*v) die_flag(f, v, "empty value");
         const long IMAX = 2147483646; // steps and counts stay below INT_MAX (step + 1 is formed)
         switch (f) {
         case 'i': a->train_glob = v; break;        case 'j': a->val_glob = v; break;
@@ -267,6 +268,7 @@ static inline void check_fresh_outdir(const char *dir) {
 // mkdir -p: creates dir and its missing parents. 0, or -1 with mkdir's own error in err.
 static inline int mkdir_p(const char *dir, char *err, size_t errlen) {
     char p[4096];
+    if (!*dir) { snprintf(err, errlen, "-o: empty path"); return -1; }
     if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p)) { snprintf(err, errlen, "%.200s...: path too long", dir); return -1; }
     for (char *q = p + 1;; q++) {
         if (*q != '/' && *q) continue;
