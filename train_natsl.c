@@ -1096,6 +1096,7 @@ static void backend_start(const TrainArgs *a) {
 #endif
 }
 static void backend_step_timed(int first, double dt) { (void)first; (void)dt; }
+static void backend_step_note(const Model *M, int B, int T, int accum, double dt) { (void)M; (void)B; (void)T; (void)accum; (void)dt; }
 static void backend_finish(void) {}
 
 #include "common/train_main.h"

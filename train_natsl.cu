@@ -3832,6 +3832,14 @@ static void backend_step_timed(int first, double dt) {
     if (g_prof && first) memset(g_prof_ms, 0, sizeof(g_prof_ms)); // skip the first (warm-up) step
     else if (g_prof) { g_prof_step_ms += dt * 1e3; g_prof_steps++; }
 }
+// MFU: the model FLOPs of the step (dev/model_flops.h, the routing of its last micro-batch) over the time, against
+// the H100's dense bf16 peak (989 TFLOP/s; fp32 runs are measured against the same number, as in bench_gpu)
+#include "dev/model_flops.h"
+static void backend_step_note(const Model *M, int B, int T, int accum, double dt) {
+    double linear, attention, gdn;
+    step_flops(M, B, T, &linear, &attention, &gdn);
+    printf(" | MFU %.1f%%", 100 * accum * (linear + attention + gdn) / dt / 989e12);
+}
 static void backend_finish(void) {
     if (g_prof && g_prof_steps > 0) {
         double known = 0;

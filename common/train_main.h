@@ -8,11 +8,13 @@
 //   backend_default_precision  what -p is when not given ("fp32" on the CPU, "bf16" on the GPU)
 //   backend_start(args)        set the backend up for the flags (precision) and print what it runs on
 //   backend_step_timed(first, dt)  a step took dt seconds (first: the first step of this run)
+//   backend_step_note(M, B, T, accum, dt)  print extra fields of the step line (the GPU: MFU)
 //   backend_finish()           print reports and release the backend
 #ifndef NATSL_TRAIN_MAIN_H
 #define NATSL_TRAIN_MAIN_H
 
 #include <sys/stat.h>
+#include "baseline.h"
 #include "dump.h"
 
 // Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
@@ -113,6 +115,7 @@ static int train_main(int argc, char **argv) {
     Tokenizer tok;
     int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
     if (!have_tok) printf("note: %s (samples print token ids)\n", err);
+    if (a.val_every > 0 && !a.dump_path) print_baselines(&train, &val, a.val_batches, c->V); // what the val loss must beat
     model_alloc_acts(&M, B, T, a.recompute);
     const char *kept[3] = {"off", "1: layer inputs, op and mixer outputs kept", "2: layer inputs kept"};
     printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", M.acts_size * sizeof(real) / 1073741824.0,
@@ -128,6 +131,7 @@ static int train_main(int argc, char **argv) {
     double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double)); // val softmax fractions [layer][head]
     double *sfr_step = (double *)xcalloc(c->L, sizeof(double));            // a step's, per layer
 
+    double t_start = now_s(); // for the ETA
     for (int step = st.step + 1; step <= a.max_steps; step++) {
         int last = step == a.max_steps;
         if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
@@ -153,6 +157,8 @@ static int train_main(int argc, char **argv) {
         backend_step_timed(step == st.step + 1, dt);
         printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, s.loss,
                step_lr, s.norm, dt * 1e3, a.total_batch / dt);
+        backend_step_note(&M, B, T, a.accum, dt); // the GPU's MFU
+        print_eta(step - st.step, a.max_steps - step, now_s() - t_start);
         for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr_step[l]);
         printf("%s\n", s.skipped ? " | SKIPPED (gradient norm not finite)" : "");
         if (logf) {

@@ -62,6 +62,14 @@ static inline double lr_at(int step, int warmup, int max_steps, double peak, dou
     return peak * (final_frac + (1 - final_frac) * 0.5 * (1 + cos(3.141592653589793 * progress)));
 }
 
+// " | ETA 2m05s": the time the steps_left steps take at the mean pace of the steps_done so far (elapsed
+// seconds, validation and samples included).
+static inline void print_eta(int steps_done, int steps_left, double elapsed) {
+    double s = steps_done > 0 ? elapsed / steps_done * steps_left : 0;
+    if (s < 3600) printf(" | ETA %dm%02ds", (int)(s / 60), (int)s % 60);
+    else printf(" | ETA %dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
 // ---- the command line (llm.c style: one letter, one value) -----------------------------------------
 typedef struct {
     const char *train_glob, *val_glob, *outdir, *init_from, *arch, *dump_path, *precision;
@@ -79,14 +87,14 @@ static inline void train_usage(const char *prog) {
            "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
            "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
            "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N\n"
-           "  -b <int>    micro-batch size B                (default 4)\n"
+           "  -b <int>    micro-batch size B                (default 8)\n"
            "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
            "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
-           "  -l <float>  peak learning rate                (default 3e-4)\n"
+           "  -l <float>  peak learning rate                (default 3e-3)\n"
            "  -u <int>    warmup steps                      (default 20)\n"
            "  -q <float>  final LR as a fraction of peak    (default 0.1)\n"
            "  -c <float>  weight decay                      (default 0.1)\n"
-           "  -x <int>    max steps                         (default 300)\n"
+           "  -x <int>    max steps                         (default 150)\n"
            "  -v <int>    val loss every N steps            (default 50)\n"
            "  -m <int>    val batches                       (default 8)\n"
            "  -s <int>    sample every N steps              (default 100)\n"
@@ -142,7 +150,7 @@ static inline double parse_double_flag(char flag, const char *v, double lo, doub
 static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
     char msg[1400];
     TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, default_precision,
-                   4, 256, -1, 20, 300, 50, 8, 100, 64, 0, 0, 42, 0, 3e-4, 0.1, 0.1, 1, 0};
+                   8, 256, -1, 20, 150, 50, 8, 100, 64, 0, 0, 42, 0, 3e-3, 0.1, 0.1, 1, 0};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -157,6 +165,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         if (i + 1 >= argc) { snprintf(msg, sizeof(msg), "%s needs a value (-h for help)", argv[i]); die(msg); }
         const char *v = argv[++i];
         char f = argv[i - 1][1];
+        if (!*v) die_flag(f, v, "empty value");
         const long IMAX = 2147483646; // steps and counts stay below INT_MAX (step + 1 is formed)
         switch (f) {
         case 'i': a->train_glob = v; break;        case 'j': a->val_glob = v; break;
@@ -265,6 +274,7 @@ static inline void check_fresh_outdir(const char *dir) {
 // mkdir -p: creates dir and its missing parents. 0, or -1 with mkdir's own error in err.
 static inline int mkdir_p(const char *dir, char *err, size_t errlen) {
     char p[4096];
+    if (!*dir) { snprintf(err, errlen, "-o: empty path"); return -1; }
     if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p)) { snprintf(err, errlen, "%.200s...: path too long", dir); return -1; }
     for (char *q = p + 1;; q++) {
         if (*q != '/' && *q) continue;
