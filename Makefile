@@ -3,7 +3,7 @@ CC ?= gcc
 CFLAGS ?= -O3 -march=native -ffast-math -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
 OMPFLAGS ?= -fopenmp
 LDLIBS = -lm
-HEADERS = common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h
+HEADERS = common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h common/budget.h
 
 .PHONY: all test clean
 

@@ -1,8 +1,9 @@
 // Checkpoint files of natsl.c, shared by train_natsl.c and train_natsl.cu (either program loads the
 // other's): a header of 256 int32 followed by float32 arrays.
 //   model_%08d.bin  the config (header below) and the parameters in param_tensors order
-//   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi],
-//                   then AdamW's first and second moments
+//   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi,
+//                   Gumbel noise RNG lo32, hi32 (version 2)], then AdamW's first and second moments
+//                   (version 1 files, written before §7.2 existed, load with noise_rng = 0: the driver seeds it)
 // (the -z comparison dump has its own file, common/dump.h). Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
 // renamed over PATH, so a killed run never leaves a half-written checkpoint under the real name.
 // Every function returns 0, or -1 with a one-line message "PATH: problem" in err.
@@ -67,6 +68,7 @@ static inline int ckpt_read_floats(const char *path, size_t offset, float *out, 
 #define CKPT_MODEL_MAGIC 20261122
 #define CKPT_STATE_MAGIC 20261123
 #define CKPT_VERSION 1
+#define CKPT_STATE_VERSION 2 // 2: + the Gumbel noise stream (§7.2); 1 is still read
 
 // header layout: 256 int32
 //  [0] magic [1] version [2] D [3] L [4] H [5] dk [6] dv [7] Ha [8] F [9] V [10] Vp [11] rope
@@ -101,7 +103,7 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
 
 // ---- the two files, from and into host float32 arrays -----------------------------------------------
 
-typedef struct { int step; uint64_t rng; int shard; size_t pos; } TrainState; // what a resume restores
+typedef struct { int step; uint64_t rng; int shard; size_t pos; uint64_t noise_rng; } TrainState; // what a resume restores
 
 static inline int ckpt_write_model(const char *path, const Config *c, const float *params, size_t n, char *err, size_t errlen) {
     int h[256];
@@ -122,10 +124,11 @@ static inline int ckpt_read_model_params(const char *path, float *params, size_t
 static inline int ckpt_write_state(const char *path, const TrainState *s, const float *m, const float *v, size_t n,
                                    char *err, size_t errlen) {
     int h[256] = {0};
-    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
+    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_STATE_VERSION; h[2] = s->step; h[3] = s->shard;
     h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
     h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
     h[8] = (int)(n & 0x7fffffff); h[9] = (int)(n >> 31);
+    h[10] = (int)(s->noise_rng & 0xffffffff); h[11] = (int)(s->noise_rng >> 32);
     return ckpt_write_atomic(path, h, m, n, v, n, err, errlen);
 }
 
@@ -133,7 +136,7 @@ static inline int ckpt_write_state(const char *path, const TrainState *s, const 
 static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, size_t n, char *err, size_t errlen) {
     int h[256];
     if (ckpt_read_header(path, h, err, errlen)) return -1;
-    if (h[0] != CKPT_STATE_MAGIC || h[1] != CKPT_VERSION) {
+    if (h[0] != CKPT_STATE_MAGIC || h[1] < 1 || h[1] > CKPT_STATE_VERSION) {
         snprintf(err, errlen, "%s: not a natsl optimizer state file (magic %d, version %d)", path, h[0], h[1]);
         return -1;
     }
@@ -145,6 +148,7 @@ static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, si
     s->step = h[2]; s->shard = h[3];
     s->pos = (size_t)(uint32_t)h[4] | ((size_t)(uint32_t)h[5] << 31);
     s->rng = (uint64_t)(uint32_t)h[6] | ((uint64_t)(uint32_t)h[7] << 32);
+    s->noise_rng = h[1] >= 2 ? (uint64_t)(uint32_t)h[10] | ((uint64_t)(uint32_t)h[11] << 32) : 0;
     return ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen);
 }
 

@@ -74,7 +74,7 @@ static int train_main(int argc, char **argv) {
 
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
     Model M;
-    TrainState st = {0, rng_seed(a.seed + 1), 0, 0};
+    TrainState st = {0, rng_seed(a.seed + 1), 0, 0, rng_seed(a.seed + 2)}; // sampling stream, §7.2 noise stream
     int resume_step = a.resume ? latest_checkpoint(a.outdir) : -1;
     if (a.resume && resume_step < 0) printf("no checkpoint in %s: starting fresh\n", a.outdir);
     if (a.outdir && !a.resume) check_fresh_outdir(a.outdir);
@@ -84,6 +84,10 @@ static int train_main(int argc, char **argv) {
         snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, resume_step);
         if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
         printf("resuming from %s (step %d)\n", msg, st.step);
+        if (!st.noise_rng) { // a state file from before §7.2 (version 1): no noise was drawn in that run
+            st.noise_rng = rng_seed(a.seed + 2);
+            if (a.tau0 > 0) printf("note: %s holds no Gumbel noise stream (older file): it starts from the seed\n", msg);
+        }
     } else {
         Config c;
         if (config_from_preset(&c, a.init_from) == 0) {
@@ -99,10 +103,16 @@ static int train_main(int argc, char **argv) {
         }
     }
     const Config *c = &M.cfg;
+    // §7: the softmax-budget options (off by default) and the Gumbel stream
+    M.rb.lambda = a.budget; M.rb.target = a.budget_target; M.rb.alpha = a.lb_alpha;
+    M.rb.tau0 = a.tau0; M.rb.tau_min = a.tau_min; M.rb.tau_decay = a.tau_decay; M.rb.rng = st.noise_rng;
     printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
            c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
     printf("parameters: %zu\n", M.nparams);
     printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, a.accum, a.total_batch);
+    if (budget_aux_on(&M.rb) || M.rb.tau0 > 0)
+        printf("softmax budget (§7): penalty lambda %g (f* %g), load balancing alpha %g, routing %s (tau0 %g, min %g, decay %g)\n",
+               M.rb.lambda, M.rb.target, M.rb.alpha, M.rb.tau0 > 0 ? "ST-Gumbel" : "argmax", M.rb.tau0, M.rb.tau_min, M.rb.tau_decay);
 
     DataLoader train, val;
     if (dataloader_init(&train, a.train_glob, B, T, err, sizeof(err))) die(err);
@@ -154,16 +164,21 @@ static int train_main(int argc, char **argv) {
         printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, s.loss,
                step_lr, s.norm, dt * 1e3, a.total_batch / dt);
         for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr_step[l]);
+        if (M.rb.lambda > 0) printf(" | pen %.4f (f %.3f)", s.pen, s.frac);
+        if (M.rb.alpha > 0) printf(" | lb %.4f", s.lb);
+        if (M.rb.tau0 > 0) printf(" | tau %.3f", s.tau);
         printf("%s\n", s.skipped ? " | SKIPPED (gradient norm not finite)" : "");
         if (logf) {
             fprintf(logf, "s:%d trl:%.4f\n", step, s.loss);
             for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr_step[l]);
+            if (M.rb.lambda > 0) fprintf(logf, "s:%d pen:%.6f\n", step, s.pen);
+            if (M.rb.alpha > 0) fprintf(logf, "s:%d lb:%.6f\n", step, s.lb);
             if (s.skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
             fflush(logf);
         }
 
         if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
-            st.step = step; st.shard = train.shard; st.pos = train.pos;
+            st.step = step; st.shard = train.shard; st.pos = train.pos; st.noise_rng = M.rb.rng;
             snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, step);
             if (save_model(&M, msg, err, sizeof(err))) die(err);
             snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, step);

@@ -59,6 +59,7 @@ typedef struct {
     int resume, seed, recompute;
     double lr, final_frac, wd;
     int accum; // micro-steps per step: total_batch / (B·T)
+    double budget, budget_target, lb_alpha, tau0, tau_min, tau_decay; // §7: -B -F -A -G -M -R
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -89,6 +90,13 @@ static inline void train_usage(const char *prog) {
            "              (default 0)\n"
            "  -p <prec>   fp32|bf16: train_natsl_cu defaults to bf16 (bf16 matmul operands, fp32\n"
            "              accumulation); train_natsl to fp32, its bf16 rounds the same operands (for checks)\n"
+           "  softmax budget (doc/model.md §7; all off by default):\n"
+           "  -B <float>  penalty lambda on the softmax fraction of the NAtS-L routers (default 0 = off)\n"
+           "  -F <float>  target fraction f*: penalize only max(0, f - f*) (default 0 = the plain lambda*f)\n"
+           "  -A <float>  load-balancing loss alpha (Switch style; typical 0.01) (default 0 = off)\n"
+           "  -G <float>  ST-Gumbel routing at start temperature tau0 (default 0 = off: argmax routing)\n"
+           "  -M <float>  ST-Gumbel: minimum temperature      (default 0.5)\n"
+           "  -R <float>  ST-Gumbel: tau decay per step, tau = max(M, G*R^(step-1)) (default 0.99)\n"
            "  -h          this help\n", prog);
 }
 
@@ -97,7 +105,7 @@ static inline void train_usage(const char *prog) {
 static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
     char msg[1200];
     TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, default_precision,
-                   4, 256, -1, 20, 300, 50, 8, 100, 64, 0, 0, 42, 0, 3e-4, 0.1, 0.1, 1};
+                   4, 256, -1, 20, 300, 50, 8, 100, 64, 0, 0, 42, 0, 3e-4, 0.1, 0.1, 1, 0, 0, 0, 0, 0.5, 0.99};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h")) { train_usage(argv[0]); exit(0); }
@@ -119,6 +127,10 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'y': a->resume = atoi(v); break;      case 'r': a->seed = atoi(v); break;
         case 'z': a->dump_path = v; break;         case 'p': a->precision = v; break;
         case 'k': a->recompute = atoi(v); break;
+        // §7 softmax budget
+        case 'B': a->budget = atof(v); break;      case 'F': a->budget_target = atof(v); break;
+        case 'A': a->lb_alpha = atof(v); break;    case 'G': a->tau0 = atof(v); break;
+        case 'M': a->tau_min = atof(v); break;     case 'R': a->tau_decay = atof(v); break;
         default: snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i - 1]); die(msg);
         }
     }
@@ -139,6 +151,10 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         snprintf(msg, sizeof(msg), "-p %s: precision must be fp32 or bf16", a->precision);
         die(msg);
     }
+    if (!(a->budget >= 0) || !(a->lb_alpha >= 0) || !(a->budget_target >= 0 && a->budget_target < 1))
+        die("-B and -A must be >= 0 and -F in [0, 1)");
+    if (!(a->tau0 >= 0) || (a->tau0 > 0 && !(a->tau_min > 0 && a->tau_decay > 0 && a->tau_decay <= 1)))
+        die("-G must be >= 0; with -G > 0, -M must be > 0 and -R in (0, 1]");
     a->accum = a->total_batch / (a->B * a->T);
 }
 
