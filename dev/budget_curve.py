@@ -53,14 +53,18 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--extra", default="", help="more trainer flags for every run, e.g. '-a NNGN -r 1'")
     ap.add_argument("--out", default="dev/budget_curve", help="writes OUT.csv and (with matplotlib) OUT.png")
+    ap.add_argument("--merge", action="store_true", help="keep the rows of an existing OUT.csv (same settings!) and add these")
     args = ap.parse_args()
     rows = []
+    if args.merge and os.path.exists(args.out + ".csv"):
+        rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(open(args.out + ".csv"))]
     print(f"{'lambda':>8} {'val loss':>9} {'softmax frac':>13} {'last pen':>9} {'step ms':>8} {'wall s':>7}", flush=True)
     for lam in [float(x) for x in args.lambdas.split(",")]:
         r = run(args, lam)
         rows.append(r)
         print(f"{r['lam']:8g} {r['val_loss']:9.4f} {r['softmax_frac']:13.3f} {r['train_pen_last']:9.4f} "
               f"{r['step_ms']:8.0f} {r['wall_s']:7.0f}", flush=True)
+    rows.sort(key=lambda r: r["lam"])
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
