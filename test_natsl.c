@@ -464,27 +464,58 @@ static void test_router_mask_gradient(void) {
 }
 
 // ---- router: relaxed mode is smooth in x and W_r, and its backward is the straight-through chain --------
-typedef struct { real *x, *Wr, *mask, *pi, *logits, *pool, *R; } RouterCtx;
+typedef struct { real *x, *Wr, *mask, *pi, *logits, *pool, *R, *noise, tau, *dpi; } RouterCtx;
 static double router_loss(void *p) {
     RouterCtx *c = p;
-    router_forward(c->mask, c->pi, c->logits, c->pool, c->x, c->Wr, 2, 192, 5, 3, 1);
+    router_forward(c->mask, c->pi, c->logits, c->pool, c->x, c->Wr, 2, 192, 5, 3, 1, c->noise, c->tau);
+    if (c->dpi) // the §7 terms: dpi[m] per routed s[…, m] (the last chunk excluded)
+        for (int i = 0; i < 18; i++) if ((i / 3) % 3 != 2) record_terms(c->pi + 2 * i, c->dpi, 2);
     return dot_r(c->mask, c->R, 2 * 3 * 3 * 2);
 }
 static void test_grad_router_straight_through(void) {
-    RouterCtx c = {vec(2 * 192 * 5), vec(6 * 5), vec(36), vec(36), vec(36), vec(30), vec(36)};
+    RouterCtx c = {vec(2 * 192 * 5), vec(6 * 5), vec(36), vec(36), vec(36), vec(30), vec(36), NULL, 1, NULL};
     real *dx = vec(2 * 192 * 5), *dWr = vec(30), *dpool = vec(30), *dlog = vec(36);
     fill_normal(c.x, 2 * 192 * 5, 1); fill_normal(c.Wr, 30, 1); fill_normal(c.R, 36, 1);
     router_loss(&c);
-    router_backward(dx, dWr, dpool, dlog, c.R, c.pi, c.pool, c.Wr, 2, 192, 5, 3);
+    router_backward(dx, dWr, dpool, dlog, c.R, c.pi, c.pool, c.Wr, 2, 192, 5, 3, NULL, 1);
     Var v[] = {{"x", c.x, dx, 2 * 192 * 5}, {"W_r", c.Wr, dWr, 30}};
     fd_check("router (relaxed, ST chain)", v, 2, router_loss, &c, 200);
     // hard mode: one-hot, ties to op 0, last chunk both
-    router_forward(c.mask, c.pi, c.logits, c.pool, c.x, c.Wr, 2, 192, 5, 3, 0);
+    router_forward(c.mask, c.pi, c.logits, c.pool, c.x, c.Wr, 2, 192, 5, 3, 0, NULL, 1);
     for (int i = 0; i < 18; i++) {
         int last = (i / 3) % 3 == 2;
         CHECK(last ? (c.mask[2 * i] == 1 && c.mask[2 * i + 1] == 1)
                    : (c.mask[2 * i] == (c.logits[2 * i] >= c.logits[2 * i + 1]) && c.mask[2 * i] + c.mask[2 * i + 1] == 1),
               "hard routing decision %d wrong", i);
+    }
+}
+
+// §7 at the router: the auxiliary gradient dpi on s = π (7.1c, 7.4a), then ST-Gumbel routing at fixed noise and
+// τ = 0.7 (7.2a) with dpi, both relaxed (mask = s): dℓ = s ⊙ (dÃ + dpi − ⟨s, dÃ + dpi⟩)/τ against finite differences.
+static void test_grad_router_gumbel_budget(void) {
+    real dpi[2] = {0.37, -0.21};
+    for (int gumbel = 0; gumbel <= 1; gumbel++) {
+        RouterCtx c = {vec(2 * 192 * 5), vec(6 * 5), vec(36), vec(36), vec(36), vec(30), vec(36), NULL, gumbel ? 0.7 : 1, dpi};
+        real *dx = vec(2 * 192 * 5), *dWr = vec(30), *dpool = vec(30), *dlog = vec(36);
+        fill_normal(c.x, 2 * 192 * 5, 1); fill_normal(c.Wr, 30, 1); fill_normal(c.R, 36, 1);
+        if (gumbel) { c.noise = vec(36); for (int i = 0; i < 36; i++) c.noise[i] = -log(-log(rng_uniform(&g_rng))); }
+        router_loss(&c);
+        router_backward(dx, dWr, dpool, dlog, c.R, c.pi, c.pool, c.Wr, 2, 192, 5, 3, dpi, c.tau);
+        Var v[] = {{"x", c.x, dx, 2 * 192 * 5}, {"W_r", c.Wr, dWr, 30}};
+        fd_check(gumbel ? "router, ST-Gumbel tau 0.7 + dpi" : "router, dpi (penalty + lb)", v, 2, router_loss, &c, 200);
+        if (gumbel) { // hard mode: the choice is argmax(ℓ + g)
+            router_forward(c.mask, c.pi, c.logits, c.pool, c.x, c.Wr, 2, 192, 5, 3, 0, c.noise, c.tau);
+            int differ = 0;
+            for (int i = 0; i < 18; i++) {
+                int last = (i / 3) % 3 == 2, want = c.logits[2 * i] + c.noise[2 * i] >= c.logits[2 * i + 1] + c.noise[2 * i + 1];
+                CHECK(last || c.mask[2 * i] == want, "Gumbel routing decision %d is not argmax(l + g)", i);
+                differ += !last && want != (c.logits[2 * i] >= c.logits[2 * i + 1]);
+            }
+            CHECK(differ > 0, "the noise changed no decision (the test does not see it)");
+            free(c.noise);
+        }
+        free(c.x); free(c.Wr); free(c.mask); free(c.pi); free(c.logits); free(c.pool); free(c.R);
+        free(dx); free(dWr); free(dpool); free(dlog);
     }
 }
 
@@ -506,7 +537,7 @@ static void layer_run(LayerCtx *c) {
     char k = cf->pattern[c->l];
     if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
     else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
-    else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed);
+    else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed, NULL, 1);
 }
 static double layer_loss(void *p) { LayerCtx *c = p; layer_run(c); return dot_r(c->out, c->R, (size_t)c->B * c->T * c->M->cfg.D); }
 static real *g_decisions; // routing decisions of the unperturbed forward, for flip detection
@@ -539,7 +570,7 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     memset(M.grads, 0, M.nparams * sizeof(real));
     if (pattern[0] == 'G') gdn_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
     else if (pattern[0] == 'A') attention_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
-    else natsl_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, M.router_no_grad);
+    else natsl_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, M.router_no_grad, NULL, 1);
     Var v[NSLOT + 1];
     int nv = 0, skipped = 0, tried = 0;
     v[nv++] = (Var){"x", c.x, dx, (size_t)B * T * cf.D};
@@ -569,8 +600,16 @@ static void test_grad_natsl_layer_hard(void) { check_layer("N", 0, 0, "N layer, 
 static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, hard, RoPE"); }
 static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router"); }
 
-typedef struct { Model *M; int *in, *tg, B, T; real *dec; } ModelCtx;
-static double model_loss(void *p) { ModelCtx *c = p; model_forward(c->M, c->in, c->tg, c->B, c->T); return record_terms(c->M->losses, NULL, (size_t)c->B * c->T); }
+typedef struct { Model *M; int *in, *tg, B, T; real *dec; double frac; } ModelCtx;
+// Σ losses, plus B·T·(L_pen + L_lb) in the form the backward differentiates (§7; zero when off): model_backward
+// weights the auxiliary terms as the mean loss (by dloss_scale·B·T, here B·T).
+static double model_loss(void *p) {
+    ModelCtx *c = p;
+    model_forward(c->M, c->in, c->tg, c->B, c->T);
+    double s = record_terms(c->M->losses, NULL, (size_t)c->B * c->T);
+    if (budget_aux_on(&c->M->rb)) { real aux = (c->M->rb.pen_soft + c->M->rb.lb_soft) * c->B * c->T; s += record_terms(&aux, NULL, 1); }
+    return s;
+}
 static size_t model_decisions(const Model *M, real *out, int B, int T) {
     size_t n = 0, per = (size_t)B * (T / CH) * M->cfg.H * 2;
     for (int l = 0; l < M->cfg.L; l++)
@@ -586,7 +625,10 @@ static int model_flipped(void *p) {
     free(now);
     return flip;
 }
-static void check_model(int relaxed, const char *what) {
+// relaxed mode with §7 terms: the hard fraction f (a constant of the gradient) must not change under the step
+static int model_frac_flipped(void *p) { ModelCtx *c = p; return c->M->rb.frac != c->frac; }
+// rb: the §7 options (NULL = off); with rb->tau0 > 0 the forward passes use fixed Gumbel noise at τ = tau0.
+static void check_model_opts(int relaxed, const char *what, const RouterBudget *rb) {
     Config cf = small_config("GNAN", 0);
     Model M;
     model_build(&M, &cf);
@@ -600,23 +642,29 @@ static void check_model(int relaxed, const char *what) {
         if (cf.pattern[l] != 'A') fill_normal(p->conv, (2 * cfg_K(&cf) + cfg_Vt(&cf)) * NATSL_CONV, 0.3);
     }
     g_fd_h = 3e-4;
+    if (rb) { M.rb = *rb; M.rb.noise = rb->tau0 > 0; M.rb.tau = rb->tau0 > 0 ? rb->tau0 : 1; M.rb.rng = rng_seed(5); }
     M.router_relaxed = relaxed;
     M.router_no_grad = !relaxed;
     int B = 2, T = 192;
     model_alloc_acts(&M, B, T, 0);
-    ModelCtx c = {&M, xcalloc(B * T, sizeof(int)), xcalloc(B * T, sizeof(int)), B, T, NULL};
+    if (M.rb.noise) gumbel_draw(&M, B, T); // fixed noise for every evaluation
+    ModelCtx c = {&M, xcalloc(B * T, sizeof(int)), xcalloc(B * T, sizeof(int)), B, T, NULL, 0};
     for (int i = 0; i < B * T; i++) { c.in[i] = rng_u32(&g_rng) % cf.V; c.tg[i] = rng_u32(&g_rng) % cf.V; }
     memset(M.grads, 0, M.nparams * sizeof(real));
     model_forward(&M, c.in, c.tg, B, T);
     c.dec = vec(model_decisions(&M, NULL, B, T));
     model_decisions(&M, c.dec, B, T);
     model_backward(&M, c.in, c.tg, B, T, 1);
+    c.frac = M.rb.frac;
+    if (rb) printf("  softmax fraction %.3f, L_pen %.4f, L_lb %.4f\n", M.rb.frac, M.rb.pen, M.rb.lb);
+    if (rb && rb->lambda > 0) CHECK(M.rb.pen > 0 && M.rb.dpi[0] > 0, "the penalty is not active at the test point");
     int skipped = 0, tried = 0;
     double worst = 0;
     for (int i = 0; i < M.ntensors; i++) {
         const ParamTensor *t = &M.tensors[i];
         Var v = {t->name, M.params + t->offset, M.grads + t->offset, t->numel};
-        worst = fmax(worst, fd_check_var(&v, model_loss, &c, 6, relaxed ? NULL : model_flipped, &skipped, &tried));
+        worst = fmax(worst, fd_check_var(&v, model_loss, &c, 6, !relaxed ? model_flipped : rb ? model_frac_flipped : NULL,
+                                         &skipped, &tried));
     }
     printf("  %-28s max rel err %.2e over %d tensors, %d of %d coordinates skipped (decision flips)\n", what, worst,
            M.ntensors, skipped, tried);
@@ -625,8 +673,27 @@ static void check_model(int relaxed, const char *what) {
     free(c.in); free(c.tg); free(c.dec);
     model_free(&M);
 }
+static void check_model(int relaxed, const char *what) { check_model_opts(relaxed, what, NULL); }
 static void test_grad_model_hard(void) { check_model(0, "model GNAN, hard routing"); }
 static void test_grad_model_relaxed(void) { check_model(1, "model GNAN, relaxed router"); }
+// §7, whole model, relaxed router: the penalty (7.1c), its target form above f* (7.1d), the load-balancing loss
+// (7.4a), and all of them under ST-Gumbel routing at fixed noise (7.2a). RouterBudget: λ, f*, α, τ (fixed).
+static void test_grad_model_penalty(void) {
+    RouterBudget rb = {.lambda = 0.5};
+    check_model_opts(1, "model GNAN, penalty lambda", &rb);
+}
+static void test_grad_model_penalty_target(void) {
+    RouterBudget rb = {.lambda = 0.5, .target = 0.1};
+    check_model_opts(1, "model GNAN, penalty above f*", &rb);
+}
+static void test_grad_model_load_balance(void) {
+    RouterBudget rb = {.alpha = 0.3};
+    check_model_opts(1, "model GNAN, load balancing", &rb);
+}
+static void test_grad_model_gumbel(void) {
+    RouterBudget rb = {.lambda = 0.5, .target = 0.1, .alpha = 0.3, .tau0 = 0.7};
+    check_model_opts(1, "model GNAN, ST-Gumbel + all", &rb);
+}
 
 // -k 1 and -k 2 (recompute): keeping only each layer's input (and, at level 1, its GDN/softmax op outputs) and
 // rerunning the layer in the backward pass gives the same loss, routing decisions (read after the forward pass,
@@ -1080,10 +1147,21 @@ static void test_checkpoint_roundtrip(void) {
     CHECK(bad == 0, "%zu parameters changed", bad);
     M.adam_m = vec(M.nparams); M.adam_v = vec(M.nparams);
     fill_normal(M.adam_m, M.nparams, 1); fill_uniform(M.adam_v, M.nparams, 0, 1);
-    TrainState s = {5, 0x123456789abcdefull, 2, 3000000000ull, 0}, s2;
+    TrainState s = {5, 0x123456789abcdefull, 2, 3000000000ull, 0, 0xfedcba9876543210ull}, s2;
     CHECK(save_state(&M, &s, spath, err, sizeof(err)) == 0, "save state: %s", err);
     CHECK(load_state(&L, &s2, spath, err, sizeof(err)) == 0, "load state: %s", err);
-    CHECK(s2.step == 5 && s2.rng == s.rng && s2.shard == 2 && s2.pos == s.pos, "train state did not round-trip");
+    CHECK(s2.step == 5 && s2.rng == s.rng && s2.shard == 2 && s2.pos == s.pos && s2.noise_rng == s.noise_rng,
+          "train state did not round-trip");
+    { // a version-1 state file (before the §7.2 noise stream) still loads, with noise_rng = 0 (the driver seeds it)
+        int hs[256];
+        FILE *fs = fopen(spath, "r+b");
+        CHECK(fs && fread(hs, sizeof(int), 256, fs) == 256, "read state header");
+        hs[1] = 1; hs[10] = hs[11] = 0;
+        fseek(fs, 0, SEEK_SET); fwrite(hs, sizeof(int), 256, fs); fclose(fs);
+        CHECK(load_state(&L, &s2, spath, err, sizeof(err)) == 0 && s2.noise_rng == 0 && s2.rng == s.rng,
+              "version-1 state: %s", err);
+        CHECK(save_state(&M, &s, spath, err, sizeof(err)) == 0, "save state: %s", err);
+    }
     bad = 0;
     for (size_t i = 0; i < M.nparams; i++) bad += L.adam_m[i] != (real)(float)M.adam_m[i] || L.adam_v[i] != (real)(float)M.adam_v[i];
     CHECK(bad == 0, "%zu moments changed", bad);
@@ -1155,6 +1233,9 @@ static void test_cli_bad_input(void) {
     expect_error("-a GXN", "pattern");
     expect_error("-k 3", "recompute level");
     expect_error("-p fp16", "precision must be fp32 or bf16");
+    expect_error("-B -0.5", "-B and -A must be >= 0");
+    expect_error("-F 1.5", "-F in [0, 1)");
+    expect_error("-G 1 -M 0", "-M must be > 0");
     expect_error("-e nosuchpreset", "no such file");
     expect_error("-i /nonexistent/*.bin", "/nonexistent");
     // a truncated shard, a shard with a wrong magic, a shard with an out-of-range token
@@ -1186,29 +1267,39 @@ static void test_cli_bad_input(void) {
     snprintf(args, sizeof(args), "rm -rf %s", dir);
     CHECK(system(args) == 0, "cleanup");
 }
-// Six steps in one go equal three steps, a resume from the checkpoint, and three more: bit for bit.
+// Six steps in one go equal three steps, a resume from the checkpoint, and three more: bit for bit; plain, and with
+// every §7 option on (the ST-Gumbel noise stream is part of the state file).
 static void test_resume_bit_identical(void) {
     if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
-    char dir[] = "/tmp/natsl_resume_XXXXXX", cmd[2048], msg[1024], a[600], b[600];
-    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    const char *common = "-b 2 -t 128 -l 1e-3 -u 2 -x 6 -v 3 -m 2 -s 3 -g 8";
-    snprintf(cmd, sizeof(cmd), "%s %s -o %s/full", g_trainer, common, dir);
-    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "full run failed: %s", msg);
-    snprintf(cmd, sizeof(cmd), "%s %s -o %s/split -n 3 && rm %s/split/model_00000006.bin %s/split/state_00000006.bin"
-             " && %s %s -o %s/split -y 1", g_trainer, common, dir, dir, dir, g_trainer, common, dir);
-    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "split run failed: %s", msg);
-    snprintf(a, sizeof(a), "%s/full/model_00000006.bin", dir);
-    snprintf(b, sizeof(b), "%s/split/model_00000006.bin", dir);
-    CHECK(files_equal(a, b), "resumed model differs from the uninterrupted one");
-    snprintf(a, sizeof(a), "%s/full/state_00000006.bin", dir);
-    snprintf(b, sizeof(b), "%s/split/state_00000006.bin", dir);
-    CHECK(files_equal(a, b), "resumed optimizer state differs");
-    snprintf(cmd, sizeof(cmd), "grep -c '^s:6 trl:' %s/split/main.log | grep -q 1 && grep -q '^s:3 tel:' %s/split/main.log"
-             " && grep -q '^s:[0-9]* sfr:1:' %s/split/main.log", dir, dir, dir);
-    CHECK(system(cmd) == 0, "main.log lacks the expected trl/tel/sfr lines");
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    CHECK(system(cmd) == 0, "cleanup");
+    const char *opts[2] = {"", "-B 0.3 -F 0.2 -A 0.01 -G 1 -R 0.9"};
+    for (int o = 0; o < 2; o++) {
+        char dir[] = "/tmp/natsl_resume_XXXXXX", cmd[2048], msg[1024], a[600], b[600], common[256];
+        CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+        snprintf(common, sizeof(common), "-b 2 -t 128 -l 1e-3 -u 2 -x 6 -v 3 -m 2 -s 3 -g 8 %s", opts[o]);
+        snprintf(cmd, sizeof(cmd), "%s %s -o %s/full", g_trainer, common, dir);
+        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "full run failed: %s", msg);
+        snprintf(cmd, sizeof(cmd), "%s %s -o %s/split -n 3 && rm %s/split/model_00000006.bin %s/split/state_00000006.bin"
+                 " && %s %s -o %s/split -y 1", g_trainer, common, dir, dir, dir, g_trainer, common, dir);
+        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "split run failed: %s", msg);
+        snprintf(a, sizeof(a), "%s/full/model_00000006.bin", dir);
+        snprintf(b, sizeof(b), "%s/split/model_00000006.bin", dir);
+        CHECK(files_equal(a, b), "resumed model differs from the uninterrupted one (options '%s')", opts[o]);
+        snprintf(a, sizeof(a), "%s/full/state_00000006.bin", dir);
+        snprintf(b, sizeof(b), "%s/split/state_00000006.bin", dir);
+        CHECK(files_equal(a, b), "resumed optimizer state differs (options '%s')", opts[o]);
+        snprintf(cmd, sizeof(cmd), "grep -c '^s:6 trl:' %s/split/main.log | grep -q 1 && grep -q '^s:3 tel:' %s/split/main.log"
+                 " && grep -q '^s:[0-9]* sfr:1:' %s/split/main.log", dir, dir, dir);
+        CHECK(system(cmd) == 0, "main.log lacks the expected trl/tel/sfr lines");
+        if (o) {
+            snprintf(cmd, sizeof(cmd), "grep -c '^s:[0-9]* pen:' %s/split/main.log | grep -q 6 && grep -c '^s:[0-9]* lb:' "
+                     "%s/split/main.log | grep -q 6", dir, dir);
+            CHECK(system(cmd) == 0, "main.log lacks the pen:/lb: lines of the six steps");
+        }
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        CHECK(system(cmd) == 0, "cleanup");
+    }
 }
+
 
 
 // ---- hardening (issue 14): checkpoints, resume, the run directory, flags, messages ------------------------
@@ -1699,13 +1790,15 @@ static int gpu_available(char *why, size_t n) {
 // kernels, whose internal roundings (TF32 products; P and dS rounded to bf16) the CPU does not emulate (§8's bf16
 // bars with the gradient bar over all tensors: they move the tiny model's two-element, cancellation-prone
 // dt_bias/a_log gradients by up to about 6e-2, as bf16 rounding itself does).
+// The third run turns every §7 option on (penalty above f*, load balancing, ST-Gumbel routing in the 10 steps: both
+// programs draw the same noise from the same stream; the first batch's forward pass is noise-free, as -z's is).
 static void test_cpu_vs_gpu(void) {
-    const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}};
-    for (int r = 0; r < 2; r++) {
+    const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"}};
+    for (int r = 0; r < 3; r++) {
         Config cf;
         char msg[1024];
         config_from_preset(&cf, "tiny");
-        if (runs[r][1][0]) config_set_pattern(&cf, runs[r][1] + 3, msg, sizeof(msg));
+        if (!strncmp(runs[r][1], "-a ", 3)) config_set_pattern(&cf, runs[r][1] + 3, msg, sizeof(msg));
         for (int bf16 = 0; bf16 <= 1; bf16++) {
             char cmd[1024], what[64];
             const char *args = "-b 2 -t 256 -l 1e-3 -u 2", *prec = bf16 ? "bf16" : "fp32";
@@ -1773,6 +1866,11 @@ int main(int argc, char **argv) {
     RUN(test_grad_natsl_layer_relaxed);
     RUN(test_grad_model_hard);
     RUN(test_grad_model_relaxed);
+    RUN(test_grad_router_gumbel_budget); // after the older tests: their random inputs stay as they were
+    RUN(test_grad_model_penalty);
+    RUN(test_grad_model_penalty_target);
+    RUN(test_grad_model_load_balance);
+    RUN(test_grad_model_gumbel);
     RUN(test_recompute_identical);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);

@@ -46,6 +46,7 @@ Conventions
 #include "common/tokenizer.h"
 #include "common/checkpoint.h"
 #include "common/train_util.h"
+#include "common/budget.h"
 
 #ifdef NATSL_DOUBLE
 typedef double real;
@@ -623,10 +624,12 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
 // ---- the router (Attention Score Layer, §5.2: (5.2a-f)) ------------------------------------------------------
 // p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot
 // argmax (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
-// relaxed (tests only, §8): mask = π itself, so the whole layer is a smooth function of W_r and x.
+// noise (ST-Gumbel routing, §7.2; NULL = off): Gumbel noise g [B][Nc][H][2]; then pi holds
+// y = softmax((ℓ + g)/τ) in place of π and the hard choice is argmax(ℓ + g), decided on y (ties to op 0).
+// relaxed (tests only, §8): mask = π (or y) itself, so the whole layer is a smooth function of W_r and x.
 // x is the normalized block input, which the GPU stores in bf16 in bf16 mode: the pool reads it so.
 static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
-                           int B, int T, int D, int H, int relaxed) {
+                           int B, int T, int D, int H, int relaxed, const real *noise, real tau) {
     int Nc = T / CH;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
@@ -638,7 +641,13 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
             for (int i = 0; i < D; i++) p[i] /= CH;
         }
     matmul_forward(logits, pool, Wr, B * Nc, D, 2 * H, 0);
-    pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
+    if (!noise) pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
+    else
+        for (size_t i = 0; i < (size_t)B * Nc * H; i++) { // (7.2a)
+            real y0 = 1 / (1 + exp(((logits[2 * i + 1] + noise[2 * i + 1]) - (logits[2 * i] + noise[2 * i])) / tau));
+            pi[2 * i] = y0;
+            pi[2 * i + 1] = 1 - y0;
+        }
     for (size_t i = 0; i < (size_t)B * Nc * H; i++) {
         int last = (int)((i / H) % Nc) == Nc - 1;
         int soft = pi[2 * i] >= pi[2 * i + 1];
@@ -648,15 +657,26 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
 }
 // dÃ = dA with the last chunk zeroed (6.5a);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩) (6.5b-c);
 // dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64   (6.5d-e).  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
+// With the §7 options: dpi (NULL = none) is the gradient of the auxiliary terms on s[…, m] (7.1c, 7.4a), the
+// same for every routed chunk: dÃ + dpi goes through the straight-through; with noise (τ ≠ 1 or dpi) pi holds
+// y and dℓ = y ⊙ (dÃ − ⟨y, dÃ⟩) / τ (7.2a).
 static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
-                            const real *pool, const real *Wr, int B, int T, int D, int H) {
+                            const real *pool, const real *Wr, int B, int T, int D, int H, const real *dpi, real tau) {
     int Nc = T / CH;
     memset(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real));
     memset(dpool, 0, (size_t)B * Nc * D * sizeof(real));
     for (int b = 0; b < B; b++)
         for (int c = 0; c < Nc - 1; c++) { // the last chunk's dÃ is zero: it stays 0 in dlogits
             size_t o = ((size_t)b * Nc + c) * 2 * H;
-            pair_softmax_backward(dlogits + o, dA + o, pi + o, H);
+            if (!dpi && tau == 1) pair_softmax_backward(dlogits + o, dA + o, pi + o, H);
+            else
+                for (int n = 0; n < H; n++) {
+                    const real *y = pi + o + 2 * n, *d = dA + o + 2 * n;
+                    real d0 = d[0] + (dpi ? dpi[0] : 0), d1 = d[1] + (dpi ? dpi[1] : 0);
+                    real g = y[0] * y[1] * (d0 - d1) / tau;
+                    dlogits[o + 2 * n] += g;
+                    dlogits[o + 2 * n + 1] -= g;
+                }
         }
     matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H);
     #pragma omp parallel for collapse(2)
@@ -755,6 +775,8 @@ typedef struct {
     int *inputs, *targets;
     real mean_loss;
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
+    RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
+    real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2]
 } Model;
 
 static void model_build(Model *M, const Config *c) {
@@ -792,6 +814,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->dlnf = xcalloc(BT * c->D, sizeof(real));
     M->inputs = xcalloc(BT, sizeof(int));
     M->targets = xcalloc(BT, sizeof(int));
+    M->gnoise = xcalloc(router_noise_size(c, B, T), sizeof(real));
 }
 
 // AdamW's moments, zero until the first update
@@ -804,7 +827,7 @@ static void model_alloc_moments(Model *M) {
 static void model_free(Model *M) {
     free(M->params); free(M->grads); free(M->adam_m); free(M->adam_v); free(M->acts);
     free(M->hL); free(M->lnf); free(M->lnf_rstd); free(M->logits); free(M->lse); free(M->losses);
-    free(M->dacts); free(M->dres); free(M->dlnf); free(M->inputs); free(M->targets);
+    free(M->dacts); free(M->dres); free(M->dlnf); free(M->inputs); free(M->targets); free(M->gnoise);
 }
 
 static void model_zero_grad(Model *M) { memset(M->grads, 0, M->nparams * sizeof(real)); }
@@ -885,14 +908,15 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 // [H][d_v] re-viewed as [Ha][d_va]):  y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j);
 // out = y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536]; H = 6 GDN heads of 128/256, Ha = 12 softmax
 // heads of 64/128 (dka/dva).
+// noise, tau: ST-Gumbel routing (§7.2; noise NULL = off).
 static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                int relaxed) {
+                                int relaxed, const real *noise, real tau) {
     int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
     gdn_inputs_forward(c, a, p, B, T);
-    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed);
+    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed, noise, tau);
     rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K);
     rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K);
     if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K); rope_forward(a->ka, BT, T, Ha, dka, K); }
@@ -904,9 +928,10 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
 }
 // The softmax op's backward writes dV and dA[...][0]; the GDN op's then adds its part to dV and writes dA[...][1]:
-// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4).
+// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
 static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
-                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad) {
+                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad,
+                                 const real *dpi, real tau) {
     int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
@@ -921,8 +946,16 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K);
     if (!no_router_grad)
-        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H);
+        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
+}
+
+// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass (common/model_io.h)
+static void router_aux_forward(Model *M, int B, int T);
+// This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
+static real *router_noise(Model *M, int l, int B, int T) {
+    if (!M->rb.noise) return NULL;
+    return M->gnoise + (size_t)natsl_layer_index(&M->cfg, l) * B * (T / CH) * M->cfg.H * 2;
 }
 
 // ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
@@ -938,7 +971,7 @@ static void block_forward(Model *M, int l, int B, int T) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
-    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed);
+    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, router_noise(M, l, B, T), M->rb.noise ? M->rb.tau : 1);
     for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
@@ -966,6 +999,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         double s = 0;
         for (int i = 0; i < BT; i++) s += M->losses[i];
         M->mean_loss = s / BT;
+        router_aux_forward(M, B, T);
     }
 }
 
@@ -984,6 +1018,7 @@ static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T) {
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
+    real dpi[2] = {M->rb.dpi[0] * dloss_scale * BT, M->rb.dpi[1] * dloss_scale * BT}; // §7 terms, weighted as the mean loss
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
     memset(M->dlnf, 0, (size_t)BT * D * sizeof(real));
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
@@ -1001,7 +1036,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
-        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad);
+        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
+                                  budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
         rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
     }
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
@@ -1012,6 +1048,11 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
 static float *to_float32(const real *x, size_t n) {
     float *f = xcalloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
+    return f;
+}
+static double *to_float64(const real *x, size_t n) {
+    double *f = xcalloc(n, sizeof(double));
+    for (size_t i = 0; i < n; i++) f[i] = x[i];
     return f;
 }
 static void from_float32(real *x, const float *f, size_t n) { for (size_t i = 0; i < n; i++) x[i] = f[i]; }
@@ -1058,23 +1099,31 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
 // gradient of the mean loss over the whole batch; then the global gradient norm, clipping to GRAD_CLIP and one
 // AdamW update. A step whose gradient norm is not finite is skipped (no update). Returns the mean loss, the norm
 // (before clipping) and, per N layer l, the fraction of chunks routed to softmax in sfr[l] (when sfr != NULL).
+// With the §7 options: under ST-Gumbel routing each micro-batch first draws its noise (the forward passes of
+// evaluation, sampling and -z's first batch see none); the penalty, the load-balancing term and the hard softmax
+// fraction of the micro-batches are averaged into pen, lb, frac (the loss stays the task loss).
 // A data error ends the program with its message.
-typedef struct { double loss, norm; int skipped; } StepStats;
+typedef struct { double loss, norm; int skipped; double pen, lb, frac, tau; } StepStats; // pen..tau: §7
 static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
                             double *sfr) {
     const Config *c = &M->cfg;
-    StepStats s = {0, 0, 0};
+    StepStats s = {0, 0, 0, 0, 0, 0, 0};
     char err[1024];
     model_zero_grad(M);
     for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
+    M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
+    M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
     for (int k = 0; k < accum; k++) {
         if (dataloader_next_batch(train, err, sizeof(err))) die(err);
+        if (M->rb.noise) gumbel_draw(M, B, T);
         model_forward(M, train->inputs, train->targets, B, T);
         model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum));
         s.loss += M->mean_loss / accum;
+        s.pen += M->rb.pen / accum; s.lb += M->rb.lb / accum; s.frac += M->rb.frac / accum;
         for (int l = 0; sfr && l < c->L; l++)
             if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
     }
+    M->rb.noise = 0;
     s.norm = grad_norm(M);
     s.skipped = !is_finite(s.norm);
     if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);

@@ -58,6 +58,7 @@ Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS).
 #include "common/tokenizer.h"
 #include "common/checkpoint.h"
 #include "common/train_util.h"
+#include "common/budget.h"
 
 typedef float real;
 #include "common/layout.h" // LayerParams, LayerActs: named pointers into the flat buffers (shared with the C file)
@@ -3211,10 +3212,19 @@ __global__ void router_mask_kernel(float *mask, const float *pi, size_t n, int H
     mask[2 * i] = last ? 1.f : relaxed ? pi[2 * i] : (float)soft;
     mask[2 * i + 1] = last ? 1.f : relaxed ? pi[2 * i + 1] : (float)!soft;
 }
+// ST-Gumbel routing (§7.2): y = softmax((ℓ + g)/τ) in place of π, as train_natsl.c
+__global__ void router_gumbel_kernel(float *y, const float *logits, const float *noise, size_t npairs, float tau) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npairs) return;
+    float y0 = 1.f / (1.f + expf(((logits[2 * i + 1] + noise[2 * i + 1]) - (logits[2 * i] + noise[2 * i])) / tau));
+    y[2 * i] = y0;
+    y[2 * i + 1] = 1.f - y0;
+}
 // p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot argmax
 // (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
+// noise (NULL = off): ST-Gumbel routing (§7.2), pi holds y = softmax((ℓ + g)/τ), the choice is argmax(ℓ + g).
 static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
-                           int B, int T, int D, int H, int relaxed) {
+                           int B, int T, int D, int H, int relaxed, const real *noise, real tau) {
     PROF_OP();
     int Nc = T / CH;
     unsigned g = (unsigned)CEIL_DIV((size_t)B * Nc * D, 256);
@@ -3222,8 +3232,9 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
     else router_pool_kernel<<<g, 256>>>(pool, x, B, T, D);
     CUDA_CHECK(cudaGetLastError());
     matmul_forward(logits, operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, 0);
-    pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
     size_t n = (size_t)B * Nc * H;
+    if (!noise) pair_softmax_forward(pi, logits, n);
+    else router_gumbel_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(pi, logits, noise, n, tau);
     router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -3234,16 +3245,29 @@ __global__ void router_dx_kernel(float *dx, const float *dpool, int B, int T, in
     int i = (int)(idx % D), Nc = T / CH;
     dx[idx] += dpool[(b * Nc + t / CH) * D + i] / CH;
 }
+// The §7 straight-through: dℓ0 = y0·y1·((dA0 + dpi0) − (dA1 + dpi1))/τ = −dℓ1, the last chunk's pairs skipped
+__global__ void router_dlogits_kernel(float *dx, const float *dA, const float *y, size_t npairs, int H, int Nc,
+                                      float dpi0, float dpi1, float tau) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npairs || (int)((i / H) % Nc) == Nc - 1) return;
+    float d = y[2 * i] * y[2 * i + 1] * ((dA[2 * i] + dpi0) - (dA[2 * i + 1] + dpi1)) / tau;
+    dx[2 * i] += d;
+    dx[2 * i + 1] -= d;
+}
 // dÃ = dA with the last chunk zeroed (6.5a);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩) (6.5b-c);
 // dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64   (6.5d-e).  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
+// §7 (as train_natsl.c): dpi (host, NULL = none) is added to dÃ of every routed chunk; under ST-Gumbel routing
+// pi holds y and dℓ is divided by τ.
 static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
-                            const real *pool, const real *Wr, int B, int T, int D, int H) {
+                            const real *pool, const real *Wr, int B, int T, int D, int H, const real *dpi, real tau) {
     PROF_OP();
     int Nc = T / CH;
     CUDA_CHECK(cudaMemsetAsync(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real)));
     CUDA_CHECK(cudaMemsetAsync(dpool, 0, (size_t)B * Nc * D * sizeof(real)));
     size_t npairs = (size_t)B * Nc * H;
-    pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
+    if (!dpi && tau == 1) pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
+    else router_dlogits_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc, dpi ? dpi[0] : 0.f,
+                                                                         dpi ? dpi[1] : 0.f, tau);
     CUDA_CHECK(cudaGetLastError());
     matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, OPERAND_DOUT),
                     operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H);
@@ -3384,6 +3408,8 @@ typedef struct {
     double *d_normpart;                      // device scratch: grad-norm partial sums
     real mean_loss;
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
+    RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
+    real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2] (device)
 } Model;
 
 static void model_build(Model *M, const Config *c) {
@@ -3451,6 +3477,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->dlnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
     M->inputs = (int *)xcudamalloc(BT * sizeof(int));
     M->targets = (int *)xcudamalloc(BT * sizeof(int));
+    M->gnoise = (real *)xcudamalloc(router_noise_size(c, B, T) * sizeof(real));
     if (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) {
         M->gdn_ws_size = gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv);
         M->gdn_ws = (real *)xcudamalloc(M->gdn_ws_size * sizeof(real));
@@ -3469,7 +3496,7 @@ static void model_alloc_moments(Model *M) {
 
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->d_normpart, M->gdn_ws};
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->d_normpart, M->gdn_ws, M->gnoise};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
 }
 
@@ -3556,14 +3583,15 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 #ifdef TESTING
 static const real *g_bench_rmask = NULL; // benchmarks (dev/bench_gpu.cu): a fixed routing mask for every N layer
 #endif
+// noise, tau: ST-Gumbel routing (§7.2; noise NULL = off)
 static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                int relaxed, int ops_kept) {
+                                int relaxed, int ops_kept, const real *noise, real tau) {
     int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
     gdn_inputs_forward(c, a, p, B, T);
-    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed);
+    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed, noise, tau);
 #ifdef TESTING
     if (g_bench_rmask) // benchmark-only: replace the router's decisions by a fixed mask [B][Nc][H][2]
         CUDA_CHECK(cudaMemcpyAsync(a->rmask, g_bench_rmask, (size_t)B * (T / CH) * c->H * 2 * sizeof(real), cudaMemcpyDeviceToDevice));
@@ -3581,9 +3609,10 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
 }
 // The softmax op's backward writes dV and dA[...,0]; the GDN op's then adds its part to dV and writes dA[...,1]:
-// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4).
+// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
 static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
-                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad) {
+                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad,
+                                 const real *dpi, real tau) {
     int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
@@ -3599,8 +3628,16 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K);
     if (!no_router_grad)
-        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H);
+        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
+}
+
+// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass (common/model_io.h)
+static void router_aux_forward(Model *M, int B, int T);
+// This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
+static real *router_noise(Model *M, int l, int B, int T) {
+    if (!M->rb.noise) return NULL;
+    return M->gnoise + (size_t)natsl_layer_index(&M->cfg, l) * B * (T / CH) * M->cfg.H * 2;
 }
 
 // ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
@@ -3616,7 +3653,8 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
-    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept);
+    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
+                             M->rb.noise ? M->rb.tau : 1);
     if (!ops_kept) residual_add(a->r, a->res, (size_t)BT * D);
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
@@ -3654,6 +3692,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         double s;
         CUDA_CHECK(cudaMemcpy(&s, M->d_scalar, sizeof(double), cudaMemcpyDeviceToHost));
         M->mean_loss = (real)s;
+        router_aux_forward(M, B, T);
     }
 }
 
@@ -3673,6 +3712,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     (void)inputs; (void)targets;
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
+    real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
     CUDA_CHECK(cudaMemsetAsync(M->dlnf, 0, (size_t)BT * D * sizeof(real)));
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
@@ -3690,7 +3730,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
-        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad);
+        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
+                                  budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
         rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
     }
     encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);
@@ -3701,6 +3742,13 @@ static float *to_float32(const real *dev, size_t n) {
     float *f = (float *)xcalloc(n, sizeof(float));
     CUDA_CHECK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
     return f;
+}
+static double *to_float64(const real *dev, size_t n) {
+    float *f = to_float32(dev, n);
+    double *d = (double *)xcalloc(n, sizeof(double));
+    for (size_t i = 0; i < n; i++) d[i] = f[i];
+    free(f);
+    return d;
 }
 static void from_float32(real *dev, const float *f, size_t n) {
     CUDA_CHECK(cudaMemcpy(dev, f, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -3783,22 +3831,27 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
 }
 
 // One optimizer step, as train_natsl.c's train_step; it returns when the GPU has finished the step.
-typedef struct { double loss, norm; int skipped; } StepStats;
+typedef struct { double loss, norm; int skipped; double pen, lb, frac, tau; } StepStats; // pen..tau: §7
 static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
                             double *sfr) {
     const Config *c = &M->cfg;
-    StepStats s = {0, 0, 0};
+    StepStats s = {0, 0, 0, 0, 0, 0, 0};
     char err[1024];
     model_zero_grad(M);
     for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
+    M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
+    M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
     for (int k = 0; k < accum; k++) {
         if (dataloader_next_batch(train, err, sizeof(err))) die(err);
+        if (M->rb.noise) gumbel_draw(M, B, T);
         model_forward(M, train->inputs, train->targets, B, T);
         model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum));
         s.loss += M->mean_loss / accum;
+        s.pen += M->rb.pen / accum; s.lb += M->rb.lb / accum; s.frac += M->rb.frac / accum;
         for (int l = 0; sfr && l < c->L; l++)
             if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
     }
+    M->rb.noise = 0;
     s.norm = grad_norm(M);
     s.skipped = !is_finite(s.norm);
     if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);

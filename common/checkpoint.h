@@ -1,10 +1,11 @@
 // Checkpoint files of natsl.c, shared by train_natsl.c and train_natsl.cu (either program loads the
 // other's): a header of 256 int32 followed by float32 arrays.
 //   model_%08d.bin  the config (header below) and the parameters in param_tensors order
-//   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi],
-//                   then AdamW's first and second moments
-// (state header [10], [11]: the fingerprint of the model's config, config_fingerprint; the -z comparison dump
-// has its own file, common/dump.h). Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
+//   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi,
+//                   model fingerprint lo32, hi32, Gumbel noise RNG lo32, hi32 (version 2)], then AdamW's first and
+//                   second moments (version 1 files, written before §7.2 existed, load with noise_rng = 0: the
+//                   driver seeds it; fingerprint 0 in files written before it existed)
+// (the -z comparison dump has its own file, common/dump.h). Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
 // renamed over PATH, so a killed run never leaves a half-written checkpoint under the real name.
 // Every function returns 0, or -1 with a one-line message "PATH: problem" in err.
 #ifndef NATSL_CHECKPOINT_H
@@ -121,6 +122,7 @@ static inline size_t ckpt_first_nonfinite(const float *x, size_t n) {
 #define CKPT_MODEL_MAGIC 20261122
 #define CKPT_STATE_MAGIC 20261123
 #define CKPT_VERSION 1
+#define CKPT_STATE_VERSION 2 // 2: + the Gumbel noise stream (§7.2); 1 is still read
 
 // header layout: 256 int32
 //  [0] magic [1] version [2] D [3] L [4] H [5] dk [6] dv [7] Ha [8] F [9] V [10] Vp [11] rope
@@ -168,8 +170,9 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
 // ---- the two files, from and into host float32 arrays -----------------------------------------------
 
 // What a resume restores. model_fp: the fingerprint of the model's config (config_fingerprint), set before a
-// save; after a load, what the file holds (0 in files written before the fingerprint existed).
-typedef struct { int step; uint64_t rng; int shard; size_t pos; uint64_t model_fp; } TrainState;
+// save; after a load, what the file holds (0 in files written before the fingerprint existed). noise_rng: the
+// §7.2 Gumbel noise stream.
+typedef struct { int step; uint64_t rng; int shard; size_t pos; uint64_t model_fp; uint64_t noise_rng; } TrainState;
 
 static inline int ckpt_write_model(const char *path, const Config *c, const float *params, size_t n, char *err, size_t errlen) {
     int h[256];
@@ -213,7 +216,8 @@ static inline int ckpt_write_state(const char *path, const TrainState *s, const 
                                    char *err, size_t errlen) {
     int h[256] = {0};
     h[10] = (int)(s->model_fp & 0xffffffff); h[11] = (int)(s->model_fp >> 32);
-    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_VERSION; h[2] = s->step; h[3] = s->shard;
+    h[12] = (int)(s->noise_rng & 0xffffffff); h[13] = (int)(s->noise_rng >> 32);
+    h[0] = CKPT_STATE_MAGIC; h[1] = CKPT_STATE_VERSION; h[2] = s->step; h[3] = s->shard;
     h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
     h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
     h[8] = (int)(n & 0x7fffffff); h[9] = (int)(n >> 31);
@@ -222,14 +226,14 @@ static inline int ckpt_write_state(const char *path, const TrainState *s, const 
 
 // Reads a state file for a model of n parameters: the train state, and the moments into mv [2n] (m, then
 // v). Every header field is checked: step >= 1, shard and position not negative, RNG state not 0 (a fixed
-// point of xorshift), the parameter count, the rest 0 but the model fingerprint; the moments must be finite
+// point of xorshift), the parameter count, the rest 0 but the model fingerprint and the noise stream; the moments must be finite
 // and the second moments not negative. What the run adds (the fingerprint against the model loaded, the
 // step against -x and the file name, the shard and position against the data) is checked by
 // resume_check_state and dataloader_seek.
 static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, size_t n, char *err, size_t errlen) {
     int h[256];
     if (ckpt_read_header(path, h, err, errlen)) return -1;
-    if (h[0] != CKPT_STATE_MAGIC || h[1] != CKPT_VERSION) {
+    if (h[0] != CKPT_STATE_MAGIC || h[1] < 1 || h[1] > CKPT_STATE_VERSION) {
         snprintf(err, errlen, "%s: not a natsl optimizer state file (magic %d, version %d)", path, h[0], h[1]);
         return -1;
     }
@@ -239,7 +243,7 @@ static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, si
         snprintf(err, errlen, "%s: state holds %zu parameters, the model has %zu", path, held, n);
         return -1;
     }
-    for (int i = 12; i < 256; i++)
+    for (int i = h[1] >= 2 ? 14 : 12; i < 256; i++) // version 2 holds the Gumbel noise stream in 12-13
         if (h[i] != 0) {
             snprintf(err, errlen, "%s: header field %d is %d, must be 0 (corrupt or from another program)", path, i, h[i]);
             return -1;
@@ -251,6 +255,7 @@ static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, si
     s->pos = (size_t)(uint32_t)h[4] | ((size_t)(uint32_t)h[5] << 31);
     s->rng = (uint64_t)(uint32_t)h[6] | ((uint64_t)(uint32_t)h[7] << 32);
     s->model_fp = (uint64_t)(uint32_t)h[10] | ((uint64_t)(uint32_t)h[11] << 32);
+    s->noise_rng = h[1] >= 2 ? (uint64_t)(uint32_t)h[12] | ((uint64_t)(uint32_t)h[13] << 32) : 0;
     if (s->rng == 0) { snprintf(err, errlen, "%s: RNG state 0 (xorshift would emit only zeros): corrupt file", path); return -1; }
     if (ckpt_check_size(path, 2 * n, err, errlen)) return -1;
     if (ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen)) return -1;

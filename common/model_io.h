@@ -2,6 +2,7 @@
 // files. Included by train_natsl.c and train_natsl.cu after they define their Model and these four functions
 // (the CPU's work on host memory, the GPU's copy to and from the device):
 //   to_float32(buf, n)        a new host float32 copy of n values of a model buffer
+//   to_float64(buf, n)        a new host double copy (exact: the tests' double build sums router probabilities)
 //   from_float32(buf, f, n)   the host float32 values f into a model buffer
 //   model_build(M, config)    the parameter and gradient buffers of a model of that config
 //   model_alloc_moments(M)    AdamW's two moment buffers (zero), if not there yet
@@ -24,6 +25,55 @@ static double softmax_fraction(const Model *M, int l, int h, int B, int T) {
             }
     free(mask);
     return (double)soft / n;
+}
+
+// ---- §7: the router's auxiliary terms ---------------------------------------------------------------------
+// From the forward pass of one micro-batch (called by model_forward when it has targets; nothing when λ = α = 0):
+// over its set 𝒮 of (N layer, b, chunk c < Nc−1, head group n), with s = the probability the straight-through
+// uses (π, or y under ST-Gumbel routing) and the hard choice s0 ≥ s1:
+//   f = fraction of hard softmax choices (7.1a);  L_pen = λ·f, or λ·max(0, f − f*) for f* > 0 (7.1b, 7.1d);
+//   L_lb = 2α·(f·P_0 + (1 − f)·P_1), P_m = mean of s[…, m] (7.4a);
+// and the gradient dpi[m] of L_pen + L_lb on each s[…, m] (f constant; the penalty's through s0: (7.1c)), which
+// model_backward scales as the mean loss and router_backward adds to dÃ. With gradient accumulation each
+// micro-batch contributes its own terms, weighted 1/accum (doc/model.md §7.1).
+static void router_aux_forward(Model *M, int B, int T) {
+    RouterBudget *rb = &M->rb;
+    const Config *c = &M->cfg;
+    int Nc = T / NATSL_CHUNK, H = c->H;
+    rb->frac = rb->pen = rb->lb = rb->pen_soft = rb->lb_soft = rb->dpi[0] = rb->dpi[1] = 0;
+    if (!budget_aux_on(rb) || Nc < 2) return;
+    double n = 0, hard = 0, s0 = 0, s1 = 0;
+    size_t per = (size_t)B * Nc * H * 2;
+    for (int l = 0; l < c->L; l++) {
+        if (c->pattern[l] != 'N') continue;
+        double *s = to_float64(M->la[l].rpi, per);
+        for (int b = 0; b < B; b++)
+            for (int cc = 0; cc < Nc - 1; cc++)
+                for (int k = 0; k < H; k++) {
+                    size_t i = (((size_t)b * Nc + cc) * H + k) * 2;
+                    n++; hard += s[i] >= s[i + 1]; s0 += s[i]; s1 += s[i + 1];
+                }
+        free(s);
+    }
+    if (n == 0) return;
+    double f = hard / n, gate = rb->target <= 0 || f > rb->target;
+    rb->frac = f;
+    rb->pen = rb->lambda * (rb->target > 0 ? (f > rb->target ? f - rb->target : 0) : f);
+    rb->pen_soft = gate * rb->lambda * s0 / n;
+    rb->lb = rb->lb_soft = 2 * rb->alpha * (f * s0 / n + (1 - f) * s1 / n);
+    rb->dpi[0] = (gate * rb->lambda + 2 * rb->alpha * f) / n;
+    rb->dpi[1] = 2 * rb->alpha * (1 - f) / n;
+}
+
+// §7.2: draws one micro-batch's Gumbel noise g = −log(−log u) into M->gnoise from the run's noise stream rb.rng, in
+// the order layer, batch, chunk (the forced last one too), head group, op; both programs draw the same values.
+static void gumbel_draw(Model *M, int B, int T) {
+    size_t n = router_noise_size(&M->cfg, B, T);
+    float *g = (float *)calloc(n, sizeof(float));
+    if (!g) { fprintf(stderr, "error: out of memory\n"); exit(1); }
+    for (size_t i = 0; i < n; i++) g[i] = (float)-log(-log(rng_uniform(&M->rb.rng)));
+    from_float32(M->gnoise, g, n);
+    free(g);
 }
 
 // ---- checkpoints: model_%08d.bin (header + float32 parameters), state_%08d.bin (AdamW moments, step, RNG,

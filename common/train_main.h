@@ -76,7 +76,7 @@ static int train_main(int argc, char **argv) {
 
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
     Model M;
-    TrainState st = {0, rng_seed(a.seed + 1), 0, 0, 0};
+    TrainState st = {0, rng_seed(a.seed + 1), 0, 0, 0, rng_seed(a.seed + 2)}; // sampling stream, §7.2 noise stream
     if (a.outdir) run_dir_open(a.outdir); // created, locked for the life of the run, leftover *.tmp removed
     int resume_step = run_dir_resume_step(a.outdir, a.resume);
     if (resume_step >= 0) {
@@ -87,6 +87,10 @@ static int train_main(int argc, char **argv) {
         if (resume_check_state(&st, &M.cfg, M.nparams, resume_step, a.max_steps, msg, err, sizeof(err)) ||
             resume_check_flags(&M.cfg, &a, err, sizeof(err))) die(err);
         printf("resuming from %s (step %d)\n", msg, st.step);
+        if (!st.noise_rng) { // a state file from before §7.2 (version 1): no noise was drawn in that run
+            st.noise_rng = rng_seed(a.seed + 2);
+            if (a.tau0 > 0) printf("note: %s holds no Gumbel noise stream (older file): it starts from the seed\n", msg);
+        }
     } else {
         Config c;
         if (config_from_preset(&c, a.init_from) == 0) {
@@ -103,10 +107,16 @@ static int train_main(int argc, char **argv) {
     }
     const Config *c = &M.cfg;
     if (check_model_for_data(c, resume_step >= 0 ? "the checkpoint" : a.init_from, err, sizeof(err))) die(err);
+    // §7: the softmax-budget options (off by default) and the Gumbel stream
+    M.rb.lambda = a.budget; M.rb.target = a.budget_target; M.rb.alpha = a.lb_alpha;
+    M.rb.tau0 = a.tau0; M.rb.tau_min = a.tau_min; M.rb.tau_decay = a.tau_decay; M.rb.rng = st.noise_rng;
     printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
            c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
     printf("parameters: %zu\n", M.nparams);
     printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, a.accum, a.total_batch);
+    if (budget_aux_on(&M.rb) || M.rb.tau0 > 0)
+        printf("softmax budget (§7): penalty lambda %g (f* %g), load balancing alpha %g, routing %s (tau0 %g, min %g, decay %g)\n",
+               M.rb.lambda, M.rb.target, M.rb.alpha, M.rb.tau0 > 0 ? "ST-Gumbel" : "argmax", M.rb.tau0, M.rb.tau_min, M.rb.tau_decay);
 
     DataLoader train, val;
     if (dataloader_init(&train, a.train_glob, B, T, err, sizeof(err))) die(err);
@@ -160,16 +170,22 @@ static int train_main(int argc, char **argv) {
         backend_step_note(&M, B, T, a.accum, dt); // the GPU's MFU
         print_eta(step - st.step, a.max_steps - step, now_s() - t_start);
         for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr_step[l]);
+        if (M.rb.lambda > 0) printf(" | pen %.4f (f %.3f)", s.pen, s.frac);
+        if (M.rb.alpha > 0) printf(" | lb %.4f", s.lb);
+        if (M.rb.tau0 > 0) printf(" | tau %.3f", s.tau);
         printf("%s\n", s.skipped ? " | SKIPPED (gradient norm not finite)" : "");
         if (logf) {
             fprintf(logf, "s:%d trl:%.4f\n", step, s.loss);
             for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr_step[l]);
+            if (M.rb.lambda > 0) fprintf(logf, "s:%d pen:%.6f\n", step, s.pen);
+            if (M.rb.alpha > 0) fprintf(logf, "s:%d lb:%.6f\n", step, s.lb);
             if (s.skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
             log_flush(logf);
         }
 
         if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
             st.step = step; st.shard = train.shard; st.pos = train.pos; st.model_fp = config_fingerprint(c, M.nparams);
+            st.noise_rng = M.rb.rng;
             snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, step);
             if (save_model(&M, msg, err, sizeof(err))) die(err);
             snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, step);

@@ -78,6 +78,7 @@ typedef struct {
     double lr, final_frac, wd;
     int accum; // micro-steps per step: total_batch / (B·T)
     int init_given; // -e was on the command line
+    double budget, budget_target, lb_alpha, tau0, tau_min, tau_decay; // §7: -B -F -A -G -M -R
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -108,6 +109,13 @@ static inline void train_usage(const char *prog) {
            "              (default 0)\n"
            "  -p <prec>   fp32|bf16: train_natsl_cu defaults to bf16 (bf16 matmul operands, fp32\n"
            "              accumulation); train_natsl to fp32, its bf16 rounds the same operands (for checks)\n"
+           "  softmax budget (doc/model.md §7; all off by default):\n"
+           "  -B <float>  penalty lambda on the softmax fraction of the NAtS-L routers (default 0 = off)\n"
+           "  -F <float>  target fraction f*: penalize only max(0, f - f*) (default 0 = the plain lambda*f)\n"
+           "  -A <float>  load-balancing loss alpha (Switch style; typical 0.01) (default 0 = off)\n"
+           "  -G <float>  ST-Gumbel routing at start temperature tau0 (default 0 = off: argmax routing)\n"
+           "  -M <float>  ST-Gumbel: minimum temperature      (default 0.5)\n"
+           "  -R <float>  ST-Gumbel: tau decay per step, tau = max(M, G*R^(step-1)) (default 0.99)\n"
            "  -h, --help  this help\n", prog);
 }
 
@@ -150,7 +158,7 @@ static inline double parse_double_flag(char flag, const char *v, double lo, doub
 static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
     char msg[1400];
     TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, default_precision,
-                   8, 256, -1, 20, 150, 50, 8, 100, 64, 0, 0, 42, 0, 3e-3, 0.1, 0.1, 1, 0};
+                   8, 256, -1, 20, 150, 50, 8, 100, 64, 0, 0, 42, 0, 3e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -188,6 +196,13 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'y': a->resume = parse_int_flag(f, v, 0, 1, "resume flag"); break;
         case 'r': a->seed = parse_int_flag(f, v, 0, 2147483647, "seed"); break;
         case 'k': a->recompute = parse_int_flag(f, v, 0, 2, "recompute level"); break;
+        // §7 softmax budget
+        case 'B': a->budget = parse_double_flag(f, v, 0, 1e6, 0, "softmax-budget penalty lambda"); break;
+        case 'F': a->budget_target = parse_double_flag(f, v, 0, 1, 0, "target softmax fraction, below 1"); break;
+        case 'A': a->lb_alpha = parse_double_flag(f, v, 0, 1e6, 0, "load-balancing alpha"); break;
+        case 'G': a->tau0 = parse_double_flag(f, v, 0, 1e6, 0, "ST-Gumbel start temperature, 0 = off"); break;
+        case 'M': a->tau_min = parse_double_flag(f, v, 0, 1e6, 1, "ST-Gumbel minimum temperature"); break;
+        case 'R': a->tau_decay = parse_double_flag(f, v, 0, 1, 1, "ST-Gumbel temperature decay per step"); break;
         }
     }
     if (a->T % NATSL_CHUNK) {
@@ -214,6 +229,10 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         snprintf(msg, sizeof(msg), "-p %.1000s: precision must be fp32 or bf16", a->precision);
         die(msg);
     }
+    if (!(a->budget >= 0) || !(a->lb_alpha >= 0) || !(a->budget_target >= 0 && a->budget_target < 1))
+        die("-B and -A must be >= 0 and -F in [0, 1)");
+    if (!(a->tau0 >= 0) || (a->tau0 > 0 && !(a->tau_min > 0 && a->tau_decay > 0 && a->tau_decay <= 1)))
+        die("-G must be >= 0; with -G > 0, -M must be > 0 and -R in (0, 1]");
     a->accum = a->total_batch / BT;
 }
 
