@@ -1233,9 +1233,9 @@ static void test_cli_bad_input(void) {
     expect_error("-a GXN", "pattern");
     expect_error("-k 3", "recompute level");
     expect_error("-p fp16", "precision must be fp32 or bf16");
-    expect_error("-B -0.5", "-B and -A must be >= 0");
-    expect_error("-F 1.5", "-F in [0, 1)");
-    expect_error("-G 1 -M 0", "-M must be > 0");
+    expect_error("-B -0.5", "-B -0.5: out of range");
+    expect_error("-F 1", "-F 1: out of range");
+    expect_error("-G 1 -M 0", "-M 0: out of range");
     expect_error("-e nosuchpreset", "no such file");
     expect_error("-i /nonexistent/*.bin", "/nonexistent");
     // a truncated shard, a shard with a wrong magic, a shard with an out-of-range token

@@ -166,7 +166,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpk", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMR", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -198,7 +198,10 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'k': a->recompute = parse_int_flag(f, v, 0, 2, "recompute level"); break;
         // §7 softmax budget
         case 'B': a->budget = parse_double_flag(f, v, 0, 1e6, 0, "softmax-budget penalty lambda"); break;
-        case 'F': a->budget_target = parse_double_flag(f, v, 0, 1, 0, "target softmax fraction, below 1"); break;
+        case 'F':
+            a->budget_target = parse_double_flag(f, v, 0, 1, 0, "target softmax fraction, below 1");
+            if (a->budget_target >= 1) die_flag(f, v, "out of range (target softmax fraction, 0 to below 1)");
+            break;
         case 'A': a->lb_alpha = parse_double_flag(f, v, 0, 1e6, 0, "load-balancing alpha"); break;
         case 'G': a->tau0 = parse_double_flag(f, v, 0, 1e6, 0, "ST-Gumbel start temperature, 0 = off"); break;
         case 'M': a->tau_min = parse_double_flag(f, v, 0, 1e6, 1, "ST-Gumbel minimum temperature"); break;
@@ -229,10 +232,6 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         snprintf(msg, sizeof(msg), "-p %.1000s: precision must be fp32 or bf16", a->precision);
         die(msg);
     }
-    if (!(a->budget >= 0) || !(a->lb_alpha >= 0) || !(a->budget_target >= 0 && a->budget_target < 1))
-        die("-B and -A must be >= 0 and -F in [0, 1)");
-    if (!(a->tau0 >= 0) || (a->tau0 > 0 && !(a->tau_min > 0 && a->tau_decay > 0 && a->tau_decay <= 1)))
-        die("-G must be >= 0; with -G > 0, -M must be > 0 and -R in (0, 1]");
     a->accum = a->total_batch / BT;
 }
 
