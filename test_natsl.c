@@ -600,7 +600,7 @@ static void test_grad_natsl_layer_hard(void) { check_layer("N", 0, 0, "N layer, 
 static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, hard, RoPE"); }
 static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router"); }
 
-typedef struct { Model *M; int *in, *tg, B, T; real *dec; double frac; } ModelCtx;
+typedef struct { Model *M; int *in, *tg, B, T; real *dec; char *hard; } ModelCtx;
 // Σ losses, plus B·T·(L_pen + L_lb) in the form the backward differentiates (§7; zero when off): model_backward
 // weights the auxiliary terms as the mean loss (by dloss_scale·B·T, here B·T).
 static double model_loss(void *p) {
@@ -625,10 +625,28 @@ static int model_flipped(void *p) {
     free(now);
     return flip;
 }
-// relaxed mode with §7 terms: the hard fraction f (a constant of the gradient) must not change under the step
-static int model_frac_flipped(void *p) { ModelCtx *c = p; return c->M->rb.frac != c->frac; }
+// relaxed mode with §7 terms: the hard choices s0 ≥ s1 (through f, constants of the gradient) must not change
+static size_t model_hard_choices(const Model *M, char *out, int B, int T) {
+    size_t n = 0, per = (size_t)B * (T / CH) * M->cfg.H;
+    for (int l = 0; l < M->cfg.L; l++)
+        if (M->cfg.pattern[l] == 'N')
+            for (size_t i = 0; i < per; i++, n++) if (out) out[n] = M->la[l].rpi[2 * i] >= M->la[l].rpi[2 * i + 1];
+    return n;
+}
+static int model_hard_flipped(void *p) {
+    ModelCtx *c = p;
+    size_t n = model_hard_choices(c->M, NULL, c->B, c->T);
+    char *now = xcalloc(n, 1);
+    model_hard_choices(c->M, now, c->B, c->T);
+    int flip = memcmp(now, c->hard, n) != 0;
+    free(now);
+    return flip;
+}
 // rb: the §7 options (NULL = off); with rb->tau0 > 0 the forward passes use fixed Gumbel noise at τ = tau0.
+// The §7 tests start their random draws from a fixed state, so that the point they check does not depend on
+// which tests ran before (a full run and `./test_natsl grad_model_gumbel` check the same coordinates).
 static void check_model_opts(int relaxed, const char *what, const RouterBudget *rb) {
+    if (rb) g_rng = 20261123;
     Config cf = small_config("GNAN", 0);
     Model M;
     model_build(&M, &cf);
@@ -655,7 +673,8 @@ static void check_model_opts(int relaxed, const char *what, const RouterBudget *
     c.dec = vec(model_decisions(&M, NULL, B, T));
     model_decisions(&M, c.dec, B, T);
     model_backward(&M, c.in, c.tg, B, T, 1);
-    c.frac = M.rb.frac;
+    c.hard = xcalloc(model_hard_choices(&M, NULL, B, T), 1);
+    model_hard_choices(&M, c.hard, B, T);
     if (rb) printf("  softmax fraction %.3f, L_pen %.4f, L_lb %.4f\n", M.rb.frac, M.rb.pen, M.rb.lb);
     if (rb && rb->lambda > 0) CHECK(M.rb.pen > 0 && M.rb.dpi[0] > 0, "the penalty is not active at the test point");
     int skipped = 0, tried = 0;
@@ -663,14 +682,14 @@ static void check_model_opts(int relaxed, const char *what, const RouterBudget *
     for (int i = 0; i < M.ntensors; i++) {
         const ParamTensor *t = &M.tensors[i];
         Var v = {t->name, M.params + t->offset, M.grads + t->offset, t->numel};
-        worst = fmax(worst, fd_check_var(&v, model_loss, &c, 6, !relaxed ? model_flipped : rb ? model_frac_flipped : NULL,
+        worst = fmax(worst, fd_check_var(&v, model_loss, &c, 6, !relaxed ? model_flipped : rb ? model_hard_flipped : NULL,
                                          &skipped, &tried));
     }
     printf("  %-28s max rel err %.2e over %d tensors, %d of %d coordinates skipped (decision flips)\n", what, worst,
            M.ntensors, skipped, tried);
     CHECK(skipped <= tried / 20, "too many decision flips (%d of %d)", skipped, tried);
     g_fd_h = 1e-4;
-    free(c.in); free(c.tg); free(c.dec);
+    free(c.in); free(c.tg); free(c.dec); free(c.hard);
     model_free(&M);
 }
 static void check_model(int relaxed, const char *what) { check_model_opts(relaxed, what, NULL); }
