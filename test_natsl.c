@@ -209,7 +209,7 @@ static void test_grad_gdn_gates(void) {
     fd_check("gdn gates (g, beta)", v, 3, gates_loss, &c, 0);
 }
 
-static double rope_loss(void *p) { NormCtx *c = p; memcpy(c->y, c->x, 48 * sizeof(real)); rope_forward(c->y, 4, 2, 2, 6, 12); return dot_r(c->y, c->R, 48); }
+static double rope_loss(void *p) { NormCtx *c = p; memcpy(c->y, c->x, 48 * sizeof(real)); rope_forward(c->y, 4, 2, 2, 6, 12, 0); return dot_r(c->y, c->R, 48); }
 static void test_grad_rope(void) { // 4 rows (T = 2: positions 0,1,0,1) × 2 heads of 6
     NormCtx c = {vec(48), NULL, vec(48), NULL, vec(48)};
     real *dx = vec(48);
@@ -220,12 +220,12 @@ static void test_grad_rope(void) { // 4 rows (T = 2: positions 0,1,0,1) × 2 hea
     fd_check("rope", v, 1, rope_loss, &c, 0);
     // position 0 is the identity; position 1 rotates pair (i, i+3) by theta^(-2i/6) radians
     real y[12] = {1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6};
-    rope_forward(y, 1, 1, 2, 6, 12);
+    rope_forward(y, 1, 1, 2, 6, 12, 0);
     CHECK(y[0] == 1 && y[5] == 6, "rope at t=0 is not the identity");
     real z[6] = {1, 0, 0, 0, 0, 0};
     real zz[12] = {0};
     memcpy(zz + 6, z, sizeof(z));
-    rope_forward(zz, 2, 2, 1, 6, 6); // row 1 is t = 1
+    rope_forward(zz, 2, 2, 1, 6, 6, 0); // row 1 is t = 1
     CHECK(fabs(zz[6] - cos(1.0)) < 1e-12 && fabs(zz[9] - sin(1.0)) < 1e-12, "rope rotate-half convention");
 }
 
@@ -308,7 +308,7 @@ static void op_ctx_init(OpCtx *c, int use_mask) {
     c->which = 3;
 }
 static AttnArgs op_attn_args(const OpCtx *c, const real *m) {
-    AttnArgs a = {c->q, c->k, c->v, OLD, OLD, m, OB, OT, ONH, OH, ODQ, ODVA};
+    AttnArgs a = {c->q, c->k, c->v, OLD, OLD, m, OB, OT, ONH, OH, ODQ, ODVA, 0};
     return a;
 }
 static GdnArgs op_gdn_args(const OpCtx *c, const real *m) {
@@ -376,7 +376,7 @@ static void test_attention_bf16_operands(void) {
     fill_normal(q, B * T * LD, 1); fill_normal(k, B * T * LD, 1); fill_normal(v, B * T * LV, 1); fill_normal(dout, B * T * LV, 1);
     for (int i = 0; i < B * T * LD; i++) { qr[i] = round_bf16(q[i]); kr[i] = round_bf16(k[i]); }
     for (int i = 0; i < B * T * LV; i++) { vr[i] = round_bf16(v[i]); doutr[i] = round_bf16(dout[i]); }
-    AttnArgs a = {q, k, v, LD, LV, NULL, B, T, NH, NH, DQ, DV}, ar = {qr, kr, vr, LD, LV, NULL, B, T, NH, NH, DQ, DV};
+    AttnArgs a = {q, k, v, LD, LV, NULL, B, T, NH, NH, DQ, DV, 0}, ar = {qr, kr, vr, LD, LV, NULL, B, T, NH, NH, DQ, DV, 0};
     g_bf16 = 1;
     attention_forward(o1, l1, &a);
     attention_backward(g1, g1 + B * T * LV, g1 + 2 * B * T * LV, NULL, dout, o1, l1, &a);
@@ -387,6 +387,18 @@ static void test_attention_bf16_operands(void) {
     CHECK(!memcmp(o1, o2, B * T * LV * sizeof(real)) && !memcmp(l1, l2, B * NH * T * sizeof(real)),
           "bf16 attention output differs from the fp32 op on rounded operands");
     CHECK(!memcmp(g1, g2, 3 * B * T * LV * sizeof(real)), "bf16 attention gradients differ from the fp32 op on rounded operands");
+    // operands stored in bf16 (the A layer) on the TF32 kernels (NATSL_ATTN_BF16=0): q, k, v and the output
+    // rounded as stored, the gradient dout not (those kernels read it in fp32)
+    a.stored_mp = 1;
+    setenv("NATSL_ATTN_BF16", "0", 1);
+    g_bf16 = 1;
+    attention_forward(o1, l1, &a);
+    attention_backward(g1, g1 + B * T * LV, g1 + 2 * B * T * LV, NULL, dout, o1, l1, &a);
+    g_bf16 = 0;
+    attention_backward(g2, g2 + B * T * LV, g2 + 2 * B * T * LV, NULL, dout, o2, l2, &ar);
+    unsetenv("NATSL_ATTN_BF16");
+    CHECK(!memcmp(o1, o2, B * T * LV * sizeof(real)), "bf16-stored attention output (TF32 path) is not the rounded fp32 op");
+    CHECK(!memcmp(g1, g2, 3 * B * T * LV * sizeof(real)), "bf16-stored attention gradients (TF32 path) differ");
     real *ptrs[] = {q, k, v, dout, qr, kr, vr, doutr, o1, o2, l1, l2, g1, g2};
     for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) free(ptrs[i]);
     g_rng = rng;

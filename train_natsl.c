@@ -279,26 +279,29 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
 }
 
 // ---- RoPE (§4, (4.2a-b); §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
-// Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1).
-static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign) {
+// Row r is position t = r mod T; the angle t·10000^(−2i/hd) in double. The backward is the rotation by the
+// opposite angle (sign = −1). x_mp: x is stored in the matmul precision (the A layer's q, k), so the rotated
+// values are rounded to it.
+static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp) {
     #pragma omp parallel for
     for (int r = 0; r < N; r++) {
         int t = r % T;
         for (int h = 0; h < nh; h++) {
             real *v = x + (size_t)r * ld + h * hd;
             for (int i = 0; i < hd / 2; i++) {
-                real ang = t * pow((real)10000, -2 * (real)i / hd);
+                double ang = t * pow(10000.0, -2.0 * i / hd);
                 real c = cos(ang), s = sign * sin(ang);
                 real x1 = v[i], x2 = v[i + hd / 2];
                 v[i] = x1 * c - x2 * s;
                 v[i + hd / 2] = x2 * c + x1 * s;
+                if (x_mp) { v[i] = matmul_precision(v[i]); v[i + hd / 2] = matmul_precision(v[i + hd / 2]); }
             }
         }
     }
 }
-static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_rotate(x, N, T, nh, hd, ld, 1); }
+static void rope_forward(real *x, int N, int T, int nh, int hd, int ld, int x_mp) { rope_rotate(x, N, T, nh, hd, ld, 1, x_mp); }
 // in place: dx holds dL/d(rotated x) and becomes dL/dx
-static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
+static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1, 0); }
 
 // ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π (5.2c), output weights ω (5.1e)) --
 static void pair_softmax_forward(real *y, const real *x, size_t npairs) {
@@ -880,13 +883,14 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 }
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
-// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place;  o = causal softmax attention;  out = o W_oᵀ
+// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place;  o = causal softmax attention;  out = o W_oᵀ.
+// proj and o are stored in the matmul precision (the GPU's bf16 mode keeps them in bf16). The q and k blocks are
+// adjacent, so one RoPE call over 2·heads heads rotates both.
 static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 0);
-    rope_forward(a->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
-    rope_forward(a->k, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1);
+    rope_forward(a->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, 1);
     attention_forward(a->att_out, a->lse, &op);
     matmul_forward(out, a->att_out, p->wo, BT, D, D, 0);
 }
@@ -896,8 +900,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
     AttnArgs op = attn_layer_op_args(c, a, B, T);
     matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
-    rope_backward(d->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
-    rope_backward(d->k, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D);
 }
 
@@ -919,7 +922,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed, noise, tau);
     rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K);
     rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K);
-    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K); rope_forward(a->ka, BT, T, Ha, dka, K); }
+    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 0); rope_forward(a->ka, BT, T, Ha, dka, K, 0); }
     matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     attention_forward(a->att_out, a->lse, &att);
@@ -1176,13 +1179,17 @@ static real round_bf16(real x) {
 static real matmul_precision(real x) { return g_bf16 ? round_bf16(x) : x; }
 
 // The GPU runs the softmax op on its bf16 tensor-core kernels where they take the head dims ((64,64): the A layer;
-// (64,128): the 340m/760m N layers), on bf16 copies of q, k, v (and of dout and out in the backward), and stores
-// the output in bf16. In bf16 mode attention_forward/backward read such copies: r gets the args with q, k, v
-// pointing into rounded copies, *dout and *out (when given) are pointed at rounded copies too; returns the
-// buffer holding them all (free it), or NULL where the GPU runs the op in TF32 (nothing to round; also everywhere
-// with NATSL_ATTN_BF16=0 in the environment, as on the GPU).
+// (64,128): the 340m/760m N layers), on bf16 q, k, v (and dout and out in the backward), and stores the output in
+// bf16: the A layer's producers store q, k, v and the output in bf16 (AttnArgs.stored_mp), the N layer's op takes bf16
+// copies. Elsewhere (other head dims, or NATSL_ATTN_BF16=0 in the environment, as on the GPU) it runs the TF32
+// kernels on fp32 values: those of the bf16 tensors where the operands are stored so. In bf16 mode
+// attention_forward/backward read rounded copies of what the GPU reads in bf16: r gets the args with q, k, v
+// pointing into them, *dout and *out (when given) are pointed at them too; returns the buffer holding them all
+// (free it), or NULL where the GPU reads nothing in bf16.
 static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out) {
-    if (!g_bf16 || !env_flag("NATSL_ATTN_BF16", 1) || a->head_k != 64 || (a->head_v != 64 && a->head_v != 128)) return NULL;
+    int flash = env_flag("NATSL_ATTN_BF16", 1) && a->head_k == 64 && (a->head_v == 64 || a->head_v == 128);
+    if (!g_bf16 || (!flash && !a->stored_mp)) return NULL;
+    if (!flash) dout = NULL; // the TF32 kernels read the fp32 gradient
     size_t rows = (size_t)a->B * a->T, nqk = (rows - 1) * a->ldqk + (size_t)a->heads * a->head_k;
     size_t nv = (rows - 1) * a->ldv + (size_t)a->heads * a->head_v, no = rows * a->heads * a->head_v;
     real *buf = xcalloc(2 * nqk + nv + 2 * no, sizeof(real)), *p = buf;

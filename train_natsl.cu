@@ -608,29 +608,54 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
 }
 
 // ---- RoPE (§4, (4.2a-b); §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
-// Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1).
-__global__ void rope_rotate_kernel(float *x, int N, int T, int nh, int hd, int ld, int sign) {
+// Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1). The (cos, sin) of
+// the angles t·10000^(−2i/hd) come from a table computed in double on the host (rope_table), as train_natsl.c
+// computes them. x_mp: x is stored in the matmul precision (bf16 in bf16 mode: the A layer's q, k).
+template <class X>
+__global__ void rope_rotate_kernel(X *x, const float2 *cs, int N, int T, int nh, int hd, int ldx, float sign) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int half = hd / 2;
     if (idx >= (size_t)N * nh * half) return;
     int i = (int)(idx % half), h = (int)((idx / half) % nh);
     size_t r = idx / ((size_t)half * nh);
-    int t = (int)(r % T);
-    float *v = x + r * ld + (size_t)h * hd;
-    float ang = t * powf(10000.f, -2 * (float)i / hd);
-    float c = cosf(ang), s = sign * sinf(ang);
-    float x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * c - x2 * s;
-    v[i + half] = x2 * c + x1 * s;
+    X *v = x + r * ldx + (size_t)h * hd;
+    const float2 a = cs[(size_t)(r % T) * half + i];
+    const float c = a.x, s = sign * a.y, x1 = ld(v + i), x2 = ld(v + i + half);
+    st(v + i, x1 * c - x2 * s);
+    st(v + i + half, x2 * c + x1 * s);
 }
-static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign) {
+// The device table [T][hd/2] of (cos, sin) for head width hd, kept per width for the longest T asked so far.
+static const float2 *rope_table(int T, int hd) {
+    static struct { int hd, T; float2 *p; } tab[8];
+    int e = 0;
+    while (e < 8 && tab[e].p && tab[e].hd != hd) e++;
+    if (e == 8) { fprintf(stderr, "error: rope_table: more than 8 head widths\n"); exit(1); }
+    if (tab[e].p && tab[e].T >= T) return tab[e].p;
+    size_t n = (size_t)T * (hd / 2);
+    float2 *h = (float2 *)xcalloc(n, sizeof(float2));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            double ang = t * pow(10000.0, -2.0 * i / hd);
+            h[(size_t)t * (hd / 2) + i] = make_float2((float)cos(ang), (float)sin(ang));
+        }
+    if (tab[e].p) CUDA_CHECK(cudaFree(tab[e].p));
+    tab[e].p = (float2 *)xcudamalloc(n * sizeof(float2));
+    CUDA_CHECK(cudaMemcpy(tab[e].p, h, n * sizeof(float2), cudaMemcpyHostToDevice));
+    free(h);
+    tab[e].hd = hd; tab[e].T = T;
+    return tab[e].p;
+}
+static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp) {
     PROF_OP();
     size_t n = (size_t)N * nh * (hd / 2);
-    rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(x, N, T, nh, hd, ld, sign);
+    const float2 *cs = rope_table(T, hd);
+    if (x_mp && g_bf16)
+        rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>((__nv_bfloat16 *)x, cs, N, T, nh, hd, ld, (float)sign);
+    else rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(x, cs, N, T, nh, hd, ld, (float)sign);
     CUDA_CHECK(cudaGetLastError());
 }
-static void rope_forward(real *x, int N, int T, int nh, int hd, int ld) { rope_rotate(x, N, T, nh, hd, ld, 1); }
-static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1); }
+static void rope_forward(real *x, int N, int T, int nh, int hd, int ld, int x_mp) { rope_rotate(x, N, T, nh, hd, ld, 1, x_mp); }
+static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1, 0); }
 
 // ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π (5.2c), output weights ω (5.1e)) --
 __global__ void pair_softmax_forward_kernel(float *y, const float *x, size_t npairs) {
@@ -1987,12 +2012,15 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
 }
 
 // ---- the softmax op's entry points: the bf16 kernels in bf16 mode where they take the head dims, else the
-// TF32 kernels (3xTF32 in fp32 mode). The bf16 path copies its operands to bf16 (packed [B*T][heads*head]: the
-// producers still write fp32) and widens the output back to fp32; train_natsl.c -p bf16 rounds the same copies.
-// NATSL_ATTN_BF16=0 in the environment keeps the TF32 kernels in bf16 mode.
+// TF32 kernels (3xTF32 in fp32 mode). Operands stored in bf16 (AttnArgs.stored_mp in bf16 mode: the A layer's q,
+// k, v and output) go to the bf16 kernels as they are; fp32 ones (the N layer's) are copied to bf16 (packed
+// [B*T][heads*head]) and the output widened back to fp32. The gradient dout is fp32 and copied. NATSL_ATTN_BF16=0
+// in the environment keeps the TF32 kernels in bf16 mode: on the fp32 values of bf16-stored operands, the output
+// rounded to bf16 where it is stored so. train_natsl.c -p bf16 rounds the same values.
 static int attention_in_bf16(const AttnArgs *a) {
     return g_bf16 && env_flag("NATSL_ATTN_BF16", 1) && flash_bf16_supported(a->head_k, a->head_v);
 }
+static int attention_stored_bf16(const AttnArgs *a) { return g_bf16 && a->stored_mp; }
 __global__ void rows_to_bf16_kernel(bf16 *y, int ldy, const float *x, int ldx, size_t rows, int cols) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)gridDim.x * blockDim.x)
         y[(i / cols) * ldy + i % cols] = __float2bfloat16_rn(x[(i / cols) * ldx + i % cols]);
@@ -2001,49 +2029,92 @@ __global__ void rows_from_bf16_kernel(float *y, int ldy, const bf16 *x, int ldx,
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)gridDim.x * blockDim.x)
         y[(i / cols) * ldy + i % cols] = __bfloat162float(x[(i / cols) * ldx + i % cols]);
 }
+static unsigned rows_grid(size_t n) { return (unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16); }
 static void rows_to_bf16(bf16 *y, const float *x, int ldx, size_t rows, int cols) {
-    rows_to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(rows * cols, 256), (size_t)num_sms() * 16), 256>>>(y, cols, x, ldx, rows, cols);
+    rows_to_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, cols, x, ldx, rows, cols);
     CUDA_CHECK(cudaGetLastError());
 }
-// The bf16 copies of one call's q, k (B*T x heads*head_k), v, out, dout (B*T x heads*head_v), in one scratch buffer.
-typedef struct { bf16 *q, *k, *v, *out, *dout; } AttnBf16;
-static AttnBf16 attention_bf16_scratch(const AttnArgs *a) {
-    static bf16 *buf = NULL;
-    static size_t cap = 0;
-    size_t BT = (size_t)a->B * a->T, nq = BT * a->heads * a->head_k, nv = BT * a->heads * a->head_v;
-    if (2 * nq + 3 * nv > cap) {
-        if (buf) CUDA_CHECK(cudaFree(buf));
-        cap = 2 * nq + 3 * nv;
-        buf = (bf16 *)xcudamalloc(cap * sizeof(bf16));
+static void rows_from_bf16(float *y, const bf16 *x, int ldx, size_t rows, int cols) {
+    rows_from_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, cols, x, ldx, rows, cols);
+    CUDA_CHECK(cudaGetLastError());
+}
+// A grow-only device scratch per use (slot), reused by every call.
+enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_SLOTS };
+static void *attention_scratch(int slot, size_t bytes) {
+    static void *buf[SCRATCH_SLOTS];
+    static size_t cap[SCRATCH_SLOTS];
+    if (bytes > cap[slot]) {
+        if (buf[slot]) CUDA_CHECK(cudaFree(buf[slot]));
+        buf[slot] = xcudamalloc(bytes);
+        cap[slot] = bytes;
     }
-    AttnBf16 c = {buf, buf + nq, buf + 2 * nq, buf + 2 * nq + nv, buf + 2 * nq + 2 * nv};
-    rows_to_bf16(c.q, a->q, a->ldqk, BT, a->heads * a->head_k);
-    rows_to_bf16(c.k, a->k, a->ldqk, BT, a->heads * a->head_k);
-    rows_to_bf16(c.v, a->v, a->ldv, BT, a->heads * a->head_v);
+    return buf[slot];
+}
+// The bf16 operands of one call of the bf16 kernels: q, k, v (rows of stride ldqk, ldv), out and dout (packed
+// [B*T][heads*head_v]). Stored in bf16: q, k, v and out are the tensors themselves; else q, k, v are copied (packed)
+// here. dout (fp32, the backward's) is copied by the caller into the slot given.
+typedef struct { const bf16 *q, *k, *v; int ldqk, ldv; bf16 *out, *dout; } AttnBf16;
+static AttnBf16 attention_bf16_operands(const AttnArgs *a, real *out) {
+    size_t BT = (size_t)a->B * a->T, nq = BT * a->heads * a->head_k, nv = BT * a->heads * a->head_v;
+    if (attention_stored_bf16(a)) {
+        AttnBf16 c = {(const bf16 *)a->q, (const bf16 *)a->k, (const bf16 *)a->v, a->ldqk, a->ldv, (bf16 *)out,
+                      (bf16 *)attention_scratch(SCRATCH_ATTN_BF16, nv * sizeof(bf16))};
+        return c;
+    }
+    bf16 *buf = (bf16 *)attention_scratch(SCRATCH_ATTN_BF16, (2 * nq + 3 * nv) * sizeof(bf16));
+    AttnBf16 c = {buf, buf + nq, buf + 2 * nq, a->heads * a->head_k, a->heads * a->head_v, buf + 2 * nq + nv,
+                  buf + 2 * nq + 2 * nv};
+    rows_to_bf16((bf16 *)c.q, a->q, a->ldqk, BT, a->heads * a->head_k);
+    rows_to_bf16((bf16 *)c.k, a->k, a->ldqk, BT, a->heads * a->head_k);
+    rows_to_bf16((bf16 *)c.v, a->v, a->ldv, BT, a->heads * a->head_v);
     return c;
+}
+// For the TF32 kernels in bf16 mode: the fp32 values of bf16-stored operands, in a scratch laid out like them (rows
+// of stride ldqk == ldv, from the lowest of the q, k, v pointers), so the gradients keep the operands' strides. *a
+// gets the widened q, k, v; *out, when given, is widened too (packed) and pointed at its copy.
+static void attention_widen(AttnArgs *a, const real **out) {
+    const bf16 *q = (const bf16 *)a->q, *k = (const bf16 *)a->k, *v = (const bf16 *)a->v;
+    const bf16 *lo = std::min(q, std::min(k, v)), *hi = std::max(q, std::max(k, v));
+    size_t BT = (size_t)a->B * a->T, no = BT * a->heads * a->head_v;
+    int width = (int)(hi - lo) + a->heads * std::max(a->head_k, a->head_v);
+    if (a->ldqk != a->ldv || width > a->ldqk) { fprintf(stderr, "error: attention_widen: operands not in one row block\n"); exit(1); }
+    float *w = (float *)attention_scratch(SCRATCH_ATTN_WIDE, (BT * a->ldqk + no) * sizeof(float));
+    rows_from_bf16_kernel<<<rows_grid(BT * width), 256>>>(w, a->ldqk, lo, a->ldqk, BT, width);
+    CUDA_CHECK(cudaGetLastError());
+    a->q = w + (q - lo); a->k = w + (k - lo); a->v = w + (v - lo);
+    if (out) {
+        rows_from_bf16(w + BT * a->ldqk, (const bf16 *)*out, a->heads * a->head_v, BT, a->heads * a->head_v);
+        *out = w + BT * a->ldqk;
+    }
 }
 
 // Operands in AttnArgs (common/layout.h); out [B*T][heads*head_v], lse [B][heads][T].
-static void attention_forward(real *out, real *lse, const AttnArgs *a) {
+static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     PROF_OP();
-    const float *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
-    int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, NH = a->heads, NHm = m ? a->mask_heads : a->heads;
-    int dq = a->head_k, dvh = a->head_v;
+    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    int dq = args->head_k, dvh = args->head_v;
+    size_t BT = (size_t)B * T;
     cudaStream_t st = 0;
-    if (attention_in_bf16(a)) {
-        AttnBf16 c = attention_bf16_scratch(a);
-        size_t BT = (size_t)B * T;
-        flash_bf16_forward(c.out, lse, c.q, c.k, NH * dq, c.v, NH * dvh, m, B, T, NH, NHm, dq, dvh, st);
-        rows_from_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(BT * NH * dvh, 256), (size_t)num_sms() * 16), 256>>>(
-            out, NH * dvh, c.out, NH * dvh, BT, NH * dvh);
-        CUDA_CHECK(cudaGetLastError());
+    if (attention_in_bf16(args)) {
+        AttnBf16 c = attention_bf16_operands(args, out);
+        flash_bf16_forward(c.out, lse, c.q, c.k, c.ldqk, c.v, c.ldv, args->mask, B, T, NH, NHm, dq, dvh, st);
+        if (!attention_stored_bf16(args)) rows_from_bf16(out, c.out, NH * dvh, BT, NH * dvh);
         return;
     }
+    AttnArgs w = *args;
+    float *o = out;
+    if (attention_stored_bf16(args)) {
+        attention_widen(&w, NULL);
+        o = (float *)attention_scratch(SCRATCH_ATTN_BF16, BT * NH * dvh * sizeof(float));
+    }
+    const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
+    int ldqk = w.ldqk, ldv = w.ldv;
     attn_check_args("attention_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dvh);
 #define ATT_FWD_CASE(A, C)                                                                                          \
     if (dq == A && dvh == C) {                                                                                      \
-        if (g_attn_passes == 3) launch_fwd<A, C, true>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);         \
-        else launch_fwd<A, C, false>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);                           \
+        if (g_attn_passes == 3) launch_fwd<A, C, true>(o, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);           \
+        else launch_fwd<A, C, false>(o, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);                             \
+        if (o != out) rows_to_bf16((bf16 *)out, o, NH * dvh, BT, NH * dvh);                                         \
         return;                                                                                                     \
     }
     ATT_SHAPES(ATT_FWD_CASE)
@@ -2057,21 +2128,24 @@ static size_t g_att_scratch_n = 0;
 
 // WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given).
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
-                               const real *lse, const AttnArgs *a) {
+                               const real *lse, const AttnArgs *args) {
     PROF_OP();
-    const float *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
-    int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, NH = a->heads, NHm = m ? a->mask_heads : a->heads;
-    int dq_ = a->head_k, dvh = a->head_v;
+    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    int dq_ = args->head_k, dvh = args->head_v;
+    size_t BT = (size_t)B * T;
     cudaStream_t st = 0;
-    if (attention_in_bf16(a)) {
-        AttnBf16 c = attention_bf16_scratch(a);
-        size_t BT = (size_t)B * T;
-        rows_to_bf16(c.out, out, NH * dvh, BT, NH * dvh);
+    if (attention_in_bf16(args)) {
+        AttnBf16 c = attention_bf16_operands(args, (real *)out);
+        if (!attention_stored_bf16(args)) rows_to_bf16(c.out, out, NH * dvh, BT, NH * dvh);
         rows_to_bf16(c.dout, dout, NH * dvh, BT, NH * dvh);
-        flash_bf16_backward(dq, ldqk, dk, ldqk, dv, ldv, 0, 0, dA, c.dout, c.out, lse, c.q, c.k, NH * dq_, c.v, NH * dvh, m,
-                            B, T, NH, NHm, dq_, dvh, st);
+        flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, c.dout, c.out, lse, c.q, c.k, c.ldqk,
+                            c.v, c.ldv, args->mask, B, T, NH, NHm, dq_, dvh, st);
         return;
     }
+    AttnArgs w = *args;
+    if (attention_stored_bf16(args)) attention_widen(&w, &out);
+    const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
+    int ldqk = w.ldqk, ldv = w.ldv;
     attn_check_args("attention_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
     if (((uintptr_t)dq % 16) || ((uintptr_t)dk % 16) || ((uintptr_t)dv % 16)) {
         fprintf(stderr, "attention_backward: dq/dk/dv must be 16-byte aligned\n"); exit(1);
@@ -3554,26 +3628,25 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 }
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
-// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place;  o = causal softmax attention;  out = o W_oᵀ
+// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place (one call: the blocks are adjacent);
+// o = causal softmax attention;  out = o W_oᵀ. proj and o are stored in the matmul precision: in bf16 mode the
+// attention kernels and W_o read them as their producers wrote them.
 static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
                                     int ops_kept) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 0);
-    rope_forward(a->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
-    rope_forward(a->k, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1);
+    rope_forward(a->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, 1);
     if (!ops_kept) attention_forward(a->att_out, a->lse, &op);
-    if (!ops_kept) matmul_forward(out, operand(a->att_out, (size_t)BT * D, OPERAND_INPUT), p->wo, BT, D, D, 0);
+    if (!ops_kept) matmul_forward(out, a->att_out, p->wo, BT, D, D, 0);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT),
-                    operand(a->att_out, (size_t)BT * D, OPERAND_INPUT), p->wo, BT, D, D);
+    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
-    rope_backward(d->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
-    rope_backward(d->k, BT, T, heads, NATSL_ATTN_HEAD, 3 * D);
+    rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
     matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D);
 }
 
@@ -3598,7 +3671,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
 #endif
     rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 0);
     rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 0);
-    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K); rope_forward(a->ka, BT, T, Ha, dka, K); }
+    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 0); rope_forward(a->ka, BT, T, Ha, dka, K, 0); }
     matmul_forward(a->omega_raw, operand(a->q, (size_t)BT * K, OPERAND_INPUT), p->wow, BT, K, 2 * Ha, 0);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     if (!ops_kept) {

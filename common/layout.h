@@ -54,6 +54,7 @@ typedef struct {
     real *res;                  // h^l, the block input [BT][D]
     real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
     real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
+                                //   (A: stored in the matmul precision, as is its att_out)
     real *qkv;                  // G,N: silu(conv(proj)), planes Q [BT][K] | K [BT][K] | V [BT][Vt]
     real *q, *k, *v;            // G,N: the three planes of qkv;  A: the q, k, v column blocks of proj (row stride 3D)
     real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
@@ -72,10 +73,14 @@ typedef struct {
     real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
 } LayerActs;
 
-// Points the plane names (q, k, v, q_hat, ...) into the planar fields that hold them.
-static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T) {
+// Points the plane names (q, k, v, q_hat, ...) into the planar fields that hold them. proj_half: the A layer's
+// proj holds 2-byte values (bf16 mode), so its column blocks start D and 2D such values in.
+static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T, int proj_half) {
     size_t BT = (size_t)B * T, K = cfg_K(c), D = c->D;
-    if (kind == 'A' && a->proj) { a->q = a->proj; a->k = a->proj + D; a->v = a->proj + 2 * D; }
+    if (kind == 'A' && a->proj) {
+        size_t col = proj_half ? D / 2 : D; // D is even (config_check: an A layer needs D % 64 == 0)
+        a->q = a->proj; a->k = a->proj + col; a->v = a->proj + 2 * col;
+    }
     if (kind != 'A' && a->qkv) { a->q = a->qkv; a->k = a->qkv + BT * K; a->v = a->qkv + 2 * BT * K; }
     if (a->qk_hat) { a->q_hat = a->qk_hat; a->k_hat = a->qk_hat + BT * K; }
     if (a->qka) { a->qa = a->qka; a->ka = a->qka + BT * K; }
@@ -129,13 +134,13 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         }
         if (kind == 'A') {
             size_t n_attn = cfg_attn_heads(c);
-            TAKE(proj, BT * 3 * D, R | G); TAKE(att_out, BT * D, OP | G); TAKE(lse, (size_t)B * n_attn * T, OP);
+            TAKE(proj, BT * 3 * D, R | G | MA); TAKE(att_out, BT * D, OP | G | MA); TAKE(lse, (size_t)B * n_attn * T, OP);
         }
         TAKE(r, BT * D, OP); TAKE(xn2, BT * D, R | G | MA); TAKE(rstd2, BT, R);
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, R | G | MA);
 #undef TAKE
     }
-    if (base) layer_planes(a, c, kind, B, T);
+    if (base) layer_planes(a, c, kind, B, T, half && !grads);
     return off;
 }
 
@@ -177,11 +182,14 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
 // The softmax op (§4, §5.3, §6.2, §6.3): `heads` heads; query/key head j at columns j*head_k of rows of stride
 // ldqk, value head j at j*head_v of rows of stride ldv. mask: the routing mask [B][Nc][mask_heads][2], of which
 // op 0 (softmax) is read, heads/mask_heads heads sharing one mask head; NULL: plain causal attention (an A layer).
+// stored_mp: q, k, v and the output are stored in the matmul precision (bf16 on the GPU in bf16 mode: the A layer,
+// whose producers write them so); 0: fp32 (the N layer, whose v the GDN op reads too).
 typedef struct {
     const real *q, *k, *v;
     int ldqk, ldv;
     const real *mask;
     int B, T, heads, mask_heads, head_k, head_v;
+    int stored_mp;
 } AttnArgs;
 
 // The GDN op (§3.2, §5.4, §6.1, §6.4): H heads; q̂/k̂ head h at columns h*head_k of rows of stride ldqk, value
@@ -214,13 +222,14 @@ static inline GdnArgs natsl_gdn_args(const Config *c, const LayerActs *a, int B,
     return o;
 }
 static inline AttnArgs natsl_attn_args(const Config *c, const LayerActs *a, int B, int T) {
-    AttnArgs o = {a->qa, a->ka, a->v, cfg_K(c), cfg_Vt(c), a->rmask, B, T, c->Ha, c->H, cfg_dka(c), cfg_dva(c)};
+    AttnArgs o = {a->qa, a->ka, a->v, cfg_K(c), cfg_Vt(c), a->rmask, B, T, c->Ha, c->H, cfg_dka(c), cfg_dva(c), 0};
     return o;
 }
-// The A layer's op: plain causal attention over the q, k, v column blocks of proj.
+// The A layer's op: plain causal attention over the q, k, v column blocks of proj, which, like the op's output,
+// are stored in the matmul precision.
 static inline AttnArgs attn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
     int D = c->D, heads = cfg_attn_heads(c);
-    AttnArgs o = {a->q, a->k, a->v, 3 * D, 3 * D, NULL, B, T, heads, heads, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD};
+    AttnArgs o = {a->q, a->k, a->v, 3 * D, 3 * D, NULL, B, T, heads, heads, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 1};
     return o;
 }
 static inline GatedNormArgs gdn_layer_norm_args(const Config *c, const LayerActs *a, const real *o_norm, int B, int T) {
