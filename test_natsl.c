@@ -537,22 +537,39 @@ static void layer_run(LayerCtx *c) {
     char k = cf->pattern[c->l];
     if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
     else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
-    else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed, NULL, 1);
+    else if (k == 'S') {
+        c->M->rb.sel[c->l] = select_gate(c->M, c->l);
+        select_layer_forward(cf, &c->a, p, c->out, c->B, c->T, &c->M->rb.sel[c->l]);
+    } else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed, NULL, 1);
 }
-static double layer_loss(void *p) { LayerCtx *c = p; layer_run(c); return dot_r(c->out, c->R, (size_t)c->B * c->T * c->M->cfg.D); }
+// A relaxed S layer's loss adds g_sel_dpen·y_A, a penalty term whose gradient select_layer_backward takes as dpen
+// (7.3e); the hard one's does not depend on s_sel (its gate gradient is off).
+static real g_sel_dpen = 0.37;
+static double layer_loss(void *p) {
+    LayerCtx *c = p;
+    layer_run(c);
+    double s = dot_r(c->out, c->R, (size_t)c->B * c->T * c->M->cfg.D);
+    if (c->M->cfg.pattern[c->l] == 'S' && c->M->router_relaxed) s += record_terms(&g_sel_dpen, &(real){c->M->rb.sel[c->l].y_a}, 1);
+    return s;
+}
 static real *g_decisions; // routing decisions of the unperturbed forward, for flip detection
 static int layer_flipped(void *p) {
     LayerCtx *c = p;
     size_t n = (size_t)c->B * (c->T / CH) * c->M->cfg.H * 2;
     return c->M->cfg.pattern[c->l] == 'N' && memcmp(g_decisions, c->a.rmask, n * sizeof(real)) != 0;
 }
-static void check_layer(const char *pattern, int rope, int relaxed, const char *what) {
+// S layers (§7.3): s_sel = s_sel0; relaxed, under fixed Gumbel noise at τ = 0.7 and with the penalty term of layer_loss.
+static void check_layer(const char *pattern, int rope, int relaxed, const char *what, double s_sel0) {
     Config cf = small_config(pattern, rope);
     Model M;
     model_build(&M, &cf);
     model_init(&M, 7);
     M.router_relaxed = relaxed;
     M.router_no_grad = !relaxed;
+    if (pattern[0] == 'S') {
+        M.p.layer[0].s_sel[0] = s_sel0;
+        M.rb.sel_noise = relaxed; M.rb.sel_tau = 0.7; M.rb.sel_g[0][0] = 0.3f; M.rb.sel_g[0][1] = -0.8f;
+    }
     int B = 2, T = 192;
     LayerCtx c = {&M, 0, B, T, vec((size_t)B * T * cf.D), vec((size_t)B * T * cf.D), vec((size_t)B * T * cf.D), {0}};
     real *abuf = vec(layer_acts_layout(&c.a, &cf, pattern[0], B, T, NULL, ACTS_ALL));
@@ -570,7 +587,22 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     memset(M.grads, 0, M.nparams * sizeof(real));
     if (pattern[0] == 'G') gdn_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
     else if (pattern[0] == 'A') attention_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
+    else if (pattern[0] == 'S')
+        select_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, &M.rb.sel[0], g_sel_dpen, relaxed);
     else natsl_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, M.router_no_grad, NULL, 1);
+    if (pattern[0] == 'S') { // the unchosen mixer's parameters get exactly zero gradient (hard), every one some (relaxed)
+        const SelGate *g = &M.rb.sel[0];
+        for (int i = 0; i < M.ntensors; i++) {
+            const ParamTensor *t = &M.tensors[i];
+            if (t->layer != 0 || t->slot == P_LN_MIX || t->slot == P_SSEL || t->slot >= P_LN_MLP) continue;
+            int of_a = t->slot == P_WQKV_A || t->slot == P_WO_A, zero = 1;
+            for (size_t j = 0; j < t->numel; j++) zero &= M.grads[t->offset + j] == 0;
+            CHECK(relaxed ? !zero : zero == (of_a != g->a), "%s: gradient %s zero with the gate choosing %c", t->name,
+                  zero ? "all" : "not", g->a ? 'A' : 'G');
+        }
+        printf("  gate: s_sel %.2f, y_A %.4f, chose %c, d s_sel %.6g\n", g->s, g->y_a, g->a ? 'A' : 'G', M.g.layer[0].s_sel[0]);
+        CHECK(relaxed == (M.g.layer[0].s_sel[0] != 0), "d s_sel is %g", M.g.layer[0].s_sel[0]);
+    }
     Var v[NSLOT + 1];
     int nv = 0, skipped = 0, tried = 0;
     v[nv++] = (Var){"x", c.x, dx, (size_t)B * T * cf.D};
@@ -594,11 +626,16 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     free(abuf); free(dbuf); free(dx); free(c.x); free(c.out); free(c.R);
     model_free(&M);
 }
-static void test_grad_gdn_layer(void) { check_layer("G", 0, 0, "G layer"); }
-static void test_grad_attention_layer(void) { check_layer("A", 0, 0, "A layer (RoPE)"); }
-static void test_grad_natsl_layer_hard(void) { check_layer("N", 0, 0, "N layer, hard routing"); }
-static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, hard, RoPE"); }
-static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router"); }
+static void test_grad_gdn_layer(void) { check_layer("G", 0, 0, "G layer", 0); }
+static void test_grad_attention_layer(void) { check_layer("A", 0, 0, "A layer (RoPE)", 0); }
+static void test_grad_natsl_layer_hard(void) { check_layer("N", 0, 0, "N layer, hard routing", 0); }
+static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, hard, RoPE", 0); }
+static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router", 0); }
+// §7.3: the S layer with its gate choosing A (s_sel < 0), choosing G (s_sel > 0), and relaxed at fixed noise with
+// the penalty term (every parameter, s_sel included, against finite differences)
+static void test_grad_select_layer_a(void) { check_layer("S", 0, 0, "S layer, A chosen", -0.5); }
+static void test_grad_select_layer_g(void) { check_layer("S", 0, 0, "S layer, G chosen", 0.5); }
+static void test_grad_select_layer_relaxed(void) { check_layer("S", 0, 1, "S layer, relaxed, tau 0.7 + pen", 0.2); }
 
 typedef struct { Model *M; int *in, *tg, B, T; real *dec; char *hard; } ModelCtx;
 // Σ losses, plus B·T·(L_pen + L_lb) in the form the backward differentiates (§7; zero when off): model_backward
@@ -1883,6 +1920,9 @@ int main(int argc, char **argv) {
     RUN(test_grad_natsl_layer_hard);
     RUN(test_grad_natsl_layer_rope);
     RUN(test_grad_natsl_layer_relaxed);
+    RUN(test_grad_select_layer_a);
+    RUN(test_grad_select_layer_g);
+    RUN(test_grad_select_layer_relaxed);
     RUN(test_grad_model_hard);
     RUN(test_grad_model_relaxed);
     RUN(test_grad_router_gumbel_budget); // after the older tests: their random inputs stay as they were
