@@ -611,8 +611,11 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
             M.tensors[i].slot != P_WGU && M.tensors[i].slot != P_WDOWN)
             v[nv++] = (Var){M.tensors[i].name, M.params + M.tensors[i].offset, M.grads + M.tensors[i].offset, M.tensors[i].numel};
     double worst = 0;
-    for (int k = 0; k < nv; k++)
-        worst = fmax(worst, fd_check_var(&v[k], layer_loss, &c, 40, pattern[0] == 'N' && !relaxed ? layer_flipped : NULL, &skipped, &tried));
+    for (int k = 0; k < nv; k++) {
+        double e = fd_check_var(&v[k], layer_loss, &c, 40, pattern[0] == 'N' && !relaxed ? layer_flipped : NULL, &skipped, &tried);
+        worst = fmax(worst, e);
+        if (v[k].x == M.p.layer[0].s_sel) printf("  %s: analytic %.10g, rel err %.2e\n", v[k].name, (double)v[k].dx[0], e);
+    }
     printf("  %-28s max rel err %.2e over %d tensors, %d of %d coordinates skipped (decision flips)\n", what, worst, nv, skipped, tried);
     CHECK(skipped <= tried / 20, "too many decision flips (%d of %d)", skipped, tried);
     if (pattern[0] == 'N') {
@@ -644,7 +647,10 @@ static double model_loss(void *p) {
     ModelCtx *c = p;
     model_forward(c->M, c->in, c->tg, c->B, c->T);
     double s = record_terms(c->M->losses, NULL, (size_t)c->B * c->T);
-    if (budget_aux_on(&c->M->rb)) { real aux = (c->M->rb.pen_soft + c->M->rb.lb_soft) * c->B * c->T; s += record_terms(&aux, NULL, 1); }
+    if (budget_aux_on(&c->M->rb) || c->M->rb.sel_lambda > 0) {
+        real aux = (c->M->rb.pen_soft + c->M->rb.lb_soft) * c->B * c->T;
+        s += record_terms(&aux, NULL, 1);
+    }
     return s;
 }
 static size_t model_decisions(const Model *M, real *out, int B, int T) {
@@ -682,19 +688,22 @@ static int model_hard_flipped(void *p) {
 // rb: the §7 options (NULL = off); with rb->tau0 > 0 the forward passes use fixed Gumbel noise at τ = tau0.
 // The §7 tests start their random draws from a fixed state, so that the point they check does not depend on
 // which tests ran before (a full run and `./test_natsl grad_model_gumbel` check the same coordinates).
-static void check_model_opts(int relaxed, const char *what, const RouterBudget *rb) {
+// S layers (§7.3) start at s_sel = −0.1 (the gate chooses A), then +0.1 (G), alternately; with rb their gates draw
+// fixed noise (select_draw, at τ = tau0 when > 0).
+static void check_model_opts(const char *pattern, int relaxed, const char *what, const RouterBudget *rb) {
     if (rb) g_rng = 20261123;
-    Config cf = small_config("GNAN", 0);
+    Config cf = small_config(pattern, 0);
     Model M;
     model_build(&M, &cf);
     model_init(&M, 11);
     // A well-conditioned point: the loss is a sum over 384 tokens (~1e3), so evaluation noise is ~1e-13
     // and the step must be large (3e-4); with the 0.02 init the convs feed L2N inputs near its eps,
     // where such a step is too coarse. Larger conv and output-weight layers keep every op in its smooth range.
-    for (int l = 0; l < cf.L; l++) {
+    for (int l = 0, nsel = 0; l < cf.L; l++) {
         LayerParams *p = &M.p.layer[l];
         if (cf.pattern[l] == 'N') { fill_normal(p->wr, 2 * cf.H * cf.D, 0.5); fill_normal(p->wow, 2 * cf.Ha * cfg_K(&cf), 0.3); }
         if (cf.pattern[l] != 'A') fill_normal(p->conv, (2 * cfg_K(&cf) + cfg_Vt(&cf)) * NATSL_CONV, 0.3);
+        if (cf.pattern[l] == 'S') p->s_sel[0] = (nsel++ % 2) ? 0.1 : -0.1;
     }
     g_fd_h = 3e-4;
     if (rb) { M.rb = *rb; M.rb.noise = rb->tau0 > 0; M.rb.tau = rb->tau0 > 0 ? rb->tau0 : 1; M.rb.rng = rng_seed(5); }
@@ -702,7 +711,8 @@ static void check_model_opts(int relaxed, const char *what, const RouterBudget *
     M.router_no_grad = !relaxed;
     int B = 2, T = 192;
     model_alloc_acts(&M, B, T, 0);
-    if (M.rb.noise) gumbel_draw(&M, B, T); // fixed noise for every evaluation
+    if (rb) select_draw(&M, 1);            // fixed noise for every evaluation: the S gates' (§7.3),
+    if (M.rb.noise) gumbel_draw(&M, B, T); // the routers' (§7.2)
     ModelCtx c = {&M, xcalloc(B * T, sizeof(int)), xcalloc(B * T, sizeof(int)), B, T, NULL, 0};
     for (int i = 0; i < B * T; i++) { c.in[i] = rng_u32(&g_rng) % cf.V; c.tg[i] = rng_u32(&g_rng) % cf.V; }
     memset(M.grads, 0, M.nparams * sizeof(real));
@@ -713,14 +723,21 @@ static void check_model_opts(int relaxed, const char *what, const RouterBudget *
     c.hard = xcalloc(model_hard_choices(&M, NULL, B, T), 1);
     model_hard_choices(&M, c.hard, B, T);
     if (rb) printf("  softmax fraction %.3f, L_pen %.4f, L_lb %.4f\n", M.rb.frac, M.rb.pen, M.rb.lb);
+    for (int l = 0; l < cf.L; l++)
+        if (cf.pattern[l] == 'S') {
+            const SelGate *g = &M.rb.sel[l];
+            printf("  l%d gate: s_sel %.2f, y_A %.4f, chose %c, d s_sel %.6g\n", l, g->s, g->y_a, g->a ? 'A' : 'G', M.g.layer[l].s_sel[0]);
+            CHECK(relaxed == (M.g.layer[l].s_sel[0] != 0), "l%d: d s_sel is %g", l, M.g.layer[l].s_sel[0]);
+        }
     if (rb && rb->lambda > 0) CHECK(M.rb.pen > 0 && M.rb.dpi[0] > 0, "the penalty is not active at the test point");
     int skipped = 0, tried = 0;
     double worst = 0;
     for (int i = 0; i < M.ntensors; i++) {
         const ParamTensor *t = &M.tensors[i];
         Var v = {t->name, M.params + t->offset, M.grads + t->offset, t->numel};
-        worst = fmax(worst, fd_check_var(&v, model_loss, &c, 6, !relaxed ? model_flipped : rb ? model_hard_flipped : NULL,
-                                         &skipped, &tried));
+        double e = fd_check_var(&v, model_loss, &c, 6, !relaxed ? model_flipped : rb ? model_hard_flipped : NULL, &skipped, &tried);
+        worst = fmax(worst, e);
+        if (t->slot == P_SSEL) printf("  %s: analytic %.10g, rel err %.2e\n", t->name, (double)M.grads[t->offset], e);
     }
     printf("  %-28s max rel err %.2e over %d tensors, %d of %d coordinates skipped (decision flips)\n", what, worst,
            M.ntensors, skipped, tried);
@@ -729,26 +746,62 @@ static void check_model_opts(int relaxed, const char *what, const RouterBudget *
     free(c.in); free(c.tg); free(c.dec); free(c.hard);
     model_free(&M);
 }
-static void check_model(int relaxed, const char *what) { check_model_opts(relaxed, what, NULL); }
-static void test_grad_model_hard(void) { check_model(0, "model GNAN, hard routing"); }
-static void test_grad_model_relaxed(void) { check_model(1, "model GNAN, relaxed router"); }
+static void test_grad_model_hard(void) { check_model_opts("GNAN", 0, "model GNAN, hard routing", NULL); }
+static void test_grad_model_relaxed(void) { check_model_opts("GNAN", 1, "model GNAN, relaxed router", NULL); }
 // §7, whole model, relaxed router: the penalty (7.1c), its target form above f* (7.1d), the load-balancing loss
 // (7.4a), and all of them under ST-Gumbel routing at fixed noise (7.2a). RouterBudget: λ, f*, α, τ (fixed).
 static void test_grad_model_penalty(void) {
     RouterBudget rb = {.lambda = 0.5};
-    check_model_opts(1, "model GNAN, penalty lambda", &rb);
+    check_model_opts("GNAN", 1, "model GNAN, penalty lambda", &rb);
 }
 static void test_grad_model_penalty_target(void) {
     RouterBudget rb = {.lambda = 0.5, .target = 0.1};
-    check_model_opts(1, "model GNAN, penalty above f*", &rb);
+    check_model_opts("GNAN", 1, "model GNAN, penalty above f*", &rb);
 }
 static void test_grad_model_load_balance(void) {
     RouterBudget rb = {.alpha = 0.3};
-    check_model_opts(1, "model GNAN, load balancing", &rb);
+    check_model_opts("GNAN", 1, "model GNAN, load balancing", &rb);
 }
 static void test_grad_model_gumbel(void) {
     RouterBudget rb = {.lambda = 0.5, .target = 0.1, .alpha = 0.3, .tau0 = 0.7};
-    check_model_opts(1, "model GNAN, ST-Gumbel + all", &rb);
+    check_model_opts("GNAN", 1, "model GNAN, ST-Gumbel + all", &rb);
+}
+
+// §7.3, whole model SNAS: hard (gates held, one choosing A, one G; their gradient off), and relaxed at fixed noise
+// (τ = 0.7, the routers' too) with the S penalty λ_S = 0.5 and the routers' penalty: ∂L/∂s_sel through (7.3a-e).
+static void test_grad_model_select_hard(void) { check_model_opts("SNAS", 0, "model SNAS, hard gates", NULL); }
+static void test_grad_model_select(void) {
+    RouterBudget rb = {.lambda = 0.5, .sel_lambda = 0.5, .kappa = SEL_KAPPA, .tau0 = 0.7};
+    check_model_opts("SNAS", 1, "model SNAS, ST-Gumbel + pen", &rb);
+}
+
+// §7.3 freezing: the model with every S layer frozen to its gate's choice (-f) computes what the S model computes
+// without noise (evaluation), bit for bit: the same loss and logits; its S tensors are gone or renamed.
+static void test_freeze_selection(void) {
+    Config cf = small_config("SNSA", 0);
+    Model M, F;
+    model_build(&M, &cf);
+    model_init(&M, 3);
+    M.p.layer[0].s_sel[0] = -0.2; M.p.layer[2].s_sel[0] = 0.3; // A, then G
+    for (size_t i = 0; i < M.nparams; i++) M.params[i] = (float)M.params[i]; // freezing copies float32, as a checkpoint
+    int B = 2, T = 128;
+    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
+    for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&g_rng) % cf.V; tg[i] = rng_u32(&g_rng) % cf.V; }
+    model_alloc_acts(&M, B, T, 0);
+    model_forward(&M, in, tg, B, T);
+    freeze_selection(&F, &M);
+    model_alloc_acts(&F, B, T, 0);
+    model_forward(&F, in, tg, B, T);
+    size_t nz = (size_t)B * T * cf.Vp;
+    printf("  %s froze to %s: %zu -> %zu parameters, loss %.10f / %.10f\n", cf.pattern, F.cfg.pattern, M.nparams, F.nparams,
+           (double)M.mean_loss, (double)F.mean_loss);
+    CHECK(!strcmp(F.cfg.pattern, "ANGA"), "frozen pattern %s, not ANGA", F.cfg.pattern);
+    CHECK(M.mean_loss == F.mean_loss && !memcmp(M.logits, F.logits, nz * sizeof(real)), "the frozen model's forward differs");
+    CHECK(!memcmp(F.p.layer[0].wqkv, M.p.layer[0].wqkv_a, 3 * (size_t)cf.D * cf.D * sizeof(real)) &&
+          !memcmp(F.p.layer[2].wqkv, M.p.layer[2].wqkv, (2 * (size_t)cfg_K(&cf) + cfg_Vt(&cf)) * cf.D * sizeof(real)),
+          "the frozen layers do not hold the chosen mixers' weights");
+    model_free(&M); model_free(&F);
+    free(in); free(tg);
 }
 
 // -k 1 and -k 2 (recompute): keeping only each layer's input (and, at level 1, its GDN/softmax op outputs) and
@@ -1930,6 +1983,9 @@ int main(int argc, char **argv) {
     RUN(test_grad_model_penalty_target);
     RUN(test_grad_model_load_balance);
     RUN(test_grad_model_gumbel);
+    RUN(test_grad_model_select_hard);
+    RUN(test_grad_model_select);
+    RUN(test_freeze_selection);
     RUN(test_recompute_identical);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);
