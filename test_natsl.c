@@ -1380,8 +1380,8 @@ static void test_cli_bad_input(void) {
 // every §7 option on (the ST-Gumbel noise stream is part of the state file).
 static void test_resume_bit_identical(void) {
     if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
-    const char *opts[2] = {"", "-B 0.3 -F 0.2 -A 0.01 -G 1 -R 0.9"};
-    for (int o = 0; o < 2; o++) {
+    const char *opts[3] = {"", "-B 0.3 -F 0.2 -A 0.01 -G 1 -R 0.9", "-a GSNS -S 0.5 -G 1 -R 0.9"};
+    for (int o = 0; o < 3; o++) {
         char dir[] = "/tmp/natsl_resume_XXXXXX", cmd[2048], msg[1024], a[600], b[600], common[256];
         CHECK(mkdtemp(dir) != NULL, "mkdtemp");
         snprintf(common, sizeof(common), "-b 2 -t 128 -l 1e-3 -u 2 -x 6 -v 3 -m 2 -s 3 -g 8 %s", opts[o]);
@@ -1399,10 +1399,16 @@ static void test_resume_bit_identical(void) {
         snprintf(cmd, sizeof(cmd), "grep -c '^s:6 trl:' %s/split/main.log | grep -q 1 && grep -q '^s:3 tel:' %s/split/main.log"
                  " && grep -q '^s:[0-9]* sfr:1:' %s/split/main.log", dir, dir, dir);
         CHECK(system(cmd) == 0, "main.log lacks the expected trl/tel/sfr lines");
-        if (o) {
+        if (o == 1) {
             snprintf(cmd, sizeof(cmd), "grep -c '^s:[0-9]* pen:' %s/split/main.log | grep -q 6 && grep -c '^s:[0-9]* lb:' "
                      "%s/split/main.log | grep -q 6", dir, dir);
             CHECK(system(cmd) == 0, "main.log lacks the pen:/lb: lines of the six steps");
+        }
+        if (o == 2) { // §7.3: the sel: lines, and -f freezes the last checkpoint to a plain pattern that trains on
+            snprintf(cmd, sizeof(cmd), "grep -c '^s:[0-9]* sel:[13]:[AG]:0\\.[0-9]*$' %s/split/main.log | grep -q 12 && "
+                     "%s -e %s/split/model_00000006.bin -f %s/frozen.bin > %s/freeze.txt && grep -q 'froze pattern GSNS to G[AG]N[AG]' "
+                     "%s/freeze.txt && %s -e %s/frozen.bin -b 2 -t 128 -x 1 -v 0 -s 0", dir, g_trainer, dir, dir, dir, dir, g_trainer, dir);
+            CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "sel: lines, freezing or training the frozen model failed: %s", msg);
         }
         snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
         CHECK(system(cmd) == 0, "cleanup");
@@ -1471,9 +1477,9 @@ static void test_hz_model_file_fields(void) {
     // (words_y: what the resume says where it differs: a V or RoPE flag that is a valid model by itself no
     // longer matches the fingerprint its state file was written with)
     struct { const char *what; long field; int32_t value; const char *words, *words_y; } cases[] = {
-        {"pattern letter X", 33, 'X', "layer 1|G, A or N", NULL},
-        {"pattern letter NUL", 32, 0, "layer 0|G, A or N", NULL},
-        {"pattern letter g", 34, 'g', "G, A or N", NULL},
+        {"pattern letter X", 33, 'X', "layer 1|G, A, N or S", NULL},
+        {"pattern letter NUL", 32, 0, "layer 0|G, A, N or S", NULL},
+        {"pattern letter g", 34, 'g', "G, A, N or S", NULL},
         {"vocabulary 1", 9, 1, "vocabulary V=1|50257", "not a pair"},
         {"vocabulary 50000", 9, 50000, "vocabulary V=50000", "not a pair"},
         {"RoPE flag 2", 11, 2, "RoPE flag must be 0 or 1", NULL},
@@ -1901,13 +1907,16 @@ static int gpu_available(char *why, size_t n) {
 // dt_bias/a_log gradients by up to about 6e-2, as bf16 rounding itself does).
 // The third run turns every §7 option on (penalty above f*, load balancing, ST-Gumbel routing in the 10 steps: both
 // programs draw the same noise from the same stream; the first batch's forward pass is noise-free, as -z's is).
+// The fourth has two S layers (§7.3) with their penalty: their gates (z_A, z_G) and choices are compared as router
+// pairs, the first batch's noise-free, the 10 steps' under the same noise.
 static void test_cpu_vs_gpu(void) {
-    const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"}};
-    for (int r = 0; r < 3; r++) {
+    const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
+                             {"tiny GSNS, layer selection", "-a GSNS -S 0.5"}};
+    for (int r = 0; r < 4; r++) {
         Config cf;
-        char msg[1024];
+        char msg[1024], pat[NATSL_MAX_LAYERS + 1];
         config_from_preset(&cf, "tiny");
-        if (!strncmp(runs[r][1], "-a ", 3)) config_set_pattern(&cf, runs[r][1] + 3, msg, sizeof(msg));
+        if (sscanf(runs[r][1], "-a %64s", pat) == 1) config_set_pattern(&cf, pat, msg, sizeof(msg));
         for (int bf16 = 0; bf16 <= 1; bf16++) {
             char cmd[1024], what[64];
             const char *args = "-b 2 -t 256 -l 1e-3 -u 2", *prec = bf16 ? "bf16" : "fp32";
