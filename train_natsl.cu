@@ -22,12 +22,13 @@ GPU organization (see dev/cuda/README.md):
     its test harness and notes: dev/cuda/gdn) for dk ∈ {32, 48, 64, 128} and dv % 32 == 0; other
     shapes (the 760m preset's dk = 192) fall back to the plain token recurrence of train_natsl.c,
     parallel over (batch, head, value-column tiles). Its workspace is one explicit buffer owned by
-    the model (M->gdn_ws), shared by all G/N layers;
+    the model (M->gdn_ws), shared by all G/N/S layers;
   * column sums of weight gradients (norm weights, conv weights, gate biases) are two-pass and
     deterministic; the embedding backward and the attention dq use float atomics (so do the
     token-recurrence fallback's dq/dk/dg/dβ/dA), run-to-run differences at the 1e-7 level;
   * one host round trip per micro-step for the loss, one per step for the gradient norm (plus the small
-    router masks read back for the "sfr" statistics of N layers);
+    router masks read back for the "sfr" statistics of N layers, and per S layer its s_sel in every forward
+    pass and two dot products in every backward pass, §7.3);
   * -p bf16 (the default): matmuls on bf16 tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F);
     tensors that only feed matmuls, and matmul outputs read only by kernels that take bf16, are stored in
     bf16 (the normalized block inputs, the gated norm's and SwiGLU's outputs, the projection into the short

@@ -1,7 +1,8 @@
 // The softmax-budget controls of doc/model.md §7, shared by train_natsl.c and train_natsl.cu: the options and
 // per-step state of the router's auxiliary terms and of the S layers' gates (RouterBudget, a field of each
-// program's Model), the τ schedule, the Gumbel noise stream and the S gate's math (SelGate). What needs the model's buffers (the statistics of a forward pass, the
-// noise draw) is in common/model_io.h; the gradient enters in router_backward of each program.
+// program's Model), the τ schedule, the Gumbel noise stream and the S gate's math (SelGate, §7.3). What needs the
+// model's buffers (the statistics of a forward pass, the noise draw, an S layer's s_sel) is in common/model_io.h;
+// the gradient enters in router_backward and select_layer_backward of each program.
 // All options off (λ = 0, α = 0, τ_0 = 0: the defaults) leaves the model exactly §5 (no extra work, the same bits).
 #ifndef NATSL_BUDGET_H
 #define NATSL_BUDGET_H
