@@ -1347,6 +1347,8 @@ static void test_cli_bad_input(void) {
     expect_error("-B -0.5", "-B -0.5: out of range");
     expect_error("-F 1", "-F 1: out of range");
     expect_error("-G 1 -M 0", "-M 0: out of range");
+    expect_error("-a GSNS -S -1", "-S -1: out of range");
+    expect_error("-a GSNS -K 0", "-K 0: out of range");
     expect_error("-e nosuchpreset", "no such file");
     expect_error("-i /nonexistent/*.bin", "/nonexistent");
     // a truncated shard, a shard with a wrong magic, a shard with an out-of-range token
