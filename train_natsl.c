@@ -1148,8 +1148,9 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
 // AdamW update. A step whose gradient norm is not finite is skipped (no update). Returns the mean loss, the norm
 // (before clipping) and, per N layer l, the fraction of chunks routed to softmax in sfr[l] (when sfr != NULL).
 // With the §7 options: the step first draws its S gates' noise (§7.3), under ST-Gumbel routing each micro-batch its
-// router noise (the forward passes of evaluation, sampling and -z's first batch see none); the penalty, the load-balancing term and the hard softmax
-// fraction of the micro-batches are averaged into pen, lb, frac (the loss stays the task loss).
+// router noise (the forward passes of evaluation, sampling and -z's first batch see none); the penalty, the
+// load-balancing term and the hard softmax fraction of the micro-batches are averaged into pen, lb, frac (the loss
+// stays the task loss).
 // A data error ends the program with its message.
 typedef struct { double loss, norm; int skipped; double pen, lb, frac, tau; } StepStats; // pen..tau: §7
 static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
