@@ -549,22 +549,39 @@ static void layer_run(LayerCtx *c) {
     char k = cf->pattern[c->l];
     if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
     else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
-    else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed, NULL, 1);
+    else if (k == 'S') {
+        c->M->rb.sel[c->l] = select_gate(c->M, c->l);
+        select_layer_forward(cf, &c->a, p, c->out, c->B, c->T, &c->M->rb.sel[c->l]);
+    } else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed, NULL, 1);
 }
-static double layer_loss(void *p) { LayerCtx *c = p; layer_run(c); return dot_r(c->out, c->R, (size_t)c->B * c->T * c->M->cfg.D); }
+// A relaxed S layer's loss adds g_sel_dpen·y_A, a penalty term whose gradient select_layer_backward takes as dpen
+// (7.3e); the hard one's does not depend on s_sel (its gate gradient is off).
+static real g_sel_dpen = 0.37;
+static double layer_loss(void *p) {
+    LayerCtx *c = p;
+    layer_run(c);
+    double s = dot_r(c->out, c->R, (size_t)c->B * c->T * c->M->cfg.D);
+    if (c->M->cfg.pattern[c->l] == 'S' && c->M->router_relaxed) s += record_terms(&g_sel_dpen, &(real){c->M->rb.sel[c->l].y_a}, 1);
+    return s;
+}
 static real *g_decisions; // routing decisions of the unperturbed forward, for flip detection
 static int layer_flipped(void *p) {
     LayerCtx *c = p;
     size_t n = (size_t)c->B * (c->T / CH) * c->M->cfg.H * 2;
     return c->M->cfg.pattern[c->l] == 'N' && memcmp(g_decisions, c->a.rmask, n * sizeof(real)) != 0;
 }
-static void check_layer(const char *pattern, int rope, int relaxed, const char *what) {
+// S layers (§7.3): s_sel = s_sel0; relaxed, under fixed Gumbel noise at τ = 0.7 and with the penalty term of layer_loss.
+static void check_layer(const char *pattern, int rope, int relaxed, const char *what, double s_sel0) {
     Config cf = small_config(pattern, rope);
     Model M;
     model_build(&M, &cf);
     model_init(&M, 7);
     M.router_relaxed = relaxed;
     M.router_no_grad = !relaxed;
+    if (pattern[0] == 'S') {
+        M.p.layer[0].s_sel[0] = s_sel0;
+        M.rb.sel_noise = relaxed; M.rb.sel_tau = 0.7; M.rb.sel_g[0][0] = 0.3f; M.rb.sel_g[0][1] = -0.8f;
+    }
     int B = 2, T = 192;
     LayerCtx c = {&M, 0, B, T, vec((size_t)B * T * cf.D), vec((size_t)B * T * cf.D), vec((size_t)B * T * cf.D), {0}};
     real *abuf = vec(layer_acts_layout(&c.a, &cf, pattern[0], B, T, NULL, ACTS_ALL));
@@ -582,7 +599,22 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     memset(M.grads, 0, M.nparams * sizeof(real));
     if (pattern[0] == 'G') gdn_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
     else if (pattern[0] == 'A') attention_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
+    else if (pattern[0] == 'S')
+        select_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, &M.rb.sel[0], g_sel_dpen, relaxed);
     else natsl_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, M.router_no_grad, NULL, 1);
+    if (pattern[0] == 'S') { // the unchosen mixer's parameters get exactly zero gradient (hard), every one some (relaxed)
+        const SelGate *g = &M.rb.sel[0];
+        for (int i = 0; i < M.ntensors; i++) {
+            const ParamTensor *t = &M.tensors[i];
+            if (t->layer != 0 || t->slot == P_LN_MIX || t->slot == P_SSEL || t->slot >= P_LN_MLP) continue;
+            int of_a = t->slot == P_WQKV_A || t->slot == P_WO_A, zero = 1;
+            for (size_t j = 0; j < t->numel; j++) zero &= M.grads[t->offset + j] == 0;
+            CHECK(relaxed ? !zero : zero == (of_a != g->a), "%s: gradient %s zero with the gate choosing %c", t->name,
+                  zero ? "all" : "not", g->a ? 'A' : 'G');
+        }
+        printf("  gate: s_sel %.2f, y_A %.4f, chose %c, d s_sel %.6g\n", g->s, g->y_a, g->a ? 'A' : 'G', M.g.layer[0].s_sel[0]);
+        CHECK(relaxed == (M.g.layer[0].s_sel[0] != 0), "d s_sel is %g", M.g.layer[0].s_sel[0]);
+    }
     Var v[NSLOT + 1];
     int nv = 0, skipped = 0, tried = 0;
     v[nv++] = (Var){"x", c.x, dx, (size_t)B * T * cf.D};
@@ -591,8 +623,11 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
             M.tensors[i].slot != P_WGU && M.tensors[i].slot != P_WDOWN)
             v[nv++] = (Var){M.tensors[i].name, M.params + M.tensors[i].offset, M.grads + M.tensors[i].offset, M.tensors[i].numel};
     double worst = 0;
-    for (int k = 0; k < nv; k++)
-        worst = fmax(worst, fd_check_var(&v[k], layer_loss, &c, 40, pattern[0] == 'N' && !relaxed ? layer_flipped : NULL, &skipped, &tried));
+    for (int k = 0; k < nv; k++) {
+        double e = fd_check_var(&v[k], layer_loss, &c, 40, pattern[0] == 'N' && !relaxed ? layer_flipped : NULL, &skipped, &tried);
+        worst = fmax(worst, e);
+        if (v[k].x == M.p.layer[0].s_sel) printf("  %s: analytic %.10g, rel err %.2e\n", v[k].name, (double)v[k].dx[0], e);
+    }
     printf("  %-28s max rel err %.2e over %d tensors, %d of %d coordinates skipped (decision flips)\n", what, worst, nv, skipped, tried);
     CHECK(skipped <= tried / 20, "too many decision flips (%d of %d)", skipped, tried);
     if (pattern[0] == 'N') {
@@ -606,11 +641,16 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     free(abuf); free(dbuf); free(dx); free(c.x); free(c.out); free(c.R);
     model_free(&M);
 }
-static void test_grad_gdn_layer(void) { check_layer("G", 0, 0, "G layer"); }
-static void test_grad_attention_layer(void) { check_layer("A", 0, 0, "A layer (RoPE)"); }
-static void test_grad_natsl_layer_hard(void) { check_layer("N", 0, 0, "N layer, hard routing"); }
-static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, hard, RoPE"); }
-static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router"); }
+static void test_grad_gdn_layer(void) { check_layer("G", 0, 0, "G layer", 0); }
+static void test_grad_attention_layer(void) { check_layer("A", 0, 0, "A layer (RoPE)", 0); }
+static void test_grad_natsl_layer_hard(void) { check_layer("N", 0, 0, "N layer, hard routing", 0); }
+static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, hard, RoPE", 0); }
+static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router", 0); }
+// §7.3: the S layer with its gate choosing A (s_sel < 0), choosing G (s_sel > 0), and relaxed at fixed noise with
+// the penalty term (every parameter, s_sel included, against finite differences)
+static void test_grad_select_layer_a(void) { check_layer("S", 0, 0, "S layer, A chosen", -0.5); }
+static void test_grad_select_layer_g(void) { check_layer("S", 0, 0, "S layer, G chosen", 0.5); }
+static void test_grad_select_layer_relaxed(void) { check_layer("S", 0, 1, "S layer, relaxed, tau 0.7 + pen", 0.2); }
 
 typedef struct { Model *M; int *in, *tg, B, T; real *dec; char *hard; } ModelCtx;
 // Σ losses, plus B·T·(L_pen + L_lb) in the form the backward differentiates (§7; zero when off): model_backward
@@ -619,7 +659,10 @@ static double model_loss(void *p) {
     ModelCtx *c = p;
     model_forward(c->M, c->in, c->tg, c->B, c->T);
     double s = record_terms(c->M->losses, NULL, (size_t)c->B * c->T);
-    if (budget_aux_on(&c->M->rb)) { real aux = (c->M->rb.pen_soft + c->M->rb.lb_soft) * c->B * c->T; s += record_terms(&aux, NULL, 1); }
+    if (budget_aux_on(&c->M->rb) || c->M->rb.sel_lambda > 0) {
+        real aux = (c->M->rb.pen_soft + c->M->rb.lb_soft) * c->B * c->T;
+        s += record_terms(&aux, NULL, 1);
+    }
     return s;
 }
 static size_t model_decisions(const Model *M, real *out, int B, int T) {
@@ -657,19 +700,22 @@ static int model_hard_flipped(void *p) {
 // rb: the §7 options (NULL = off); with rb->tau0 > 0 the forward passes use fixed Gumbel noise at τ = tau0.
 // The §7 tests start their random draws from a fixed state, so that the point they check does not depend on
 // which tests ran before (a full run and `./test_natsl grad_model_gumbel` check the same coordinates).
-static void check_model_opts(int relaxed, const char *what, const RouterBudget *rb) {
+// S layers (§7.3) start at s_sel = −0.1 (the gate chooses A), then +0.1 (G), alternately; with rb their gates draw
+// fixed noise (select_draw, at τ = tau0 when > 0).
+static void check_model_opts(const char *pattern, int relaxed, const char *what, const RouterBudget *rb) {
     if (rb) g_rng = 20261123;
-    Config cf = small_config("GNAN", 0);
+    Config cf = small_config(pattern, 0);
     Model M;
     model_build(&M, &cf);
     model_init(&M, 11);
     // A well-conditioned point: the loss is a sum over 384 tokens (~1e3), so evaluation noise is ~1e-13
     // and the step must be large (3e-4); with the 0.02 init the convs feed L2N inputs near its eps,
     // where such a step is too coarse. Larger conv and output-weight layers keep every op in its smooth range.
-    for (int l = 0; l < cf.L; l++) {
+    for (int l = 0, nsel = 0; l < cf.L; l++) {
         LayerParams *p = &M.p.layer[l];
         if (cf.pattern[l] == 'N') { fill_normal(p->wr, 2 * cf.H * cf.D, 0.5); fill_normal(p->wow, 2 * cf.Ha * cfg_K(&cf), 0.3); }
         if (cf.pattern[l] != 'A') fill_normal(p->conv, (2 * cfg_K(&cf) + cfg_Vt(&cf)) * NATSL_CONV, 0.3);
+        if (cf.pattern[l] == 'S') p->s_sel[0] = (nsel++ % 2) ? 0.1 : -0.1;
     }
     g_fd_h = 3e-4;
     if (rb) { M.rb = *rb; M.rb.noise = rb->tau0 > 0; M.rb.tau = rb->tau0 > 0 ? rb->tau0 : 1; M.rb.rng = rng_seed(5); }
@@ -677,7 +723,8 @@ static void check_model_opts(int relaxed, const char *what, const RouterBudget *
     M.router_no_grad = !relaxed;
     int B = 2, T = 192;
     model_alloc_acts(&M, B, T, 0);
-    if (M.rb.noise) gumbel_draw(&M, B, T); // fixed noise for every evaluation
+    if (rb) select_draw(&M, 1);            // fixed noise for every evaluation: the S gates' (§7.3),
+    if (M.rb.noise) gumbel_draw(&M, B, T); // the routers' (§7.2)
     ModelCtx c = {&M, xcalloc(B * T, sizeof(int)), xcalloc(B * T, sizeof(int)), B, T, NULL, 0};
     for (int i = 0; i < B * T; i++) { c.in[i] = rng_u32(&g_rng) % cf.V; c.tg[i] = rng_u32(&g_rng) % cf.V; }
     memset(M.grads, 0, M.nparams * sizeof(real));
@@ -688,14 +735,21 @@ static void check_model_opts(int relaxed, const char *what, const RouterBudget *
     c.hard = xcalloc(model_hard_choices(&M, NULL, B, T), 1);
     model_hard_choices(&M, c.hard, B, T);
     if (rb) printf("  softmax fraction %.3f, L_pen %.4f, L_lb %.4f\n", M.rb.frac, M.rb.pen, M.rb.lb);
+    for (int l = 0; l < cf.L; l++)
+        if (cf.pattern[l] == 'S') {
+            const SelGate *g = &M.rb.sel[l];
+            printf("  l%d gate: s_sel %.2f, y_A %.4f, chose %c, d s_sel %.6g\n", l, g->s, g->y_a, g->a ? 'A' : 'G', M.g.layer[l].s_sel[0]);
+            CHECK(relaxed == (M.g.layer[l].s_sel[0] != 0), "l%d: d s_sel is %g", l, M.g.layer[l].s_sel[0]);
+        }
     if (rb && rb->lambda > 0) CHECK(M.rb.pen > 0 && M.rb.dpi[0] > 0, "the penalty is not active at the test point");
     int skipped = 0, tried = 0;
     double worst = 0;
     for (int i = 0; i < M.ntensors; i++) {
         const ParamTensor *t = &M.tensors[i];
         Var v = {t->name, M.params + t->offset, M.grads + t->offset, t->numel};
-        worst = fmax(worst, fd_check_var(&v, model_loss, &c, 6, !relaxed ? model_flipped : rb ? model_hard_flipped : NULL,
-                                         &skipped, &tried));
+        double e = fd_check_var(&v, model_loss, &c, 6, !relaxed ? model_flipped : rb ? model_hard_flipped : NULL, &skipped, &tried);
+        worst = fmax(worst, e);
+        if (t->slot == P_SSEL) printf("  %s: analytic %.10g, rel err %.2e\n", t->name, (double)M.grads[t->offset], e);
     }
     printf("  %-28s max rel err %.2e over %d tensors, %d of %d coordinates skipped (decision flips)\n", what, worst,
            M.ntensors, skipped, tried);
@@ -704,33 +758,69 @@ static void check_model_opts(int relaxed, const char *what, const RouterBudget *
     free(c.in); free(c.tg); free(c.dec); free(c.hard);
     model_free(&M);
 }
-static void check_model(int relaxed, const char *what) { check_model_opts(relaxed, what, NULL); }
-static void test_grad_model_hard(void) { check_model(0, "model GNAN, hard routing"); }
-static void test_grad_model_relaxed(void) { check_model(1, "model GNAN, relaxed router"); }
+static void test_grad_model_hard(void) { check_model_opts("GNAN", 0, "model GNAN, hard routing", NULL); }
+static void test_grad_model_relaxed(void) { check_model_opts("GNAN", 1, "model GNAN, relaxed router", NULL); }
 // §7, whole model, relaxed router: the penalty (7.1c), its target form above f* (7.1d), the load-balancing loss
 // (7.4a), and all of them under ST-Gumbel routing at fixed noise (7.2a). RouterBudget: λ, f*, α, τ (fixed).
 static void test_grad_model_penalty(void) {
     RouterBudget rb = {.lambda = 0.5};
-    check_model_opts(1, "model GNAN, penalty lambda", &rb);
+    check_model_opts("GNAN", 1, "model GNAN, penalty lambda", &rb);
 }
 static void test_grad_model_penalty_target(void) {
     RouterBudget rb = {.lambda = 0.5, .target = 0.1};
-    check_model_opts(1, "model GNAN, penalty above f*", &rb);
+    check_model_opts("GNAN", 1, "model GNAN, penalty above f*", &rb);
 }
 static void test_grad_model_load_balance(void) {
     RouterBudget rb = {.alpha = 0.3};
-    check_model_opts(1, "model GNAN, load balancing", &rb);
+    check_model_opts("GNAN", 1, "model GNAN, load balancing", &rb);
 }
 static void test_grad_model_gumbel(void) {
     RouterBudget rb = {.lambda = 0.5, .target = 0.1, .alpha = 0.3, .tau0 = 0.7};
-    check_model_opts(1, "model GNAN, ST-Gumbel + all", &rb);
+    check_model_opts("GNAN", 1, "model GNAN, ST-Gumbel + all", &rb);
+}
+
+// §7.3, whole model SNAS: hard (gates held, one choosing A, one G; their gradient off), and relaxed at fixed noise
+// (τ = 0.7, the routers' too) with the S penalty λ_S = 0.5 and the routers' penalty: ∂L/∂s_sel through (7.3a-e).
+static void test_grad_model_select_hard(void) { check_model_opts("SNAS", 0, "model SNAS, hard gates", NULL); }
+static void test_grad_model_select(void) {
+    RouterBudget rb = {.lambda = 0.5, .sel_lambda = 0.5, .kappa = SEL_KAPPA, .tau0 = 0.7};
+    check_model_opts("SNAS", 1, "model SNAS, ST-Gumbel + pen", &rb);
+}
+
+// §7.3 freezing: the model with every S layer frozen to its gate's choice (-f) computes what the S model computes
+// without noise (evaluation), bit for bit: the same loss and logits; its S tensors are gone or renamed.
+static void test_freeze_selection(void) {
+    Config cf = small_config("SNSA", 0);
+    Model M, F;
+    model_build(&M, &cf);
+    model_init(&M, 3);
+    M.p.layer[0].s_sel[0] = -0.2; M.p.layer[2].s_sel[0] = 0.3; // A, then G
+    for (size_t i = 0; i < M.nparams; i++) M.params[i] = (float)M.params[i]; // freezing copies float32, as a checkpoint
+    int B = 2, T = 128;
+    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
+    for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&g_rng) % cf.V; tg[i] = rng_u32(&g_rng) % cf.V; }
+    model_alloc_acts(&M, B, T, 0);
+    model_forward(&M, in, tg, B, T);
+    freeze_selection(&F, &M);
+    model_alloc_acts(&F, B, T, 0);
+    model_forward(&F, in, tg, B, T);
+    size_t nz = (size_t)B * T * cf.Vp;
+    printf("  %s froze to %s: %zu -> %zu parameters, loss %.10f / %.10f\n", cf.pattern, F.cfg.pattern, M.nparams, F.nparams,
+           (double)M.mean_loss, (double)F.mean_loss);
+    CHECK(!strcmp(F.cfg.pattern, "ANGA"), "frozen pattern %s, not ANGA", F.cfg.pattern);
+    CHECK(M.mean_loss == F.mean_loss && !memcmp(M.logits, F.logits, nz * sizeof(real)), "the frozen model's forward differs");
+    CHECK(!memcmp(F.p.layer[0].wqkv, M.p.layer[0].wqkv_a, 3 * (size_t)cf.D * cf.D * sizeof(real)) &&
+          !memcmp(F.p.layer[2].wqkv, M.p.layer[2].wqkv, (2 * (size_t)cfg_K(&cf) + cfg_Vt(&cf)) * cf.D * sizeof(real)),
+          "the frozen layers do not hold the chosen mixers' weights");
+    model_free(&M); model_free(&F);
+    free(in); free(tg);
 }
 
 // -k 1 and -k 2 (recompute): keeping only each layer's input (and, at level 1, its GDN/softmax op outputs) and
 // rerunning the layer in the backward pass gives the same loss, routing decisions (read after the forward pass,
 // as logging does) and gradients as -k 0, bit for bit, over two accumulated micro-batches, in less memory.
 static void test_recompute_identical(void) {
-    Config cf = small_config("GNAN", 0);
+    Config cf = small_config("GNASN", 0); // every layer kind, S (§7.3) with its gate gradient
     Model M[3];
     int B = 2, T = 192;
     int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
@@ -803,6 +893,8 @@ static void test_param_counts(void) {
         CHECK(total == want[i].total, "%s (V=%d): %zu parameters, §10 says %zu", want[i].preset, c.Vp, total, want[i].total);
         CHECK(mixer_params(&c, 'G') == want[i].gdn, "%s GDN mixer %zu", want[i].preset, mixer_params(&c, 'G'));
         CHECK(mixer_params(&c, 'N') == want[i].nats, "%s NAtS-L mixer %zu", want[i].preset, mixer_params(&c, 'N'));
+        CHECK(mixer_params(&c, 'S') == want[i].gdn + 4 * (size_t)c.D * c.D + 1, "%s S mixer %zu (10.1f)", want[i].preset,
+              mixer_params(&c, 'S'));
     }
     Config c;
     config_from_preset(&c, "340m");
@@ -1267,6 +1359,8 @@ static void test_cli_bad_input(void) {
     expect_error("-B -0.5", "-B -0.5: out of range");
     expect_error("-F 1", "-F 1: out of range");
     expect_error("-G 1 -M 0", "-M 0: out of range");
+    expect_error("-a GSNS -S -1", "-S -1: out of range");
+    expect_error("-a GSNS -K 0", "-K 0: out of range");
     expect_error("-e nosuchpreset", "no such file");
     expect_error("-i /nonexistent/*.bin", "/nonexistent");
     // a truncated shard, a shard with a wrong magic, a shard with an out-of-range token
@@ -1302,8 +1396,8 @@ static void test_cli_bad_input(void) {
 // every §7 option on (the ST-Gumbel noise stream is part of the state file).
 static void test_resume_bit_identical(void) {
     if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
-    const char *opts[2] = {"", "-B 0.3 -F 0.2 -A 0.01 -G 1 -R 0.9"};
-    for (int o = 0; o < 2; o++) {
+    const char *opts[3] = {"", "-B 0.3 -F 0.2 -A 0.01 -G 1 -R 0.9", "-a GSNS -S 0.5 -G 1 -R 0.9"};
+    for (int o = 0; o < 3; o++) {
         char dir[] = "/tmp/natsl_resume_XXXXXX", cmd[2048], msg[1024], a[600], b[600], common[256];
         CHECK(mkdtemp(dir) != NULL, "mkdtemp");
         snprintf(common, sizeof(common), "-b 2 -t 128 -l 1e-3 -u 2 -x 6 -v 3 -m 2 -s 3 -g 8 %s", opts[o]);
@@ -1319,12 +1413,18 @@ static void test_resume_bit_identical(void) {
         snprintf(b, sizeof(b), "%s/split/state_00000006.bin", dir);
         CHECK(files_equal(a, b), "resumed optimizer state differs (options '%s')", opts[o]);
         snprintf(cmd, sizeof(cmd), "grep -c '^s:6 trl:' %s/split/main.log | grep -q 1 && grep -q '^s:3 tel:' %s/split/main.log"
-                 " && grep -q '^s:[0-9]* sfr:1:' %s/split/main.log", dir, dir, dir);
+                 " && grep -q '^s:[0-9]* sfr:[12]:' %s/split/main.log", dir, dir, dir);
         CHECK(system(cmd) == 0, "main.log lacks the expected trl/tel/sfr lines");
-        if (o) {
+        if (o == 1) {
             snprintf(cmd, sizeof(cmd), "grep -c '^s:[0-9]* pen:' %s/split/main.log | grep -q 6 && grep -c '^s:[0-9]* lb:' "
                      "%s/split/main.log | grep -q 6", dir, dir);
             CHECK(system(cmd) == 0, "main.log lacks the pen:/lb: lines of the six steps");
+        }
+        if (o == 2) { // §7.3: the sel: lines, and -f freezes the last checkpoint to a plain pattern that trains on
+            snprintf(cmd, sizeof(cmd), "grep -c '^s:[0-9]* sel:[13]:[AG]:0\\.[0-9]*$' %s/split/main.log | grep -q 12 && "
+                     "%s -e %s/split/model_00000006.bin -f %s/frozen.bin > %s/freeze.txt && grep -q 'froze pattern GSNS to G[AG]N[AG]' "
+                     "%s/freeze.txt && %s -e %s/frozen.bin -b 2 -t 128 -x 1 -v 0 -s 0", dir, g_trainer, dir, dir, dir, dir, g_trainer, dir);
+            CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "sel: lines, freezing or training the frozen model failed: %s", msg);
         }
         snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
         CHECK(system(cmd) == 0, "cleanup");
@@ -1393,9 +1493,9 @@ static void test_hz_model_file_fields(void) {
     // (words_y: what the resume says where it differs: a V or RoPE flag that is a valid model by itself no
     // longer matches the fingerprint its state file was written with)
     struct { const char *what; long field; int32_t value; const char *words, *words_y; } cases[] = {
-        {"pattern letter X", 33, 'X', "layer 1|G, A or N", NULL},
-        {"pattern letter NUL", 32, 0, "layer 0|G, A or N", NULL},
-        {"pattern letter g", 34, 'g', "G, A or N", NULL},
+        {"pattern letter X", 33, 'X', "layer 1|G, A, N or S", NULL},
+        {"pattern letter NUL", 32, 0, "layer 0|G, A, N or S", NULL},
+        {"pattern letter g", 34, 'g', "G, A, N or S", NULL},
         {"vocabulary 1", 9, 1, "vocabulary V=1|50257", "not a pair"},
         {"vocabulary 50000", 9, 50000, "vocabulary V=50000", "not a pair"},
         {"RoPE flag 2", 11, 2, "RoPE flag must be 0 or 1", NULL},
@@ -1823,13 +1923,16 @@ static int gpu_available(char *why, size_t n) {
 // dt_bias/a_log gradients by up to about 6e-2, as bf16 rounding itself does).
 // The third run turns every §7 option on (penalty above f*, load balancing, ST-Gumbel routing in the 10 steps: both
 // programs draw the same noise from the same stream; the first batch's forward pass is noise-free, as -z's is).
+// The fourth has two S layers (§7.3) with their penalty: their gates (z_A, z_G) and choices are compared as router
+// pairs, the first batch's noise-free, the 10 steps' under the same noise.
 static void test_cpu_vs_gpu(void) {
-    const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"}};
-    for (int r = 0; r < 3; r++) {
+    const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
+                             {"tiny GSNS, layer selection", "-a GSNS -S 0.5"}};
+    for (int r = 0; r < 4; r++) {
         Config cf;
-        char msg[1024];
+        char msg[1024], pat[NATSL_MAX_LAYERS + 1];
         config_from_preset(&cf, "tiny");
-        if (!strncmp(runs[r][1], "-a ", 3)) config_set_pattern(&cf, runs[r][1] + 3, msg, sizeof(msg));
+        if (sscanf(runs[r][1], "-a %64s", pat) == 1) config_set_pattern(&cf, pat, msg, sizeof(msg));
         for (int bf16 = 0; bf16 <= 1; bf16++) {
             char cmd[1024], what[64];
             const char *args = "-b 2 -t 256 -l 1e-3 -u 2", *prec = bf16 ? "bf16" : "fp32";
@@ -1895,6 +1998,9 @@ int main(int argc, char **argv) {
     RUN(test_grad_natsl_layer_hard);
     RUN(test_grad_natsl_layer_rope);
     RUN(test_grad_natsl_layer_relaxed);
+    RUN(test_grad_select_layer_a);
+    RUN(test_grad_select_layer_g);
+    RUN(test_grad_select_layer_relaxed);
     RUN(test_grad_model_hard);
     RUN(test_grad_model_relaxed);
     RUN(test_grad_router_gumbel_budget); // after the older tests: their random inputs stay as they were
@@ -1902,6 +2008,9 @@ int main(int argc, char **argv) {
     RUN(test_grad_model_penalty_target);
     RUN(test_grad_model_load_balance);
     RUN(test_grad_model_gumbel);
+    RUN(test_grad_model_select_hard);
+    RUN(test_grad_model_select);
+    RUN(test_freeze_selection);
     RUN(test_recompute_identical);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);

@@ -13,7 +13,7 @@ against finite differences in double precision.
 The file reads in this order:
   1. conventions and the small layers (embedding, linear, norms, SwiGLU, short conv, gates, RoPE, ...)
   2. the two NAtS-L token mixers (the softmax op and the GDN op) and the router
-  3. the model: the G, A and N layers, the block, the forward and backward passes
+  3. the model: the G, A, N and S layers, the block, the forward and backward passes
   4. the training step: gradient norm, clipping, AdamW
   5. checkpoints and the program (the loop around train_step lives in common/train_main.h)
   Appendix: speed and checking machinery that is not model math (the blocked matmul, bf16 emulation).
@@ -758,7 +758,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
 }
 
 // ================================================================================================
-// 3. The model: parameters, activations, the three layer kinds, the forward and backward passes
+// 3. The model: parameters, activations, the four layer kinds, the forward and backward passes
 // ================================================================================================
 
 typedef struct {
@@ -785,6 +785,7 @@ typedef struct {
 static void model_build(Model *M, const Config *c) {
     memset(M, 0, sizeof(*M));
     M->cfg = *c;
+    M->rb.kappa = SEL_KAPPA;
     M->ntensors = param_tensors(c, M->tensors, &M->nparams);
     M->params = xcalloc(M->nparams, sizeof(real));
     M->grads = xcalloc(M->nparams, sizeof(real));
@@ -953,8 +954,49 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
-// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass (common/model_io.h)
+// ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------
+// Both mixers run on x: the A mixer (§4, with its own W_qkv_a, W_o_a) into sel_out's first plane, the G mixer (§3)
+// into its second; out = the one the gate chose (the value of Ã_A·A(x) + Ã_G·G(x), (7.3c)), or in relaxed mode
+// (tests) y_A·A(x) + y_G·G(x).
+static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
+                                 const SelGate *g) {
+    size_t n = (size_t)B * T * c->D;
+    LayerActs aa = select_attn_acts(c, a, B, T, 0);
+    LayerParams pa = select_attn_params(p);
+    attention_layer_forward(c, &aa, &pa, a->sel_out, B, T);
+    gdn_layer_forward(c, a, p, a->sel_out + n, B, T);
+    for (size_t i = 0; i < n; i++)
+        out[i] = g->relaxed ? g->y_a * a->sel_out[i] + g->y_g * a->sel_out[n + i] : a->sel_out[(g->a ? 0 : n) + i];
+}
+// (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen (the penalty's λ_S/L, (7.3e), in the loss's scale), ∂L/∂y_G = ⟨dout, G(x)⟩,
+// to s_sel through sel_grad (none with gate_grad = 0: the tests' hard mode). The chosen mixer's backward gets dout,
+// the other none (its Ã is 0: zero gradient); relaxed mode: each gets y·dout.
+static void select_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                  const LayerActs *a, const LayerParams *p, int B, int T, const SelGate *g,
+                                  double dpen, int gate_grad) {
+    size_t n = (size_t)B * T * c->D;
+    if (gate_grad) {
+        double dya = dpen, dyg = 0;
+        for (size_t i = 0; i < n; i++) { dya += (double)dout[i] * a->sel_out[i]; dyg += (double)dout[i] * a->sel_out[n + i]; }
+        gp->s_sel[0] += sel_grad(g, dya, dyg);
+    }
+    const real *da = dout, *dg = dout;
+    if (g->relaxed) {
+        for (size_t i = 0; i < n; i++) { d->sel_out[i] = g->y_a * dout[i]; d->sel_out[n + i] = g->y_g * dout[i]; }
+        da = d->sel_out; dg = d->sel_out + n;
+    }
+    if (g->relaxed || g->a) {
+        LayerActs aa = select_attn_acts(c, a, B, T, 0), dd = select_attn_acts(c, d, B, T, 0);
+        LayerParams pa = select_attn_params(p), ga = select_attn_params(gp);
+        attention_layer_backward(c, dx, da, &dd, &ga, &aa, &pa, B, T);
+    }
+    if (g->relaxed || !g->a) gdn_layer_backward(c, dx, dg, d, gp, a, p, B, T);
+}
+
+// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass, an S layer's gate its
+// s_sel (common/model_io.h)
 static void router_aux_forward(Model *M, int B, int T);
+static SelGate select_gate(const Model *M, int l);
 // This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
 static real *router_noise(Model *M, int l, int B, int T) {
     if (!M->rb.noise) return NULL;
@@ -974,7 +1016,10 @@ static void block_forward(Model *M, int l, int B, int T) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
-    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, router_noise(M, l, B, T), M->rb.noise ? M->rb.tau : 1);
+    else if (c->pattern[l] == 'S') {
+        M->rb.sel[l] = select_gate(M, l);
+        select_layer_forward(c, a, p, a->r, B, T, &M->rb.sel[l]);
+    } else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, router_noise(M, l, B, T), M->rb.noise ? M->rb.tau : 1);
     for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
@@ -1022,6 +1067,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
     real dpi[2] = {M->rb.dpi[0] * dloss_scale * BT, M->rb.dpi[1] * dloss_scale * BT}; // §7 terms, weighted as the mean loss
+    double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                        // (7.3e), likewise
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
     memset(M->dlnf, 0, (size_t)BT * D * sizeof(real));
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
@@ -1039,6 +1085,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'S')
+            select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
         rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
@@ -1102,9 +1150,10 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
 // gradient of the mean loss over the whole batch; then the global gradient norm, clipping to GRAD_CLIP and one
 // AdamW update. A step whose gradient norm is not finite is skipped (no update). Returns the mean loss, the norm
 // (before clipping) and, per N layer l, the fraction of chunks routed to softmax in sfr[l] (when sfr != NULL).
-// With the §7 options: under ST-Gumbel routing each micro-batch first draws its noise (the forward passes of
-// evaluation, sampling and -z's first batch see none); the penalty, the load-balancing term and the hard softmax
-// fraction of the micro-batches are averaged into pen, lb, frac (the loss stays the task loss).
+// With the §7 options: the step first draws its S gates' noise (§7.3), under ST-Gumbel routing each micro-batch its
+// router noise (the forward passes of evaluation, sampling and -z's first batch see none); the penalty, the
+// load-balancing term and the hard softmax fraction of the micro-batches are averaged into pen, lb, frac (the loss
+// stays the task loss).
 // A data error ends the program with its message.
 typedef struct { double loss, norm; int skipped; double pen, lb, frac, tau; } StepStats; // pen..tau: §7
 static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
@@ -1116,6 +1165,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
     for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
     M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
     M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
+    select_draw(M, t);            // §7.3: the S gates' noise of this step
     for (int k = 0; k < accum; k++) {
         if (dataloader_next_batch(train, err, sizeof(err))) die(err);
         if (M->rb.noise) gumbel_draw(M, B, T);
@@ -1126,7 +1176,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
         for (int l = 0; sfr && l < c->L; l++)
             if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
     }
-    M->rb.noise = 0;
+    M->rb.noise = M->rb.sel_noise = 0;
     s.norm = grad_norm(M);
     s.skipped = !is_finite(s.norm);
     if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);

@@ -22,12 +22,13 @@ GPU organization (see dev/cuda/README.md):
     its test harness and notes: dev/cuda/gdn) for dk ∈ {32, 48, 64, 128} and dv % 32 == 0; other
     shapes (the 760m preset's dk = 192) fall back to the plain token recurrence of train_natsl.c,
     parallel over (batch, head, value-column tiles). Its workspace is one explicit buffer owned by
-    the model (M->gdn_ws), shared by all G/N layers;
+    the model (M->gdn_ws), shared by all G/N/S layers;
   * column sums of weight gradients (norm weights, conv weights, gate biases) are two-pass and
     deterministic; the embedding backward and the attention dq use float atomics (so do the
     token-recurrence fallback's dq/dk/dg/dβ/dA), run-to-run differences at the 1e-7 level;
   * one host round trip per micro-step for the loss, one per step for the gradient norm (plus the small
-    router masks read back for the "sfr" statistics of N layers);
+    router masks read back for the "sfr" statistics of N layers, and per S layer its s_sel in every forward
+    pass and two dot products in every backward pass, §7.3);
   * -p bf16 (the default): matmuls on bf16 tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F);
     tensors that only feed matmuls, and matmul outputs read only by kernels that take bf16, are stored in
     bf16 (the normalized block inputs, the gated norm's and SwiGLU's outputs, the projection into the short
@@ -781,6 +782,43 @@ static void residual_add(real *out, const real *a, size_t n) {
     residual_add_kernel<<<(unsigned)CEIL_DIV(n / 4, 256), 256>>>((float4 *)out, (const float4 *)a, n / 4);
     CUDA_CHECK(cudaGetLastError());
 }
+
+// Σ a_i·b_i of two device vectors, in double and in a fixed partition and order (bitwise reproducible): the
+// gradient norm (§9), an S gate's ⟨dout, mixer output⟩ (7.3d). One host read.
+__global__ void dot_partial_kernel(double *part, const float *a, const float *b, size_t n) {
+    __shared__ double sh[512];
+    double s = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        s += (double)a[i] * b[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+__global__ void dot_finish_kernel(double *part, int np) { // part[np] = Σ part[0..np)
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        double s = 0;
+        for (int i = 0; i < np; i++) s += part[i];
+        part[np] = s;
+    }
+}
+static double device_dot(const real *a, const real *b, size_t n) {
+    const int np = 1024;
+    static double *part = NULL; // np partial sums and the total
+    if (!part) part = (double *)xcudamalloc((np + 1) * sizeof(double));
+    dot_partial_kernel<<<np, 512>>>(part, a, b, n);
+    CUDA_CHECK(cudaGetLastError());
+    dot_finish_kernel<<<1, 32>>>(part, np);
+    CUDA_CHECK(cudaGetLastError());
+    double r;
+    CUDA_CHECK(cudaMemcpy(&r, part + np, sizeof(double), cudaMemcpyDeviceToHost));
+    return r;
+}
+// x[0] += v (as the C statement on a float and a double)
+__global__ void add_scalar_kernel(float *x, double v) { *x = (float)((double)*x + v); }
 
 // ================================================================================================
 // 2. The two token mixers of a NAtS-L layer and the router that drives them with the routing mask
@@ -3457,7 +3495,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
 }
 
 // ================================================================================================
-// 3. The model: parameters, activations, and the three layer kinds (device buffers, C layouts)
+// 3. The model: parameters, activations, and the four layer kinds (device buffers, C layouts)
 // ================================================================================================
 
 typedef struct {
@@ -3478,8 +3516,7 @@ typedef struct {
     size_t gdn_ws_size;                      // its size in floats (gdn_op_workspace_floats)
     size_t acts_size, dacts_size;            // floats in acts and dacts
     int *inputs, *targets;                   // device copies of the batch
-    double *d_scalar;                        // device scratch: mean loss, gradient norm
-    double *d_normpart;                      // device scratch: grad-norm partial sums
+    double *d_scalar;                        // device scratch: mean loss
     real mean_loss;
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
     RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
@@ -3489,6 +3526,7 @@ typedef struct {
 static void model_build(Model *M, const Config *c) {
     memset(M, 0, sizeof(*M));
     M->cfg = *c;
+    M->rb.kappa = SEL_KAPPA;
     M->ntensors = param_tensors(c, M->tensors, &M->nparams);
     M->params = (real *)xcudamalloc(M->nparams * sizeof(real));
     M->grads = (real *)xcudamalloc(M->nparams * sizeof(real));
@@ -3497,7 +3535,6 @@ static void model_build(Model *M, const Config *c) {
     param_pointers(&M->p, M->tensors, M->ntensors, M->params);
     param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
     M->d_scalar = (double *)xcudamalloc(4 * sizeof(double));
-    M->d_normpart = (double *)xcudamalloc(1024 * sizeof(double));
 }
 
 // Initialization (§2), from one seeded stream: init_params (common/layout.h) on the host, exactly as
@@ -3514,7 +3551,7 @@ static void model_init(Model *M, uint64_t seed) {
 static size_t model_acts_bytes(const Config *c, int B, int T, int recompute) {
     LayerActs tmp[NATSL_MAX_LAYERS];
     size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
-    size_t ws = (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
+    size_t ws = pattern_has_gdn(c) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
     return (n + dmax + ws + BT * (3 * (size_t)c->D + c->Vp + 8)) * sizeof(real);
 }
 
@@ -3552,7 +3589,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->inputs = (int *)xcudamalloc(BT * sizeof(int));
     M->targets = (int *)xcudamalloc(BT * sizeof(int));
     M->gnoise = (real *)xcudamalloc(router_noise_size(c, B, T) * sizeof(real));
-    if (strchr(c->pattern, 'G') || strchr(c->pattern, 'N')) {
+    if (pattern_has_gdn(c)) {
         M->gdn_ws_size = gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv);
         M->gdn_ws = (real *)xcudamalloc(M->gdn_ws_size * sizeof(real));
         for (int l = 0; l < c->L; l++) M->la[l].gdn_ws = M->gdn_ws;
@@ -3570,7 +3607,7 @@ static void model_alloc_moments(Model *M) {
 
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->d_normpart, M->gdn_ws, M->gnoise};
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gdn_ws, M->gnoise};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
 }
 
@@ -3705,8 +3742,40 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
-// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass (common/model_io.h)
+// ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------
+// As train_natsl.c: the A mixer (its own W_qkv_a, W_o_a) into sel_out's first plane, the G mixer into its second,
+// out = the one the gate chose. (The relaxed mode of the CPU tests does not exist here.)
+static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
+                                 const SelGate *g, int ops_kept) {
+    size_t n = (size_t)B * T * c->D;
+    LayerActs aa = select_attn_acts(c, a, B, T, g_bf16);
+    LayerParams pa = select_attn_params(p);
+    attention_layer_forward(c, &aa, &pa, a->sel_out, B, T, ops_kept);
+    gdn_layer_forward(c, a, p, a->sel_out + n, B, T, ops_kept);
+    if (!ops_kept) CUDA_CHECK(cudaMemcpyAsync(out, a->sel_out + (g->a ? 0 : n), n * sizeof(real), cudaMemcpyDeviceToDevice));
+}
+// (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen, ∂L/∂y_G = ⟨dout, G(x)⟩ (two host reads), to s_sel through sel_grad (none
+// with gate_grad = 0); the chosen mixer's backward gets dout, the other none.
+static void select_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                  const LayerActs *a, const LayerParams *p, int B, int T, const SelGate *g,
+                                  double dpen, int gate_grad) {
+    size_t n = (size_t)B * T * c->D;
+    if (gate_grad) {
+        double dya = dpen + device_dot(dout, a->sel_out, n), dyg = device_dot(dout, a->sel_out + n, n);
+        add_scalar_kernel<<<1, 1>>>(gp->s_sel, sel_grad(g, dya, dyg));
+        CUDA_CHECK(cudaGetLastError());
+    }
+    if (g->a) {
+        LayerActs aa = select_attn_acts(c, a, B, T, g_bf16), dd = select_attn_acts(c, d, B, T, 0);
+        LayerParams pa = select_attn_params(p), ga = select_attn_params(gp);
+        attention_layer_backward(c, dx, dout, &dd, &ga, &aa, &pa, B, T);
+    } else gdn_layer_backward(c, dx, dout, d, gp, a, p, B, T);
+}
+
+// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass, an S layer's gate its
+// s_sel (common/model_io.h)
 static void router_aux_forward(Model *M, int B, int T);
+static SelGate select_gate(const Model *M, int l);
 // This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
 static real *router_noise(Model *M, int l, int B, int T) {
     if (!M->rb.noise) return NULL;
@@ -3726,7 +3795,10 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
-    else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
+    else if (c->pattern[l] == 'S') {
+        M->rb.sel[l] = select_gate(M, l);
+        select_layer_forward(c, a, p, a->r, B, T, &M->rb.sel[l], ops_kept);
+    } else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
                              M->rb.noise ? M->rb.tau : 1);
     if (!ops_kept) residual_add(a->r, a->res, (size_t)BT * D);
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
@@ -3786,6 +3858,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
     real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
+    double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
     CUDA_CHECK(cudaMemsetAsync(M->dlnf, 0, (size_t)BT * D * sizeof(real)));
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
@@ -3803,6 +3876,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'S')
+            select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
         rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
@@ -3845,36 +3920,9 @@ static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // r
 // 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW (on the GPU)
 // ================================================================================================
 
-__global__ void grad_norm_partial_kernel(double *part, const float *g, size_t n) {
-    __shared__ double sh[512];
-    double s = 0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += (double)g[i] * g[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
-}
-__global__ void grad_norm_finish_kernel(double *out, const double *part, int np) {
-    if (threadIdx.x == 0 && blockIdx.x == 0) {
-        double s = 0;
-        for (int i = 0; i < np; i++) s += part[i];
-        *out = sqrt(s);
-    }
-}
 static double grad_norm(const Model *M) {
     PROF_OP();
-    const int np = 1024;
-    grad_norm_partial_kernel<<<np, 512>>>(M->d_normpart, M->grads, M->nparams);
-    CUDA_CHECK(cudaGetLastError());
-    grad_norm_finish_kernel<<<1, 32>>>(M->d_scalar + 1, M->d_normpart, np);
-    CUDA_CHECK(cudaGetLastError());
-    double norm;
-    CUDA_CHECK(cudaMemcpy(&norm, M->d_scalar + 1, sizeof(double), cudaMemcpyDeviceToHost));
-    return norm;
+    return sqrt(device_dot(M->grads, M->grads, M->nparams));
 }
 
 __global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, double lr, double decay,
@@ -3914,6 +3962,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
     for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
     M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
     M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
+    select_draw(M, t);            // §7.3: the S gates' noise of this step
     for (int k = 0; k < accum; k++) {
         if (dataloader_next_batch(train, err, sizeof(err))) die(err);
         if (M->rb.noise) gumbel_draw(M, B, T);
@@ -3924,7 +3973,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
         for (int l = 0; sfr && l < c->L; l++)
             if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
     }
-    M->rb.noise = 0;
+    M->rb.noise = M->rb.sel_noise = 0;
     s.norm = grad_norm(M);
     s.skipped = !is_finite(s.norm);
     if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);

@@ -1,7 +1,8 @@
 // The softmax-budget controls of doc/model.md §7, shared by train_natsl.c and train_natsl.cu: the options and
-// per-step state of the router's auxiliary terms (RouterBudget, a field of each program's Model), the τ
-// schedule and the Gumbel noise stream. What needs the model's buffers (the statistics of a forward pass, the
-// noise draw) is in common/model_io.h; the gradient enters in router_backward of each program.
+// per-step state of the router's auxiliary terms and of the S layers' gates (RouterBudget, a field of each
+// program's Model), the τ schedule, the Gumbel noise stream and the S gate's math (SelGate, §7.3). What needs the
+// model's buffers (the statistics of a forward pass, the noise draw, an S layer's s_sel) is in common/model_io.h;
+// the gradient enters in router_backward and select_layer_backward of each program.
 // All options off (λ = 0, α = 0, τ_0 = 0: the defaults) leaves the model exactly §5 (no extra work, the same bits).
 #ifndef NATSL_BUDGET_H
 #define NATSL_BUDGET_H
@@ -9,6 +10,28 @@
 #include <math.h>
 #include <stdint.h>
 #include "config.h"
+
+// §7.3: the gate of one S layer in one forward pass. s: s_sel; y_a, y_g: the straight-through probabilities
+// (7.3b); a: the hard choice (1 = the A mixer); relaxed (tests only, §8): the layer outputs y_A·A(x) + y_G·G(x).
+typedef struct { double s, kappa, tau, y_a, y_g; int a, relaxed; } SelGate;
+
+// (7.3a-b): z = (−(κ/2)·tanh s, +(κ/2)·tanh s), y = softmax((z + g)/τ) with noise g = (g_A, g_G) (NULL: none);
+// the hard choice is A iff y_A > y_G (so without noise A iff z_A > z_G: a tie, s = 0, is G).
+static inline SelGate sel_gate(double s, double kappa, const float *g, double tau) {
+    SelGate r = {s, kappa, tau, 0, 0, 0, 0};
+    double za = -0.5 * kappa * tanh(s), zg = -za;
+    double u = (za + (g ? g[0] : 0)) - (zg + (g ? g[1] : 0));
+    r.y_a = 1 / (1 + exp(-u / tau));
+    r.y_g = 1 - r.y_a;
+    r.a = r.y_a > r.y_g;
+    return r;
+}
+// (7.3c-d): ∂L/∂s_sel from ∂L/∂y_A and ∂L/∂y_G: ∂y_A/∂u = −∂y_G/∂u = y_A·y_G/τ with u = z_A + g_A − z_G − g_G,
+// ∂u/∂s = −κ·(1 − tanh² s)
+static inline double sel_grad(const SelGate *g, double dya, double dyg) {
+    double t = tanh(g->s);
+    return (dya - dyg) * g->y_a * g->y_g / g->tau * -g->kappa * (1 - t * t);
+}
 
 typedef struct {
     // options (flags -B -F -A -G -M -R; common/train_util.h)
@@ -25,6 +48,13 @@ typedef struct {
     double pen, lb;     // L_pen (7.1b/d) and L_lb (7.4a), the logged values
     double pen_soft, lb_soft; // the functions whose gradient the backward pass takes (tests: their FD)
     double dpi[2];      // ∂(L_pen + L_lb)/∂s[…, m] per routed (b, c, n) of every N layer (s = π, or y with noise)
+    // §7.3 layer-level selection (flags -S -K): options, this step's noise and temperature, the last forward's gates
+    double sel_lambda;  // λ_S ≥ 0 of (7.3e) (0 = off)
+    double kappa;       // κ > 0 of (7.3a)
+    int sel_noise;      // the S gates draw noise in this step's forward passes (training: always)
+    double sel_tau;     // at this temperature: τ_s of (7.2b) with -G τ_0 > 0, else 1
+    float sel_g[NATSL_MAX_LAYERS][2]; // this step's Gumbel draws (g_A, g_G) per S layer
+    SelGate sel[NATSL_MAX_LAYERS];    // per S layer, its gate in the last forward pass
 } RouterBudget;
 
 static inline int budget_aux_on(const RouterBudget *rb) { return rb->lambda > 0 || rb->alpha > 0; }

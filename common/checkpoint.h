@@ -147,7 +147,7 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
     if (c->L <= 0 || c->L > NATSL_MAX_LAYERS) { snprintf(err, errlen, "%s: bad layer count %d", path, c->L); return -1; }
     for (int l = 0; l < c->L; l++) {
         if (h[32 + l] < 0 || h[32 + l] > 127 || !is_layer_kind((char)h[32 + l])) {
-            snprintf(err, errlen, "%s: layer %d has kind code %d in the header; layers are G, A or N", path, l, h[32 + l]);
+            snprintf(err, errlen, "%s: layer %d has kind code %d in the header; layers are G, A, N or S", path, l, h[32 + l]);
             return -1;
         }
         c->pattern[l] = (char)h[32 + l];

@@ -24,6 +24,7 @@
 #define ADAMW_BETA2 0.95
 #define ADAMW_EPS 1e-8
 #define GRAD_CLIP 1.0         // the global gradient norm is clipped to this
+#define SEL_KAPPA 10.0        // the S gates' scale κ of (7.3a) when -K is not given
 
 typedef struct {
     int D;        // hidden size
@@ -34,7 +35,7 @@ typedef struct {
     int F;        // MLP width
     int V, Vp;    // vocabulary (real, padded)
     int rope;     // RoPE on the NAtS-L softmax op (§5.8)
-    char pattern[NATSL_MAX_LAYERS + 1]; // one of G, A, N per layer
+    char pattern[NATSL_MAX_LAYERS + 1]; // one of G, A, N, S per layer
 } Config;
 
 // derived sizes (§1)
@@ -82,7 +83,15 @@ static inline int config_from_preset(Config *c, const char *name) {
     return 0;
 }
 
-// Applies -a: a variant name (keeps L) or a literal pattern over G/A/N (sets L). The pure NAtS-L
+// The layer kinds a pattern may hold; every dispatch on a pattern letter (param_tensors, the activation
+// layout, block_forward/model_backward of both programs) knows exactly these four. S (§7.3) holds an A and a
+// G mixer and selects one per step.
+static inline int is_layer_kind(char k) { return k == 'G' || k == 'A' || k == 'N' || k == 'S'; }
+// Whether the pattern has a layer with a GDN op (G, N, S), with an A mixer (A, S)
+static inline int pattern_has_gdn(const Config *c) { return strpbrk(c->pattern, "GNS") != NULL; }
+static inline int pattern_has_attn_layer(const Config *c) { return strpbrk(c->pattern, "AS") != NULL; }
+
+// Applies -a: a variant name (keeps L) or a literal pattern over G/A/N/S (sets L). The pure NAtS-L
 // variant turns RoPE on for the softmax op (§5.8); every other choice leaves it off.
 static inline int config_set_pattern(Config *c, const char *arg, char *err, size_t errlen) {
     if (is_variant_name(arg)) {
@@ -96,9 +105,9 @@ static inline int config_set_pattern(Config *c, const char *arg, char *err, size
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        if (arg[i] != 'G' && arg[i] != 'A' && arg[i] != 'N') {
+        if (!is_layer_kind(arg[i])) {
             snprintf(err, errlen, "-a %s: not a variant (natsl-hybrid, natsl, gdn, gdn-hybrid, "
-                     "transformer) nor a pattern over G/A/N (bad letter '%c')", arg, arg[i]);
+                     "transformer) nor a pattern over G/A/N/S (bad letter '%c')", arg, arg[i]);
             return -1;
         }
     }
@@ -108,14 +117,10 @@ static inline int config_set_pattern(Config *c, const char *arg, char *err, size
     return 0;
 }
 
-// The layer kinds a pattern may hold; every dispatch on a pattern letter (param_tensors, the activation
-// layout, block_forward/model_backward of both programs) knows exactly these three.
-static inline int is_layer_kind(char k) { return k == 'G' || k == 'A' || k == 'N'; }
-
 #define NATSL_MAX_DIM 65536      // bound on every size of a config: keeps all products far from overflow
 #define NATSL_MAX_VOCAB (1 << 20)
 
-// Checks that the sizes fit together and the pattern holds only G, A and N. Every config the programs
+// Checks that the sizes fit together and the pattern holds only G, A, N and S. Every config the programs
 // build a model from passes here (presets, -a, checkpoint headers). Returns 0 or -1 with a message.
 static inline int config_check(const Config *c, char *err, size_t errlen) {
     const char *why = NULL;
@@ -127,14 +132,14 @@ static inline int config_check(const Config *c, char *err, size_t errlen) {
              c->Ha > NATSL_MAX_DIM || c->F > NATSL_MAX_DIM) why = "a size exceeds 65536";
     else if (c->L > NATSL_MAX_LAYERS || (int)strnlen(c->pattern, NATSL_MAX_LAYERS + 1) != c->L) why = "pattern length must equal the layer count";
     else if (bad_letter >= 0) {
-        snprintf(err, errlen, "bad model config: pattern %s has '%c' (code %d) at layer %d; layers are G, A or N",
+        snprintf(err, errlen, "bad model config: pattern %s has '%c' (code %d) at layer %d; layers are G, A, N or S",
                  c->pattern, c->pattern[bad_letter] >= 32 && c->pattern[bad_letter] < 127 ? c->pattern[bad_letter] : '?',
                  (unsigned char)c->pattern[bad_letter], bad_letter);
         return -1;
     }
     else if (c->Ha % c->H) why = "softmax heads must be a multiple of GDN heads";
     else if ((c->H * c->dk) % c->Ha || (c->H * c->dv) % c->Ha) why = "key/value widths must split evenly into softmax heads";
-    else if (strchr(c->pattern, 'A') && c->D % NATSL_ATTN_HEAD) why = "an A layer needs D to be a multiple of 64";
+    else if (pattern_has_attn_layer(c) && c->D % NATSL_ATTN_HEAD) why = "an A (or S) layer needs D to be a multiple of 64";
     else if (c->rope && cfg_dka(c) % 2) why = "RoPE needs an even softmax head dim";
     else if (c->V <= 0 || c->Vp < c->V || c->Vp > NATSL_MAX_VOCAB) why = "padded vocabulary must hold the vocabulary (at most 2^20 rows)";
     else if (c->rope != 0 && c->rope != 1) why = "the RoPE flag must be 0 or 1";
@@ -151,27 +156,30 @@ static inline int config_check(const Config *c, char *err, size_t errlen) {
 // WQKV = [W_q; W_k; W_v], WAB = [W_a; W_b], CONV = [conv_q; conv_k; conv_v], WGU = [W_gate; W_up].
 enum {
     P_LN_MIX,  // [D]            RMSNorm weight before the mixer
-    P_WQKV,    // G,N: [2K+Vt, D]; A: [3D, D]
-    P_WG,      // G,N: [Vt, D]   output gate
-    P_WAB,     // G,N: [2H, D]   decay input a, then beta input b
-    P_ALOG,    // G,N: [H]
-    P_DTBIAS,  // G,N: [H]
-    P_CONV,    // G,N: [2K+Vt, 4] short conv
-    P_ONORM,   // G:   [dv]      output RMSNorm of the GDN layer
+    P_WQKV,    // G,N,S: [2K+Vt, D]; A: [3D, D]
+    P_WG,      // G,N,S: [Vt, D]   output gate
+    P_WAB,     // G,N,S: [2H, D]   decay input a, then beta input b
+    P_ALOG,    // G,N,S: [H]
+    P_DTBIAS,  // G,N,S: [H]
+    P_CONV,    // G,N,S: [2K+Vt, 4] short conv
+    P_ONORM,   // G,S: [dv]      output RMSNorm of the GDN layer
     P_WR,      // N:   [2H, D]   router (Attention Score Layer)
     P_WOW,     // N:   [2Ha, K]  output-weight layer
     P_QN,      // N:   [dka]     RMSNorm of softmax q
     P_KN,      // N:   [dka]     RMSNorm of softmax k
     P_N1,      // N:   [dva]     fused output norm, GDN input
     P_N2,      // N:   [dva]     fused output norm, softmax input
-    P_WO,      // G,N: [D, Vt]; A: [D, D]
+    P_WO,      // G,N,S: [D, Vt]; A: [D, D]
+    P_SSEL,    // S:   [1]       the selection logit s_sel (§7.3)
+    P_WQKV_A,  // S:   [3D, D]   the A mixer's W_qkv
+    P_WO_A,    // S:   [D, D]    the A mixer's W_o
     P_LN_MLP,  // [D]
     P_WGU,     // [2F, D]  SwiGLU gate and up
     P_WDOWN,   // [D, F]
     NSLOT
 };
 
-enum { INIT_NORMAL, INIT_ONES, INIT_ALOG, INIT_DTBIAS };
+enum { INIT_NORMAL, INIT_ONES, INIT_ALOG, INIT_DTBIAS, INIT_ZEROS };
 
 static const struct { const char *name; int init; int decay; } SLOT_INFO[NSLOT] = {
     {"ln_mix", INIT_ONES, 0},  {"wqkv", INIT_NORMAL, 1}, {"wg", INIT_NORMAL, 1},
@@ -179,6 +187,7 @@ static const struct { const char *name; int init; int decay; } SLOT_INFO[NSLOT] 
     {"conv", INIT_NORMAL, 0},  {"o_norm", INIT_ONES, 0}, {"wr", INIT_NORMAL, 1},
     {"wow", INIT_NORMAL, 1},   {"qn", INIT_ONES, 0},     {"kn", INIT_ONES, 0},
     {"n1", INIT_ONES, 0},      {"n2", INIT_ONES, 0},     {"wo", INIT_NORMAL, 1},
+    {"s_sel", INIT_ZEROS, 0},  {"wqkv_a", INIT_NORMAL, 1}, {"wo_a", INIT_NORMAL, 1},
     {"ln_mlp", INIT_ONES, 0},  {"wgu", INIT_NORMAL, 1},  {"wdown", INIT_NORMAL, 1},
 };
 
@@ -186,7 +195,7 @@ static const struct { const char *name; int init; int decay; } SLOT_INFO[NSLOT] 
 static inline void slot_shape(const Config *c, char kind, int slot, size_t *rows, size_t *cols) {
     size_t D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H;
     size_t r = 0, k = 1;
-    int gdn = kind == 'G' || kind == 'N', nats = kind == 'N';
+    int gdn = kind == 'G' || kind == 'N' || kind == 'S', nats = kind == 'N', sel = kind == 'S';
     switch (slot) {
     case P_LN_MIX: case P_LN_MLP: r = D; break;
     case P_WQKV: if (gdn) { r = 2 * K + Vt; k = D; } else { r = 3 * D; k = D; } break;
@@ -194,12 +203,15 @@ static inline void slot_shape(const Config *c, char kind, int slot, size_t *rows
     case P_WAB: if (gdn) { r = 2 * H; k = D; } break;
     case P_ALOG: case P_DTBIAS: if (gdn) r = H; break;
     case P_CONV: if (gdn) { r = 2 * K + Vt; k = NATSL_CONV; } break;
-    case P_ONORM: if (kind == 'G') r = c->dv; break;
+    case P_ONORM: if (kind == 'G' || sel) r = c->dv; break;
     case P_WR: if (nats) { r = 2 * H; k = D; } break;
     case P_WOW: if (nats) { r = 2 * (size_t)c->Ha; k = K; } break;
     case P_QN: case P_KN: if (nats) r = cfg_dka(c); break;
     case P_N1: case P_N2: if (nats) r = cfg_dva(c); break;
     case P_WO: if (gdn) { r = D; k = Vt; } else { r = D; k = D; } break;
+    case P_SSEL: if (sel) r = 1; break;
+    case P_WQKV_A: if (sel) { r = 3 * D; k = D; } break;
+    case P_WO_A: if (sel) { r = D; k = D; } break;
     case P_WGU: r = 2 * (size_t)c->F; k = D; break;
     case P_WDOWN: r = D; k = c->F; break;
     }

@@ -6,6 +6,7 @@
 //   its logits over the V real tokens                                        [B*T][V]
 //   the gradient of its mean loss, every parameter in buffer order           [nparams]
 //   every N layer's router logits, then its routing decisions (mask Ã)        [nrouter], [nrouter]
+//     (an S layer's gate counts as one router pair: logits (z_A, z_G), decisions (Ã_A, Ã_G), §7.3)
 //   the train loss of each of nsteps AdamW steps (the first on that batch)   [nsteps]
 //   the loss on the first batch after them                                   [1]
 // Included by common/train_main.h, after a program's model, whose functions the writer calls.
@@ -49,7 +50,7 @@ static void dump_write(Model *M, DataLoader *train, const char *path, double lr,
     const Config *c = &M->cfg;
     char err[1024];
     size_t BT = (size_t)B * T, nrouter = 0, per = BT / NATSL_CHUNK * 2 * c->H;
-    for (int l = 0; l < c->L; l++) nrouter += c->pattern[l] == 'N' ? per : 0;
+    for (int l = 0; l < c->L; l++) nrouter += c->pattern[l] == 'N' ? per : c->pattern[l] == 'S' ? 2 : 0;
     FILE *f = fopen(path, "wb");
     if (!f) { fprintf(stderr, "error: %s: cannot open for writing (%s)\n", path, strerror(errno)); exit(1); }
     int h[256] = {DUMP_MAGIC, 1, B, T, c->V, (int)M->nparams, (int)nrouter, DUMP_STEPS};
@@ -75,6 +76,11 @@ static void dump_write(Model *M, DataLoader *train, const char *path, double lr,
             memcpy(router + nrouter + o, rd, per * sizeof(float));
             free(rl); free(rd);
             o += per;
+        } else if (c->pattern[l] == 'S') { // (7.3a): z_A = −z_G = −(κ/2)·tanh(s_sel); the hard choice
+            const SelGate *sg = &M->rb.sel[l];
+            router[o] = (float)(-0.5 * sg->kappa * tanh(sg->s)); router[o + 1] = -router[o];
+            router[nrouter + o] = (float)sg->a; router[nrouter + o + 1] = (float)!sg->a;
+            o += 2;
         }
     model_backward(M, first, first + BT, B, T, (real)1 / BT);
     float *g = to_float32(M->grads, M->nparams);

@@ -10,7 +10,7 @@
 
 typedef union { // named pointers into the flat parameter (or gradient) buffer, in P_* order
     struct { real *ln_mix, *wqkv, *wg, *wab, *a_log, *dt_bias, *conv, *o_norm, *wr, *wow, *qn, *kn, *n1, *n2,
-             *wo, *ln_mlp, *wgu, *wdown; };
+             *wo, *s_sel, *wqkv_a, *wo_a, *ln_mlp, *wgu, *wdown; };
     real *t[NSLOT];
 } LayerParams;
 
@@ -39,6 +39,7 @@ static void init_params(real *w, const ParamTensor *t, int nt, uint64_t seed) {
         for (size_t j = 0; j < t[i].numel; j++) {
             if (t[i].init == INIT_NORMAL) x[j] = 0.02 * rng_normal(&s);
             else if (t[i].init == INIT_ONES) x[j] = 1;
+            else if (t[i].init == INIT_ZEROS) x[j] = 0;
             else if (t[i].init == INIT_ALOG) x[j] = log(16.0 * rng_uniform(&s));   // A ~ U(0, 16)
             else {                                                                   // dt_bias
                 double dt = exp(log(1e-3) + rng_uniform(&s) * (log(1e-1) - log(1e-3)));
@@ -68,6 +69,8 @@ typedef struct {
     real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D];  lse [B][heads][T]
     real *omega_raw, *omega;    // N: Q W_owᵀ and its pair softmax [BT][2Ha]
     real *pool, *rlogits, *rpi, *rmask; // N: router [B][Nc][D], [B][Nc][2H] (logits, π, mask Ã)
+    real *aproj;                // S: the A mixer's x W_qkv_aᵀ [BT][3D] (its att_out [BT][D] and lse are the fields above)
+    real *sel_out;              // S: the two mixers' outputs A(x) | G(x) [2][BT][D] (§7.3)
     real *norm_rstd, *y;        // G,N: gated output norm rstd [2][rows], its output [BT][Vt]
     real *r, *xn2, *rstd2;      // h + mixer output [BT][D]; RMSNorm of it [BT][D], [BT]
     real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
@@ -117,7 +120,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             size_t n_ = half && ((cls) & (grads ? MG : MA)) ? ((size_t)(n) + 1) / 2 : (size_t)(n); \
             a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; } } while (0)
         TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G | MA); TAKE(rstd1, BT, R);
-        if (kind == 'G' || kind == 'N') {
+        if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG); TAKE(qkv, BT * (2 * K + Vt), R | G);
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
@@ -132,10 +135,10 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(pool, B * Nc * D, KP | G); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
             TAKE(rmask, B * Nc * 2 * H, KP | G);
         }
-        if (kind == 'A') {
-            size_t n_attn = cfg_attn_heads(c);
-            TAKE(proj, BT * 3 * D, R | G | MA); TAKE(att_out, BT * D, OP | G | MA); TAKE(lse, (size_t)B * n_attn * T, OP);
-        }
+        if (kind == 'A') TAKE(proj, BT * 3 * D, R | G | MA);
+        if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | MA);
+        if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | MA); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
+        if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
         TAKE(r, BT * D, OP); TAKE(xn2, BT * D, R | G | MA); TAKE(rstd2, BT, R);
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, R | G | MA);
 #undef TAKE
@@ -162,7 +165,7 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
     int kept = acts_kept(recompute), mp = bf16 ? ACTS_BF16 : 0;
     LayerActs tmp;
     *dmax = 0;
-    for (const char *k = "GAN"; *k; k++) {
+    for (const char *k = "GANS"; *k; k++) {
         size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_GRADS | mp);
         if (strchr(c->pattern, *k) && n > *dmax) *dmax = n;
     }
@@ -209,6 +212,23 @@ typedef struct {
     const real *o1, *w1, *o2, *w2, *omega, *gate;
     int rows, n;
 } GatedNormArgs;
+
+// §7.3: an S layer's A mixer, as an A layer's fields and parameters: its projection aproj (planes q, k, v) where
+// an A layer has proj, its W_qkv_a and W_o_a where an A layer has W_qkv and W_o; the rest is the S layer's own
+// (att_out, lse; the G mixer's fields and parameters are the S layer's G-named ones). For activations, their
+// gradients, parameters and parameter gradients alike. proj_half: as layer_planes (the activations in bf16 mode).
+static inline LayerActs select_attn_acts(const Config *c, const LayerActs *a, int B, int T, int proj_half) {
+    LayerActs v = *a;
+    v.proj = a->aproj;
+    layer_planes(&v, c, 'A', B, T, proj_half);
+    return v;
+}
+static inline LayerParams select_attn_params(const LayerParams *p) {
+    LayerParams v = *p;
+    v.wqkv = p->wqkv_a;
+    v.wo = p->wo_a;
+    return v;
+}
 
 // The G layer's GDN op: every chunk commits.
 static inline GdnArgs gdn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {

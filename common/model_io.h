@@ -36,11 +36,18 @@ static double softmax_fraction(const Model *M, int l, int h, int B, int T) {
 // and the gradient dpi[m] of L_pen + L_lb on each s[…, m] (f constant; the penalty's through s0: (7.1c)), which
 // model_backward scales as the mean loss and router_backward adds to dÃ. With gradient accumulation each
 // micro-batch contributes its own terms, weighted 1/accum (doc/model.md §7.1).
+// The S layers' penalty (7.3e) joins L_pen: (λ_S/L)·Σ hard choices of A, its gradient λ_S/L on each y_A
+// (model_backward hands it to select_layer_backward).
 static void router_aux_forward(Model *M, int B, int T) {
     RouterBudget *rb = &M->rb;
     const Config *c = &M->cfg;
     int Nc = T / NATSL_CHUNK, H = c->H;
     rb->frac = rb->pen = rb->lb = rb->pen_soft = rb->lb_soft = rb->dpi[0] = rb->dpi[1] = 0;
+    for (int l = 0; l < c->L; l++)
+        if (c->pattern[l] == 'S') {
+            rb->pen += rb->sel_lambda / c->L * rb->sel[l].a;
+            rb->pen_soft += rb->sel_lambda / c->L * rb->sel[l].y_a;
+        }
     if (!budget_aux_on(rb) || Nc < 2) return;
     double n = 0, hard = 0, s0 = 0, s1 = 0;
     size_t per = (size_t)B * Nc * H * 2;
@@ -58,8 +65,8 @@ static void router_aux_forward(Model *M, int B, int T) {
     if (n == 0) return;
     double f = hard / n, gate = rb->target <= 0 || f > rb->target;
     rb->frac = f;
-    rb->pen = rb->lambda * (rb->target > 0 ? (f > rb->target ? f - rb->target : 0) : f);
-    rb->pen_soft = gate * rb->lambda * s0 / n;
+    rb->pen += rb->lambda * (rb->target > 0 ? (f > rb->target ? f - rb->target : 0) : f);
+    rb->pen_soft += gate * rb->lambda * s0 / n;
     rb->lb = rb->lb_soft = 2 * rb->alpha * (f * s0 / n + (1 - f) * s1 / n);
     rb->dpi[0] = (gate * rb->lambda + 2 * rb->alpha * f) / n;
     rb->dpi[1] = 2 * rb->alpha * (1 - f) / n;
@@ -74,6 +81,65 @@ static void gumbel_draw(Model *M, int B, int T) {
     for (size_t i = 0; i < n; i++) g[i] = (float)-log(-log(rng_uniform(&M->rb.rng)));
     from_float32(M->gnoise, g, n);
     free(g);
+}
+
+// ---- §7.3: the S layers' gates -------------------------------------------------------------------------------
+// The gate of S layer l for a forward pass: from its s_sel, with this step's noise at τ_s during training
+// (rb.sel_noise), else noise-free at τ = 1 (evaluation, sampling, -z's first batch, logging, freezing).
+static SelGate select_gate(const Model *M, int l) {
+    const RouterBudget *rb = &M->rb;
+    double *s = to_float64(M->p.layer[l].s_sel, 1);
+    SelGate g = sel_gate(*s, rb->kappa, rb->sel_noise ? rb->sel_g[l] : NULL, rb->sel_noise ? rb->sel_tau : 1);
+    g.relaxed = M->router_relaxed;
+    free(s);
+    return g;
+}
+
+// The noise of optimizer step t's S gates (7.3b): one draw (g_A, g_G) per S layer, in layer order, from the run's
+// noise stream rb.rng (before the step's router noise), at τ_t of (7.2b) when -G τ_0 > 0, else τ = 1. Nothing is
+// drawn without S layers (the stream then runs as before §7.3).
+static void select_draw(Model *M, int t) {
+    RouterBudget *rb = &M->rb;
+    rb->sel_noise = strchr(M->cfg.pattern, 'S') != NULL;
+    rb->sel_tau = rb->tau0 > 0 ? budget_tau(rb, t) : 1;
+    for (int l = 0; rb->sel_noise && l < M->cfg.L; l++)
+        if (M->cfg.pattern[l] == 'S')
+            for (int m = 0; m < 2; m++) rb->sel_g[l][m] = (float)-log(-log(rng_uniform(&rb->rng)));
+}
+
+// The pattern the S layers' noise-free gates choose now (every S replaced by A or G), and per layer p_A = y_A at
+// τ = 1 without noise (pa may be NULL).
+static void select_pattern(const Model *M, char *out, double *pa) {
+    strcpy(out, M->cfg.pattern);
+    for (int l = 0; l < M->cfg.L; l++)
+        if (out[l] == 'S') {
+            SelGate g = select_gate(M, l);
+            out[l] = g.a ? 'A' : 'G';
+            if (pa) pa[l] = g.y_a;
+        }
+}
+
+// Freezing (§7.3, -f): F becomes M with every S layer resolved to the mixer its noise-free gate chooses (A iff
+// z_A > z_G, as evaluation does) and that mixer's parameters (an A keeps W_qkv_a and W_o_a as its W_qkv and W_o);
+// every other tensor is copied. F's forward pass equals M's noise-free one.
+static void freeze_selection(Model *F, const Model *M) {
+    Config c = M->cfg;
+    select_pattern(M, c.pattern, NULL);
+    model_build(F, &c);
+    float *src = to_float32(M->params, M->nparams), *dst = (float *)calloc(F->nparams, sizeof(float));
+    if (!dst) { fprintf(stderr, "error: out of memory\n"); exit(1); }
+    for (int i = 0; i < F->ntensors; i++) {
+        const ParamTensor *t = &F->tensors[i];
+        int slot = t->slot, l = t->layer;
+        if (l >= 0 && M->cfg.pattern[l] == 'S' && c.pattern[l] == 'A') slot = slot == P_WQKV ? P_WQKV_A : slot == P_WO ? P_WO_A : slot;
+        int j = 0;
+        while (j < M->ntensors && !(M->tensors[j].layer == l && (l >= 0 ? M->tensors[j].slot == slot : !strcmp(M->tensors[j].name, t->name))))
+            j++;
+        if (j == M->ntensors || M->tensors[j].numel != t->numel) { fprintf(stderr, "error: freezing: no source for %s\n", t->name); exit(1); }
+        memcpy(dst + t->offset, src + M->tensors[j].offset, t->numel * sizeof(float));
+    }
+    from_float32(F->params, dst, F->nparams);
+    free(src); free(dst);
 }
 
 // ---- checkpoints: model_%08d.bin (header + float32 parameters), state_%08d.bin (AdamW moments, step, RNG,

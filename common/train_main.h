@@ -110,9 +110,23 @@ static int train_main(int argc, char **argv) {
     // §7: the softmax-budget options (off by default) and the Gumbel stream
     M.rb.lambda = a.budget; M.rb.target = a.budget_target; M.rb.alpha = a.lb_alpha;
     M.rb.tau0 = a.tau0; M.rb.tau_min = a.tau_min; M.rb.tau_decay = a.tau_decay; M.rb.rng = st.noise_rng;
+    M.rb.sel_lambda = a.sel_lambda; M.rb.kappa = a.kappa; // §7.3
     printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
            c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
     printf("parameters: %zu\n", M.nparams);
+    char pat[NATSL_MAX_LAYERS + 1];
+    double *p_a = (double *)xcalloc(c->L, sizeof(double)); // §7.3: each S layer's p_A
+    if (a.freeze_path) { // §7.3: every S layer frozen to the mixer its gate chooses
+        Model F;
+        freeze_selection(&F, &M);
+        if (save_model(&F, a.freeze_path, err, sizeof(err))) die(err);
+        printf("froze pattern %s to %s (%zu parameters): wrote %s\n", c->pattern, F.cfg.pattern, F.nparams, a.freeze_path);
+        model_free(&F); model_free(&M); free(p_a);
+        return 0;
+    }
+    if (strchr(c->pattern, 'S'))
+        printf("layer selection (§7.3): penalty lambda_S %g, kappa %g, gate temperature %s\n", M.rb.sel_lambda, M.rb.kappa,
+               M.rb.tau0 > 0 ? "as -G -M -R" : "1");
     printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, a.accum, a.total_batch);
     if (budget_aux_on(&M.rb) || M.rb.tau0 > 0)
         printf("softmax budget (§7): penalty lambda %g (f* %g), load balancing alpha %g, routing %s (tau0 %g, min %g, decay %g)\n",
@@ -170,14 +184,19 @@ static int train_main(int argc, char **argv) {
         backend_step_note(&M, B, T, a.accum, dt); // the GPU's MFU
         print_eta(step - st.step, a.max_steps - step, now_s() - t_start);
         for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr_step[l]);
-        if (M.rb.lambda > 0) printf(" | pen %.4f (f %.3f)", s.pen, s.frac);
+        if (M.rb.lambda > 0 || M.rb.sel_lambda > 0) printf(" | pen %.4f", s.pen);
+        if (M.rb.lambda > 0) printf(" (f %.3f)", s.frac);
         if (M.rb.alpha > 0) printf(" | lb %.4f", s.lb);
         if (M.rb.tau0 > 0) printf(" | tau %.3f", s.tau);
+        select_pattern(&M, pat, p_a);
+        if (strchr(c->pattern, 'S')) printf(" | pat %s→%s", c->pattern, pat);
         printf("%s\n", s.skipped ? " | SKIPPED (gradient norm not finite)" : "");
         if (logf) {
             fprintf(logf, "s:%d trl:%.4f\n", step, s.loss);
             for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') fprintf(logf, "s:%d sfr:%d:%.4f\n", step, l, sfr_step[l]);
-            if (M.rb.lambda > 0) fprintf(logf, "s:%d pen:%.6f\n", step, s.pen);
+            for (int l = 0; l < c->L; l++)
+                if (c->pattern[l] == 'S') fprintf(logf, "s:%d sel:%d:%c:%.4f\n", step, l, pat[l], p_a[l]);
+            if (M.rb.lambda > 0 || M.rb.sel_lambda > 0) fprintf(logf, "s:%d pen:%.6f\n", step, s.pen);
             if (M.rb.alpha > 0) fprintf(logf, "s:%d lb:%.6f\n", step, s.lb);
             if (s.skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
             log_flush(logf);
@@ -194,7 +213,7 @@ static int train_main(int argc, char **argv) {
         }
     }
     if (logf) log_close(logf);
-    free(sfr); free(sfr_step);
+    free(sfr); free(sfr_step); free(p_a);
     dataloader_free(&train); dataloader_free(&val);
     if (have_tok) tokenizer_free(&tok);
     model_free(&M);

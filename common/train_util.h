@@ -79,6 +79,8 @@ typedef struct {
     int accum; // micro-steps per step: total_batch / (B·T)
     int init_given; // -e was on the command line
     double budget, budget_target, lb_alpha, tau0, tau_min, tau_decay; // §7: -B -F -A -G -M -R
+    double sel_lambda, kappa; // §7.3: -S -K
+    const char *freeze_path;  // §7.3: -f, write the model with its S layers frozen and exit
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -87,7 +89,7 @@ static inline void train_usage(const char *prog) {
            "  -j <glob>   val shards                        (default data/fineweb_edu_val.bin)\n"
            "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
            "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
-           "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N\n"
+           "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N/S\n"
            "  -b <int>    micro-batch size B                (default 8)\n"
            "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
            "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
@@ -116,6 +118,11 @@ static inline void train_usage(const char *prog) {
            "  -G <float>  ST-Gumbel routing at start temperature tau0 (default 0 = off: argmax routing)\n"
            "  -M <float>  ST-Gumbel: minimum temperature      (default 0.5)\n"
            "  -R <float>  ST-Gumbel: tau decay per step, tau = max(M, G*R^(step-1)) (default 0.99)\n"
+           "  layer-level selection (S layers, doc/model.md §7.3; their gates' temperature follows -G -M -R, else 1):\n"
+           "  -S <float>  penalty lambda_S on the S layers that choose softmax attention (default 0 = off)\n"
+           "  -K <float>  gate scale kappa: logits -+(kappa/2)*tanh(s_sel) (default 10)\n"
+           "  -f <file>   write the model of -e (or the resumed run) with every S layer frozen to the A or G\n"
+           "              its gate chooses (keeping that mixer's parameters) to <file> and exit\n"
            "  -h, --help  this help\n", prog);
 }
 
@@ -158,7 +165,8 @@ static inline double parse_double_flag(char flag, const char *v, double lo, doub
 static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
     char msg[1400];
     TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, default_precision,
-                   8, 256, -1, 20, 150, 50, 8, 100, 64, 0, 0, 42, 0, 3e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99};
+                   8, 256, -1, 20, 150, 50, 8, 100, 64, 0, 0, 42, 0, 3e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
+                   0, SEL_KAPPA, NULL};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -166,7 +174,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMR", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKf", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -206,6 +214,10 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'G': a->tau0 = parse_double_flag(f, v, 0, 1e6, 0, "ST-Gumbel start temperature, 0 = off"); break;
         case 'M': a->tau_min = parse_double_flag(f, v, 0, 1e6, 1, "ST-Gumbel minimum temperature"); break;
         case 'R': a->tau_decay = parse_double_flag(f, v, 0, 1, 1, "ST-Gumbel temperature decay per step"); break;
+        // §7.3 layer-level selection
+        case 'S': a->sel_lambda = parse_double_flag(f, v, 0, 1e6, 0, "S-layer penalty lambda_S"); break;
+        case 'K': a->kappa = parse_double_flag(f, v, 0, 1e6, 1, "S-gate scale kappa"); break;
+        case 'f': a->freeze_path = v; break;
         }
     }
     if (a->T % NATSL_CHUNK) {

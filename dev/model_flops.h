@@ -3,7 +3,7 @@
 //   linear layers   6 · (rows of the input) · weights, for every matmul (the head and the router included)
 //   softmax attn    6 · Σ over heads and queries of the keys attended · (d_q + d_v); the N layers' pairs are
 //                   counted from the routing of the last forward
-//   GDN recurrence  12 · tokens · H · d_k · d_v per G or N layer (state update + read-out, forward and backward)
+//   GDN recurrence  12 · tokens · H · d_k · d_v per G, N or S layer (state update + read-out, forward and backward)
 // The embedding lookup, norms and elementwise work are not counted.
 #ifndef NATSL_MODEL_FLOPS_H
 #define NATSL_MODEL_FLOPS_H
@@ -16,13 +16,15 @@ static void step_flops(const Model *M, int B, int T, double *linear, double *att
         const ParamTensor *t = &M->tensors[i];
         int s = t->slot;
         if (t->layer < 0) continue;
-        if (s == P_WQKV || s == P_WG || s == P_WAB || s == P_WO || s == P_WOW || s == P_WGU || s == P_WDOWN) macs += BT * t->numel;
+        if (s == P_WQKV || s == P_WG || s == P_WAB || s == P_WO || s == P_WOW || s == P_WGU || s == P_WDOWN || s == P_WQKV_A ||
+            s == P_WO_A)
+            macs += BT * t->numel;
         if (s == P_WR) macs += (double)B * Nc * t->numel;
     }
     double att = 0, rec = 0;
     for (int l = 0; l < c->L; l++) {
-        if (c->pattern[l] != 'A') rec += 12.0 * BT * c->H * c->dk * c->dv;
-        if (c->pattern[l] == 'A') att += (double)B * cfg_attn_heads(c) * T * (T + 1) / 2.0 * 2 * NATSL_ATTN_HEAD;
+        if (c->pattern[l] != 'A') rec += 12.0 * BT * c->H * c->dk * c->dv;   // an S layer runs both its mixers (§7.3)
+        if (c->pattern[l] == 'A' || c->pattern[l] == 'S') att += (double)B * cfg_attn_heads(c) * T * (T + 1) / 2.0 * 2 * NATSL_ATTN_HEAD;
         if (c->pattern[l] != 'N') continue;
         float *mask = to_float32(M->la[l].rmask, (size_t)B * Nc * c->H * 2);
         for (int b = 0; b < B; b++)
