@@ -40,7 +40,7 @@ static int baseline_losses(const DataLoader *train, DataLoader *val, int nbatche
     const DataLoader *tr = train;
     int own = 0;
     if (train->loaded_shard != 0) {
-        if (dataloader_init(&t0, train->files[0], train->B, train->T, err, errlen)) return -1;
+        if (dataloader_init(&t0, train->files[0], train->B, train->T, train->vocab, err, errlen)) return -1;
         tr = &t0;
         own = 1;
     }

@@ -83,8 +83,8 @@ typedef struct {
 
 static inline void train_usage(const char *prog) {
     printf("usage: %s [options]\n"
-           "  -i <glob>   train shards                      (default data/fineweb_edu_train.bin)\n"
-           "  -j <glob>   val shards                        (default data/fineweb_edu_val.bin)\n"
+           "  -i <glob>   train shards                      (default data/tinyshakespeare_char/train.bin)\n"
+           "  -j <glob>   val shards                        (default data/tinyshakespeare_char/val.bin)\n"
            "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
            "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
            "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N\n"
@@ -157,7 +157,7 @@ static inline double parse_double_flag(char flag, const char *v, double lo, doub
 // default_precision: the program's default for -p ("fp32" in train_natsl, "bf16" in train_natsl_cu).
 static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
     char msg[1400];
-    TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, default_precision,
+    TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 150, 50, 8, 100, 64, 0, 0, 42, 0, 3e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99};
     *a = d;
     for (int i = 1; i < argc; i++) {
