@@ -1203,6 +1203,47 @@ static void test_tokenizer_char_data(void) {
     tokenizer_free(&t);
 }
 
+/* The counting baselines of common/baseline.h: a deterministic bigram stream, then a noisy one whose best λ lies
+ * inside (0, 1), against a search over a fine grid. */
+static void test_baseline_bigram(void) {
+    char dir[64], tr[128], va[128], err[512] = "";
+    if (dt_mkdir(dir, sizeof dir)) return;
+    snprintf(tr, sizeof tr, "%s/train.bin", dir);
+    snprintf(va, sizeof va, "%s/val.bin", dir);
+    uint16_t t[3000];
+    uint64_t r = rng_seed(5);
+    for (int noisy = 0; noisy <= 1; noisy++) {
+        for (int i = 0; i < 3000; i++) t[i] = (uint16_t)(noisy && rng_u32(&r) % 4 != 0 ? (int)(rng_u32(&r) % 10) : i % 3);
+        dt_write_shard(tr, 20240520, 1, 3000, t, 3000);
+        dt_write_shard(va, 20240520, 1, 300, t + 2000, 300);
+        DataLoader dtr, dva;
+        CHECK(dataloader_init(&dtr, tr, 2, 64, 10, err, sizeof err) == 0 && dataloader_init(&dva, va, 2, 64, 10, err, sizeof err) == 0,
+              "init: %s", err);
+        double uni = 0, bi = 0, lambda = 0;
+        size_t n = 0;
+        CHECK(baseline_losses(&dtr, &dva, 2, 10, &uni, &bi, &lambda, &n, err, sizeof err) == 0, "baseline: %s", err);
+        if (!noisy) { /* p(b|a) = 1 for every val pair: λ -> 1 and the bigram loss -> 0; the unigram is add-one */
+            CHECK(bi < 1e-6 && lambda > 0.999999, "deterministic stream: bigram %.3g at lambda %.9f", bi, lambda);
+            CHECK(fabs(uni - log(3010.0 / 1001)) < 1e-12 && n == 3000, "unigram %.12f, want log(3010/1001)", uni);
+        } else { /* the same counts by brute force over λ = 0.0001 ... 0.9999 */
+            double best = INFINITY, cu[10] = {0}, cab[10][10] = {{0}};
+            for (int i = 0; i < 3000; i++) { cu[t[i]]++; if (i + 1 < 3000) cab[t[i]][t[i + 1]]++; }
+            for (int k = 1; k < 10000; k++) {
+                double l = k * 1e-4, s = 0;
+                for (int i = 2000; i < 2000 + 256; i++) {
+                    double ca = cu[t[i]] - (t[i] == t[2999]), pu = (cu[t[i + 1]] + 1) / 3010;
+                    s -= log(l * cab[t[i]][t[i + 1]] / ca + (1 - l) * pu);
+                }
+                if (s / 256 < best) best = s / 256;
+            }
+            CHECK(bi <= best + 1e-9 && bi > best - 1e-3 && lambda > 0.05 && lambda < 0.95,
+                  "noisy stream: bigram %.9f at lambda %.4f, grid best %.9f", bi, lambda, best);
+        }
+        dataloader_free(&dtr); dataloader_free(&dva);
+    }
+    dt_rmdir(dir);
+}
+
 static void register_data_tests(void) {
     RUN(test_dataloader_reads_batches);
     RUN(test_dataloader_glob_advance_wrap);
@@ -1213,6 +1254,7 @@ static void register_data_tests(void) {
     RUN(test_tokenizer_bad_files);
     RUN(test_dataloader_vocab);
     RUN(test_tokenizer_char_data);
+    RUN(test_baseline_bigram);
 }
 
 // ---- checkpoints ----------------------------------------------------------------------------------------
