@@ -91,11 +91,11 @@ static inline void train_usage(const char *prog) {
            "  -b <int>    micro-batch size B                (default 8)\n"
            "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
            "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
-           "  -l <float>  peak learning rate                (default 3e-3)\n"
+           "  -l <float>  peak learning rate                (default 1.5e-3)\n"
            "  -u <int>    warmup steps                      (default 20)\n"
            "  -q <float>  final LR as a fraction of peak    (default 0.1)\n"
            "  -c <float>  weight decay                      (default 0.1)\n"
-           "  -x <int>    max steps                         (default 150)\n"
+           "  -x <int>    max steps                         (default 750)\n"
            "  -v <int>    val loss every N steps            (default 50)\n"
            "  -m <int>    val batches                       (default 8)\n"
            "  -s <int>    sample every N steps              (default 100)\n"
@@ -158,7 +158,7 @@ static inline double parse_double_flag(char flag, const char *v, double lo, doub
 static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
-                   8, 256, -1, 20, 150, 50, 8, 100, 64, 0, 0, 42, 0, 3e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99};
+                   8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
