@@ -882,11 +882,11 @@ static void test_param_counts(void) {
         {"760m", 0, 14193036, 14252940, 849374844},
         {"340m", 32000, 6316300, 6347148, 380073212},
         {"760m", 32000, 14193036, 14252940, 793144956},
+        {"tiny", 66, 100452, 101780, 1224816}, // the main job's characters: Vp = 128
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         Config c;
-        CHECK(config_from_preset(&c, want[i].preset) == 0, "preset %s", want[i].preset);
-        if (want[i].vocab) c.V = c.Vp = want[i].vocab;
+        CHECK(config_from_preset(&c, want[i].preset, want[i].vocab ? want[i].vocab : GPT2_VOCAB) == 0, "preset %s", want[i].preset);
         ParamTensor t[NATSL_MAX_TENSORS];
         size_t total;
         param_tensors(&c, t, &total);
@@ -897,7 +897,7 @@ static void test_param_counts(void) {
               mixer_params(&c, 'S'));
     }
     Config c;
-    config_from_preset(&c, "340m");
+    config_from_preset(&c, "340m", GPT2_VOCAB);
     CHECK(!strcmp(c.pattern, "GGGNGGGNGGGNGGGNGGGNN"), "340m hybrid pattern %s", c.pattern);
     CHECK(c.F == 2816 && cfg_K(&c) == 768 && cfg_Vt(&c) == 1536 && cfg_dka(&c) == 64 && cfg_dva(&c) == 128, "340m sizes");
     char err[256];
@@ -966,7 +966,7 @@ static int dt_batch_is(const DataLoader *d, int base, size_t first) {
 static void dt_expect_init_error(const char *pattern, int B, int T, const char *name, const char *word) {
     DataLoader d;
     char err[512] = "";
-    int rc = dataloader_init(&d, pattern, B, T, err, sizeof err);
+    int rc = dataloader_init(&d, pattern, B, T, GPT2_VOCAB, err, sizeof err);
     CHECK(rc == -1, "init of %s should fail (%s) but returned %d", pattern, word, rc);
     CHECK(strstr(err, name) != NULL, "message should name %s: \"%s\"", name, err);
     CHECK(strstr(err, word) != NULL, "message should contain \"%s\": \"%s\"", word, err);
@@ -981,7 +981,7 @@ static void test_dataloader_reads_batches(void) {
     snprintf(path, sizeof path, "%s/one.bin", dir);
     dt_write_ramp(path, 100, 100);   /* tokens 100..199 */
     DataLoader d;
-    int rc = dataloader_init(&d, path, 2, 8, err, sizeof err);   /* B*T = 16 */
+    int rc = dataloader_init(&d, path, 2, 8, GPT2_VOCAB, err, sizeof err);   /* B*T = 16 */
     CHECK(rc == 0, "init: %s", err);
     if (rc == 0) {
         CHECK(d.nfiles == 1 && d.ntok == 100 && d.shard == 0 && d.pos == 0, "initial state");
@@ -1012,7 +1012,7 @@ static void test_dataloader_glob_advance_wrap(void) {
     snprintf(path, sizeof path, "%s/other.bin", dir);        dt_write_ramp(path, 30000, 5); /* too small, must not match */
     snprintf(pattern, sizeof pattern, "%s/shard_*.bin", dir);
     DataLoader d;
-    int rc = dataloader_init(&d, pattern, 2, 8, err, sizeof err);
+    int rc = dataloader_init(&d, pattern, 2, 8, GPT2_VOCAB, err, sizeof err);
     CHECK(rc == 0, "init: %s", err);
     if (rc == 0) {
         CHECK(d.nfiles == 3, "expected 3 matches, got %d", d.nfiles);
@@ -1044,9 +1044,9 @@ static void test_dataloader_seek_resume(void) {
     snprintf(path, sizeof path, "%s/s_1.bin", dir); dt_write_ramp(path, 10000, 45);
     snprintf(pattern, sizeof pattern, "%s/s_*.bin", dir);
     DataLoader a, b;
-    int rca = dataloader_init(&a, pattern, 1, 12, err, sizeof err);
+    int rca = dataloader_init(&a, pattern, 1, 12, GPT2_VOCAB, err, sizeof err);
     CHECK(rca == 0, "init a: %s", err);
-    int rcb = dataloader_init(&b, pattern, 1, 12, err, sizeof err);
+    int rcb = dataloader_init(&b, pattern, 1, 12, GPT2_VOCAB, err, sizeof err);
     CHECK(rcb == 0, "init b: %s", err);
     if (rca == 0 && rcb == 0) {
         int first[12], saved_shard = -1;
@@ -1139,7 +1139,7 @@ static void test_dataloader_bad_tokens(void) {
     snprintf(path, sizeof path, "%s/x_1.bin", dir); dt_write_shard(path, 20240520, 1, 40, tok, 40);
     snprintf(pattern, sizeof pattern, "%s/x_*.bin", dir);
     DataLoader d;
-    int rc = dataloader_init(&d, pattern, 2, 8, err, sizeof err);
+    int rc = dataloader_init(&d, pattern, 2, 8, GPT2_VOCAB, err, sizeof err);
     CHECK(rc == 0, "init: %s", err);
     if (rc == 0) {
         rc = dataloader_next_batch(&d, err, sizeof err);
@@ -1242,6 +1242,112 @@ static void test_tokenizer_bad_files(void) {
     dt_rmdir(dir);
 }
 
+/* ---- the data's vocabulary (§1): a data set's own decoding table beside its shards -------------------- */
+
+/* A decoding table of V tokens: ids 0..V-2 the letters a, b, ..., the last one <|endoftext|>. */
+static void dt_write_table(const char *path, int V) {
+    int32_t h[256] = {20251122, 1, V, V - 1};
+    FILE *f = fopen(path, "wb");
+    if (!f) { CHECK(0, "cannot create %s", path); return; }
+    fwrite(h, sizeof h, 1, f);
+    for (int i = 0; i < V - 1; i++) { unsigned char e[2] = {1, (unsigned char)('a' + i % 26)}; fwrite(e, 1, 2, f); }
+    fputc(13, f); fputs("<|endoftext|>", f);
+    fclose(f);
+}
+
+/* The data loader refuses ids at or above the vocabulary it is given; the decoding table of a glob's shards is
+ * tokenizer.bin beside its first match. */
+static void test_dataloader_vocab(void) {
+    char dir[64], path[128], tpath[256], err[512] = "";
+    uint16_t tok[40];
+    if (dt_mkdir(dir, sizeof dir)) return;
+    for (int i = 0; i < 40; i++) tok[i] = (uint16_t)(i % 9);
+    tok[17] = 9;
+    snprintf(path, sizeof path, "%s/v.bin", dir);
+    dt_write_shard(path, 20240520, 1, 40, tok, 40);
+    DataLoader d;
+    int rc = dataloader_init(&d, path, 2, 8, 9, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "v.bin") && strstr(err, "token 9 at byte offset 1058 is out of range (vocab 9)"),
+          "id 9 with a vocabulary of 9: \"%s\"", err);
+    rc = dataloader_init(&d, path, 2, 8, 10, err, sizeof err);
+    CHECK(rc == 0 && d.vocab == 10, "id 9 with a vocabulary of 10: %s", err);
+    if (rc == 0) dataloader_free(&d);
+    snprintf(path, sizeof path, "%s/*.bin", dir);
+    rc = dataloader_tokenizer_path(path, tpath, sizeof tpath, err, sizeof err);
+    CHECK(rc == 0 && !strcmp(tpath + strlen(dir), "/tokenizer.bin") && !strncmp(tpath, dir, strlen(dir)),
+          "no table beside the shards: %d, '%s'", rc, tpath);
+    dt_write_table(tpath, 10);
+    snprintf(path, sizeof path, "%s/v.bin", dir);
+    rc = dataloader_tokenizer_path(path, tpath, sizeof tpath, err, sizeof err);
+    CHECK(rc == 1, "the table beside the shards not found: %d, '%s'", rc, tpath);
+    snprintf(path, sizeof path, "%s/none_*.bin", dir);
+    rc = dataloader_tokenizer_path(path, tpath, sizeof tpath, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "no files match"), "no match: %d, \"%s\"", rc, err);
+    dt_rmdir(dir);
+}
+
+/* The main job's data: the character table and shards of dev/data/char_shards.py agree with each other. */
+static void test_tokenizer_char_data(void) {
+    Tokenizer t;
+    char err[512] = "", text[32] = "";
+    int rc = tokenizer_init(&t, "data/tinyshakespeare_char/tokenizer.bin", err, sizeof err);
+    CHECK(rc == 0 && t.vocab_size == 66 && t.eot == 65, "table: %s (vocab %u, eot %u)", err, t.vocab_size, t.eot);
+    if (rc) return;
+    CHECK(!strcmp(tokenizer_decode(&t, 0), "\n") && !strcmp(tokenizer_decode(&t, 39), "a") &&
+          !strcmp(tokenizer_decode(&t, 65), "<|endoftext|>"), "decoding of ids 0, 39, 65");
+    DataLoader d;
+    rc = dataloader_init(&d, "data/tinyshakespeare_char/train.bin", 1, 64, 66, err, sizeof err);
+    CHECK(rc == 0, "train shard: %s", err);
+    if (rc == 0) {
+        CHECK(d.tokens[0] == 65, "the stream starts with <|endoftext|>, not %u", d.tokens[0]);
+        for (int i = 1; i < 15; i++) strcat(text, tokenizer_decode(&t, d.tokens[i]));
+        CHECK(!strcmp(text, "First Citizen:"), "the text starts \"%s\"", text);
+        dataloader_free(&d);
+    }
+    tokenizer_free(&t);
+}
+
+/* The counting baselines of common/baseline.h: a deterministic bigram stream, then a noisy one whose best λ lies
+ * inside (0, 1), against a search over a fine grid. */
+static void test_baseline_bigram(void) {
+    char dir[64], tr[128], va[128], err[512] = "";
+    if (dt_mkdir(dir, sizeof dir)) return;
+    snprintf(tr, sizeof tr, "%s/train.bin", dir);
+    snprintf(va, sizeof va, "%s/val.bin", dir);
+    uint16_t t[3000];
+    uint64_t r = rng_seed(5);
+    for (int noisy = 0; noisy <= 1; noisy++) {
+        for (int i = 0; i < 3000; i++) t[i] = (uint16_t)(noisy && rng_u32(&r) % 4 != 0 ? (int)(rng_u32(&r) % 10) : i % 3);
+        dt_write_shard(tr, 20240520, 1, 3000, t, 3000);
+        dt_write_shard(va, 20240520, 1, 300, t + 2000, 300);
+        DataLoader dtr, dva;
+        CHECK(dataloader_init(&dtr, tr, 2, 64, 10, err, sizeof err) == 0 && dataloader_init(&dva, va, 2, 64, 10, err, sizeof err) == 0,
+              "init: %s", err);
+        double uni = 0, bi = 0, lambda = 0;
+        size_t n = 0;
+        CHECK(baseline_losses(&dtr, &dva, 2, 10, &uni, &bi, &lambda, &n, err, sizeof err) == 0, "baseline: %s", err);
+        if (!noisy) { /* p(b|a) = 1 for every val pair: λ -> 1 and the bigram loss -> 0; the unigram is add-one */
+            CHECK(bi < 1e-6 && lambda > 0.999999, "deterministic stream: bigram %.3g at lambda %.9f", bi, lambda);
+            CHECK(fabs(uni - log(3010.0 / 1001)) < 1e-12 && n == 3000, "unigram %.12f, want log(3010/1001)", uni);
+        } else { /* the same counts by brute force over λ = 0.0001 ... 0.9999 */
+            double best = INFINITY, cu[10] = {0}, cab[10][10] = {{0}};
+            for (int i = 0; i < 3000; i++) { cu[t[i]]++; if (i + 1 < 3000) cab[t[i]][t[i + 1]]++; }
+            for (int k = 1; k < 10000; k++) {
+                double l = k * 1e-4, s = 0;
+                for (int i = 2000; i < 2000 + 256; i++) {
+                    double ca = cu[t[i]] - (t[i] == t[2999]), pu = (cu[t[i + 1]] + 1) / 3010;
+                    s -= log(l * cab[t[i]][t[i + 1]] / ca + (1 - l) * pu);
+                }
+                if (s / 256 < best) best = s / 256;
+            }
+            CHECK(bi <= best + 1e-9 && bi > best - 1e-3 && lambda > 0.05 && lambda < 0.95,
+                  "noisy stream: bigram %.9f at lambda %.4f, grid best %.9f", bi, lambda, best);
+        }
+        dataloader_free(&dtr); dataloader_free(&dva);
+    }
+    dt_rmdir(dir);
+}
+
 static void register_data_tests(void) {
     RUN(test_dataloader_reads_batches);
     RUN(test_dataloader_glob_advance_wrap);
@@ -1250,6 +1356,9 @@ static void register_data_tests(void) {
     RUN(test_dataloader_bad_tokens);
     RUN(test_tokenizer_decode);
     RUN(test_tokenizer_bad_files);
+    RUN(test_dataloader_vocab);
+    RUN(test_tokenizer_char_data);
+    RUN(test_baseline_bigram);
 }
 
 // ---- checkpoints ----------------------------------------------------------------------------------------
@@ -1470,6 +1579,13 @@ static int32_t hz_poke(const char *path, long i, int32_t v) {
     fclose(f);
     return old;
 }
+static int32_t hz_peek(const char *path, long i) {
+    int32_t v = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f || fseek(f, i * 4, SEEK_SET) || fread(&v, 4, 1, f) != 1) CHECK(0, "cannot read number %ld of %s", i, path);
+    if (f) fclose(f);
+    return v;
+}
 static int32_t hz_float_bits(float x) { int32_t b; memcpy(&b, &x, 4); return b; }
 // A short run with checkpoints at steps 1 to `steps` in dir/sub (the fixture the corruptions start from).
 static int hz_make_run(const char *dir, const char *sub, int steps) {
@@ -1496,8 +1612,9 @@ static void test_hz_model_file_fields(void) {
         {"pattern letter X", 33, 'X', "layer 1|G, A, N or S", NULL},
         {"pattern letter NUL", 32, 0, "layer 0|G, A, N or S", NULL},
         {"pattern letter g", 34, 'g', "G, A, N or S", NULL},
-        {"vocabulary 1", 9, 1, "vocabulary V=1|50257", "not a pair"},
-        {"vocabulary 50000", 9, 50000, "vocabulary V=50000", "not a pair"},
+        {"vocabulary 1", 9, 1, "vocabulary V=1|V=66", "not a pair"},
+        {"vocabulary 100", 9, 100, "vocabulary V=100|V=66", "not a pair"},
+        {"vocabulary above the padded rows", 9, 50000, "padded vocabulary must hold the vocabulary", NULL},
         {"RoPE flag 2", 11, 2, "RoPE flag must be 0 or 1", NULL},
         {"reserved field", 20, 7, "header field 20", NULL},
         {"field after the pattern", 32 + 4, 'G', "header field 36", NULL},
@@ -1535,6 +1652,7 @@ static void test_hz_state_file_fields(void) {
     if (hz_make_run(dir, "run", 1)) return;
     snprintf(state, sizeof(state), "%s/run/state_00000001.bin", dir);
     snprintf(y_args, sizeof(y_args), "-b 1 -t 64 -x 2 -v 0 -s 0 -y 1 -o %s/run", dir);
+    long nparams = hz_peek(state, 8);
     struct { const char *what; long field; int32_t value; const char *words; } cases[] = {
         {"step INT_MAX", 2, 0x7fffffff, "step 2147483647 out of range"},
         {"step -1", 2, -1, "step -1 out of range"},
@@ -1549,7 +1667,7 @@ static void test_hz_state_file_fields(void) {
         {"reserved field", 40, 1, "header field 40"},
         {"fingerprint", 10, 99, "not a pair"},
         {"first moment NaN", 256 + 77, 0x7fc00000, "first moment 77"},
-        {"second moment negative", 256 + 14069872 + 3, hz_float_bits(-1.0f), "second moment 3|not negative"},
+        {"second moment negative", 256 + nparams + 3, hz_float_bits(-1.0f), "second moment 3|not negative"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int32_t old7 = 0;
@@ -1799,9 +1917,9 @@ static void test_hz_load_model_error_frees(void) {
 // Defect 10: the dev/data scripts answer --help without their packages; the READMEs cite no machine paths.
 static void test_hz_dev_scripts(void) {
     if (system("python3 -c 1 2>/dev/null")) { printf("  (python3 not installed: skipped)\n"); return; }
-    const char *scripts[] = {"fineweb.py", "tokenize_text.py", "make_tokenizer_table.py", "gpt2_offline.py"};
+    const char *scripts[] = {"fineweb.py", "tokenize_text.py", "make_tokenizer_table.py", "gpt2_offline.py", "char_shards.py"};
     char cmd[600], msg[1024];
-    for (int i = 0; i < 4; i++) { // -S: no site-packages, as on a machine without numpy, tiktoken, datasets
+    for (int i = 0; i < 5; i++) { // -S: no site-packages, as on a machine without numpy, tiktoken, datasets
         snprintf(cmd, sizeof(cmd), "python3 -S dev/data/%s --help", scripts[i]);
         int rc = run_cmd(cmd, msg, sizeof(msg));
         CHECK(rc == 0, "%s --help without packages: exit %d, '%s'", scripts[i], rc, msg);
@@ -1809,6 +1927,52 @@ static void test_hz_dev_scripts(void) {
     CHECK(access("dev/data/requirements.txt", R_OK) == 0, "dev/data/requirements.txt missing");
     CHECK(system("grep -nE '(/work/|/home/|/Users/|/root/|/mnt/|\\.\\./shared)' data/README.md dev/data/README.md") != 0,
           "a README cites a machine path outside the repository");
+}
+
+// The vocabulary comes from the data (§1): a data set's tokenizer.bin beside its train shards (else GPT-2's); the
+// model, the checkpoints and the val shards must have the same, and a bad table or id is refused with one line.
+static void test_hz_data_vocab(void) {
+    char dir[] = "/tmp/natsl_hz_XXXXXX", p[700], args[2000], msg[1024], own[900], model[700];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    uint16_t tok[5000];
+    uint64_t r = rng_seed(3);
+    for (int i = 0; i < 5000; i++) tok[i] = (uint16_t)(rng_u32(&r) % 10);
+    snprintf(p, sizeof(p), "%s/tokenizer.bin", dir); dt_write_table(p, 10);
+    snprintf(p, sizeof(p), "%s/train.bin", dir); dt_write_shard(p, 20240520, 1, 5000, tok, 5000);
+    snprintf(p, sizeof(p), "%s/val.bin", dir); dt_write_shard(p, 20240520, 1, 1000, tok, 1000);
+    tok[321] = 10;
+    snprintf(p, sizeof(p), "%s/bad.bin", dir); dt_write_shard(p, 20240520, 1, 5000, tok, 5000);
+    snprintf(own, sizeof(own), "-i %s/train.bin -j %s/val.bin -b 1 -t 64 -v 2 -m 1 -s 2 -g 8", dir, dir);
+    // a V of 10 from the table: the model, its checkpoint; a resume
+    snprintf(args, sizeof(args), "%s -x 2 -o %s/run", own, dir);
+    CHECK(hz_run(args, msg, sizeof(msg)) == 0, "training on a 10-token data set: %s", msg);
+    snprintf(args, sizeof(args), "grep -q 'V=10 pattern=GNGN' %s && grep -q '^vocabulary: 10 tokens (%s/tokenizer.bin)' %s",
+             g_stdout_path, dir, g_stdout_path);
+    CHECK(system(args) == 0, "the run does not say it has V=10 from %s/tokenizer.bin", dir);
+    snprintf(model, sizeof(model), "%s/run/model_00000002.bin", dir);
+    CHECK(hz_peek(model, 9) == 10 && hz_peek(model, 10) == 128, "checkpoint V=%d Vp=%d, want 10 and 128", hz_peek(model, 9),
+          hz_peek(model, 10));
+    snprintf(args, sizeof(args), "%s -x 3 -o %s/run -y 1", own, dir);
+    CHECK(hz_run(args, msg, sizeof(msg)) == 0, "resume on the 10-token data set: %s", msg);
+    // that checkpoint with other data: the default (66 characters), GPT-2 shards, through -e and a resume
+    snprintf(args, sizeof(args), "-e %s -b 1 -t 64 -x 1 -v 0 -s 0", model);
+    hz_expect_error("V=10 checkpoint on the default data", args, "vocabulary V=10, but the data's is V=66 (data/tinyshakespeare_char/tokenizer.bin)");
+    snprintf(args, sizeof(args), "-e %s -b 1 -t 64 -x 1 -v 0 -s 0 -i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin", model);
+    hz_expect_error("V=10 checkpoint on GPT-2 shards", args, "vocabulary V=10, but the data's is V=50257 (GPT-2 ids");
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 4 -v 0 -s 0 -o %s/run -y 1", dir);
+    hz_expect_error("V=10 run resumed on the default data", args, "the checkpoint: vocabulary V=10, but the data's is V=66");
+    // val shards of another vocabulary; an id beyond the table; tables that cannot be the data's
+    snprintf(args, sizeof(args), "-i %s/train.bin -b 1 -t 64 -x 1 -s 0", dir);
+    hz_expect_error("val shards of another vocabulary", args, "-j data/tinyshakespeare_char/val.bin: the val shards' vocabulary is V=66|train shards' V=10");
+    snprintf(args, sizeof(args), "%s -x 1 -i %s/bad.bin", own, dir);
+    hz_expect_error("id 10 of a 10-token table", args, "bad.bin: token 10 at byte offset 1666 is out of range (vocab 10)");
+    snprintf(p, sizeof(p), "%s/tokenizer.bin", dir); dt_write_table(p, 70000);
+    snprintf(args, sizeof(args), "%s -x 1", own);
+    hz_expect_error("a table of 70000 tokens", args, "tokenizer.bin: 70000 tokens, but shards hold uint16 ids");
+    remove(p); mkdir(p, 0777);
+    hz_expect_error("a directory as the table", args, "tokenizer.bin: a directory, not a tokenizer file");
+    snprintf(args, sizeof(args), "rm -rf %s", dir);
+    CHECK(system(args) == 0, "cleanup");
 }
 
 static void register_hardening_tests(void) {
@@ -1821,6 +1985,7 @@ static void register_hardening_tests(void) {
     RUN(test_hz_durability);
     RUN(test_hz_load_model_error_frees);
     RUN(test_hz_dev_scripts);
+    RUN(test_hz_data_vocab);
 }
 
 // ---- CPU vs GPU (§8): the same dump (-z, common/dump.h) from train_natsl and train_natsl_cu -------------------------
@@ -1931,11 +2096,12 @@ static void test_cpu_vs_gpu(void) {
     for (int r = 0; r < 4; r++) {
         Config cf;
         char msg[1024], pat[NATSL_MAX_LAYERS + 1];
-        config_from_preset(&cf, "tiny");
+        config_from_preset(&cf, "tiny", GPT2_VOCAB);
         if (sscanf(runs[r][1], "-a %64s", pat) == 1) config_set_pattern(&cf, pat, msg, sizeof(msg));
         for (int bf16 = 0; bf16 <= 1; bf16++) {
-            char cmd[1024], what[64];
-            const char *args = "-b 2 -t 256 -l 1e-3 -u 2", *prec = bf16 ? "bf16" : "fp32";
+            char cmd[2048], what[64]; // (on the FineWeb-Edu shards: the GPT-2 vocabulary's 50304-row head, as in real runs)
+            const char *args = "-b 2 -t 256 -l 1e-3 -u 2 -i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin";
+            const char *prec = bf16 ? "bf16" : "fp32";
             snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
             snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -z /tmp/natsl_cpu_%s.bin && ./train_natsl_cu %s %s -p %s "
                      "-z /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin && ./train_natsl_cu %s %s "

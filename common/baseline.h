@@ -3,8 +3,9 @@
 //   unigram   p(b) = (c(b) + 1) / (N + V)                       (add-one: every id has some mass)
 //   bigram    p(b | a) = λ · c(a, b) / c(a) + (1 − λ) · p_uni(b)  (interpolated; p_uni(b) alone where c(a) = 0)
 // counted on the first shard of the train glob (up to 2^24 tokens of it) and scored on exactly the
-// (input, target) pairs of the val loss: the first n val batches. λ is the best of 0.05, 0.10, …, 0.95 on
-// those pairs, which favours the baseline (the bar is, if anything, set too high).
+// (input, target) pairs of the val loss: the first n val batches. λ is the best in (0, 1) on those pairs (the
+// loss is convex in λ: a golden-section search), which favours the baseline (the bar is, if anything, set too
+// high).
 #ifndef NATSL_BASELINE_H
 #define NATSL_BASELINE_H
 
@@ -30,6 +31,14 @@ static size_t baseline_count_(const uint32_t *k, size_t n, uint32_t key) {
     return lo - first;
 }
 
+// The interpolated bigram's mean loss with weight l: pb[i] the bigram probability of pair i (-1 where its first
+// token was never seen), pu[i] the unigram one of its target.
+static double baseline_bigram_(const double *pb, const double *pu, size_t n, double l) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s -= log(pb[i] < 0 ? pu[i] : l * pb[i] + (1 - l) * pu[i]);
+    return s / n;
+}
+
 // Unigram and interpolated-bigram val losses (nats per token) into *uni, *bi, the best λ into *lambda and
 // the tokens counted into *ntrain. val is reset and read for nbatches batches (then reset again). 0, or -1
 // with a message.
@@ -40,7 +49,7 @@ static int baseline_losses(const DataLoader *train, DataLoader *val, int nbatche
     const DataLoader *tr = train;
     int own = 0;
     if (train->loaded_shard != 0) {
-        if (dataloader_init(&t0, train->files[0], train->B, train->T, err, errlen)) return -1;
+        if (dataloader_init(&t0, train->files[0], train->B, train->T, train->vocab, err, errlen)) return -1;
         tr = &t0;
         own = 1;
     }
@@ -73,11 +82,16 @@ static int baseline_losses(const DataLoader *train, DataLoader *val, int nbatche
         pb[i] = ca > 0 ? baseline_count_(pairs, n - 1, (uint32_t)vin[i] << 16 | (uint32_t)vtg[i]) / ca : -1;
     }
     *uni = lu / nval;
-    *bi = INFINITY;
-    for (int k = 1; k <= 19; k++) {
-        double l = k * 0.05, s = 0;
-        for (size_t i = 0; i < nval; i++) s -= log(pb[i] < 0 ? pu[i] : l * pb[i] + (1 - l) * pu[i]);
-        if (s / nval < *bi) { *bi = s / nval; *lambda = l; }
+    { /* golden-section search of λ in (0, 1): 40 steps narrow it to 1e-8 (λ < 1: every p > 0) */
+        const double g = 0.6180339887498949;
+        double lo = 0, hi = 1, x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+        double f1 = baseline_bigram_(pb, pu, nval, x1), f2 = baseline_bigram_(pb, pu, nval, x2);
+        for (int k = 0; k < 40; k++) {
+            if (f1 <= f2) { hi = x2; x2 = x1; f2 = f1; x1 = hi - g * (hi - lo); f1 = baseline_bigram_(pb, pu, nval, x1); }
+            else { lo = x1; x1 = x2; f1 = f2; x2 = lo + g * (hi - lo); f2 = baseline_bigram_(pb, pu, nval, x2); }
+        }
+        *lambda = f1 <= f2 ? x1 : x2;
+        *bi = f1 <= f2 ? f1 : f2;
     }
     *ntrain = n;
     rc = 0;
@@ -96,7 +110,7 @@ static void print_baselines(const DataLoader *train, DataLoader *val, int nbatch
         printf("note: no baselines (%s)\n", err);
         return;
     }
-    printf("baselines on the val batches, counted on %zu tokens of %s: unigram %.3f, interpolated bigram %.3f (lambda %.2f)\n",
+    printf("baselines on the val batches, counted on %zu tokens of %s: unigram %.3f, interpolated bigram %.3f (lambda %.3f)\n",
            n, train->files[0], uni, bi, lambda);
 }
 

@@ -270,21 +270,22 @@ static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, si
 
 // ---- a checkpoint against the run ------------------------------------------------------------------
 
-// The model (from a preset, -e FILE or a resume) against what the run feeds it: token ids of GPT-2 (the
-// data loader accepts ids below 50257, the tokenizer decodes them), so the vocabulary must be GPT-2's.
-static inline int check_model_for_data(const Config *c, const char *what, char *err, size_t errlen) {
-    if (c->V != GPT2_VOCAB) {
-        snprintf(err, errlen, "%s: vocabulary V=%d, but the data holds GPT-2 token ids (V=%d)", what, c->V, GPT2_VOCAB);
+// The model (from a preset, -e FILE or a resume) against what the run feeds it: token ids below V, the data's
+// vocabulary (its decoding table `vocab_src`: a data set's tokenizer.bin, or GPT-2's), so the model's V must be V.
+static inline int check_model_for_data(const Config *c, int V, const char *vocab_src, const char *what, char *err, size_t errlen) {
+    if (c->V != V) {
+        snprintf(err, errlen, "%s: vocabulary V=%d, but the data's is V=%d (%s)", what, c->V, V, vocab_src);
         return -1;
     }
     return 0;
 }
 
-// On resume the model comes from the checkpoint; -e and -a, when given, must describe the same model.
-static inline int resume_check_flags(const Config *ckpt, const TrainArgs *a, char *err, size_t errlen) {
+// On resume the model comes from the checkpoint; -e and -a, when given, must describe the same model (a preset
+// for the data's vocabulary V).
+static inline int resume_check_flags(const Config *ckpt, const TrainArgs *a, int V, char *err, size_t errlen) {
     if (!a->init_given && !a->arch) return 0;
     Config c;
-    if (config_from_preset(&c, a->init_from) == 0) {
+    if (config_from_preset(&c, a->init_from, V) == 0) {
         if (a->arch && config_set_pattern(&c, a->arch, err, errlen)) return -1;
     } else if (ckpt_read_model_config(a->init_from, &c, err, errlen)) return -1;
     else if (a->arch) { snprintf(err, errlen, "-a is ignored with -e FILE: drop it"); return -1; }

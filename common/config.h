@@ -15,8 +15,7 @@
 #define NATSL_CONV 4          // short-conv kernel (§3.1)
 #define NATSL_EPS 1e-6f       // every norm eps (§1)
 #define NATSL_ATTN_HEAD 64    // head dim of the plain softmax layer A (§4)
-#define GPT2_VOCAB 50257      // real tokens (§1, a decision)
-#define GPT2_VOCAB_PADDED 50304
+#define GPT2_VOCAB 50257      // the ids of llm.c's shards (§1): the vocabulary where the data has no table of its own
 #define GPT2_EOT 50256
 
 // AdamW and gradient clipping (§9); the learning rate and weight decay are flags
@@ -68,10 +67,14 @@ static inline int is_variant_name(const char *s) {
            !strcmp(s, "gdn-hybrid") || !strcmp(s, "transformer");
 }
 
-// Fills c from a preset name: "tiny", "340m", "760m". Returns 0, or -1 for an unknown name.
-static inline int config_from_preset(Config *c, const char *name) {
+// The embedding and head rows (§1): the vocabulary rounded up to a multiple of 128 (GPT-2's 50257 to 50304).
+static inline int vocab_padded(int V) { return (V + 127) / 128 * 128; }
+
+// Fills c from a preset name: "tiny", "340m", "760m", for a vocabulary of V tokens (the data's, §1). Returns 0,
+// or -1 for an unknown name.
+static inline int config_from_preset(Config *c, const char *name, int V) {
     memset(c, 0, sizeof(*c));
-    c->V = GPT2_VOCAB; c->Vp = GPT2_VOCAB_PADDED;
+    c->V = V; c->Vp = vocab_padded(V);
     if (!strcmp(name, "tiny")) { c->D = 128; c->L = 4; c->H = 2; c->dk = 48; c->Ha = 4; }
     else if (!strcmp(name, "340m")) { c->D = 1024; c->L = 21; c->H = 6; c->dk = 128; c->Ha = 12; }
     else if (!strcmp(name, "760m")) { c->D = 1536; c->L = 21; c->H = 6; c->dk = 192; c->Ha = 18; }

@@ -4,7 +4,9 @@
  *
  * Shard format (written by the scripts in dev/data/):
  *   header: 256 little-endian int32 = [20240520 magic, 1 version, number of tokens N, 0, ...]
- *   then N tokens, uint16 little-endian (GPT-2 ids, each < 50257).
+ *   then N tokens, uint16 little-endian, each below the vocabulary size V given to dataloader_init (GPT-2's
+ *   50257 for llm.c's shards; a data set with its own vocabulary keeps its decoding table, tokenizer.bin,
+ *   beside its shards: dataloader_tokenizer_path finds it).
  *
  * A DataLoader walks the shards matched by a glob pattern in sorted order. Each batch takes the
  * next B*T+1 tokens at `pos` of the current shard: inputs = the first B*T, targets = the same
@@ -35,10 +37,9 @@
 #define DATALOADER_MAGIC 20240520
 #define DATALOADER_VERSION 1
 #define DATALOADER_HEADER_BYTES 1024 /* 256 int32 */
-#define DATALOADER_VOCAB 50257       /* GPT-2: every token id must be below this */
 
 typedef struct {
-    int B, T;
+    int B, T, vocab;                 /* every token id must be below vocab */
     char **files; int nfiles;        /* sorted glob matches */
     int shard; size_t pos;           /* current shard index and token position in it (the checkpointable state) */
     uint16_t *tokens; size_t ntok; int loaded_shard; /* the current shard, fully read into memory and validated */
@@ -149,9 +150,9 @@ static inline int dataloader_load_shard_(DataLoader *d, int s, char *err, size_t
     }
     fclose(f);
     for (size_t i = 0; i < n; i++) {
-        if (buf[i] >= DATALOADER_VOCAB) {
+        if (buf[i] >= d->vocab) {
             dataloader_error_(err, errlen, "%s: token %u at byte offset %lu is out of range (vocab %d)",
-                              path, (unsigned)buf[i], (unsigned long)(DATALOADER_HEADER_BYTES + 2 * i), DATALOADER_VOCAB);
+                              path, (unsigned)buf[i], (unsigned long)(DATALOADER_HEADER_BYTES + 2 * i), d->vocab);
             return -1;
         }
     }
@@ -174,7 +175,18 @@ static inline void dataloader_free(DataLoader *d) {
     d->loaded_shard = -1;
 }
 
-static inline int dataloader_init(DataLoader *d, const char *pattern, int B, int T, char *err, size_t errlen) {
+/* glob returns the matching paths sorted by name (so *_000001.bin comes before *_000002.bin) */
+static inline int dataloader_glob_(const char *pattern, glob_t *g, char *err, size_t errlen) {
+    int rc = glob(pattern, 0, NULL, g);
+    if (rc != 0) {
+        dataloader_error_(err, errlen, rc == GLOB_NOMATCH ? "%s: no files match this pattern" : "%s: glob failed", pattern);
+        if (rc != GLOB_NOMATCH) globfree(g);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int dataloader_init(DataLoader *d, const char *pattern, int B, int T, int vocab, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     d->loaded_shard = -1;
     const uint16_t one = 1;
@@ -182,22 +194,16 @@ static inline int dataloader_init(DataLoader *d, const char *pattern, int B, int
         dataloader_error_(err, errlen, "%s: this dataloader needs a little-endian host", pattern);
         return -1;
     }
-    if (B <= 0 || T <= 0) {
-        dataloader_error_(err, errlen, "%s: B=%d and T=%d must be positive", pattern, B, T);
+    if (B <= 0 || T <= 0 || vocab <= 0) {
+        dataloader_error_(err, errlen, "%s: B=%d, T=%d and the vocabulary %d must be positive", pattern, B, T, vocab);
         return -1;
     }
     d->B = B;
     d->T = T;
+    d->vocab = vocab;
 
-    /* glob returns the matching paths sorted by name (so *_000001.bin comes before *_000002.bin) */
     glob_t g;
-    int rc = glob(pattern, 0, NULL, &g);
-    if (rc != 0) {
-        dataloader_error_(err, errlen, rc == GLOB_NOMATCH ? "%s: no files match this pattern"
-                                                          : "%s: glob failed", pattern);
-        if (rc != GLOB_NOMATCH) globfree(&g);
-        return -1;
-    }
+    if (dataloader_glob_(pattern, &g, err, errlen)) return -1;
     d->files = (char **)calloc(g.gl_pathc, sizeof(char *));
     if (!d->files) goto oom;
     for (size_t i = 0; i < g.gl_pathc; i++) {
@@ -281,6 +287,19 @@ static inline int dataloader_seek(DataLoader *d, int shard, size_t pos, char *er
 static inline void dataloader_reset(DataLoader *d) {
     d->shard = 0;
     d->pos = 0;
+}
+
+/* Where the decoding table of the shards a pattern matches would be: DIR/tokenizer.bin, DIR the directory of
+ * the first match. 1 when that file exists (a data set with its own vocabulary), 0 when not (llm.c's shards:
+ * GPT-2 ids), -1 when nothing matches. */
+static inline int dataloader_tokenizer_path(const char *pattern, char *out, size_t outlen, char *err, size_t errlen) {
+    glob_t g;
+    if (dataloader_glob_(pattern, &g, err, errlen)) return -1;
+    const char *first = g.gl_pathv[0], *slash = strrchr(first, '/');
+    snprintf(out, outlen, "%.*stokenizer.bin", slash ? (int)(slash - first + 1) : 0, first);
+    globfree(&g);
+    struct stat sb;
+    return stat(out, &sb) == 0;
 }
 
 #endif /* NATSL_DATALOADER_H */

@@ -1,9 +1,11 @@
 /*
- * tokenizer.h — GPT-2 token decoding for natsl.c (header-only, C99, libc only).
+ * tokenizer.h — token decoding for natsl.c (header-only, C99, libc + sys/stat.h).
  *
- * Loads the table written by dev/data/make_tokenizer_table.py (data/gpt2_tokenizer.bin):
+ * Loads a decoding table: GPT-2's, data/gpt2_tokenizer.bin (dev/data/make_tokenizer_table.py), or the
+ * tokenizer.bin of a data set with its own vocabulary (dev/data/char_shards.py):
  *   header: 256 little-endian int32 = [20251122 magic, 1 version, vocab size, eot id, 0...]
  *   then, for each token id 0..vocab-1 in order: one uint8 length L (1..255), then L raw bytes.
+ * The table's vocab size is the data's vocabulary V (§1); samples start from its eot id.
  *
  * Only decoding (id -> bytes) is needed in C: training reads pre-tokenized shards, and sampling
  * prints the generated ids. A piece is raw bytes: multi-byte UTF-8 characters are often split
@@ -22,13 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TOKENIZER_MAGIC 20251122
 #define TOKENIZER_VERSION 1
 #define TOKENIZER_HEADER_BYTES 1024  /* 256 int32 */
 
 typedef struct {
-    uint32_t vocab_size, eot;  /* 50257 and 50256 for GPT-2 */
+    uint32_t vocab_size, eot;  /* 50257 and 50256 for GPT-2; 66 and 65 for data/tinyshakespeare_char */
     char **token_table;        /* vocab_size NUL-terminated pieces */
     int ok;                    /* 1 after a successful tokenizer_init */
 } Tokenizer;
@@ -67,6 +70,11 @@ static inline int tokenizer_init(Tokenizer *t, const char *path, char *err, size
     unsigned char h[TOKENIZER_HEADER_BYTES];
     uint32_t magic, version, vocab, eot;
     long offset = TOKENIZER_HEADER_BYTES; /* byte offset of the current entry, for messages */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a directory opens fine, then reads nothing */
+        tokenizer_error_(err, errlen, "%s: %s, not a tokenizer file", path, S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+        goto fail;
+    }
     if (fread(h, 1, sizeof h, f) != sizeof h) {
         tokenizer_error_(err, errlen, "%s: truncated: shorter than the %d-byte header", path, TOKENIZER_HEADER_BYTES);
         goto fail;

@@ -35,12 +35,37 @@ static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int 
     return 0;
 }
 
+// The vocabulary of the shards a glob matches (§1): the decoding table tokenizer.bin beside them where there is
+// one (a data set with its own vocabulary, such as data/tinyshakespeare_char/ of dev/data/char_shards.py), else
+// GPT-2's, the ids of llm.c's shards, decoded by data/gpt2_tokenizer.bin. Returns V with the table in *tok and
+// where V comes from in src (the table's path, or "GPT-2 ids: ..."); a missing or unreadable GPT-2 table leaves
+// tok->ok = 0 and the reason in err (samples then print ids). -1 with a message: no shard matches, or the data
+// set's own table is unreadable or larger than the shards' uint16 ids.
+static int data_vocab(const char *glob, Tokenizer *tok, char *src, size_t srclen, char *err, size_t errlen) {
+    char path[4096];
+    int own = dataloader_tokenizer_path(glob, path, sizeof(path), err, errlen);
+    if (own < 0) return -1;
+    if (!own) {
+        snprintf(src, srclen, "GPT-2 ids: no tokenizer.bin beside %s", glob);
+        tokenizer_init(tok, "data/gpt2_tokenizer.bin", err, errlen);
+        return GPT2_VOCAB;
+    }
+    snprintf(src, srclen, "%s", path);
+    if (tokenizer_init(tok, path, err, errlen)) return -1;
+    if (tok->vocab_size > 65536) {
+        snprintf(err, errlen, "%s: %u tokens, but shards hold uint16 ids (at most 65536 tokens)", path, tok->vocab_size);
+        tokenizer_free(tok);
+        return -1;
+    }
+    return (int)tok->vocab_size;
+}
+
 // Generates n tokens after an end-of-text token, sampling from the softmax. The forward runs on the
 // shortest multiple of 64 that holds the sequence: a position's logits depend only on earlier
 // tokens (routing of the current chunk only affects later chunks, §5.3-5.4), so this is exact.
 static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *rng) {
     int *ids = (int *)xcalloc(T, sizeof(int));
-    ids[0] = GPT2_EOT;
+    ids[0] = tok->ok ? (int)tok->eot : GPT2_EOT;
     printf("---\n");
     for (int t = 1; t < n + 1 && t < T; t++) {
         int Tt = ((t + NATSL_CHUNK - 1) / NATSL_CHUNK) * NATSL_CHUNK;
@@ -56,7 +81,7 @@ static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *
         }
         free(z);
         ids[t] = next;
-        const char *piece = tok ? tokenizer_decode(tok, next) : NULL;
+        const char *piece = tokenizer_decode(tok, next);
         if (piece) tokenizer_print_safe(piece);
         else printf("<%d>", next);
         fflush(stdout);
@@ -74,6 +99,25 @@ static int train_main(int argc, char **argv) {
     char err[1024], msg[1200];
     backend_start(&a);
 
+    // the data, each set of shards checked against its vocabulary; the model's is the train shards' (§1), and the
+    // val shards must have the same
+    Tokenizer tok, vtok;
+    char vocab_src[4200], val_src[4200];
+    int V = data_vocab(a.train_glob, &tok, vocab_src, sizeof(vocab_src), err, sizeof(err));
+    if (V < 0) die(err);
+    if (!tok.ok) printf("note: %s (samples print token ids)\n", err);
+    int Vval = data_vocab(a.val_glob, &vtok, val_src, sizeof(val_src), err, sizeof(err));
+    if (Vval < 0) die(err);
+    tokenizer_free(&vtok);
+    DataLoader train, val;
+    if (dataloader_init(&train, a.train_glob, B, T, V, err, sizeof(err))) die(err);
+    if (dataloader_init(&val, a.val_glob, B, T, Vval, err, sizeof(err))) die(err);
+    if (Vval != V) {
+        snprintf(msg, sizeof(msg), "-j %.400s: the val shards' vocabulary is V=%d (%.300s), the train shards' V=%d (%.300s)",
+                 a.val_glob, Vval, val_src, V, vocab_src);
+        die(msg);
+    }
+
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
     Model M;
     TrainState st = {0, rng_seed(a.seed + 1), 0, 0, 0, rng_seed(a.seed + 2)}; // sampling stream, §7.2 noise stream
@@ -85,7 +129,8 @@ static int train_main(int argc, char **argv) {
         snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, resume_step);
         if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
         if (resume_check_state(&st, &M.cfg, M.nparams, resume_step, a.max_steps, msg, err, sizeof(err)) ||
-            resume_check_flags(&M.cfg, &a, err, sizeof(err))) die(err);
+            check_model_for_data(&M.cfg, V, vocab_src, "the checkpoint", err, sizeof(err)) ||
+            resume_check_flags(&M.cfg, &a, V, err, sizeof(err))) die(err);
         printf("resuming from %s (step %d)\n", msg, st.step);
         if (!st.noise_rng) { // a state file from before §7.2 (version 1): no noise was drawn in that run
             st.noise_rng = rng_seed(a.seed + 2);
@@ -93,7 +138,7 @@ static int train_main(int argc, char **argv) {
         }
     } else {
         Config c;
-        if (config_from_preset(&c, a.init_from) == 0) {
+        if (config_from_preset(&c, a.init_from, V) == 0) {
             if (a.arch && config_set_pattern(&c, a.arch, err, sizeof(err))) die(err);
             if (config_check(&c, err, sizeof(err))) die(err);
             model_build(&M, &c);
@@ -103,16 +148,17 @@ static int train_main(int argc, char **argv) {
             if (stat(a.init_from, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", a.init_from); die(msg); }
             if (load_model(&M, a.init_from, err, sizeof(err))) die(err);
             if (a.arch) printf("note: -a is ignored when starting from a checkpoint\n");
+            if (check_model_for_data(&M.cfg, V, vocab_src, a.init_from, err, sizeof(err))) die(err);
         }
     }
     const Config *c = &M.cfg;
-    if (check_model_for_data(c, resume_step >= 0 ? "the checkpoint" : a.init_from, err, sizeof(err))) die(err);
     // §7: the softmax-budget options (off by default) and the Gumbel stream
     M.rb.lambda = a.budget; M.rb.target = a.budget_target; M.rb.alpha = a.lb_alpha;
     M.rb.tau0 = a.tau0; M.rb.tau_min = a.tau_min; M.rb.tau_decay = a.tau_decay; M.rb.rng = st.noise_rng;
     M.rb.sel_lambda = a.sel_lambda; M.rb.kappa = a.kappa; // §7.3
     printf("model: D=%d L=%d H=%d dk=%d dv=%d Ha=%d F=%d V=%d pattern=%s rope=%d\n",
            c->D, c->L, c->H, c->dk, c->dv, c->Ha, c->F, c->V, c->pattern, c->rope);
+    printf("vocabulary: %d tokens (%s)\n", V, vocab_src);
     printf("parameters: %zu\n", M.nparams);
     char pat[NATSL_MAX_LAYERS + 1];
     double *p_a = (double *)xcalloc(c->L, sizeof(double)); // §7.3: each S layer's p_A
@@ -132,13 +178,7 @@ static int train_main(int argc, char **argv) {
         printf("softmax budget (§7): penalty lambda %g (f* %g), load balancing alpha %g, routing %s (tau0 %g, min %g, decay %g)\n",
                M.rb.lambda, M.rb.target, M.rb.alpha, M.rb.tau0 > 0 ? "ST-Gumbel" : "argmax", M.rb.tau0, M.rb.tau_min, M.rb.tau_decay);
 
-    DataLoader train, val;
-    if (dataloader_init(&train, a.train_glob, B, T, err, sizeof(err))) die(err);
-    if (dataloader_init(&val, a.val_glob, B, T, err, sizeof(err))) die(err);
     if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
-    Tokenizer tok;
-    int have_tok = tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) == 0;
-    if (!have_tok) printf("note: %s (samples print token ids)\n", err);
     if (a.val_every > 0 && !a.dump_path) print_baselines(&train, &val, a.val_batches, c->V); // what the val loss must beat
     model_alloc_acts(&M, B, T, a.recompute);
     const char *kept[3] = {"off", "1: layer inputs, op and mixer outputs kept", "2: layer inputs kept"};
@@ -172,7 +212,7 @@ static int train_main(int argc, char **argv) {
         }
         if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last)) {
             printf("step %d: sample\n", step);
-            sample_text(&M, have_tok ? &tok : NULL, a.gen_tokens, T, &st.rng);
+            sample_text(&M, &tok, a.gen_tokens, T, &st.rng);
         }
 
         double t0 = now_s(), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
@@ -215,7 +255,7 @@ static int train_main(int argc, char **argv) {
     if (logf) log_close(logf);
     free(sfr); free(sfr_step); free(p_a);
     dataloader_free(&train); dataloader_free(&val);
-    if (have_tok) tokenizer_free(&tok);
+    tokenizer_free(&tok);
     model_free(&M);
     backend_finish();
     return 0;

@@ -85,19 +85,19 @@ typedef struct {
 
 static inline void train_usage(const char *prog) {
     printf("usage: %s [options]\n"
-           "  -i <glob>   train shards                      (default data/fineweb_edu_train.bin)\n"
-           "  -j <glob>   val shards                        (default data/fineweb_edu_val.bin)\n"
+           "  -i <glob>   train shards                      (default data/tinyshakespeare_char/train.bin)\n"
+           "  -j <glob>   val shards                        (default data/tinyshakespeare_char/val.bin)\n"
            "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
            "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
            "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N/S\n"
            "  -b <int>    micro-batch size B                (default 8)\n"
            "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
            "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
-           "  -l <float>  peak learning rate                (default 3e-3)\n"
+           "  -l <float>  peak learning rate                (default 1.5e-3)\n"
            "  -u <int>    warmup steps                      (default 20)\n"
            "  -q <float>  final LR as a fraction of peak    (default 0.1)\n"
            "  -c <float>  weight decay                      (default 0.1)\n"
-           "  -x <int>    max steps                         (default 150)\n"
+           "  -x <int>    max steps                         (default 750)\n"
            "  -v <int>    val loss every N steps            (default 50)\n"
            "  -m <int>    val batches                       (default 8)\n"
            "  -s <int>    sample every N steps              (default 100)\n"
@@ -164,8 +164,8 @@ static inline double parse_double_flag(char flag, const char *v, double lo, doub
 // default_precision: the program's default for -p ("fp32" in train_natsl, "bf16" in train_natsl_cu).
 static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const char *default_precision) {
     char msg[1400];
-    TrainArgs d = {"data/fineweb_edu_train.bin", "data/fineweb_edu_val.bin", NULL, "tiny", NULL, NULL, default_precision,
-                   8, 256, -1, 20, 150, 50, 8, 100, 64, 0, 0, 42, 0, 3e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
+    TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
+                   8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
                    0, SEL_KAPPA, NULL};
     *a = d;
     for (int i = 1; i < argc; i++) {

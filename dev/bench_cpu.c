@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
     int B = argc > 3 ? atoi(argv[3]) : 4, T = argc > 4 ? atoi(argv[4]) : 256, steps = argc > 5 ? atoi(argv[5]) : 5;
     Config c;
     char err[256];
-    if (config_from_preset(&c, preset)) { fprintf(stderr, "unknown preset %s\n", preset); return 1; }
+    if (config_from_preset(&c, preset, GPT2_VOCAB)) { fprintf(stderr, "unknown preset %s\n", preset); return 1; }
     if (strcmp(arch, "-") && config_set_pattern(&c, arch, err, sizeof(err))) { fprintf(stderr, "%s\n", err); return 1; }
     Model M;
     model_build(&M, &c);

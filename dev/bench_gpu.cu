@@ -49,9 +49,8 @@ static void set_precision(int bf16) {
 
 static int make_config(Config *c, const char *preset, const char *pattern, int V) {
     char err[256];
-    if (config_from_preset(c, preset)) { fprintf(stderr, "unknown preset %s\n", preset); return -1; }
+    if (config_from_preset(c, preset, V)) { fprintf(stderr, "unknown preset %s\n", preset); return -1; }
     if (config_set_pattern(c, pattern, err, sizeof(err))) { fprintf(stderr, "%s\n", err); return -1; }
-    c->V = V; c->Vp = (V + 127) / 128 * 128;
     if (config_check(c, err, sizeof(err))) { fprintf(stderr, "%s\n", err); return -1; }
     return 0;
 }

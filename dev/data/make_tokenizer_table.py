@@ -17,10 +17,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_common import need, sha256_file  # noqa: E402
+from data_common import sha256_file, write_tokenizer_table  # noqa: E402
 from gpt2_offline import ENCODER_JSON, EOT, VOCAB_SIZE, bytes_to_unicode, get_encoding  # noqa: E402
 
-MAGIC, VERSION = 20251122, 1
 
 
 def main():
@@ -42,13 +41,8 @@ def main():
         assert p == enc.decode_single_token_bytes(i), (i, p)
     assert pieces[EOT] == b"<|endoftext|>"
 
-    header = need("numpy").zeros(256, dtype="<i4")
-    header[:4] = [MAGIC, VERSION, VOCAB_SIZE, EOT]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "wb") as f:
-        f.write(header.tobytes())
-        for p in pieces:
-            f.write(bytes([len(p)]) + p)
+    write_tokenizer_table(args.out, pieces, EOT)
     longest = max(len(p) for p in pieces)
     print(f"{args.out}: {VOCAB_SIZE} tokens (longest {longest} bytes), "
           f"{os.path.getsize(args.out)} bytes, sha256 {sha256_file(args.out)}")
