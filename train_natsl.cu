@@ -612,18 +612,20 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
 // Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1). The (cos, sin) of
 // the angles t·10000^(−2i/hd) come from a table computed in double on the host (rope_table), as train_natsl.c
 // computes them. x_mp: x is stored in the matmul precision (bf16 in bf16 mode: the A layer's q, k).
+// One block per row (position t = row mod T); its threads take the nh·hd/2 pairs (head h, index i) of the row.
 template <class X>
-__global__ void rope_rotate_kernel(X *x, const float2 *cs, int N, int T, int nh, int hd, int ldx, float sign) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int half = hd / 2;
-    if (idx >= (size_t)N * nh * half) return;
-    int i = (int)(idx % half), h = (int)((idx / half) % nh);
-    size_t r = idx / ((size_t)half * nh);
-    X *v = x + r * ldx + (size_t)h * hd;
-    const float2 a = cs[(size_t)(r % T) * half + i];
-    const float c = a.x, s = sign * a.y, x1 = ld(v + i), x2 = ld(v + i + half);
-    st(v + i, x1 * c - x2 * s);
-    st(v + i + half, x2 * c + x1 * s);
+__global__ void rope_rotate_kernel(X *x, const float2 *cs, int T, int nh, int hd, int ldx, float sign) {
+    const int half = hd / 2, row = blockIdx.x;
+    const float2 *c_t = cs + (size_t)(row % T) * half;
+    X *xr = x + (size_t)row * ldx;
+    for (int j = threadIdx.x; j < nh * half; j += blockDim.x) {
+        const int h = j / half, i = j - h * half;
+        X *v = xr + h * hd;
+        const float2 a = c_t[i];
+        const float c = a.x, s = sign * a.y, x1 = ld(v + i), x2 = ld(v + i + half);
+        st(v + i, x1 * c - x2 * s);
+        st(v + i + half, x2 * c + x1 * s);
+    }
 }
 // The device table [T][hd/2] of (cos, sin) for head width hd, kept per width for the longest T asked so far.
 static const float2 *rope_table(int T, int hd) {
@@ -648,11 +650,10 @@ static const float2 *rope_table(int T, int hd) {
 }
 static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp) {
     PROF_OP();
-    size_t n = (size_t)N * nh * (hd / 2);
     const float2 *cs = rope_table(T, hd);
-    if (x_mp && g_bf16)
-        rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>((__nv_bfloat16 *)x, cs, N, T, nh, hd, ld, (float)sign);
-    else rope_rotate_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(x, cs, N, T, nh, hd, ld, (float)sign);
+    const int threads = std::min(512, CEIL_DIV(nh * (hd / 2), 32) * 32);
+    if (x_mp && g_bf16) rope_rotate_kernel<<<N, threads>>>((__nv_bfloat16 *)x, cs, T, nh, hd, ld, (float)sign);
+    else rope_rotate_kernel<<<N, threads>>>(x, cs, T, nh, hd, ld, (float)sign);
     CUDA_CHECK(cudaGetLastError());
 }
 static void rope_forward(real *x, int N, int T, int nh, int hd, int ld, int x_mp) { rope_rotate(x, N, T, nh, hd, ld, 1, x_mp); }
