@@ -10,7 +10,9 @@
 #   step : ./bench_gpu step $STEP_ARGS (full 340m training steps, V=32000, B=8 T=4096 or the largest B that fits;
 #          e.g. STEP_ARGS="-k 1 -a natsl-hybrid" for recompute)
 #   prof : NATSL_PROFILE=1 train_natsl_cu, 340m B=4 T=4096 bf16, 4 steps: time per op ($PROF_ARGS appended)
-#   san  : compute-sanitizer memcheck of a few tiny training steps (GNA, -k 0 and -k 2)
+#   san  : compute-sanitizer memcheck of a few tiny training steps (GNA, -k 0 and -k 2), and racecheck of one 340m
+#          NANA step with its hazards counted per kernel (cuBLAS's nvjet_sm90_* kernels always show some: racecheck
+#          does not model their TMA/mbarrier traffic; any other kernel in that list is a real finding)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
 #   ncu  : Nsight Compute speed-of-light of the heaviest kernels in one 340m B=1 T=4096 step
 set -o pipefail
@@ -36,7 +38,10 @@ if has prof; then timeout 150 env NATSL_PROFILE=1 ./train_natsl_cu -e 340m -b 4 
     > $O/prof.log 2>&1; echo "prof rc=$?"; sed -n '/^profile/,$p' $O/prof.log; grep -E "^step|activations" $O/prof.log; fi
 if has san; then
     for k in 0 2; do timeout 120 compute-sanitizer --tool memcheck ./train_natsl_cu -x 2 -v 0 -s 0 -b 2 -t 128 -a GNA -k $k \
-        > $O/san_k$k.log 2>&1; echo "memcheck -k $k rc=$?"; grep -E "ERROR SUMMARY|error" $O/san_k$k.log | tail -2; done; fi
+        > $O/san_k$k.log 2>&1; echo "memcheck -k $k rc=$?"; grep -E "ERROR SUMMARY|error" $O/san_k$k.log | tail -2; done
+    timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 100000000 ./train_natsl_cu -e 340m \
+        -a NANA -b 1 -t 256 -x 1 -v 0 -s 0 2>&1 | grep -E "SUMMARY|^=========     (Read|Write) Thread" \
+        | sed -E 's/.* at //; s/\+0x[0-9a-f]+//' | sort | uniq -c | sort -rn | head -12 | tee $O/racecheck.txt; fi
 if has main; then timeout 120 ./train_natsl_cu > $O/main.log 2>&1; echo "main job rc=$?"; grep -E "val loss|step  300|precision" $O/main.log; fi
 if has ncu; then timeout 200 ncu --section SpeedOfLight -k regex:"bwd_final|fwd_state|bwd_state|bwd_vloop|prep_kernel|attn_bwd|gated_norm_backward|rmsnorm_backward" \
     -c 12 ./train_natsl_cu -e 340m -b 1 -t 4096 -x 1 -v 0 -s 0 > $O/ncu.log 2>&1; echo "ncu rc=$?"; \
