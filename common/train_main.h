@@ -168,6 +168,8 @@ static int train_main(int argc, char **argv) {
         if (save_model(&F, a.freeze_path, err, sizeof(err))) die(err);
         printf("froze pattern %s to %s (%zu parameters): wrote %s\n", c->pattern, F.cfg.pattern, F.nparams, a.freeze_path);
         model_free(&F); model_free(&M); free(p_a);
+        dataloader_free(&train); dataloader_free(&val); tokenizer_free(&tok);
+        backend_finish();
         return 0;
     }
     if (strchr(c->pattern, 'S'))
@@ -184,7 +186,13 @@ static int train_main(int argc, char **argv) {
     const char *kept[3] = {"off", "1: layer inputs, op and mixer outputs kept", "2: layer inputs kept"};
     printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", M.acts_size * sizeof(real) / 1073741824.0,
            M.dacts_size * sizeof(real) / 1073741824.0, kept[a.recompute]);
-    if (a.dump_path) { dump_write(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T); return 0; }
+    if (a.dump_path) {
+        dump_write(&M, &train, a.dump_path, a.lr, a.warmup, a.final_frac, a.wd, B, T);
+        model_free(&M); free(p_a);
+        dataloader_free(&train); dataloader_free(&val); tokenizer_free(&tok);
+        backend_finish();
+        return 0;
+    }
 
     FILE *logf = NULL;
     if (a.outdir) {
