@@ -7,7 +7,7 @@ WARNFLAGS = -Wall -Wextra -Werror -Wno-unused-function $(GCC_ONLY_FLAGS)
 CFLAGS ?= -O3 -march=native -ffast-math $(WARNFLAGS)
 OMPFLAGS ?= -fopenmp
 LDLIBS = -lm
-HEADERS = common/baseline.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h common/budget.h
+HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h common/budget.h
 
 .PHONY: all test clean sanitize sanitize-quick
 
@@ -20,11 +20,31 @@ train_natsl: train_natsl.c $(HEADERS)
 test_natsl: test_natsl.c train_natsl.c $(HEADERS)
 	$(CC) $(CFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
 
-# the GPU trainer (CUDA 12+/13, sm_90 = H100/H200); needs nvcc and cuBLAS
+# the GPU trainer (CUDA 12+/13, sm_90 = H100/H200); needs nvcc, cuBLAS and NCCL (several GPUs). NCCL is looked for
+# in NCCL_HOME, the system (/usr) and the CUDA toolkit, in that order; USE_MPI=1 adds mpirun's rank discovery and
+# -pi mpi (MPI's flags from mpicc --showme).
 NVCC ?= nvcc
 NVCCFLAGS ?= -O3 -arch=sm_90 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-format-truncation
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
+NCCL_PAIRS = $(if $(NCCL_HOME),$(NCCL_HOME)/include:$(NCCL_HOME)/lib) /usr/include:/usr/lib/x86_64-linux-gnu \
+             /usr/include:/usr/lib/aarch64-linux-gnu $(CUDA_HOME)/include:$(CUDA_HOME)/lib $(CUDA_HOME)/include:$(CUDA_HOME)/lib64
+NCCL_PAIR := $(firstword $(foreach p,$(NCCL_PAIRS),$(if $(and $(wildcard $(word 1,$(subst :, ,$(p)))/nccl.h),$(wildcard $(word 2,$(subst :, ,$(p)))/libnccl.so*)),$(p))))
+NCCL_INC = $(word 1,$(subst :, ,$(NCCL_PAIR)))
+NCCL_LIB = $(word 2,$(subst :, ,$(NCCL_PAIR)))
+NCCL_FLAGS = -I$(NCCL_INC) -L$(NCCL_LIB) -Xlinker -rpath,$(NCCL_LIB) -lnccl
+MPI_ON = -DUSE_MPI $(addprefix -I,$(shell mpicc --showme:incdirs)) $(addprefix -L,$(shell mpicc --showme:libdirs)) -lmpi
+MPI_FLAGS = $(if $(filter 1,$(USE_MPI)),$(MPI_ON))
+GPU_LIBS = -lcublas $(NCCL_FLAGS) $(MPI_FLAGS)
 train_natsl_cu: train_natsl.cu $(HEADERS)
-	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ -lcublas
+	@test -n "$(NCCL_PAIR)" || { echo "train_natsl_cu needs NCCL: no nccl.h with libnccl.so in $(NCCL_PAIRS) (set NCCL_HOME)"; exit 1; }
+	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ $(GPU_LIBS)
+# the same with MPI, under its own name (CI compiles both)
+train_natsl_cu_mpi: train_natsl.cu $(HEADERS)
+	@command -v mpicc > /dev/null || { echo "train_natsl_cu_mpi needs MPI (mpicc: e.g. apt-get install libopenmpi-dev)"; exit 1; }
+	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ -lcublas $(NCCL_FLAGS) $(MPI_ON)
+# the benchmarks and kernel harnesses of dev/ (they include train_natsl.cu)
+bench_gpu: dev/bench_gpu.cu train_natsl.cu $(HEADERS) dev/model_flops.h
+	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ $(GPU_LIBS)
 
 # make test also builds the GPU trainer where nvcc exists; its CPU-vs-GPU comparison runs where a GPU is
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
@@ -66,4 +86,4 @@ sanitize-quick: train_natsl_san test_natsl_san
 	@echo "sanitize-quick: clean"
 
 clean:
-	rm -f train_natsl test_natsl train_natsl_cu train_natsl_san test_natsl_san
+	rm -f train_natsl test_natsl train_natsl_cu train_natsl_cu_mpi train_natsl_san test_natsl_san bench_gpu

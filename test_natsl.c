@@ -724,7 +724,7 @@ static void check_model_opts(const char *pattern, int relaxed, const char *what,
     int B = 2, T = 192;
     model_alloc_acts(&M, B, T, 0);
     if (rb) select_draw(&M, 1);            // fixed noise for every evaluation: the S gates' (§7.3),
-    if (M.rb.noise) gumbel_draw(&M, B, T); // the routers' (§7.2)
+    if (M.rb.noise) gumbel_draw(&M, B, T, 1); // the routers' (§7.2)
     ModelCtx c = {&M, xcalloc(B * T, sizeof(int)), xcalloc(B * T, sizeof(int)), B, T, NULL, 0};
     for (int i = 0; i < B * T; i++) { c.in[i] = rng_u32(&g_rng) % cf.V; c.tg[i] = rng_u32(&g_rng) % cf.V; }
     memset(M.grads, 0, M.nparams * sizeof(real));
@@ -1379,7 +1379,7 @@ static void test_checkpoint_roundtrip(void) {
     CHECK(bad == 0, "%zu parameters changed", bad);
     M.adam_m = vec(M.nparams); M.adam_v = vec(M.nparams);
     fill_normal(M.adam_m, M.nparams, 1); fill_uniform(M.adam_v, M.nparams, 0, 1);
-    TrainState s = {5, 0x123456789abcdefull, 2, 3000000000ull, 0, 0xfedcba9876543210ull}, s2;
+    TrainState s = {5, 0x123456789abcdefull, 2, 3000000000ull, 0, 0xfedcba9876543210ull, 1, 0}, s2;
     CHECK(save_state(&M, &s, spath, err, sizeof(err)) == 0, "save state: %s", err);
     CHECK(load_state(&L, &s2, spath, err, sizeof(err)) == 0, "load state: %s", err);
     CHECK(s2.step == 5 && s2.rng == s.rng && s2.shard == 2 && s2.pos == s.pos && s2.noise_rng == s.noise_rng,
@@ -1388,7 +1388,7 @@ static void test_checkpoint_roundtrip(void) {
         int hs[256];
         FILE *fs = fopen(spath, "r+b");
         CHECK(fs && fread(hs, sizeof(int), 256, fs) == 256, "read state header");
-        hs[1] = 1; hs[12] = hs[13] = 0; // version 2 keeps the stream in fields 12-13
+        hs[1] = 1; hs[12] = hs[13] = hs[14] = hs[15] = 0; // version 2 keeps the stream in 12-13, version 3 the ranks in 14-15
         fseek(fs, 0, SEEK_SET); fwrite(hs, sizeof(int), 256, fs); fclose(fs);
         CHECK(load_state(&L, &s2, spath, err, sizeof(err)) == 0 && s2.noise_rng == 0 && s2.rng == s.rng,
               "version-1 state: %s", err);
@@ -1541,7 +1541,6 @@ static void test_resume_bit_identical(void) {
 }
 
 
-
 // ---- hardening (issue 14): checkpoints, resume, the run directory, flags, messages ------------------------
 // Each test drives the trainer binary (g_trainer) on files it wrote and then corrupted, one field at a time.
 #include <malloc.h>
@@ -1665,6 +1664,9 @@ static void test_hz_state_file_fields(void) {
         {"negative position", 5, -3, "negative data position"},
         {"parameter count", 8, 12345, "state holds 12345 parameters"},
         {"reserved field", 40, 1, "header field 40"},
+        {"ranks 0", 14, 0, "0 ranks with ZeRO stage 0"},
+        {"ZeRO stage 2", 15, 2, "ZeRO stage 2"},
+        {"ZeRO-1 of one rank", 15, 1, "1 ranks with ZeRO stage 1"},
         {"fingerprint", 10, 99, "not a pair"},
         {"first moment NaN", 256 + 77, 0x7fc00000, "first moment 77"},
         {"second moment negative", 256 + nparams + 3, hz_float_bits(-1.0f), "second moment 3|not negative"},
@@ -1988,7 +1990,173 @@ static void register_hardening_tests(void) {
     RUN(test_hz_data_vocab);
 }
 
-// ---- CPU vs GPU (§8): the same dump (-z, common/dump.h) from train_natsl and train_natsl_cu -------------------------
+// ---- several processes (issue 12, common/dist.h; doc/model.md §9.4) ---------------------------------------------
+// The launchers' variables: which set wins, and every bad value named.
+static void test_dist_env(void) {
+    const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID",
+                          "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS"};
+    char *saved[13];
+    for (int i = 0; i < 13; i++) { saved[i] = getenv(vars[i]) ? strdup(getenv(vars[i])) : NULL; unsetenv(vars[i]); }
+    DistEnv d;
+    char err[300] = "";
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 0 && d.world == 1 && d.local_rank == 0, "no launcher: one process");
+    setenv("SLURM_PROCID", "3", 1); setenv("SLURM_NTASKS", "8", 1); setenv("SLURM_LOCALID", "1", 1);
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 3 && d.world == 8 && d.local_rank == 1, "Slurm: %s", err);
+    setenv("SLURM_STEP_NUM_TASKS", "4", 1); // srun's own step count wins over the allocation's
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.world == 4, "Slurm step tasks");
+    setenv("RANK", "1", 1); setenv("WORLD_SIZE", "2", 1); // torchrun's variables come first
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 1 && d.world == 2 && d.local_rank == 1, "torchrun, no LOCAL_RANK");
+    setenv("LOCAL_RANK", "0", 1);
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.local_rank == 0, "LOCAL_RANK");
+    setenv("RANK", "2", 1);
+    CHECK(dist_env(&d, err, sizeof(err)) == -1 && strstr(err, "RANK=2 is not below WORLD_SIZE=2"), "rank >= world: %s", err);
+    setenv("RANK", "x1", 1);
+    CHECK(dist_env(&d, err, sizeof(err)) == -1 && strstr(err, "RANK=x1: not an integer"), "bad RANK: %s", err);
+    setenv("RANK", "0", 1); unsetenv("WORLD_SIZE");
+    CHECK(dist_env(&d, err, sizeof(err)) == -1 && strstr(err, "RANK is set but WORLD_SIZE is not"), "RANK alone: %s", err);
+    unsetenv("RANK"); unsetenv("LOCAL_RANK");
+    setenv("OMPI_COMM_WORLD_RANK", "5", 1); setenv("OMPI_COMM_WORLD_SIZE", "6", 1); setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 5 && d.world == 6 && d.local_rank == 1, "Open MPI: %s", err);
+    for (int i = 0; i < 13; i++) { if (saved[i]) setenv(vars[i], saved[i], 1); else unsetenv(vars[i]); free(saved[i]); }
+}
+
+// Rank 0's id reaches every other rank, through TCP and through a directory, in processes of their own; a rank
+// whose rank 0 never comes stops after the timeout with a message that says what it waited for.
+static void test_dist_exchange(void) {
+    const int world = 3;
+    char dir[] = "/tmp/natsl_dist_XXXXXX", err[600];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char port[16];
+    snprintf(port, sizeof(port), "%d", 20000 + (int)(getpid() % 20000));
+    setenv("NATSL_PORT", port, 1);
+    setenv("NATSL_JOB_ID", "test", 1);
+    const char *methods[2] = {"tcp", "fs"};
+    for (int m = 0; m < 2; m++) {
+        pid_t kids[3];
+        for (int r = 0; r < world; r++) {
+            kids[r] = fork();
+            if (kids[r] == 0) {
+                DistEnv d = {r, world, r, ""};
+                unsigned char blob[128];
+                for (int i = 0; i < 128; i++) blob[i] = r == 0 ? (unsigned char)(i * 7 + 1) : 0;
+                if (r == 2) usleep(200000); // a late rank
+                char e[600];
+                if (dist_exchange(&d, blob, sizeof(blob), methods[m], dir, "127.0.0.1", 20, e, sizeof(e))) {
+                    fprintf(stderr, "rank %d: %s\n", r, e);
+                    _exit(2);
+                }
+                for (int i = 0; i < 128; i++) if (blob[i] != (unsigned char)(i * 7 + 1)) _exit(3);
+                _exit(0);
+            }
+        }
+        for (int r = 0; r < world; r++) {
+            int st = -1;
+            waitpid(kids[r], &st, 0);
+            CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d ended with status %d", methods[m], r, st);
+        }
+        if (m == 1) {
+            DistEnv d0 = {0, world, 0, ""};
+            dist_fs_done(&d0, dir);
+            char p[300];
+            snprintf(p, sizeof(p), "%s/natsl_nccl_id.test", dir);
+            CHECK(access(p, F_OK) != 0, "rank 0 did not remove %s", p);
+        }
+    }
+    DistEnv d1 = {1, 2, 1, ""};
+    unsigned char blob[16];
+    double t0 = now_s();
+    CHECK(dist_exchange(&d1, blob, sizeof(blob), "tcp", dir, "127.0.0.1", 1, err, sizeof(err)) == -1 &&
+          strstr(err, "no NCCL id from rank 0 after 1 s") && now_s() - t0 < 10, "tcp without rank 0: %s", err);
+    CHECK(dist_exchange(&d1, blob, sizeof(blob), "fs", dir, "127.0.0.1", 1, err, sizeof(err)) == -1 &&
+          strstr(err, "no NCCL id from rank 0") && strstr(err, dir), "fs without rank 0: %s", err);
+    DistEnv d0 = {0, 3, 0, ""};
+    CHECK(dist_exchange(&d0, blob, sizeof(blob), "tcp", dir, "127.0.0.1", 1, err, sizeof(err)) == -1 &&
+          strstr(err, "1 of 3 ranks connected"), "tcp rank 0 alone: %s", err);
+    unsetenv("NATSL_PORT"); unsetenv("NATSL_JOB_ID");
+    snprintf(err, sizeof(err), "rm -rf %s", dir);
+    CHECK(system(err) == 0, "cleanup");
+}
+
+// A step's micro-batches dealt out over N ranks (next_micro_batch) are exactly the ones one process reads, and
+// every rank ends the step where one process does (the checkpointed data position holds for any N).
+static void test_dist_batches(void) {
+    char err[300];
+    const int B = 2, T = 64, accum = 4, world = 2;
+    DataLoader one, r[2];
+    const char *glob = "data/tinyshakespeare_char/val.bin";
+    CHECK(dataloader_init(&one, glob, B, T, 66, err, sizeof(err)) == 0, "%s", err);
+    for (int k = 0; k < world; k++) CHECK(dataloader_init(&r[k], glob, B, T, 66, err, sizeof(err)) == 0, "%s", err);
+    size_t n = (size_t)B * T, bad = 0;
+    for (int step = 0; step < 3; step++)
+        for (int k = 0; k < accum; k++) {
+            dataloader_next_batch(&one, err, sizeof(err));
+            int owner = k % world;
+            for (int rr = 0; rr < world; rr++) // what next_micro_batch does on rank rr for its micro-step k / world
+                if (rr == owner) {
+                    for (int q = 0; q < world; q++)
+                        (q == rr ? dataloader_next_batch : dataloader_skip_batch)(&r[rr], err, sizeof(err));
+                    for (size_t i = 0; i < n; i++)
+                        bad += r[rr].inputs[i] != one.inputs[i] || r[rr].targets[i] != one.targets[i];
+                }
+        }
+    CHECK(bad == 0, "%zu tokens differ from one process's batches", bad);
+    for (int k = 0; k < world; k++)
+        CHECK(r[k].shard == one.shard && r[k].pos == one.pos, "rank %d ends at (%d, %zu), one process at (%d, %zu)", k,
+              r[k].shard, r[k].pos, one.shard, one.pos);
+    dataloader_free(&one);
+    for (int k = 0; k < world; k++) dataloader_free(&r[k]);
+}
+
+// ZeRO-1 checkpoints: a rank's shard file round-trips and is checked against the run; the state file of such a run
+// holds no moments and says so; the CPU trainer refuses to resume it with a message that says how to go on; a run
+// directory holding only a shard counts as a run; the CPU trainer refuses to be one of several processes.
+static void test_dist_zero_checkpoint(void) {
+    char dir[] = "/tmp/natsl_zero_XXXXXX", p[600], err[1024], args[1400];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    size_t n = 1000;
+    float *mv = (float *)malloc(2 * n * sizeof(float)), *back = (float *)malloc(2 * n * sizeof(float));
+    for (size_t i = 0; i < 2 * n; i++) mv[i] = i < n ? (float)i - 500 : (float)i;
+    snprintf(p, sizeof(p), "%s/zero1_00000003_r001.bin", dir);
+    CHECK(ckpt_write_zero_shard(p, 3, 1, 2, 0xabcdef12345ull, mv, mv + n, n, err, sizeof(err)) == 0, "%s", err);
+    CHECK(ckpt_read_zero_shard(p, 3, 1, 2, 0xabcdef12345ull, back, n, err, sizeof(err)) == 0 &&
+          !memcmp(mv, back, 2 * n * sizeof(float)), "shard round trip: %s", err);
+    CHECK(ckpt_read_zero_shard(p, 3, 0, 2, 0xabcdef12345ull, back, n, err, sizeof(err)) == -1 && strstr(err, "rank 1 of 2") &&
+          strstr(err, "rank 0 of 2"), "another rank's shard: %s", err);
+    CHECK(ckpt_read_zero_shard(p, 3, 1, 2, 0x1ull, back, n, err, sizeof(err)) == -1 && strstr(err, "model"), "another model: %s", err);
+    CHECK(ckpt_read_zero_shard(p, 3, 1, 2, 0xabcdef12345ull, back, n - 1, err, sizeof(err)) == -1 && strstr(err, "999 moments"),
+          "another size: %s", err);
+    CHECK(is_run_file("zero1_00000003_r001.bin", 0) && is_run_file("zero1_00000003_r001.bin.tmp", 1) &&
+          !is_run_file("zero1_00000003_r01.bin", 0), "is_run_file and the shard names");
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 1 -v 0 -s 0 -o %s", dir);
+    hz_expect_error("fresh run over a lone shard", args, "already holds a run|zero1_00000003_r001.bin");
+    // a ZeRO-1 run's state: no moments, world 2, stage 1; the CPU trainer's resume says what to do instead
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", dir);
+    char msg[1024];
+    CHECK(hz_run(args, msg, sizeof(msg)) == 0, "fixture run: %s", msg);
+    snprintf(p, sizeof(p), "%s/run/state_00000001.bin", dir);
+    TrainState st = {1, 7, 0, 0, 0, 9, 2, 1};
+    int h[256];
+    CHECK(ckpt_read_header(p, h, err, sizeof(err)) == 0, "%s", err);
+    st.model_fp = (uint64_t)(uint32_t)h[10] | ((uint64_t)(uint32_t)h[11] << 32);
+    CHECK(ckpt_write_state(p, &st, NULL, NULL, (size_t)(uint32_t)h[8] | ((size_t)(uint32_t)h[9] << 31), err, sizeof(err)) == 0,
+          "%s", err);
+    CHECK(hz_file_size(p) == 1024, "a ZeRO-1 state file holds the header only (%ld bytes)", hz_file_size(p));
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 2 -v 0 -s 0 -y 1 -o %s/run", dir);
+    hz_expect_error("CPU resume of a ZeRO-1 checkpoint", args, "written by 2 ranks with -z 1|-e");
+    setenv("WORLD_SIZE", "2", 1); setenv("RANK", "0", 1);
+    hz_expect_error("CPU trainer as one of two processes", "-b 1 -t 64 -d 128 -x 1 -v 0 -s 0", "train_natsl trains in one process");
+    hz_expect_error("a rank of a job with -D", "-b 1 -t 64 -x 1 -s 0 -D /tmp/x.bin", "rank 0: -D and -f run in one process");
+    hz_expect_error("-d not a multiple of the ranks", "-b 1 -t 64 -d 192 -x 1 -s 0", "rank 0: -d 192: with 2 ranks|128");
+    unsetenv("WORLD_SIZE"); unsetenv("RANK");
+    hz_expect_error("bad -pi", "-pi udp", "-pi udp: the NCCL id goes by tcp, fs or mpi");
+    free(mv); free(back);
+    snprintf(args, sizeof(args), "rm -rf %s", dir);
+    CHECK(system(args) == 0, "cleanup");
+}
+
+
+// ---- CPU vs GPU (§8): the same dump (-D, common/dump.h) from train_natsl and train_natsl_cu -------------------------
 static double normwise(const float *a, const float *ref, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) { num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]); den += (double)ref[i] * ref[i]; }
@@ -2087,7 +2255,7 @@ static int gpu_available(char *why, size_t n) {
 // bars with the gradient bar over all tensors: they move the tiny model's two-element, cancellation-prone
 // dt_bias/a_log gradients by up to about 6e-2, as bf16 rounding itself does).
 // The third run turns every §7 option on (penalty above f*, load balancing, ST-Gumbel routing in the 10 steps: both
-// programs draw the same noise from the same stream; the first batch's forward pass is noise-free, as -z's is).
+// programs draw the same noise from the same stream; the first batch's forward pass is noise-free, as -D's is).
 // The fourth has two S layers (§7.3) with their penalty: their gates (z_A, z_G) and choices are compared as router
 // pairs, the first batch's noise-free, the 10 steps' under the same noise.
 static void test_cpu_vs_gpu(void) {
@@ -2103,10 +2271,10 @@ static void test_cpu_vs_gpu(void) {
             const char *args = "-b 2 -t 256 -l 1e-3 -u 2 -i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin";
             const char *prec = bf16 ? "bf16" : "fp32";
             snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
-            snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -z /tmp/natsl_cpu_%s.bin && ./train_natsl_cu %s %s -p %s "
-                     "-z /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -z /tmp/natsl_gpu_k1.bin && ./train_natsl_cu %s %s "
-                     "-p %s -k 2 -z /tmp/natsl_gpu_k2.bin && NATSL_GDN_TF32=0 NATSL_ATTN_BF16=0 ./train_natsl_cu %s %s -p %s "
-                     "-z /tmp/natsl_gpu_fma.bin && NATSL_ATTN_BF16=0 ./train_natsl %s %s -p %s -z /tmp/natsl_cpu_exact.bin",
+            snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -D /tmp/natsl_cpu_%s.bin && ./train_natsl_cu %s %s -p %s "
+                     "-D /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -D /tmp/natsl_gpu_k1.bin && ./train_natsl_cu %s %s "
+                     "-p %s -k 2 -D /tmp/natsl_gpu_k2.bin && NATSL_GDN_TF32=0 NATSL_ATTN_BF16=0 ./train_natsl_cu %s %s -p %s "
+                     "-D /tmp/natsl_gpu_fma.bin && NATSL_ATTN_BF16=0 ./train_natsl %s %s -p %s -D /tmp/natsl_cpu_exact.bin",
                      args, runs[r][1], prec, prec, args, runs[r][1], prec, args, runs[r][1], prec, args, runs[r][1], prec, args,
                      runs[r][1], prec, args, runs[r][1], prec);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
@@ -2185,6 +2353,10 @@ int main(int argc, char **argv) {
     RUN(test_cli_bad_input);
     RUN(test_resume_bit_identical);
     register_hardening_tests();
+    RUN(test_dist_env);
+    RUN(test_dist_exchange);
+    RUN(test_dist_batches);
+    RUN(test_dist_zero_checkpoint);
     char why[256];
     if (gpu_available(why, sizeof(why))) RUN(test_cpu_vs_gpu);
     else printf("CPU vs GPU comparison: skipped (%s)\n", why);

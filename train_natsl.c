@@ -47,6 +47,7 @@ Conventions
 #include "common/checkpoint.h"
 #include "common/train_util.h"
 #include "common/budget.h"
+#include "common/dist.h"
 
 #ifdef NATSL_DOUBLE
 typedef double real;
@@ -766,6 +767,7 @@ typedef struct {
     ParamTensor tensors[NATSL_MAX_TENSORS];
     int ntensors;
     size_t nparams;
+    size_t nmom;                             // the moments this process keeps: all nparams (ZeRO-1 shards are the GPU's)
     real *params, *grads, *adam_m, *adam_v; // flat buffers
     ParamPtrs p, g;                          // named pointers into params and grads
     int B, T;                                // the largest batch the activations hold
@@ -787,6 +789,7 @@ static void model_build(Model *M, const Config *c) {
     M->cfg = *c;
     M->rb.kappa = SEL_KAPPA;
     M->ntensors = param_tensors(c, M->tensors, &M->nparams);
+    M->nmom = M->nparams;
     M->params = xcalloc(M->nparams, sizeof(real));
     M->grads = xcalloc(M->nparams, sizeof(real));
     param_pointers(&M->p, M->tensors, M->ntensors, M->params);
@@ -824,8 +827,8 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
 // AdamW's moments, zero until the first update
 static void model_alloc_moments(Model *M) {
     if (M->adam_m) return;
-    M->adam_m = xcalloc(M->nparams, sizeof(real));
-    M->adam_v = xcalloc(M->nparams, sizeof(real));
+    M->adam_m = xcalloc(M->nmom, sizeof(real));
+    M->adam_v = xcalloc(M->nmom, sizeof(real));
 }
 
 static void model_free(Model *M) {
@@ -1094,7 +1097,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }
 
-// Host float32 copies of a model buffer and back (checkpoints, logs, the -z dump); the GPU twins copy
+// Host float32 copies of a model buffer and back (checkpoints, logs, the -D dump); the GPU twins copy
 // from and to the device.
 static float *to_float32(const real *x, size_t n) {
     float *f = xcalloc(n, sizeof(float));
@@ -1151,7 +1154,7 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
 // AdamW update. A step whose gradient norm is not finite is skipped (no update). Returns the mean loss, the norm
 // (before clipping) and, per N layer l, the fraction of chunks routed to softmax in sfr[l] (when sfr != NULL).
 // With the §7 options: the step first draws its S gates' noise (§7.3), under ST-Gumbel routing each micro-batch its
-// router noise (the forward passes of evaluation, sampling and -z's first batch see none); the penalty, the
+// router noise (the forward passes of evaluation, sampling and -D's first batch see none); the penalty, the
 // load-balancing term and the hard softmax fraction of the micro-batches are averaged into pen, lb, frac (the loss
 // stays the task loss).
 // A data error ends the program with its message.
@@ -1160,15 +1163,13 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
                             double *sfr) {
     const Config *c = &M->cfg;
     StepStats s = {0, 0, 0, 0, 0, 0, 0};
-    char err[1024];
     model_zero_grad(M);
     for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
     M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
     M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
     select_draw(M, t);            // §7.3: the S gates' noise of this step
     for (int k = 0; k < accum; k++) {
-        if (dataloader_next_batch(train, err, sizeof(err))) die(err);
-        if (M->rb.noise) gumbel_draw(M, B, T);
+        next_micro_batch(M, train, B, T); // its tokens and, under ST-Gumbel routing, its noise
         model_forward(M, train->inputs, train->targets, B, T);
         model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum));
         s.loss += M->mean_loss / accum;
@@ -1196,7 +1197,10 @@ static void backend_start(const TrainArgs *a) {
 #ifdef _OPENMP
     printf("threads: %d\n", omp_get_max_threads());
 #endif
+    if (g_world > 1) die("train_natsl trains in one process; the environment starts several (common/dist.h): "
+                         "train_natsl_cu trains on several GPUs");
 }
+static void backend_allreduce(double *x, int n) { (void)x; (void)n; } // one process: its sums are the job's
 static void backend_step_timed(int first, double dt) { (void)first; (void)dt; }
 static void backend_step_note(const Model *M, int B, int T, int accum, double dt) { (void)M; (void)B; (void)T; (void)accum; (void)dt; }
 static void backend_finish(void) {}

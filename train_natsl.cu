@@ -2,7 +2,7 @@
 train_natsl.cu — the NAtS-L trainer on one NVIDIA GPU (the GPU twin of train_natsl.c).
 
 Same program as train_natsl.c: the same flags (plus -p fp32|bf16), the same model, presets and patterns,
-the same main.log lines, the same checkpoint files and -z comparison dump (common/). The file mirrors
+the same main.log lines, the same checkpoint files and -D comparison dump (common/). The file mirrors
 train_natsl.c section by section with the same function names and contracts, so the two can be read side by
 side: every layer's _forward/_backward here launches CUDA kernels (or cuBLAS) that compute what the C loop
 computes. The comments cite doc/model.md as "§5.3". Sections: 1. layers, 2. the two token mixers (the masked
@@ -54,12 +54,19 @@ Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
+#include <nccl.h>
+#ifdef USE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C interface only (MPI's C++ bindings do not build warning-free)
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
 #include "common/config.h"
 #include "common/dataloader.h"
 #include "common/tokenizer.h"
 #include "common/checkpoint.h"
 #include "common/train_util.h"
 #include "common/budget.h"
+#include "common/dist.h"
 
 typedef float real;
 #include "common/layout.h" // LayerParams, LayerActs: named pointers into the flat buffers (shared with the C file)
@@ -201,15 +208,46 @@ static void encoder_forward(real *out, const int *ids, const real *wte, int BT, 
     encoder_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(out, ids, wte, BT, D);
     CUDA_CHECK(cudaGetLastError());
 }
-__global__ void encoder_backward_kernel(float *dwte, const float *dout, const int *ids, int BT, int D) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)BT * D) return;
-    size_t bt = i / D, d = i % D;
-    atomicAdd(dwte + (size_t)ids[bt] * D + d, dout[i]); // two positions may hold the same token
+// dE[id] += dout[bt] over the positions bt holding id, in the order of bt as train_natsl.c adds them: one block per
+// token of the batch sums its positions (sorted by token on the host), no atomics, so a run is reproducible bit for
+// bit (a resume included, §9.4).
+__global__ void encoder_backward_kernel(float *dwte, const float *dout, const int *pos, const int *start, const int *tok, int D) {
+    int u = blockIdx.x, s = start[u], e = start[u + 1];
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float *w = dwte + (size_t)tok[u] * D + d, acc = *w;
+        for (int i = s; i < e; i++) acc += dout[(size_t)pos[i] * D + d];
+        *w = acc;
+    }
 }
 static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
     PROF_OP();
-    encoder_backward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(dwte, dout, ids, BT, D);
+    // the positions of each token of the batch, by a counting sort of the ids on the host: pos (BT), the tokens present
+    // (tok, n of them) and where each one's positions start (start, n + 1); host and device scratch kept between calls
+    static int *h = NULL, *d = NULL, *count = NULL, cap = 0, vcap = 0;
+    int V = 0;
+    if (BT > cap) {
+        free(h); if (d) CUDA_CHECK(cudaFree(d));
+        cap = BT;
+        h = (int *)xcalloc(4 * (size_t)cap + 2, sizeof(int)); // ids, pos, tok, start
+        d = (int *)xcudamalloc((3 * (size_t)cap + 2) * sizeof(int));
+    }
+    int *hid = h, *hpos = h + cap, *htok = h + 2 * cap, *hstart = h + 3 * cap;
+    CUDA_CHECK(cudaMemcpy(hid, ids, BT * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < BT; i++) V = std::max(V, hid[i] + 1);
+    if (V > vcap) { free(count); vcap = V; count = (int *)xcalloc(vcap + 1, sizeof(int)); }
+    memset(count, 0, (V + 1) * sizeof(int));
+    for (int i = 0; i < BT; i++) count[hid[i] + 1]++;
+    int n = 0;
+    for (int v = 0; v < V; v++) {
+        if (count[v + 1]) { htok[n] = v; hstart[n++] = count[v]; }
+        count[v + 1] += count[v]; // count[v]: where token v's positions start
+    }
+    hstart[n] = BT;
+    for (int i = 0; i < BT; i++) hpos[count[hid[i]]++] = i;
+    CUDA_CHECK(cudaMemcpy(d, hpos, BT * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d + cap, htok, n * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d + 2 * cap, hstart, (n + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    encoder_backward_kernel<<<n, 128>>>(dwte, dout, d, d + 2 * cap, d + cap, D);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -3504,6 +3542,10 @@ typedef struct {
     ParamTensor tensors[NATSL_MAX_TENSORS];
     int ntensors;
     size_t nparams;
+    size_t nalloc;                           // params and grads hold nalloc ≥ nparams values (the buckets' padding)
+    size_t nmom;                             // the moments this rank keeps: nparams, or under ZeRO-1 its slices
+    int nbucket;                             // the gradient buckets reduced over the ranks (model_buckets, §9.4)
+    size_t bucket[NATSL_MAX_LAYERS + 3];     // bucket k is [bucket[k], bucket[k+1])
     real *params, *grads, *adam_m, *adam_v; // flat device buffers
     ParamPtrs p, g;                          // named device pointers into params and grads
     int B, T;                                // the largest batch the activations hold
@@ -3524,15 +3566,38 @@ typedef struct {
     real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2] (device)
 } Model;
 
+// The gradient buckets (doc/model.md §9.4): the ranges of the flat buffer whose gradients the backward pass finishes
+// together, in its order: the final norm and the classifier, each layer from the last, the embedding. A rank hands a
+// bucket to NCCL as soon as it is final. Every boundary is rounded up to a multiple of 64·ranks values (so each rank's
+// ZeRO-1 slice of a bucket, a ranks-th of it, is a whole number of 256-byte lines); a bucket so ends a little into the
+// tensor above it, whose gradient is final before its own, never below. The buffer is padded to the last boundary
+// (zeros that stay zero). Under ZeRO-1 rank r keeps the moments of the r-th slice of every bucket, in bucket order.
+static void model_buckets(Model *M) {
+    const Config *c = &M->cfg;
+    size_t align = 64 * (size_t)g_world, start[NATSL_MAX_LAYERS + 2];
+    int n = 0;
+    start[n++] = 0;                                              // the embedding
+    for (int i = 0; i < M->ntensors; i++)
+        if ((M->tensors[i].layer >= 0 && M->tensors[i].layer == n - 1) || !strcmp(M->tensors[i].name, "ln_f"))
+            start[n++] = M->tensors[i].offset;                   // each layer's first tensor; the final norm's
+    M->nalloc = CEIL_DIV(M->nparams, align) * align;
+    M->nbucket = n;
+    for (int k = 0; k < n; k++) M->bucket[k] = std::min(CEIL_DIV(start[k], align) * align, M->nalloc);
+    M->bucket[n] = M->nalloc;
+    M->nmom = g_zero ? M->nalloc / g_world : M->nparams;
+    if (n != c->L + 2) { fprintf(stderr, "error: model_buckets: %d buckets for %d layers\n", n, c->L); exit(1); }
+}
+
 static void model_build(Model *M, const Config *c) {
     memset(M, 0, sizeof(*M));
     M->cfg = *c;
     M->rb.kappa = SEL_KAPPA;
     M->ntensors = param_tensors(c, M->tensors, &M->nparams);
-    M->params = (real *)xcudamalloc(M->nparams * sizeof(real));
-    M->grads = (real *)xcudamalloc(M->nparams * sizeof(real));
-    CUDA_CHECK(cudaMemset(M->params, 0, M->nparams * sizeof(real)));
-    CUDA_CHECK(cudaMemset(M->grads, 0, M->nparams * sizeof(real)));
+    model_buckets(M);
+    M->params = (real *)xcudamalloc(M->nalloc * sizeof(real));
+    M->grads = (real *)xcudamalloc(M->nalloc * sizeof(real));
+    CUDA_CHECK(cudaMemset(M->params, 0, M->nalloc * sizeof(real)));
+    CUDA_CHECK(cudaMemset(M->grads, 0, M->nalloc * sizeof(real)));
     param_pointers(&M->p, M->tensors, M->ntensors, M->params);
     param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
     M->d_scalar = (double *)xcudamalloc(4 * sizeof(double));
@@ -3600,10 +3665,10 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
 // AdamW's moments, zero until the first update
 static void model_alloc_moments(Model *M) {
     if (M->adam_m) return;
-    M->adam_m = (real *)xcudamalloc(M->nparams * sizeof(real));
-    M->adam_v = (real *)xcudamalloc(M->nparams * sizeof(real));
-    CUDA_CHECK(cudaMemset(M->adam_m, 0, M->nparams * sizeof(real)));
-    CUDA_CHECK(cudaMemset(M->adam_v, 0, M->nparams * sizeof(real)));
+    M->adam_m = (real *)xcudamalloc(M->nmom * sizeof(real));
+    M->adam_v = (real *)xcudamalloc(M->nmom * sizeof(real));
+    CUDA_CHECK(cudaMemset(M->adam_m, 0, M->nmom * sizeof(real)));
+    CUDA_CHECK(cudaMemset(M->adam_v, 0, M->nmom * sizeof(real)));
 }
 
 static void model_free(Model *M) {
@@ -3612,7 +3677,7 @@ static void model_free(Model *M) {
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
 }
 
-static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->nparams * sizeof(real))); }
+static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->nalloc * sizeof(real))); }
 
 // ---- G and N layers share their inputs (§3.1, §5.1) ---------------------------------------------------
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
@@ -3777,6 +3842,7 @@ static void select_layer_backward(const Config *c, real *dx, const real *dout, L
 // s_sel (common/model_io.h)
 static void router_aux_forward(Model *M, int B, int T);
 static SelGate select_gate(const Model *M, int l);
+static void grads_ready(Model *M, int k); // several GPUs: bucket k's gradients are final (section 4)
 // This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
 static real *router_noise(Model *M, int l, int B, int T) {
     if (!M->rb.noise) return NULL;
@@ -3865,6 +3931,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
     rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
+    grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
@@ -3882,11 +3949,13 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
         rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
+        grads_ready(M, l + 1);
     }
     encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);
+    grads_ready(M, 0);
 }
 
-// Host float32 copies of a device buffer and back (checkpoints, logs, the -z dump)
+// Host float32 copies of a device buffer and back (checkpoints, logs, the -D dump)
 static float *to_float32(const real *dev, size_t n) {
     float *f = (float *)xcalloc(n, sizeof(float));
     CUDA_CHECK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -3921,9 +3990,202 @@ static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // r
 // 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW (on the GPU)
 // ================================================================================================
 
+// ---- several GPUs (doc/model.md §9.4): one process per GPU over NCCL; each bucket's gradients are summed over the
+// ranks on a second stream as soon as the last micro-step's backward pass has finished them (grads_ready); -z 0
+// all-reduces them, -z 1 (ZeRO-1) reduce-scatters them, each rank updates its slices with its moments and the
+// parameters are all-gathered. Every wait on another rank ends after NATSL_TIMEOUT seconds with an error naming
+// this rank, never a hang. The communicator is non-blocking: any NCCL call may answer "in progress" (nccl_done).
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t stream; // the reductions, beside the default stream's backward pass
+    cudaEvent_t ready;   // recorded on the default stream when a bucket is final
+    double *dsum, *hsum; // backend_allreduce's device and pinned host scratch
+    double timeout;
+    int reduce;          // this micro-step's backward hands its buckets over (the step's last)
+} Nccl;
+static Nccl g_nccl;
+#define NCCL_SUM_MAX 4096
+
+// NATSL_PROFILE=1 with several ranks: the timeline of the gradient reduction in a step's last backward pass: when
+// each bucket became final on the default stream and when its reduction ended, against the backward pass's end. The
+// summary of the last profiled step is printed at the end of training (how much of the reduction was hidden).
+#define NB_MAX (NATSL_MAX_LAYERS + 2)
+static struct {
+    cudaEvent_t begin, end, final_[NB_MAX], reduced[NB_MAX];
+    int on, used[NB_MAX];
+    char summary[400];
+} g_rtl;
+
+static void reduce_timeline_summary(const Model *M) {
+    float bwd, fin, red;
+    CUDA_CHECK(cudaEventElapsedTime(&bwd, g_rtl.begin, g_rtl.end));
+    double busy = 0, hidden = 0, prev = 0, last = 0;
+    for (int k = M->nbucket - 1; k >= 0; k--) { // the order the backward pass hands them over
+        if (!g_rtl.used[k]) continue;
+        CUDA_CHECK(cudaEventElapsedTime(&fin, g_rtl.begin, g_rtl.final_[k]));
+        CUDA_CHECK(cudaEventElapsedTime(&red, g_rtl.begin, g_rtl.reduced[k]));
+        double start = std::max((double)fin, prev);
+        busy += red - start;
+        hidden += std::max(0.0, std::min((double)red, (double)bwd) - start);
+        prev = last = red;
+    }
+    snprintf(g_rtl.summary, sizeof(g_rtl.summary), "gradient reduction in the last backward pass (rank %d): backward %.2f ms, "
+             "NCCL busy %.2f ms, %.2f ms of it (%.0f%%) while the backward pass ran; the last bucket reduced %.2f ms after "
+             "the backward pass ended", g_rank, bwd, busy, hidden, busy > 0 ? 100 * hidden / busy : 100.0, last - bwd);
+}
+
+static void dist_fail(const char *what) {
+    fprintf(stderr, "error: rank %d: %s\n", g_rank, what);
+    fflush(stderr);
+    if (g_nccl.comm) ncclCommAbort(g_nccl.comm);
+    _exit(1); // not exit(): a collective left waiting on a dead rank must not hold the process in CUDA's teardown
+}
+
+// Waits until a call on the non-blocking communicator is through; any error ends the program.
+static void nccl_done(ncclResult_t r, const char *what) {
+    double t0 = now_s();
+    char msg[600];
+    while (r == ncclInProgress) {
+        if (now_s() - t0 > g_nccl.timeout) {
+            snprintf(msg, sizeof(msg), "%s: not done after %.0f s (a rank died, or not every rank started; NATSL_TIMEOUT)",
+                     what, g_nccl.timeout);
+            dist_fail(msg);
+        }
+        usleep(1000);
+        ncclCommGetAsyncError(g_nccl.comm, &r);
+    }
+    if (r != ncclSuccess) {
+        snprintf(msg, sizeof(msg), "%s: NCCL error: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(g_nccl.comm));
+        dist_fail(msg);
+    }
+}
+
+// Waits for the reduction stream with the timeout; an NCCL error or a rank that never answers ends the program.
+static void dist_wait(const char *what) {
+    double t0 = now_s();
+    char msg[600];
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(g_nccl.stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        ncclResult_t r;
+        ncclCommGetAsyncError(g_nccl.comm, &r);
+        if (r != ncclSuccess && r != ncclInProgress) nccl_done(r, what);
+        if (now_s() - t0 > g_nccl.timeout) {
+            snprintf(msg, sizeof(msg), "%s: no answer from the other ranks for %.0f s (one died or stalled; NATSL_TIMEOUT "
+                     "sets the wait)", what, g_nccl.timeout);
+            dist_fail(msg);
+        }
+        usleep(50);
+    }
+}
+
+// One process per GPU: the GPU of this node's rank, and the communicator, from rank 0's NCCL id handed over as -pi says.
+static void dist_start(const TrainArgs *a) {
+    g_nccl.timeout = dist_timeout();
+    if (g_world == 1) return;
+    int ndev;
+    char msg[1200], err[1024];
+    CUDA_CHECK(cudaGetDeviceCount(&ndev));
+    if (g_local_rank >= ndev) {
+        snprintf(msg, sizeof(msg), "local rank %d, but this node has %d GPUs (start at most one rank per GPU)", g_local_rank, ndev);
+        die(msg);
+    }
+    CUDA_CHECK(cudaSetDevice(g_local_rank));
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (g_rank == 0) nccl_done(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    DistEnv de = {g_rank, g_world, g_local_rank, ""};
+    const char *how = a->pi, *dir = a->pf ? a->pf : a->outdir ? a->outdir : "/tmp";
+    const char *host = a->ps ? a->ps : getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
+#ifdef USE_MPI
+    if (!how) how = "mpi";
+    if (!strcmp(how, "mpi")) {
+        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    } else
+#else
+    if (!how) how = "tcp";
+    if (!strcmp(how, "mpi")) die("-pi mpi: this train_natsl_cu was built without MPI (make USE_MPI=1)");
+#endif
+    if (dist_exchange(&de, &id, sizeof(id), how, dir, host, g_nccl.timeout, err, sizeof(err))) die(err);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    nccl_done(ncclCommInitRankConfig(&g_nccl.comm, g_world, id, g_rank, &cfg), "joining the other ranks (ncclCommInitRank)");
+    if (!strcmp(how, "fs")) dist_fs_done(&de, dir);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g_nccl.stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&g_nccl.ready, cudaEventDisableTiming));
+    g_nccl.dsum = (double *)xcudamalloc(NCCL_SUM_MAX * sizeof(double));
+    CUDA_CHECK(cudaMallocHost(&g_nccl.hsum, NCCL_SUM_MAX * sizeof(double)));
+    if (getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0) {
+        CUDA_CHECK(cudaEventCreate(&g_rtl.begin)); CUDA_CHECK(cudaEventCreate(&g_rtl.end));
+        for (int k = 0; k < NB_MAX; k++) { CUDA_CHECK(cudaEventCreate(&g_rtl.final_[k])); CUDA_CHECK(cudaEventCreate(&g_rtl.reduced[k])); }
+    }
+    int v;
+    ncclGetVersion(&v);
+    printf("ranks: %d (from %s; NCCL id by %s), ZeRO stage %d; NCCL %d.%d.%d; rank 0 on GPU %d\n", g_world,
+           getenv("OMPI_COMM_WORLD_SIZE") || getenv("RANK") || getenv("SLURM_PROCID") || getenv("PMI_RANK") ? "the launcher" : "?",
+           how, g_zero, v / 10000, v / 100 % 100, v % 100, g_local_rank);
+}
+
+static void dist_finish(void) {
+    if (g_world == 1) return;
+    nccl_done(ncclCommFinalize(g_nccl.comm), "ncclCommFinalize");
+    dist_wait("finishing");
+    ncclCommDestroy(g_nccl.comm);
+    g_nccl.comm = NULL;
+}
+
+// The sums of n doubles over the ranks, in place on every rank (statistics, decisions of rank 0, the norm).
+static void backend_allreduce(double *x, int n) {
+    if (g_world == 1) return;
+    if (n > NCCL_SUM_MAX) { fprintf(stderr, "error: backend_allreduce: %d values, at most %d\n", n, NCCL_SUM_MAX); exit(1); }
+    memcpy(g_nccl.hsum, x, n * sizeof(double));
+    CUDA_CHECK(cudaMemcpyAsync(g_nccl.dsum, g_nccl.hsum, n * sizeof(double), cudaMemcpyHostToDevice, g_nccl.stream));
+    nccl_done(ncclAllReduce(g_nccl.dsum, g_nccl.dsum, n, ncclDouble, ncclSum, g_nccl.comm, g_nccl.stream), "ncclAllReduce");
+    CUDA_CHECK(cudaMemcpyAsync(g_nccl.hsum, g_nccl.dsum, n * sizeof(double), cudaMemcpyDeviceToHost, g_nccl.stream));
+    dist_wait("summing over the ranks");
+    memcpy(x, g_nccl.hsum, n * sizeof(double));
+}
+
+// This rank's ZeRO-1 slice of bucket k: [*lo, *lo + n) of the flat buffer, its moments at *mom.
+static size_t zero_slice(const Model *M, int k, size_t *lo, size_t *mom) {
+    size_t n = (M->bucket[k + 1] - M->bucket[k]) / g_world;
+    *lo = M->bucket[k] + (size_t)g_rank * n;
+    *mom = (M->bucket[k] - M->bucket[0]) / g_world;
+    return n;
+}
+
+// Bucket k's gradients are final (model_backward calls this as it goes). In the last micro-step of a step, the
+// reduction stream waits for them and sums them over the ranks: all of them on every rank (-z 0), or this rank's
+// slice (-z 1).
+static void grads_ready(Model *M, int k) {
+    if (g_world == 1 || !g_nccl.reduce) return;
+    size_t lo = M->bucket[k], n = M->bucket[k + 1] - lo, slo, mom;
+    if (!n) return;
+    CUDA_CHECK(cudaEventRecord(g_nccl.ready, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(g_nccl.stream, g_nccl.ready, 0));
+    if (g_rtl.on) { CUDA_CHECK(cudaEventRecord(g_rtl.final_[k], 0)); g_rtl.used[k] = 1; }
+    if (g_zero) {
+        size_t sn = zero_slice(M, k, &slo, &mom);
+        nccl_done(ncclReduceScatter(M->grads + lo, M->grads + slo, sn, ncclFloat, ncclSum, g_nccl.comm, g_nccl.stream),
+                  "ncclReduceScatter of the gradients");
+    } else
+        nccl_done(ncclAllReduce(M->grads + lo, M->grads + lo, n, ncclFloat, ncclSum, g_nccl.comm, g_nccl.stream),
+                  "ncclAllReduce of the gradients");
+    if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.reduced[k], g_nccl.stream));
+}
+
+// The global gradient norm: of the whole (reduced) gradient, or under ZeRO-1 the sum of the ranks' slices'.
 static double grad_norm(const Model *M) {
     PROF_OP();
-    return sqrt(device_dot(M->grads, M->grads, M->nparams));
+    if (!g_zero) return sqrt(device_dot(M->grads, M->grads, M->nparams));
+    double s = 0;
+    for (int k = 0; k < M->nbucket; k++) {
+        size_t lo, mom, n = zero_slice(M, k, &lo, &mom);
+        if (n) s += device_dot(M->grads + lo, M->grads + lo, n);
+    }
+    backend_allreduce(&s, 1);
+    return sqrt(s);
 }
 
 __global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, double lr, double decay,
@@ -3937,7 +4199,9 @@ __global__ void adamw_kernel(float *params, const float *grads, float *m, float 
     double mh = m[i] / c1, vh = v[i] / c2;
     params[i] -= lr * (mh / (sqrt(vh) + ADAMW_EPS) + decay * params[i]);
 }
-// One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), as train_natsl.c.
+// One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), as train_natsl.c: of
+// every tensor, or under ZeRO-1 of the parts of the tensors in this rank's slices, whose parameters are then
+// all-gathered from their ranks.
 static void adamw_update(Model *M, double lr, double wd, double grad_scale, int t) {
     PROF_OP();
     model_alloc_moments(M);
@@ -3945,36 +4209,62 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
     for (int k = 0; k < M->ntensors; k++) {
         const ParamTensor *pt = &M->tensors[k];
         double decay = pt->decay ? wd : 0;
-        size_t o = pt->offset;
-        adamw_kernel<<<(unsigned)CEIL_DIV(pt->numel, 256), 256>>>(M->params + o, M->grads + o, M->adam_m + o, M->adam_v + o,
-                                                                 pt->numel, lr, decay, grad_scale, c1, c2);
-        CUDA_CHECK(cudaGetLastError());
+        size_t o = pt->offset, e = o + pt->numel;
+        for (int b = 0; b < (g_zero ? M->nbucket : 1); b++) { // the tensor, or its parts in this rank's slices
+            size_t lo = o, hi = e, mom = 0, m = o;
+            if (g_zero) {
+                size_t slo, n = zero_slice(M, b, &slo, &mom);
+                lo = std::max(o, slo); hi = std::min(e, slo + n); m = mom + (lo - slo);
+                if (lo >= hi) continue;
+            }
+            adamw_kernel<<<(unsigned)CEIL_DIV(hi - lo, 256), 256>>>(M->params + lo, M->grads + lo, M->adam_m + m,
+                                                                   M->adam_v + m, hi - lo, lr, decay, grad_scale, c1, c2);
+            CUDA_CHECK(cudaGetLastError());
+        }
     }
+    if (!g_zero) return;
+    CUDA_CHECK(cudaEventRecord(g_nccl.ready, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(g_nccl.stream, g_nccl.ready, 0));
+    nccl_done(ncclGroupStart(), "ncclGroupStart");
+    for (int b = 0; b < M->nbucket; b++) {
+        size_t slo, mom, n = zero_slice(M, b, &slo, &mom);
+        if (n) nccl_done(ncclAllGather(M->params + slo, M->params + M->bucket[b], n, ncclFloat, g_nccl.comm, g_nccl.stream),
+                         "ncclAllGather of the parameters");
+    }
+    nccl_done(ncclGroupEnd(), "ncclGroupEnd");
+    dist_wait("gathering the parameters");
 }
 
-// One optimizer step, as train_natsl.c's train_step; it returns when the GPU has finished the step.
+// One optimizer step, as train_natsl.c's train_step; it returns when the GPU has finished the step. With several
+// ranks, accum is this rank's share of the step's micro-batches, and the statistics are this rank's
+// (common/train_main.h averages them over the ranks).
 typedef struct { double loss, norm; int skipped; double pen, lb, frac, tau; } StepStats; // pen..tau: §7
 static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
                             double *sfr) {
     const Config *c = &M->cfg;
     StepStats s = {0, 0, 0, 0, 0, 0, 0};
-    char err[1024];
     model_zero_grad(M);
     for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
     M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
     M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
     select_draw(M, t);            // §7.3: the S gates' noise of this step
-    for (int k = 0; k < accum; k++) {
-        if (dataloader_next_batch(train, err, sizeof(err))) die(err);
-        if (M->rb.noise) gumbel_draw(M, B, T);
+    for (int k = 0; k < accum; k++) { // this rank's micro-batches; the loss is the mean over every rank's
+        next_micro_batch(M, train, B, T);
         model_forward(M, train->inputs, train->targets, B, T);
-        model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum));
+        g_nccl.reduce = k == accum - 1;
+        g_rtl.on = g_prof && g_world > 1 && g_nccl.reduce;
+        if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.begin, 0));
+        model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum * g_world));
+        if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.end, 0));
         s.loss += M->mean_loss / accum;
         s.pen += M->rb.pen / accum; s.lb += M->rb.lb / accum; s.frac += M->rb.frac / accum;
         for (int l = 0; sfr && l < c->L; l++)
             if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
     }
     M->rb.noise = M->rb.sel_noise = 0;
+    if (g_world > 1) dist_wait("summing the gradients over the ranks");
+    if (g_rtl.on) reduce_timeline_summary(M);
+    g_rtl.on = 0;
     s.norm = grad_norm(M);
     s.skipped = !is_finite(s.norm);
     if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);
@@ -3995,8 +4285,14 @@ static int g_prof_steps;
 static const char *backend_default_precision = "bf16";
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
+#ifdef USE_MPI
+    if (g_world > 1 && (!a->pi || !strcmp(a->pi, "mpi"))) MPI_Init(NULL, NULL);
+#endif
+    dist_start(a);
+    int dev;
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     CUBLAS_CHECK(cublasCreate(&g_cublas));
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
@@ -4032,7 +4328,14 @@ static void backend_finish(void) {
         printf("  %-32s %9.2f ms  %5.1f%%\n", "everything else", (g_prof_step_ms - known) / g_prof_steps,
                100 * (g_prof_step_ms - known) / g_prof_step_ms);
     }
+    if (g_rtl.summary[0]) printf("%s\n", g_rtl.summary);
     cublasDestroy(g_cublas);
+    dist_finish();
+#ifdef USE_MPI
+    int mpi_on = 0;
+    MPI_Initialized(&mpi_on);
+    if (mpi_on) MPI_Finalize();
+#endif
 }
 
 #include "common/train_main.h"

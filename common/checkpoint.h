@@ -2,10 +2,15 @@
 // other's): a header of 256 int32 followed by float32 arrays.
 //   model_%08d.bin  the config (header below) and the parameters in param_tensors order
 //   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi,
-//                   model fingerprint lo32, hi32, Gumbel noise RNG lo32, hi32 (version 2)], then AdamW's first and
-//                   second moments (version 1 files, written before §7.2 existed, load with noise_rng = 0: the
-//                   driver seeds it; fingerprint 0 in files written before it existed)
-// (the -z comparison dump has its own file, common/dump.h). Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
+//                   model fingerprint lo32, hi32, Gumbel noise RNG lo32, hi32 (version 2), ranks, ZeRO stage (version
+//                   3)], then AdamW's first and second moments (version 1 files, written before §7.2 existed, load with
+//                   noise_rng = 0: the driver seeds it; fingerprint 0 in files written before it existed). A run of
+//                   several GPUs with -z 1 writes no moments here: each rank writes its shard of them to
+//   zero1_%08d_r%03d.bin  [magic, version, step, rank, ranks, count lo31, hi, model fingerprint lo32, hi32], then
+//                   that rank's first and second moments (doc/model.md §9.4 says which parameters a rank keeps),
+//                   and rank 0 writes the state file last, once every rank has written its shard: a state file
+//                   marks a complete checkpoint.
+// (the -D comparison dump has its own file, common/dump.h). Writes are atomic: the data goes to PATH.tmp, is flushed to disk, and only then
 // renamed over PATH, so a killed run never leaves a half-written checkpoint under the real name.
 // Every function returns 0, or -1 with a one-line message "PATH: problem" in err.
 #ifndef NATSL_CHECKPOINT_H
@@ -57,6 +62,8 @@ static inline int fsync_parent_dir(const char *path, char *err, size_t errlen) {
 static inline int ckpt_write_atomic(const char *path, const int *header, const float *a, size_t na,
                                     const float *b, size_t nb, char *err, size_t errlen) {
     char tmp[4096];
+    static const float nothing[1] = {0}; // a header-only file: fwrite takes no NULL, even for 0 values
+    if (!a) { a = nothing; na = 0; }
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) { snprintf(err, errlen, "%s: cannot open for writing (%s)", tmp, strerror(errno)); return -1; }
@@ -122,7 +129,8 @@ static inline size_t ckpt_first_nonfinite(const float *x, size_t n) {
 #define CKPT_MODEL_MAGIC 20261122
 #define CKPT_STATE_MAGIC 20261123
 #define CKPT_VERSION 1
-#define CKPT_STATE_VERSION 2 // 2: + the Gumbel noise stream (§7.2); 1 is still read
+#define CKPT_STATE_VERSION 3 // 2: + the Gumbel noise stream (§7.2); 3: + ranks and ZeRO stage; 1 and 2 are still read
+#define CKPT_ZERO_MAGIC 20261125
 
 // header layout: 256 int32
 //  [0] magic [1] version [2] D [3] L [4] H [5] dk [6] dv [7] Ha [8] F [9] V [10] Vp [11] rope
@@ -172,7 +180,10 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
 // What a resume restores. model_fp: the fingerprint of the model's config (config_fingerprint), set before a
 // save; after a load, what the file holds (0 in files written before the fingerprint existed). noise_rng: the
 // §7.2 Gumbel noise stream.
-typedef struct { int step; uint64_t rng; int shard; size_t pos; uint64_t model_fp; uint64_t noise_rng; } TrainState;
+typedef struct {
+    int step; uint64_t rng; int shard; size_t pos; uint64_t model_fp; uint64_t noise_rng;
+    int world, zero; // the ranks that wrote it and their ZeRO stage (1: the moments are in the ranks' zero1_ files)
+} TrainState;
 
 static inline int ckpt_write_model(const char *path, const Config *c, const float *params, size_t n, char *err, size_t errlen) {
     int h[256];
@@ -221,7 +232,50 @@ static inline int ckpt_write_state(const char *path, const TrainState *s, const 
     h[4] = (int)(s->pos & 0x7fffffff); h[5] = (int)(s->pos >> 31);
     h[6] = (int)(s->rng & 0xffffffff); h[7] = (int)(s->rng >> 32);
     h[8] = (int)(n & 0x7fffffff); h[9] = (int)(n >> 31);
+    h[14] = s->world > 0 ? s->world : 1; h[15] = s->zero;
+    if (s->zero) return ckpt_write_atomic(path, h, NULL, 0, NULL, 0, err, errlen); // the moments are in the shards
     return ckpt_write_atomic(path, h, m, n, v, n, err, errlen);
+}
+
+// One rank's shard of the moments (-z 1): the n moments it keeps, m then v.
+static inline int ckpt_write_zero_shard(const char *path, int step, int rank, int world, uint64_t model_fp,
+                                        const float *m, const float *v, size_t n, char *err, size_t errlen) {
+    int h[256] = {0};
+    h[0] = CKPT_ZERO_MAGIC; h[1] = 1; h[2] = step; h[3] = rank; h[4] = world;
+    h[5] = (int)(n & 0x7fffffff); h[6] = (int)(n >> 31);
+    h[7] = (int)(model_fp & 0xffffffff); h[8] = (int)(model_fp >> 32);
+    return ckpt_write_atomic(path, h, m, n, v, n, err, errlen);
+}
+
+// Reads rank `rank`'s shard of `world` at `step` (n moments, into mv [2n]); every header field is checked against
+// what the run expects, the moments must be finite and the second not negative.
+static inline int ckpt_read_zero_shard(const char *path, int step, int rank, int world, uint64_t model_fp, float *mv,
+                                       size_t n, char *err, size_t errlen) {
+    int h[256];
+    if (ckpt_read_header(path, h, err, errlen)) return -1;
+    if (h[0] != CKPT_ZERO_MAGIC || h[1] != 1) {
+        snprintf(err, errlen, "%s: not a natsl ZeRO-1 moment shard (magic %d, version %d)", path, h[0], h[1]);
+        return -1;
+    }
+    size_t held = (size_t)(uint32_t)h[5] | ((size_t)(uint32_t)h[6] << 31);
+    uint64_t fp = (uint64_t)(uint32_t)h[7] | ((uint64_t)(uint32_t)h[8] << 32);
+    if (h[2] != step || h[3] != rank || h[4] != world || held != n || fp != model_fp) {
+        snprintf(err, errlen, "%s: holds step %d, rank %d of %d, %zu moments, model %016llx; this run needs step %d, "
+                 "rank %d of %d, %zu moments, model %016llx", path, h[2], h[3], h[4], held, (unsigned long long)fp, step,
+                 rank, world, n, (unsigned long long)model_fp);
+        return -1;
+    }
+    for (int i = 9; i < 256; i++)
+        if (h[i]) { snprintf(err, errlen, "%s: header field %d is %d, must be 0 (corrupt file)", path, i, h[i]); return -1; }
+    if (ckpt_check_size(path, 2 * n, err, errlen)) return -1;
+    if (ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen)) return -1;
+    for (size_t i = 0; i < 2 * n; i++)
+        if (!is_finite(mv[i]) || (i >= n && mv[i] < 0)) {
+            snprintf(err, errlen, "%s: %s moment %zu of %zu is %g (must be finite%s)", path, i < n ? "first" : "second",
+                     i % n, n, (double)mv[i], i < n ? "" : " and not negative");
+            return -1;
+        }
+    return 0;
 }
 
 // Reads a state file for a model of n parameters: the train state, and the moments into mv [2n] (m, then
@@ -243,7 +297,7 @@ static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, si
         snprintf(err, errlen, "%s: state holds %zu parameters, the model has %zu", path, held, n);
         return -1;
     }
-    for (int i = h[1] >= 2 ? 14 : 12; i < 256; i++) // version 2 holds the Gumbel noise stream in 12-13
+    for (int i = h[1] >= 3 ? 16 : h[1] >= 2 ? 14 : 12; i < 256; i++) // 2: the noise stream in 12-13; 3: ranks, ZeRO
         if (h[i] != 0) {
             snprintf(err, errlen, "%s: header field %d is %d, must be 0 (corrupt or from another program)", path, i, h[i]);
             return -1;
@@ -257,6 +311,13 @@ static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, si
     s->model_fp = (uint64_t)(uint32_t)h[10] | ((uint64_t)(uint32_t)h[11] << 32);
     s->noise_rng = h[1] >= 2 ? (uint64_t)(uint32_t)h[12] | ((uint64_t)(uint32_t)h[13] << 32) : 0;
     if (s->rng == 0) { snprintf(err, errlen, "%s: RNG state 0 (xorshift would emit only zeros): corrupt file", path); return -1; }
+    s->world = h[1] >= 3 ? h[14] : 1;
+    s->zero = h[1] >= 3 ? h[15] : 0;
+    if (s->world < 1 || s->zero < 0 || s->zero > 1 || (s->zero && s->world < 2)) {
+        snprintf(err, errlen, "%s: %d ranks with ZeRO stage %d in the header: corrupt file", path, s->world, s->zero);
+        return -1;
+    }
+    if (s->zero) return ckpt_check_size(path, 0, err, errlen); // the moments are in the ranks' shards
     if (ckpt_check_size(path, 2 * n, err, errlen)) return -1;
     if (ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen)) return -1;
     for (size_t i = 0; i < 2 * n; i++)

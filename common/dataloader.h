@@ -239,7 +239,9 @@ fail:
     return -1;
 }
 
-static inline int dataloader_next_batch(DataLoader *d, char *err, size_t errlen) {
+/* The next batch into inputs/targets (copy = 1), or past it without reading its tokens (copy = 0: the batches of
+ * the other ranks of a job of several processes, common/dist.h). */
+static inline int dataloader_advance_(DataLoader *d, int copy, char *err, size_t errlen) {
     if (d->nfiles == 0) {
         dataloader_error_(err, errlen, "dataloader: not initialized");
         return -1;
@@ -253,13 +255,15 @@ static inline int dataloader_next_batch(DataLoader *d, char *err, size_t errlen)
         d->pos = 0;
     }
     const uint16_t *p = d->tokens + d->pos;
-    for (size_t i = 0; i < BT; i++) {
+    for (size_t i = 0; copy && i < BT; i++) {
         d->inputs[i] = p[i];
         d->targets[i] = p[i + 1];
     }
     d->pos += BT;
     return 0;
 }
+static inline int dataloader_next_batch(DataLoader *d, char *err, size_t errlen) { return dataloader_advance_(d, 1, err, errlen); }
+static inline int dataloader_skip_batch(DataLoader *d, char *err, size_t errlen) { return dataloader_advance_(d, 0, err, errlen); }
 
 /* Continue from a saved (shard, pos); pos may be anything from 0 to the shard's token count. */
 static inline int dataloader_seek(DataLoader *d, int shard, size_t pos, char *err, size_t errlen) {

@@ -1,4 +1,4 @@
-// The -z comparison dump: what train_natsl and train_natsl_cu compute on the same batches, written by either so
+// The -D comparison dump: what train_natsl and train_natsl_cu compute on the same batches, written by either so
 // test_natsl.c can hold one against the other (§8). Its writer and its reader are both here.
 //
 // File: a header of 256 int32 [DUMP_MAGIC, 1, B, T, V, nparams, nrouter, nsteps], then float32:

@@ -74,18 +74,30 @@ static void router_aux_forward(Model *M, int B, int T) {
 
 // §7.2: draws one micro-batch's Gumbel noise g = −log(−log u) into M->gnoise from the run's noise stream rb.rng, in
 // the order layer, batch, chunk (the forced last one too), head group, op; both programs draw the same values.
-static void gumbel_draw(Model *M, int B, int T) {
+// keep = 0: another rank's micro-batch, drawn (the stream moves on as in one process) and not kept.
+static void gumbel_draw(Model *M, int B, int T, int keep) {
     size_t n = router_noise_size(&M->cfg, B, T);
     float *g = (float *)calloc(n, sizeof(float));
     if (!g) { fprintf(stderr, "error: out of memory\n"); exit(1); }
     for (size_t i = 0; i < n; i++) g[i] = (float)-log(-log(rng_uniform(&M->rb.rng)));
-    from_float32(M->gnoise, g, n);
+    if (keep) from_float32(M->gnoise, g, n);
     free(g);
+}
+
+// The next micro-batch of this process: its tokens into train->inputs/targets and, under ST-Gumbel routing, its
+// noise. With several ranks (doc/model.md §9.4) a step's micro-batches are dealt out in turn, rank r taking the r-th
+// of every g_world, so the ranks together train on exactly the tokens and noise that one process would.
+static void next_micro_batch(Model *M, DataLoader *train, int B, int T) {
+    char err[1024];
+    for (int r = 0; r < g_world; r++) {
+        if ((r == g_rank ? dataloader_next_batch : dataloader_skip_batch)(train, err, sizeof(err))) die(err);
+        if (M->rb.noise) gumbel_draw(M, B, T, r == g_rank);
+    }
 }
 
 // ---- §7.3: the S layers' gates -------------------------------------------------------------------------------
 // The gate of S layer l for a forward pass: from its s_sel, with this step's noise at τ_s during training
-// (rb.sel_noise), else noise-free at τ = 1 (evaluation, sampling, -z's first batch, logging, freezing).
+// (rb.sel_noise), else noise-free at τ = 1 (evaluation, sampling, -D's first batch, logging, freezing).
 static SelGate select_gate(const Model *M, int l) {
     const RouterBudget *rb = &M->rb;
     double *s = to_float64(M->p.layer[l].s_sel, 1);
@@ -167,7 +179,9 @@ static int load_model(Model *M, const char *path, char *err, size_t errlen) {
 }
 
 // The moments exist after the first update; a state saved before (every step so far skipped) holds zeros.
+// Under ZeRO-1 (s->zero) the state file holds no moments: save_zero_shard writes each rank's.
 static int save_state(Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
+    if (s->zero) return ckpt_write_state(path, s, NULL, NULL, M->nparams, err, errlen);
     model_alloc_moments(M);
     float *m = to_float32(M->adam_m, M->nparams), *v = to_float32(M->adam_v, M->nparams);
     int rc = ckpt_write_state(path, s, m, v, M->nparams, err, errlen);
@@ -180,6 +194,29 @@ static int load_state(Model *M, TrainState *s, const char *path, char *err, size
     float *f = (float *)calloc(2 * n, sizeof(float));
     if (!f) { snprintf(err, errlen, "%s: out of memory for %zu moments", path, 2 * n); return -1; }
     int rc = ckpt_read_state(path, s, f, n, err, errlen);
+    if (!rc && !s->zero) { // under ZeRO-1 the moments come from the ranks' shards (load_zero_shard)
+        model_alloc_moments(M);
+        from_float32(M->adam_m, f, n);
+        from_float32(M->adam_v, f + n, n);
+    }
+    free(f);
+    return rc;
+}
+
+// ZeRO-1 (doc/model.md §9.4): this rank's shard of the moments, M->nmom of them, in zero1_%08d_r%03d.bin.
+static int save_zero_shard(Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
+    model_alloc_moments(M);
+    float *m = to_float32(M->adam_m, M->nmom), *v = to_float32(M->adam_v, M->nmom);
+    int rc = ckpt_write_zero_shard(path, s->step, g_rank, g_world, s->model_fp, m, v, M->nmom, err, errlen);
+    free(m); free(v);
+    return rc;
+}
+
+static int load_zero_shard(Model *M, const TrainState *s, const char *path, char *err, size_t errlen) {
+    size_t n = M->nmom;
+    float *f = (float *)calloc(2 * n, sizeof(float));
+    if (!f) { snprintf(err, errlen, "%s: out of memory for %zu moments", path, 2 * n); return -1; }
+    int rc = ckpt_read_zero_shard(path, s->step, g_rank, g_world, s->model_fp, f, n, err, errlen);
     if (!rc) {
         model_alloc_moments(M);
         from_float32(M->adam_m, f, n);

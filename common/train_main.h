@@ -1,12 +1,13 @@
 // The training driver shared by train_natsl.c and train_natsl.cu: the flags, the model (a preset, a checkpoint
 // to start from, or a run to resume), the data, and the loop around train_step with validation, samples,
-// logging (stdout and DIR/main.log) and checkpoints; and the -z comparison dump (common/dump.h).
+// logging (stdout and DIR/main.log) and checkpoints; and the -D comparison dump (common/dump.h).
 // It is included at the end of each program and is written on that program's model interface:
 //   Model, model_build, model_init, model_alloc_acts, model_forward, model_free, train_step, logits_to_float32,
 //   and common/model_io.h (softmax_fraction, save/load of the checkpoint files)
-// and on three backend hooks:
+// and on these backend hooks:
 //   backend_default_precision  what -p is when not given ("fp32" on the CPU, "bf16" on the GPU)
-//   backend_start(args)        set the backend up for the flags (precision) and print what it runs on
+//   backend_start(args)        set the backend up for the flags (precision, the ranks' GPUs) and print what it runs on
+//   backend_allreduce(x, n)    sum n doubles over the ranks, every rank getting the sums (one process: nothing)
 //   backend_step_timed(first, dt)  a step took dt seconds (first: the first step of this run)
 //   backend_step_note(M, B, T, accum, dt)  print extra fields of the step line (the GPU: MFU)
 //   backend_finish()           print reports and release the backend
@@ -17,22 +18,95 @@
 #include "baseline.h"
 #include "dump.h"
 
-// Mean loss over n batches of the val loader (from its start) into *vloss; -1 on a data error.
+// Mean loss over n batches of the val loader (from its start) into *vloss, and the softmax fraction of every N
+// layer's heads into sfr_head; -1 on a data error. Several ranks share the batches out (batch i on rank i mod N) and
+// sum what they saw, so every rank gets the numbers one process gets.
 static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
     const Config *c = &M->cfg;
-    double loss = 0;
-    for (int l = 0; l < c->L; l++) for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] = 0;
+    int LH = c->L * c->H;
+    double *sum = (double *)xcalloc(1 + LH, sizeof(double)); // loss, then the fractions [layer][head]
     dataloader_reset(val);
     for (int i = 0; i < n; i++) {
-        if (dataloader_next_batch(val, err, errlen)) return -1;
+        if (i % g_world != g_rank) {
+            if (dataloader_skip_batch(val, err, errlen)) { free(sum); return -1; }
+            continue;
+        }
+        if (dataloader_next_batch(val, err, errlen)) { free(sum); return -1; }
         model_forward(M, val->inputs, val->targets, B, T);
-        loss += M->mean_loss;
+        sum[0] += M->mean_loss;
         for (int l = 0; l < c->L; l++)
             if (c->pattern[l] == 'N')
-                for (int h = 0; h < c->H; h++) sfr_head[l * c->H + h] += softmax_fraction(M, l, h, B, T) / n;
+                for (int h = 0; h < c->H; h++) sum[1 + l * c->H + h] += softmax_fraction(M, l, h, B, T);
     }
-    *vloss = loss / n;
+    backend_allreduce(sum, 1 + LH);
+    *vloss = sum[0] / n;
+    for (int i = 0; i < LH; i++) sfr_head[i] = sum[1 + i] / n;
+    free(sum);
     return 0;
+}
+
+// ---- several ranks (doc/model.md §9.4): what rank 0 decides reaches every rank; every rank must run the same job
+static int from_rank0(int v) {
+    double x = g_rank == 0 ? v : 0;
+    backend_allreduce(&x, 1);
+    return (int)x;
+}
+
+// The flags and the model of every rank against rank 0's: a job whose ranks were started differently is refused.
+static void check_same_job(int argc, char **argv, const Model *M) {
+    if (g_world == 1) return;
+    uint64_t h = config_fingerprint(&M->cfg, M->nparams);
+    for (int i = 1; i < argc; i++)
+        for (const char *p = argv[i]; ; p++) { h = (h ^ (unsigned char)*p) * 0x100000001b3ull; if (!*p) break; }
+    double *x = (double *)xcalloc(2 * (size_t)g_world, sizeof(double));
+    x[2 * g_rank] = (double)(h & 0xffffffffu); x[2 * g_rank + 1] = (double)(h >> 32);
+    backend_allreduce(x, 2 * g_world);
+    for (int r = 1; r < g_world; r++)
+        if (x[2 * r] != x[0] || x[2 * r + 1] != x[1]) {
+            char msg[200];
+            snprintf(msg, sizeof(msg), "rank %d's flags or model differ from rank 0's: every rank must run the same command", r);
+            die(msg);
+        }
+    free(x);
+}
+
+// A step's statistics over the ranks: each rank's are the means over its micro-batches, the job's their mean.
+static void reduce_step_stats(StepStats *s, double *sfr, int L) {
+    if (g_world == 1) return;
+    double x[4 + NATSL_MAX_LAYERS] = {s->loss, s->pen, s->lb, s->frac};
+    for (int l = 0; l < L; l++) x[4 + l] = sfr[l];
+    backend_allreduce(x, 4 + L);
+    s->loss = x[0] / g_world; s->pen = x[1] / g_world; s->lb = x[2] / g_world; s->frac = x[3] / g_world;
+    for (int l = 0; l < L; l++) sfr[l] = x[4 + l] / g_world;
+}
+
+// Checkpoint `step` in dir: the model file (rank 0), under ZeRO-1 every rank's shard of the moments, and last, once
+// every rank has written its part, the state file (rank 0): a state file marks a complete checkpoint
+// (run_dir_resume_step resumes only from one).
+static void save_checkpoint(Model *M, const TrainState *st, const char *dir) {
+    char path[4200], err[1024] = "";
+    int failed = 0;
+    if (g_rank == 0) {
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, st->step);
+        failed = save_model(M, path, err, sizeof(err)) != 0;
+    }
+    if (!failed && st->zero) {
+        snprintf(path, sizeof(path), "%s/zero1_%08d_r%03d.bin", dir, st->step, g_rank);
+        failed = save_zero_shard(M, st, path, err, sizeof(err)) != 0;
+    }
+    double any = failed;
+    backend_allreduce(&any, 1);
+    if (failed) die(err);
+    if (any > 0) {
+        snprintf(err, sizeof(err), "checkpoint of step %d: another rank could not write its part (its error names it); "
+                 "no state file was written, so the checkpoint is incomplete", st->step);
+        die(err);
+    }
+    if (g_rank == 0) {
+        snprintf(path, sizeof(path), "%s/state_%08d.bin", dir, st->step);
+        if (save_state(M, st, path, err, sizeof(err))) die(err);
+    }
+    printf("saved %s/{model,state}_%08d.bin%s\n", dir, st->step, st->zero ? " and the ranks' zero1_ shards" : "");
 }
 
 // The vocabulary of the shards a glob matches (§1): the decoding table tokenizer.bin beside them where there is
@@ -97,6 +171,22 @@ static int train_main(int argc, char **argv) {
     train_args_parse(&a, argc, argv, backend_default_precision);
     int B = a.B, T = a.T;
     char err[1024], msg[1200];
+    // the job: one process, or one rank of several (common/dist.h; doc/model.md §9.4); only rank 0 prints, logs and
+    // writes the model and state files
+    DistEnv de;
+    if (dist_env(&de, err, sizeof(err))) die(err);
+    g_rank = de.rank; g_world = de.world; g_local_rank = de.local_rank;
+    g_zero = a.zero && g_world > 1;
+    if (g_world > 1) {
+        snprintf(g_rank_tag, sizeof(g_rank_tag), "rank %d: ", g_rank);
+        if (g_rank > 0 && !freopen("/dev/null", "w", stdout)) die("cannot send stdout to /dev/null");
+        if (a.dump_path || a.freeze_path) die("-D and -f run in one process, not in a job of several");
+        if (a.accum % g_world) {
+            snprintf(msg, sizeof(msg), "-d %d: with %d ranks the total batch must be a multiple of B*T*ranks = %lld",
+                     a.total_batch, g_world, (long long)B * T * g_world);
+            die(msg);
+        }
+    }
     backend_start(&a);
 
     // the data, each set of shards checked against its vocabulary; the model's is the train shards' (§1), and the
@@ -120,9 +210,9 @@ static int train_main(int argc, char **argv) {
 
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
     Model M;
-    TrainState st = {0, rng_seed(a.seed + 1), 0, 0, 0, rng_seed(a.seed + 2)}; // sampling stream, §7.2 noise stream
-    if (a.outdir) run_dir_open(a.outdir); // created, locked for the life of the run, leftover *.tmp removed
-    int resume_step = run_dir_resume_step(a.outdir, a.resume);
+    TrainState st = {0, rng_seed(a.seed + 1), 0, 0, 0, rng_seed(a.seed + 2), 1, 0}; // sampling stream, §7.2 noise stream
+    if (a.outdir && g_rank == 0) run_dir_open(a.outdir); // created, locked for the life of the run, leftover *.tmp removed
+    int resume_step = from_rank0(g_rank == 0 ? run_dir_resume_step(a.outdir, a.resume) : 0);
     if (resume_step >= 0) {
         snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, resume_step);
         if (load_model(&M, msg, err, sizeof(err))) die(err);
@@ -131,7 +221,21 @@ static int train_main(int argc, char **argv) {
         if (resume_check_state(&st, &M.cfg, M.nparams, resume_step, a.max_steps, msg, err, sizeof(err)) ||
             check_model_for_data(&M.cfg, V, vocab_src, "the checkpoint", err, sizeof(err)) ||
             resume_check_flags(&M.cfg, &a, V, err, sizeof(err))) die(err);
-        printf("resuming from %s (step %d)\n", msg, st.step);
+        if (st.zero != g_zero || (st.zero && st.world != g_world)) {
+            if (st.zero)
+                snprintf(err, sizeof(err), "%s: written by %d ranks with -z 1 (the moments are in their zero1_ shards): resume it "
+                         "on %d GPUs with -z 1, or start a new run from its weights with -e %s/model_%08d.bin", msg, st.world,
+                         st.world, a.outdir, resume_step);
+            else
+                snprintf(err, sizeof(err), "%s: written with -z 0 (it holds all the moments): resume it with -z 0, or start a "
+                         "new run from its weights with -e %s/model_%08d.bin", msg, a.outdir, resume_step);
+            die(err);
+        }
+        if (st.zero) {
+            snprintf(msg, sizeof(msg), "%s/zero1_%08d_r%03d.bin", a.outdir, resume_step, g_rank);
+            if (load_zero_shard(&M, &st, msg, err, sizeof(err))) die(err);
+        }
+        printf("resuming from %s/state_%08d.bin (step %d)\n", a.outdir, resume_step, st.step);
         if (!st.noise_rng) { // a state file from before §7.2 (version 1): no noise was drawn in that run
             st.noise_rng = rng_seed(a.seed + 2);
             if (a.tau0 > 0) printf("note: %s holds no Gumbel noise stream (older file): it starts from the seed\n", msg);
@@ -152,6 +256,7 @@ static int train_main(int argc, char **argv) {
         }
     }
     const Config *c = &M.cfg;
+    check_same_job(argc, argv, &M);
     // §7: the softmax-budget options (off by default) and the Gumbel stream
     M.rb.lambda = a.budget; M.rb.target = a.budget_target; M.rb.alpha = a.lb_alpha;
     M.rb.tau0 = a.tau0; M.rb.tau_min = a.tau_min; M.rb.tau_decay = a.tau_decay; M.rb.rng = st.noise_rng;
@@ -181,7 +286,7 @@ static int train_main(int argc, char **argv) {
                M.rb.lambda, M.rb.target, M.rb.alpha, M.rb.tau0 > 0 ? "ST-Gumbel" : "argmax", M.rb.tau0, M.rb.tau_min, M.rb.tau_decay);
 
     if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
-    if (a.val_every > 0 && !a.dump_path) print_baselines(&train, &val, a.val_batches, c->V); // what the val loss must beat
+    if (a.val_every > 0 && !a.dump_path && g_rank == 0) print_baselines(&train, &val, a.val_batches, c->V); // what the val loss must beat
     model_alloc_acts(&M, B, T, a.recompute);
     const char *kept[3] = {"off", "1: layer inputs, op and mixer outputs kept", "2: layer inputs kept"};
     printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", M.acts_size * sizeof(real) / 1073741824.0,
@@ -195,7 +300,7 @@ static int train_main(int argc, char **argv) {
     }
 
     FILE *logf = NULL;
-    if (a.outdir) {
+    if (a.outdir && g_rank == 0) {
         snprintf(msg, sizeof(msg), "%s/main.log", a.outdir);
         if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
         logf = log_open(msg, st.step > 0); // every write checked (log_flush)
@@ -209,7 +314,7 @@ static int train_main(int argc, char **argv) {
         if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
             double vl;
             if (evaluate(&vl, &M, &val, a.val_batches, B, T, sfr, err, sizeof(err))) die(err);
-            printf("step %d: val loss %.4f", step, vl);
+            printf("step %d: val loss %.6f", step, vl);
             for (int l = 0; l < c->L; l++) {
                 if (c->pattern[l] != 'N') continue;
                 printf(" | softmax frac l%d:", l);
@@ -218,18 +323,19 @@ static int train_main(int argc, char **argv) {
             printf("\n");
             if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); log_flush(logf); }
         }
-        if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last)) {
+        if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last) && g_rank == 0) {
             printf("step %d: sample\n", step);
             sample_text(&M, &tok, a.gen_tokens, T, &st.rng);
         }
 
         double t0 = now_s(), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
-        StepStats s = train_step(&M, &train, a.accum, B, T, step_lr, a.wd, step, sfr_step);
+        StepStats s = train_step(&M, &train, a.accum / g_world, B, T, step_lr, a.wd, step, sfr_step);
+        reduce_step_stats(&s, sfr_step, c->L);
         double dt = now_s() - t0;
         backend_step_timed(step == st.step + 1, dt);
-        printf("step %4d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s", step, a.max_steps, s.loss,
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.6f | %.0f ms | %.0f tok/s", step, a.max_steps, s.loss,
                step_lr, s.norm, dt * 1e3, a.total_batch / dt);
-        backend_step_note(&M, B, T, a.accum, dt); // the GPU's MFU
+        backend_step_note(&M, B, T, a.accum / g_world, dt); // the GPU's MFU (per GPU)
         print_eta(step - st.step, a.max_steps - step, now_s() - t_start);
         for (int l = 0; l < c->L; l++) if (c->pattern[l] == 'N') printf(" | sfr l%d %.2f", l, sfr_step[l]);
         if (M.rb.lambda > 0 || M.rb.sel_lambda > 0) printf(" | pen %.4f", s.pen);
@@ -252,12 +358,8 @@ static int train_main(int argc, char **argv) {
 
         if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
             st.step = step; st.shard = train.shard; st.pos = train.pos; st.model_fp = config_fingerprint(c, M.nparams);
-            st.noise_rng = M.rb.rng;
-            snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, step);
-            if (save_model(&M, msg, err, sizeof(err))) die(err);
-            snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, step);
-            if (save_state(&M, &st, msg, err, sizeof(err))) die(err);
-            printf("saved %s/{model,state}_%08d.bin\n", a.outdir, step);
+            st.noise_rng = M.rb.rng; st.world = g_world; st.zero = g_zero;
+            save_checkpoint(&M, &st, a.outdir);
         }
     }
     if (logf) log_close(logf);

@@ -19,7 +19,9 @@
 #include <unistd.h>
 #include "config.h"
 
-static inline void die(const char *msg) { fprintf(stderr, "error: %s\n", msg); exit(1); }
+// The one-line error that ends the program; in a job of several processes it names the rank (common/dist.h).
+static char g_rank_tag[32] = "";
+static inline void die(const char *msg) { fprintf(stderr, "error: %s%s\n", g_rank_tag, msg); exit(1); }
 
 // A 0/1 switch from the environment (checks and measurements): the variable's integer value, def when unset.
 static inline int env_flag(const char *name, int def) {
@@ -81,6 +83,8 @@ typedef struct {
     double budget, budget_target, lb_alpha, tau0, tau_min, tau_decay; // §7: -B -F -A -G -M -R
     double sel_lambda, kappa; // §7.3: -S -K
     const char *freeze_path;  // §7.3: -f, write the model with its S layers frozen and exit
+    int zero;                 // several GPUs (§9.4): -z 1 shards AdamW's moments over the ranks (ZeRO-1)
+    const char *pi, *pf, *ps; // several GPUs: how the NCCL id reaches the ranks (common/dist.h)
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -105,7 +109,7 @@ static inline void train_usage(const char *prog) {
            "  -n <int>    checkpoint every N steps, 0 = only at the end (default 0)\n"
            "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
            "  -r <int>    seed                              (default 42)\n"
-           "  -z <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
+           "  -D <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
            "  -k <0|1|2>  recompute in the backward pass, for less memory: 1 = keep each layer's input, its\n"
            "              GDN/softmax op outputs and its mixer output, rerun the rest; 2 = keep only the input\n"
            "              (default 0)\n"
@@ -123,6 +127,12 @@ static inline void train_usage(const char *prog) {
            "  -K <float>  gate scale kappa: logits -+(kappa/2)*tanh(s_sel) (default 10)\n"
            "  -f <file>   write the model of -e (or the resumed run) with every S layer frozen to the A or G\n"
            "              its gate chooses (keeping that mixer's parameters) to <file> and exit\n"
+           "  several GPUs (train_natsl_cu, one process per GPU; README \"Several GPUs\"):\n"
+           "  -z <0|1>    ZeRO stage: 0 = all-reduce the gradients, 1 = shard AdamW's moments (default 0)\n"
+           "  -pi <how>   tcp|fs|mpi: how rank 0's NCCL id reaches the others (default mpi in USE_MPI=1 builds\n"
+           "              under mpirun, else tcp)\n"
+           "  -pf <dir>   -pi fs: a directory every rank sees (default -o, else /tmp)\n"
+           "  -ps <host>  -pi tcp: rank 0's host (default $MASTER_ADDR, else 127.0.0.1)\n"
            "  -h, --help  this help\n", prog);
 }
 
@@ -166,15 +176,29 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
+        if (!strcmp(argv[i], "-pi") || !strcmp(argv[i], "-pf") || !strcmp(argv[i], "-ps")) { // llm.c's process flags
+            if (i + 1 >= argc || !*argv[i + 1]) { snprintf(msg, sizeof(msg), "%s needs a value (-h for help)", argv[i]); die(msg); }
+            const char *v = argv[i + 1];
+            if (argv[i][2] == 'i') {
+                if (strcmp(v, "tcp") && strcmp(v, "fs") && strcmp(v, "mpi")) {
+                    snprintf(msg, sizeof(msg), "-pi %.100s: the NCCL id goes by tcp, fs or mpi", v);
+                    die(msg);
+                }
+                a->pi = v;
+            } else if (argv[i][2] == 'f') a->pf = v;
+            else a->ps = v;
+            i++;
+            continue;
+        }
         if (argv[i][0] != '-' || strlen(argv[i]) != 2) {
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKf", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfD", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -186,7 +210,8 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         switch (f) {
         case 'i': a->train_glob = v; break;        case 'j': a->val_glob = v; break;
         case 'o': a->outdir = v; break;            case 'e': a->init_from = v; a->init_given = 1; break;
-        case 'a': a->arch = v; break;              case 'z': a->dump_path = v; break;
+        case 'a': a->arch = v; break;              case 'D': a->dump_path = v; break;
+        case 'z': a->zero = parse_int_flag(f, v, 0, 1, "ZeRO stage"); break;
         case 'p': a->precision = v; break;
         case 'b': a->B = parse_int_flag(f, v, 1, NATSL_MAX_BT / NATSL_CHUNK, "micro-batch size"); break;
         case 't': a->T = parse_int_flag(f, v, 1, NATSL_MAX_BT, "sequence length, a multiple of 64"); break;
@@ -268,7 +293,7 @@ static inline int latest_checkpoint(const char *dir) {
     return best;
 }
 
-// Whether name is one of the files a run writes (main.log, model_/state_%08d.bin), or their temporary
+// Whether name is one of the files a run writes (main.log, model_/state_%08d.bin, zero1_%08d_r%03d.bin), or their temporary
 // versions (tmp = 1: the same name + ".tmp").
 static inline int is_run_file(const char *name, int tmp) {
     char rest[16];
@@ -282,6 +307,8 @@ static inline int is_run_file(const char *name, int tmp) {
     if ((sscanf(name, "model_%8d.bi%1[n]%n", &step, rest, &n) == 2 || sscanf(name, "state_%8d.bi%1[n]%n", &step, rest, &n) == 2) &&
         (size_t)n == len && len == 18)
         return 1;
+    int rank; // a rank's ZeRO-1 shard of the moments (common/checkpoint.h)
+    if (sscanf(name, "zero1_%8d_r%3d.bi%1[n]%n", &step, &rank, rest, &n) == 3 && (size_t)n == len && len == 23) return 1;
     return 0;
 }
 

@@ -21,7 +21,7 @@ Peak memory: cudaMemGetInfo's used memory after the timed steps minus before the
 buffer is allocated up front or on the first step and kept). B is lowered (halved) until the estimated
 footprint fits the free memory; the printed B is the one that ran.
 
-build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas
+build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas -lnccl
 run:   ./bench_gpu [step|layer|gemm|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1|2]
        defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0
        (-k: the step with train_natsl_cu's recompute level)
