@@ -2,8 +2,10 @@
 """The softmax-budget trade-off curve (doc/model.md §7.1): trains one small model per penalty λ for the same
 token budget and reports, per λ, the final validation loss and the measured softmax fraction of the NAtS-L
 routers on the validation batches (mean over N layers and heads, from the trainer's last "val loss" line), plus
-the mean step time. Always prints the table and writes it as CSV; writes a PNG (val loss against the softmax
-fraction, one point per λ) only when matplotlib is installed.
+the mean step time; with --profile (the GPU trainer's NATSL_PROFILE=1) also the time per step of the NAtS-L layers'
+softmax op (attention_forward + attention_backward), the part of the N layer that grows with the softmax fraction.
+Always prints the table and writes it as CSV; writes a PNG (val loss against the softmax fraction, and with
+--profile against the softmax op's time, one point per λ) only when matplotlib is installed.
 
     python3 dev/budget_curve.py                       # CPU, tiny preset, the defaults below
     python3 dev/budget_curve.py --bin ./train_natsl_cu --lambdas 0,0.1,0.3,1 --steps 2000 --batch 8 --seq 1024 \\
@@ -20,12 +22,16 @@ def run(args, lam):
            "-m", str(args.val_batches), "-s", "0", "-u", str(args.warmup), "-l", str(args.lr), "-B", str(lam),
            "-o", out] + args.extra.split()
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ, NATSL_PROFILE="1") if args.profile else None
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.time() - t0
     if p.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
-    vloss, frac, ms = None, None, []
+    vloss, frac, ms, soft_ms = None, None, [], 0.0
     for line in p.stdout.splitlines():
+        m = re.match(r"  (attention_forward|attention_backward) +([\d.]+) ms", line)
+        if m:
+            soft_ms += float(m.group(2))
         m = re.match(r"step (\d+): val loss ([\d.]+)(.*)", line)
         if m and int(m.group(1)) == args.steps:
             vloss = float(m.group(2))
@@ -38,7 +44,7 @@ def run(args, lam):
     subprocess.run(["rm", "-rf", out])
     step_ms = sum(ms[1:]) / max(1, len(ms) - 1)  # the first step warms up
     return dict(lam=lam, val_loss=vloss, softmax_frac=frac, train_pen_last=pen[-1] if pen else 0.0,
-                step_ms=step_ms, wall_s=wall)
+                step_ms=step_ms, softmax_op_ms=soft_ms if args.profile else float("nan"), wall_s=wall)
 
 
 def main():
@@ -53,17 +59,22 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--extra", default="", help="more trainer flags for every run, e.g. '-a NNGN -r 1'")
     ap.add_argument("--out", default="dev/budget_curve", help="writes OUT.csv and (with matplotlib) OUT.png")
+    ap.add_argument("--profile", action="store_true", help="GPU: time the softmax op (NATSL_PROFILE=1; steps run synchronized)")
+    ap.add_argument("--replot", action="store_true", help="no runs: plot OUT.csv again (with --bin/--extra/... for the title)")
     ap.add_argument("--merge", action="store_true", help="keep the rows of an existing OUT.csv (same settings!) and add these")
     args = ap.parse_args()
     rows = []
     if args.merge and os.path.exists(args.out + ".csv"):
         rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(open(args.out + ".csv"))]
-    print(f"{'lambda':>8} {'val loss':>9} {'softmax frac':>13} {'last pen':>9} {'step ms':>8} {'wall s':>7}", flush=True)
-    for lam in [float(x) for x in args.lambdas.split(",")]:
+    if args.replot:
+        rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(open(args.out + ".csv"))]
+    print(f"{'lambda':>8} {'val loss':>9} {'softmax frac':>13} {'last pen':>9} {'step ms':>8} {'softmax op ms':>13} "
+          f"{'wall s':>7}", flush=True)
+    for lam in [] if args.replot else [float(x) for x in args.lambdas.split(",")]:
         r = run(args, lam)
         rows.append(r)
         print(f"{r['lam']:8g} {r['val_loss']:9.4f} {r['softmax_frac']:13.3f} {r['train_pen_last']:9.4f} "
-              f"{r['step_ms']:8.0f} {r['wall_s']:7.0f}", flush=True)
+              f"{r['step_ms']:8.1f} {r['softmax_op_ms']:13.3f} {r['wall_s']:7.0f}", flush=True)
     rows.sort(key=lambda r: r["lam"])
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
@@ -77,14 +88,17 @@ def main():
     except ImportError:
         print("matplotlib not installed: no plot (the numbers are in the CSV)")
         return
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    ax.plot([r["softmax_frac"] for r in rows], [r["val_loss"] for r in rows], "o-")
-    for r in rows:
-        ax.annotate(f"λ={r['lam']:g}", (r["softmax_frac"], r["val_loss"]), textcoords="offset points", xytext=(4, 4),
-                    fontsize=8)
-    ax.set_xlabel("softmax fraction of routed chunks (val)")
-    ax.set_ylabel("val loss")
-    ax.set_title(f"{os.path.basename(args.bin)}: {args.steps} steps x {args.batch}x{args.seq} tokens", fontsize=9)
+    timed = all(r["softmax_op_ms"] == r["softmax_op_ms"] for r in rows)  # no NaN: every run was profiled
+    fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(9.5 if timed else 5, 3.6), squeeze=False)
+    for ax, key, label in zip(axes[0], ["softmax_frac", "softmax_op_ms"],
+                              ["softmax fraction of routed chunks (val)", "softmax op time per step, ms (NATSL_PROFILE)"]):
+        ax.plot([r[key] for r in rows], [r["val_loss"] for r in rows], "o-")
+        for r in rows:
+            ax.annotate(f"λ={r['lam']:g}", (r[key], r["val_loss"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel(label)
+        ax.set_ylabel("val loss")
+    fig.suptitle(f"{os.path.basename(args.bin)}, {args.steps} steps x {args.batch}x{args.seq} tokens, one run per λ\n"
+                 f"{args.extra}", fontsize=8)
     fig.tight_layout()
     fig.savefig(args.out + ".png", dpi=120)
     print(f"wrote {args.out}.png")
