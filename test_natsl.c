@@ -2150,6 +2150,14 @@ static void test_dist_zero_checkpoint(void) {
     hz_expect_error("-d not a multiple of the ranks", "-b 1 -t 64 -d 192 -x 1 -s 0", "rank 0: -d 192: with 2 ranks|128");
     unsetenv("WORLD_SIZE"); unsetenv("RANK");
     hz_expect_error("bad -pi", "-pi udp", "-pi udp: the NCCL id goes by tcp, fs or mpi");
+    // dev/launch.sh: N ranks with their variables; a failing rank's status is the launcher's
+    snprintf(args, sizeof(args), "dev/launch.sh 2 %s -b 1 -t 64 -d 128 -x 1 -v 0 -s 0 > %s/launch.out 2> %s/launch.err", g_trainer,
+             dir, dir);
+    int rc = system(args);
+    snprintf(p, sizeof(p), "grep -c 'error: rank [01]: train_natsl trains in one process' %s/launch.err | grep -q 2 && "
+             "grep -q 'launch: a rank exited with status 1' %s/launch.err", dir, dir);
+    CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && system(p) == 0, "dev/launch.sh: status %d, or the ranks' errors missing", rc);
+    CHECK(system("dev/launch.sh 0 ./train_natsl 2> /dev/null") != 0, "dev/launch.sh 0 accepted");
     free(mv); free(back);
     snprintf(args, sizeof(args), "rm -rf %s", dir);
     CHECK(system(args) == 0, "cleanup");
