@@ -138,6 +138,7 @@ a, b, c, n = tps(sys.argv[1]), tps(sys.argv[2]), tps(sys.argv[3]), int(sys.argv[
 print(f"340m natsl-hybrid bf16 B=8 T=4096: 1 GPU {a:.0f} tok/s; {n} GPUs -z 0 {b:.0f} tok/s ({b/a:.2f}x), -z 1 {c:.0f} tok/s ({c/a:.2f}x)")
 PY
     grep -h -E "gradient reduction|^ranks|MiB|error" $W/snp.txt $W/sn1.txt | head; grep -h "^step" $W/s1.txt $W/sn0.txt $W/sn1.txt
+    grep -h -E "profile|adamw_update|encoder_backward|grad_norm|everything else" $W/snp.txt
     nvidia-smi --query-gpu=name,memory.total --format=csv
 ) > $O/scale.log 2>&1; grep -E "340m|gradient reduction" $O/scale.log; fi
 rm -rf "$W"
