@@ -3537,9 +3537,6 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
 // 3. The model: parameters, activations, and the four layer kinds (device buffers, C layouts)
 // ================================================================================================
 
-// A run of parameters AdamW updates alike (adamw_kernel): moments [mom, mom + n) of parameters [par, par + n)
-typedef struct { size_t mom, par, n; int decay; } AdamRun;
-
 typedef struct {
     Config cfg;
     ParamTensor tensors[NATSL_MAX_TENSORS];
@@ -3567,8 +3564,6 @@ typedef struct {
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
     RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
     real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2] (device)
-    AdamRun *adam_runs;                      // what one AdamW launch updates (model_adam_runs; device)
-    int nruns;
 } Model;
 
 // The gradient buckets (doc/model.md §9.4): the ranges of the flat buffer whose gradients the backward pass finishes
@@ -3678,8 +3673,7 @@ static void model_alloc_moments(Model *M) {
 
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gdn_ws, M->gnoise,
-                  M->adam_runs};
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gdn_ws, M->gnoise};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
 }
 
@@ -4194,63 +4188,40 @@ static double grad_norm(const Model *M) {
     return sqrt(s);
 }
 
-// AdamW over every moment this rank keeps, in one launch: moment i belongs to run r (the last with r.mom ≤ i), the
-// parameter r.par + (i − r.mom) if i − r.mom < r.n (under ZeRO-1 the padding of the last bucket is no run's), with
-// weight decay where the run's tensor has it. The runs sit in shared memory; the math is train_natsl.c's, in double.
-__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, const AdamRun *runs, int nruns,
-                             size_t total, double lr, double wd, double grad_scale, double c1, double c2) {
-    extern __shared__ AdamRun run_s[];
-    for (int k = threadIdx.x; k < nruns; k += blockDim.x) run_s[k] = runs[k];
-    __syncthreads();
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, double lr, double decay,
+                             double grad_scale, double c1, double c2) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
     const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        int lo = 0, hi = nruns - 1;
-        while (lo < hi) { int mid = (lo + hi + 1) / 2; if (run_s[mid].mom <= i) lo = mid; else hi = mid - 1; }
-        const AdamRun r = run_s[lo];
-        if (i - r.mom >= r.n) continue;
-        const size_t p = r.par + (i - r.mom);
-        double g = grads[p] * grad_scale;
-        m[i] = b1 * m[i] + (1 - b1) * g;
-        v[i] = b2 * v[i] + (1 - b2) * g * g;
-        double mh = m[i] / c1, vh = v[i] / c2;
-        params[p] -= lr * (mh / (sqrt(vh) + ADAMW_EPS) + (r.decay ? wd : 0) * params[p]);
-    }
+    double g = grads[i] * grad_scale;
+    m[i] = b1 * m[i] + (1 - b1) * g;
+    v[i] = b2 * v[i] + (1 - b2) * g * g;
+    double mh = m[i] / c1, vh = v[i] / c2;
+    params[i] -= lr * (mh / (sqrt(vh) + ADAMW_EPS) + decay * params[i]);
 }
-
-// The runs of adamw_kernel, in moment order: every tensor, or under ZeRO-1 each tensor's part in each of this rank's
-// slices (common to every step: made with the moments).
-static void model_adam_runs(Model *M) {
-    AdamRun *h = (AdamRun *)xcalloc(NATSL_MAX_TENSORS + NATSL_MAX_LAYERS + 2, sizeof(AdamRun));
-    int n = 0;
-    for (int b = 0; b < (g_zero ? M->nbucket : 1); b++)
-        for (int k = 0; k < M->ntensors; k++) {
-            const ParamTensor *pt = &M->tensors[k];
-            size_t lo = pt->offset, hi = lo + pt->numel, slo = 0, mom = 0;
-            if (g_zero) {
-                size_t sn = zero_slice(M, b, &slo, &mom);
-                lo = std::max(lo, slo); hi = std::min(hi, slo + sn);
-                if (lo >= hi) continue;
-            }
-            h[n++] = AdamRun{g_zero ? mom + (lo - slo) : lo, lo, hi - lo, pt->decay};
-        }
-    M->nruns = n;
-    M->adam_runs = (AdamRun *)xcudamalloc(n * sizeof(AdamRun));
-    CUDA_CHECK(cudaMemcpy(M->adam_runs, h, n * sizeof(AdamRun), cudaMemcpyHostToDevice));
-    free(h);
-}
-
 // One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), as train_natsl.c: of
 // every tensor, or under ZeRO-1 of the parts of the tensors in this rank's slices, whose parameters are then
 // all-gathered from their ranks.
 static void adamw_update(Model *M, double lr, double wd, double grad_scale, int t) {
     PROF_OP();
     model_alloc_moments(M);
-    if (!M->adam_runs) model_adam_runs(M);
     double c1 = 1 - pow(ADAMW_BETA1, t), c2 = 1 - pow(ADAMW_BETA2, t);
-    unsigned grid = (unsigned)std::min(CEIL_DIV(M->nmom, (size_t)256), (size_t)num_sms() * 8);
-    adamw_kernel<<<grid, 256, M->nruns * sizeof(AdamRun)>>>(M->params, M->grads, M->adam_m, M->adam_v, M->adam_runs,
-                                                            M->nruns, M->nmom, lr, wd, grad_scale, c1, c2);
-    CUDA_CHECK(cudaGetLastError());
+    for (int k = 0; k < M->ntensors; k++) {
+        const ParamTensor *pt = &M->tensors[k];
+        double decay = pt->decay ? wd : 0;
+        size_t o = pt->offset, e = o + pt->numel;
+        for (int b = 0; b < (g_zero ? M->nbucket : 1); b++) { // the tensor, or its parts in this rank's slices
+            size_t lo = o, hi = e, mom = 0, m = o;
+            if (g_zero) {
+                size_t slo, n = zero_slice(M, b, &slo, &mom);
+                lo = std::max(o, slo); hi = std::min(e, slo + n); m = mom + (lo - slo);
+                if (lo >= hi) continue;
+            }
+            adamw_kernel<<<(unsigned)CEIL_DIV(hi - lo, 256), 256>>>(M->params + lo, M->grads + lo, M->adam_m + m,
+                                                                   M->adam_v + m, hi - lo, lr, decay, grad_scale, c1, c2);
+            CUDA_CHECK(cudaGetLastError());
+        }
+    }
     if (!g_zero) return;
     CUDA_CHECK(cudaEventRecord(g_nccl.ready, 0));
     CUDA_CHECK(cudaStreamWaitEvent(g_nccl.stream, g_nccl.ready, 0));
