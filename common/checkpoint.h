@@ -223,6 +223,20 @@ static inline uint64_t config_fingerprint(const Config *c, size_t nparams) {
     return x ? x : 1;
 }
 
+// The n first and n second moments after the header into mv [2n]: the file must hold exactly them, every one finite and
+// the second not negative (state files and ZeRO-1 shards).
+static inline int ckpt_read_moments(const char *path, float *mv, size_t n, char *err, size_t errlen) {
+    if (ckpt_check_size(path, 2 * n, err, errlen)) return -1;
+    if (ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen)) return -1;
+    for (size_t i = 0; i < 2 * n; i++)
+        if (!is_finite(mv[i]) || (i >= n && mv[i] < 0)) {
+            snprintf(err, errlen, "%s: %s moment %zu of %zu is %g (must be finite%s)", path, i < n ? "first" : "second",
+                     i % n, n, (double)mv[i], i < n ? "" : " and not negative");
+            return -1;
+        }
+    return 0;
+}
+
 static inline int ckpt_write_state(const char *path, const TrainState *s, const float *m, const float *v, size_t n,
                                    char *err, size_t errlen) {
     int h[256] = {0};
@@ -267,15 +281,7 @@ static inline int ckpt_read_zero_shard(const char *path, int step, int rank, int
     }
     for (int i = 9; i < 256; i++)
         if (h[i]) { snprintf(err, errlen, "%s: header field %d is %d, must be 0 (corrupt file)", path, i, h[i]); return -1; }
-    if (ckpt_check_size(path, 2 * n, err, errlen)) return -1;
-    if (ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen)) return -1;
-    for (size_t i = 0; i < 2 * n; i++)
-        if (!is_finite(mv[i]) || (i >= n && mv[i] < 0)) {
-            snprintf(err, errlen, "%s: %s moment %zu of %zu is %g (must be finite%s)", path, i < n ? "first" : "second",
-                     i % n, n, (double)mv[i], i < n ? "" : " and not negative");
-            return -1;
-        }
-    return 0;
+    return ckpt_read_moments(path, mv, n, err, errlen);
 }
 
 // Reads a state file for a model of n parameters: the train state, and the moments into mv [2n] (m, then
@@ -318,15 +324,7 @@ static inline int ckpt_read_state(const char *path, TrainState *s, float *mv, si
         return -1;
     }
     if (s->zero) return ckpt_check_size(path, 0, err, errlen); // the moments are in the ranks' shards
-    if (ckpt_check_size(path, 2 * n, err, errlen)) return -1;
-    if (ckpt_read_floats(path, CKPT_HEADER_BYTES, mv, 2 * n, 1, err, errlen)) return -1;
-    for (size_t i = 0; i < 2 * n; i++)
-        if (!is_finite(mv[i]) || (i >= n && mv[i] < 0)) {
-            snprintf(err, errlen, "%s: %s moment %zu of %zu is %g (must be finite%s)", path, i < n ? "first" : "second",
-                     i % n, n, (double)mv[i], i < n ? "" : " and not negative");
-            return -1;
-        }
-    return 0;
+    return ckpt_read_moments(path, mv, n, err, errlen);
 }
 
 // ---- a checkpoint against the run ------------------------------------------------------------------
