@@ -2001,10 +2001,10 @@ static void test_dist_env(void) {
     DistEnv d;
     char err[300] = "";
     CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 0 && d.world == 1 && d.local_rank == 0, "no launcher: one process");
-    setenv("SLURM_PROCID", "3", 1); setenv("SLURM_NTASKS", "8", 1); setenv("SLURM_LOCALID", "1", 1);
-    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 3 && d.world == 8 && d.local_rank == 1, "Slurm: %s", err);
-    setenv("SLURM_STEP_NUM_TASKS", "4", 1); // srun's own step count wins over the allocation's
-    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.world == 4, "Slurm step tasks");
+    setenv("SLURM_PROCID", "0", 1); setenv("SLURM_NTASKS", "8", 1); setenv("SLURM_LOCALID", "0", 1);
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.world == 1, "a Slurm batch script (no srun step): one process");
+    setenv("SLURM_PROCID", "3", 1); setenv("SLURM_LOCALID", "1", 1); setenv("SLURM_STEP_NUM_TASKS", "4", 1); // srun
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 3 && d.world == 4 && d.local_rank == 1, "srun: %s", err);
     setenv("RANK", "1", 1); setenv("WORLD_SIZE", "2", 1); // torchrun's variables come first
     CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 1 && d.world == 2 && d.local_rank == 1, "torchrun, no LOCAL_RANK");
     setenv("LOCAL_RANK", "0", 1);

@@ -6,8 +6,9 @@
 //   torchrun, dev/launch.sh  RANK / WORLD_SIZE / LOCAL_RANK
 //   mpirun (Open MPI)   OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_RANK
 //   MPICH, Intel MPI    PMI_RANK / PMI_SIZE / MPI_LOCALRANKID
-//   srun (Slurm)        SLURM_PROCID / SLURM_STEP_NUM_TASKS (else SLURM_NTASKS) / SLURM_LOCALID
-// The first of these sets that is there wins; none: one process.
+//   srun (Slurm)        SLURM_PROCID / SLURM_STEP_NUM_TASKS / SLURM_LOCALID
+// The first of these sets that is there wins; none: one process. (A Slurm batch script outside srun has SLURM_PROCID
+// but no SLURM_STEP_NUM_TASKS: a program it starts directly is one process, whatever --ntasks says.)
 //
 // The id's hand-over (-pi): "tcp" (rank 0 listens on -ps HOST, port NATSL_PORT, else MASTER_PORT + 1, else
 // 29511; every other rank connects), "fs" (rank 0 writes DIR/natsl_nccl_id.JOB, JOB from NATSL_JOB_ID,
@@ -51,11 +52,11 @@ static inline int dist_env_int(const char *name, int lo, int hi, int *out, char 
 // Rank, world size and local rank from the first launcher's variables that are set (table above). 0, or -1 with
 // a one-line message naming the variable.
 static inline int dist_env(DistEnv *d, char *err, size_t errlen) {
-    static const char *sets[][4] = {
-        {"RANK", "WORLD_SIZE", "LOCAL_RANK", NULL},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", NULL},
-        {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", NULL},
-        {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS"},
+    static const char *sets[][3] = { // rank, world size, local rank
+        {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+        {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"},
     };
     d->rank = 0; d->world = 1; d->local_rank = 0; d->from[0] = 0;
     for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
@@ -64,10 +65,7 @@ static inline int dist_env(DistEnv *d, char *err, size_t errlen) {
         if (!r) continue;
         const char *wname = sets[i][1];
         if ((w = dist_env_int(wname, 1, 1 << 20, &world, err, errlen)) < 0) return -1;
-        if (!w && sets[i][3]) {
-            wname = sets[i][3];
-            if ((w = dist_env_int(wname, 1, 1 << 20, &world, err, errlen)) < 0) return -1;
-        }
+        if (!w && !strncmp(wname, "SLURM", 5)) continue; // a batch script, not an srun step
         if (!w) { snprintf(err, errlen, "environment variable %s is set but %s is not", sets[i][0], sets[i][1]); return -1; }
         if (rank >= world) {
             snprintf(err, errlen, "environment: %s=%d is not below %s=%d", sets[i][0], rank, wname, world);
