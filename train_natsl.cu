@@ -4080,6 +4080,9 @@ static void dist_wait(const char *what) {
     }
 }
 
+// Started by an MPI launcher (mpirun of Open MPI, MPICH, Intel MPI): -pi's default is then mpi in a USE_MPI=1 build.
+static bool mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"); }
+
 // One process per GPU: the GPU of this node's rank, and the communicator, from rank 0's NCCL id handed over as -pi says.
 static void dist_start(const TrainArgs *a) {
     g_nccl.timeout = dist_timeout();
@@ -4099,7 +4102,7 @@ static void dist_start(const TrainArgs *a) {
     const char *how = a->pi, *dir = a->pf ? a->pf : a->outdir ? a->outdir : "/tmp";
     const char *host = a->ps ? a->ps : getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
 #ifdef USE_MPI
-    if (!how) how = "mpi";
+    if (!how) how = mpi_launched() ? "mpi" : "tcp";
     if (!strcmp(how, "mpi")) {
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     } else
@@ -4286,7 +4289,7 @@ static const char *backend_default_precision = "bf16";
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
 #ifdef USE_MPI
-    if (g_world > 1 && (!a->pi || !strcmp(a->pi, "mpi"))) MPI_Init(NULL, NULL);
+    if (g_world > 1 && (a->pi ? !strcmp(a->pi, "mpi") : mpi_launched())) MPI_Init(NULL, NULL);
 #endif
     dist_start(a);
     int dev;
