@@ -1,5 +1,5 @@
 /*
-train_natsl.cu — the NAtS-L trainer on one NVIDIA GPU (the GPU twin of train_natsl.c).
+train_natsl.cu — the NAtS-L trainer on NVIDIA GPUs, one or several (the GPU twin of train_natsl.c).
 
 Same program as train_natsl.c: the same flags (plus -p fp32|bf16), the same model, presets and patterns,
 the same main.log lines, the same checkpoint files and -D comparison dump (common/). The file mirrors
@@ -24,8 +24,12 @@ GPU organization (see dev/cuda/README.md):
     parallel over (batch, head, value-column tiles). Its workspace is one explicit buffer owned by
     the model (M->gdn_ws), shared by all G/N/S layers;
   * column sums of weight gradients (norm weights, conv weights, gate biases) are two-pass and
-    deterministic; the embedding backward and the attention dq use float atomics (so do the
-    token-recurrence fallback's dq/dk/dg/dβ/dA), run-to-run differences at the 1e-7 level;
+    deterministic, and so is the embedding backward (each token's positions summed in order); the attention
+    dq and the router's dA use float atomics (so do the token-recurrence fallback's dq/dk/dg/dβ/dA): runs
+    with softmax layers may differ from run to run at the 1e-7 level;
+  * several GPUs (doc/model.md §9.4; section 4): one process per GPU, NCCL on a second stream; each gradient
+    bucket (a layer's tensors) is all-reduced, or reduce-scattered under ZeRO-1, as soon as the last
+    micro-step's backward pass has finished it (grads_ready);
   * one host round trip per micro-step for the loss, one per step for the gradient norm (plus the small
     router masks read back for the "sfr" statistics of N layers, and per S layer its s_sel in every forward
     pass and two dot products in every backward pass, §7.3);
@@ -38,7 +42,7 @@ GPU organization (see dev/cuda/README.md):
     residual stream, the GDN op, the other norms, master weights and AdamW stay fp32 (train_natsl -p bf16
     rounds the same values on the CPU);
   * NATSL_PROFILE=1 in the environment: per-op-kind GPU times printed at the end of training.
-Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS).
+Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS and NCCL; make train_natsl_cu_mpi adds MPI).
 */
 #include <stdint.h>
 #include <stdio.h>
