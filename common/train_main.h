@@ -280,7 +280,10 @@ static int train_main(int argc, char **argv) {
     if (strchr(c->pattern, 'S'))
         printf("layer selection (§7.3): penalty lambda_S %g, kappa %g, gate temperature %s\n", M.rb.sel_lambda, M.rb.kappa,
                M.rb.tau0 > 0 ? "as -G -M -R" : "1");
-    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step\n", B, T, a.accum, a.total_batch);
+    printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step", B, T, a.accum, a.total_batch);
+    if (g_world > 1) printf(" (%d micro-steps on each of %d ranks)", a.accum / g_world, g_world);
+    printf("\n");
+    if (a.zero && g_world == 1) printf("note: -z 1 shards the optimizer over several ranks; one process keeps it whole\n");
     if (budget_aux_on(&M.rb) || M.rb.tau0 > 0)
         printf("softmax budget (§7): penalty lambda %g (f* %g), load balancing alpha %g, routing %s (tau0 %g, min %g, decay %g)\n",
                M.rb.lambda, M.rb.target, M.rb.alpha, M.rb.tau0 > 0 ? "ST-Gumbel" : "argmax", M.rb.tau0, M.rb.tau_min, M.rb.tau_decay);
