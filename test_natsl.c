@@ -2006,7 +2006,8 @@ static void test_dist_env(void) {
     setenv("SLURM_PROCID", "3", 1); setenv("SLURM_LOCALID", "1", 1); setenv("SLURM_STEP_NUM_TASKS", "4", 1); // srun
     CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 3 && d.world == 4 && d.local_rank == 1, "srun: %s", err);
     setenv("RANK", "1", 1); setenv("WORLD_SIZE", "2", 1); // torchrun's variables come first
-    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 1 && d.world == 2 && d.local_rank == 1, "torchrun, no LOCAL_RANK");
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 1 && d.world == 2 && d.local_rank == 1 && !d.mpi,
+          "torchrun, no LOCAL_RANK");
     setenv("LOCAL_RANK", "0", 1);
     CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.local_rank == 0, "LOCAL_RANK");
     setenv("RANK", "2", 1);
@@ -2017,7 +2018,8 @@ static void test_dist_env(void) {
     CHECK(dist_env(&d, err, sizeof(err)) == -1 && strstr(err, "RANK is set but WORLD_SIZE is not"), "RANK alone: %s", err);
     unsetenv("RANK"); unsetenv("LOCAL_RANK");
     setenv("OMPI_COMM_WORLD_RANK", "5", 1); setenv("OMPI_COMM_WORLD_SIZE", "6", 1); setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
-    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 5 && d.world == 6 && d.local_rank == 1, "Open MPI: %s", err);
+    CHECK(dist_env(&d, err, sizeof(err)) == 0 && d.rank == 5 && d.world == 6 && d.local_rank == 1 && d.mpi &&
+          !strcmp(d.launcher, "Open MPI"), "Open MPI: %s", err);
     for (int i = 0; i < 13; i++) { if (saved[i]) setenv(vars[i], saved[i], 1); else unsetenv(vars[i]); free(saved[i]); }
 }
 
@@ -2037,7 +2039,7 @@ static void test_dist_exchange(void) {
         for (int r = 0; r < world; r++) {
             kids[r] = fork();
             if (kids[r] == 0) {
-                DistEnv d = {r, world, r, ""};
+                DistEnv d = {r, world, r, "", 0};
                 unsigned char blob[128];
                 for (int i = 0; i < 128; i++) blob[i] = r == 0 ? (unsigned char)(i * 7 + 1) : 0;
                 if (r == 2) usleep(200000); // a late rank
@@ -2056,21 +2058,21 @@ static void test_dist_exchange(void) {
             CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d ended with status %d", methods[m], r, st);
         }
         if (m == 1) {
-            DistEnv d0 = {0, world, 0, ""};
+            DistEnv d0 = {0, world, 0, "", 0};
             dist_fs_done(&d0, dir);
             char p[300];
             snprintf(p, sizeof(p), "%s/natsl_nccl_id.test", dir);
             CHECK(access(p, F_OK) != 0, "rank 0 did not remove %s", p);
         }
     }
-    DistEnv d1 = {1, 2, 1, ""};
+    DistEnv d1 = {1, 2, 1, "", 0};
     unsigned char blob[16];
     double t0 = now_s();
     CHECK(dist_exchange(&d1, blob, sizeof(blob), "tcp", dir, "127.0.0.1", 1, err, sizeof(err)) == -1 &&
           strstr(err, "no NCCL id from rank 0 after 1 s") && now_s() - t0 < 10, "tcp without rank 0: %s", err);
     CHECK(dist_exchange(&d1, blob, sizeof(blob), "fs", dir, "127.0.0.1", 1, err, sizeof(err)) == -1 &&
           strstr(err, "no NCCL id from rank 0") && strstr(err, dir), "fs without rank 0: %s", err);
-    DistEnv d0 = {0, 3, 0, ""};
+    DistEnv d0 = {0, 3, 0, "", 0};
     CHECK(dist_exchange(&d0, blob, sizeof(blob), "tcp", dir, "127.0.0.1", 1, err, sizeof(err)) == -1 &&
           strstr(err, "1 of 3 ranks connected"), "tcp rank 0 alone: %s", err);
     unsetenv("NATSL_PORT"); unsetenv("NATSL_JOB_ID");

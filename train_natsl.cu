@@ -4084,9 +4084,6 @@ static void dist_wait(const char *what) {
     }
 }
 
-// Started by an MPI launcher (mpirun of Open MPI, MPICH, Intel MPI): -pi's default is then mpi in a USE_MPI=1 build.
-static bool mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"); }
-
 // One process per GPU: the GPU of this node's rank, and the communicator, from rank 0's NCCL id handed over as -pi says.
 static void dist_start(const TrainArgs *a) {
     g_nccl.timeout = dist_timeout();
@@ -4102,11 +4099,10 @@ static void dist_start(const TrainArgs *a) {
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
     if (g_rank == 0) nccl_done(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    DistEnv de = {g_rank, g_world, g_local_rank, ""};
     const char *how = a->pi, *dir = a->pf ? a->pf : a->outdir ? a->outdir : "/tmp";
     const char *host = a->ps ? a->ps : getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
 #ifdef USE_MPI
-    if (!how) how = mpi_launched() ? "mpi" : "tcp";
+    if (!how) how = g_job.mpi ? "mpi" : "tcp";
     if (!strcmp(how, "mpi")) {
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     } else
@@ -4114,24 +4110,23 @@ static void dist_start(const TrainArgs *a) {
     if (!how) how = "tcp";
     if (!strcmp(how, "mpi")) die("-pi mpi: this train_natsl_cu was built without MPI (make USE_MPI=1)");
 #endif
-    if (dist_exchange(&de, &id, sizeof(id), how, dir, host, g_nccl.timeout, err, sizeof(err))) die(err);
+    if (dist_exchange(&g_job, &id, sizeof(id), how, dir, host, g_nccl.timeout, err, sizeof(err))) die(err);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     nccl_done(ncclCommInitRankConfig(&g_nccl.comm, g_world, id, g_rank, &cfg), "joining the other ranks (ncclCommInitRank)");
-    if (!strcmp(how, "fs")) dist_fs_done(&de, dir);
+    if (!strcmp(how, "fs")) dist_fs_done(&g_job, dir);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g_nccl.stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&g_nccl.ready, cudaEventDisableTiming));
     g_nccl.dsum = (double *)xcudamalloc(NCCL_SUM_MAX * sizeof(double));
     CUDA_CHECK(cudaMallocHost(&g_nccl.hsum, NCCL_SUM_MAX * sizeof(double)));
-    if (getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0) {
+    if (g_prof) {
         CUDA_CHECK(cudaEventCreate(&g_rtl.begin)); CUDA_CHECK(cudaEventCreate(&g_rtl.end));
         for (int k = 0; k < NB_MAX; k++) { CUDA_CHECK(cudaEventCreate(&g_rtl.final_[k])); CUDA_CHECK(cudaEventCreate(&g_rtl.reduced[k])); }
     }
     int v;
     ncclGetVersion(&v);
     printf("ranks: %d (from %s; NCCL id by %s), ZeRO stage %d; NCCL %d.%d.%d; rank 0 on GPU %d\n", g_world,
-           getenv("OMPI_COMM_WORLD_SIZE") || getenv("RANK") || getenv("SLURM_PROCID") || getenv("PMI_RANK") ? "the launcher" : "?",
-           how, g_zero, v / 10000, v / 100 % 100, v % 100, g_local_rank);
+           g_job.launcher, how, g_zero, v / 10000, v / 100 % 100, v % 100, g_local_rank);
 }
 
 static void dist_finish(void) {
@@ -4154,6 +4149,12 @@ static void backend_allreduce(double *x, int n) {
     memcpy(x, g_nccl.hsum, n * sizeof(double));
 }
 
+// The reduction stream waits for what the default stream has queued so far (a bucket's gradients, the update).
+static void comm_after_compute(void) {
+    CUDA_CHECK(cudaEventRecord(g_nccl.ready, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(g_nccl.stream, g_nccl.ready, 0));
+}
+
 // This rank's ZeRO-1 slice of bucket k: [*lo, *lo + n) of the flat buffer, its moments at *mom.
 static size_t zero_slice(const Model *M, int k, size_t *lo, size_t *mom) {
     size_t n = (M->bucket[k + 1] - M->bucket[k]) / g_world;
@@ -4169,8 +4170,7 @@ static void grads_ready(Model *M, int k) {
     if (g_world == 1 || !g_nccl.reduce) return;
     size_t lo = M->bucket[k], n = M->bucket[k + 1] - lo, slo, mom;
     if (!n) return;
-    CUDA_CHECK(cudaEventRecord(g_nccl.ready, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(g_nccl.stream, g_nccl.ready, 0));
+    comm_after_compute();
     if (g_rtl.on) { CUDA_CHECK(cudaEventRecord(g_rtl.final_[k], 0)); g_rtl.used[k] = 1; }
     if (g_zero) {
         size_t sn = zero_slice(M, k, &slo, &mom);
@@ -4230,8 +4230,7 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
         }
     }
     if (!g_zero) return;
-    CUDA_CHECK(cudaEventRecord(g_nccl.ready, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(g_nccl.stream, g_nccl.ready, 0));
+    comm_after_compute();
     nccl_done(ncclGroupStart(), "ncclGroupStart");
     for (int b = 0; b < M->nbucket; b++) {
         size_t slo, mom, n = zero_slice(M, b, &slo, &mom);
@@ -4293,8 +4292,9 @@ static const char *backend_default_precision = "bf16";
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
 #ifdef USE_MPI
-    if (g_world > 1 && (a->pi ? !strcmp(a->pi, "mpi") : mpi_launched())) MPI_Init(NULL, NULL);
+    if (g_world > 1 && (a->pi ? !strcmp(a->pi, "mpi") : g_job.mpi)) MPI_Init(NULL, NULL);
 #endif
+    g_prof = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
     dist_start(a);
     int dev;
     cudaDeviceProp prop;
@@ -4304,7 +4304,6 @@ static void backend_start(const TrainArgs *a) {
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
     gdn_set_tf32(g_bf16);
-    g_prof = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
     printf("device: %s, precision: %s\n", prop.name, a->precision);
 }
 static void backend_step_timed(int first, double dt) {

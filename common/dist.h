@@ -30,8 +30,10 @@ static int g_zero = 0;                                // ZeRO-1: each rank keeps
 
 typedef struct {
     int rank, world, local_rank;
-    char from[96]; // which variables said so ("" for one process)
+    const char *launcher; // whose variables said so ("" for one process)
+    int mpi;              // an MPI launcher (Open MPI, PMI): -pi's default is then mpi in a USE_MPI=1 build
 } DistEnv;
+static DistEnv g_job = {0, 1, 0, "", 0}; // this job, as dist_env read it (common/train_main.h sets it)
 
 // The integer in environment variable `name` in [lo, hi] into *out: 1; unset or empty: 0; -1 and err if it is
 // not such a number.
@@ -52,13 +54,13 @@ static inline int dist_env_int(const char *name, int lo, int hi, int *out, char 
 // Rank, world size and local rank from the first launcher's variables that are set (table above). 0, or -1 with
 // a one-line message naming the variable.
 static inline int dist_env(DistEnv *d, char *err, size_t errlen) {
-    static const char *sets[][3] = { // rank, world size, local rank
-        {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-        {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-        {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"},
+    static const char *sets[][4] = { // rank, world size, local rank, launcher (the 2nd and 3rd are MPI's)
+        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun-style variables"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI"},
+        {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "PMI (MPICH, Intel MPI)"},
+        {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "srun"},
     };
-    d->rank = 0; d->world = 1; d->local_rank = 0; d->from[0] = 0;
+    d->rank = 0; d->world = 1; d->local_rank = 0; d->launcher = ""; d->mpi = 0;
     for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
         int rank = -1, world = -1, local = -1, r, w;
         if ((r = dist_env_int(sets[i][0], 0, 1 << 20, &rank, err, errlen)) < 0) return -1;
@@ -73,7 +75,7 @@ static inline int dist_env(DistEnv *d, char *err, size_t errlen) {
         }
         if (dist_env_int(sets[i][2], 0, 1 << 20, &local, err, errlen) < 0) return -1;
         d->rank = rank; d->world = world; d->local_rank = local >= 0 ? local : rank;
-        snprintf(d->from, sizeof(d->from), "%s/%s/%s", sets[i][0], wname, sets[i][2]);
+        d->launcher = sets[i][3]; d->mpi = i == 1 || i == 2;
         return 0;
     }
     return 0;

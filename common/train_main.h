@@ -173,9 +173,8 @@ static int train_main(int argc, char **argv) {
     char err[1024], msg[1200];
     // the job: one process, or one rank of several (common/dist.h; doc/model.md §9.4); only rank 0 prints, logs and
     // writes the model and state files
-    DistEnv de;
-    if (dist_env(&de, err, sizeof(err))) die(err);
-    g_rank = de.rank; g_world = de.world; g_local_rank = de.local_rank;
+    if (dist_env(&g_job, err, sizeof(err))) die(err);
+    g_rank = g_job.rank; g_world = g_job.world; g_local_rank = g_job.local_rank;
     g_zero = a.zero && g_world > 1;
     if (g_world > 1) {
         snprintf(g_rank_tag, sizeof(g_rank_tag), "rank %d: ", g_rank);
