@@ -2536,6 +2536,7 @@ struct GA {
     float scale;
     // workspace
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
+    bf16 *Wb, *Kb, *Qb;  // bf16 copies of W, K and Q for the bf16 state kernels (nullptr: the fp32 kernels run)
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -2604,7 +2605,7 @@ template <int W> __device__ __forceinline__ void lds_vec(float (&d)[W], const fl
 // 8-column tiles of its strip: the A fragment is loaded once per k-step and used NW times.
 // NOTE: the element->thread mapping depends on <M,N,TA,TB> (SIMT) or on <M,N> (TF32): calls with different TA/TB on
 // the same C need a barrier.
-__constant__ int c_gdn_tf32; // 1: mm runs on the TF32 tensor cores where the shape allows (gdn_set_tf32)
+__constant__ int c_gdn_tf32; // 1: mm runs on the TF32 tensor cores where the shape allows (gdn_set_lowp)
 template <int M, int N, int K> __host__ __device__ constexpr bool mm_tc_fits() {
     return M % 16 == 0 && 8 % (M / 16) == 0 && (N / 8) % (8 / (M / 16)) == 0 && N % 8 == 0 && K % 8 == 0;
 }
@@ -2709,6 +2710,13 @@ __device__ __forceinline__ void mm(float *__restrict__ C, int ldc, const float *
     }
 }
 
+// dst[i*DK + d] = bf16(src[i*(DK+GC_PADK) + d]) for the CH rows of a chunk (prep's bf16 copies of K and W)
+template <int DK> __device__ __forceinline__ void store_bf16(bf16 *dst, const float *src) {
+    for (int idx = threadIdx.x; idx < CH * DK / 2; idx += GC_NT) {
+        const int i = idx / (DK / 2), d = 2 * (idx % (DK / 2));
+        *reinterpret_cast<uint32_t *>(dst + i * DK + d) = pack_bf16(src[i * (DK + GC_PADK) + d], src[i * (DK + GC_PADK) + d + 1]);
+    }
+}
 __device__ __forceinline__ float mval_of(const GA &a, int b, int c, int h) {
     return a.m ? a.m[((size_t)(b * a.Nc + c) * a.H + h) * 2 + 1] : 1.f;
 }
@@ -2761,11 +2769,14 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
         }
     }
     for (int idx = tid; idx < CH * CH; idx += GC_NT) a.Tm[cc * CH * CH + idx] = Ts[(idx >> 6) * GC_L64 + (idx & 63)];
+    if (a.Kb) { store_bf16<DK>(a.Kb + wrow0 * DK, Ks); store_bf16<DK>(a.Qb + wrow0 * DK, Qs); }
+    __syncthreads();
     for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= bs[i] * es[i]; }
     __syncthreads();
     mm<CH, DK, CH, false, false>(Qs, LDK, Ts, GC_L64, Ks, LDK, 1.f, 0.f);  // W = T diag(beta gam) K
     __syncthreads();
     for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; a.W[(wrow0 + i) * DK + d] = Qs[i * LDK + d]; }
+    if (a.Wb) store_bf16<DK>(a.Wb + wrow0 * DK, Qs);
     for (int idx = tid; idx < CH * CH; idx += GC_NT) { const int i = idx >> 6, j = idx & 63; Ts[i * GC_L64 + j] *= bs[j]; }  // T diag(beta)
     __syncthreads();
     // U = T diag(beta) V over value tiles, double-buffered (buffers in the free Ks / Qs regions, U tile in As)
@@ -2980,6 +2991,223 @@ __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
     }
 }
 template <int DK, int BV> constexpr size_t bwd_state_smem() { return sizeof(float) * (DK * (BV + 4) + 2 * CH * (DK + GC_PADK) + 2 * CH * (BV + 4) + 2 * CH); }
+
+// ------------------------------------------------------------------------------------------------
+// K2/B2 in bf16 mode: the state recurrences on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), dk ∈ {64, 128}.
+// The state lives transposed in registers: warp w of a block owns value columns v0 .. v0+15 (v0 = 16·(NW·x + w)) of
+// Sᵀ (16 × dk, accumulator layout: rows = value columns). Both products of a chunk then take the state straight from
+// the accumulators as their A operand (rows = value columns), and each warp is independent of the others: the block
+// only shares the chunk's W and K tiles (bf16 copies written by prep, double-buffered cp.async, swizzled rows read
+// by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
+// too); the accumulated state, U, Vn, dVn and the snapshots stay fp32.
+//   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
+//   backward: dVnᵀ += (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (R_c of bwd_rhs computed here, from
+//             prep's bf16 copy of Q and dO rounded to bf16)
+// ------------------------------------------------------------------------------------------------
+template <int DK, int NT>
+__device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, const GA &a, size_t row0) {
+    load_tile<DK, CH, NT>(Wsm, a.Wb + row0 * DK, DK, threadIdx.x);
+    load_tile<DK, CH, NT>(Ksm, a.Kb + row0 * DK, DK, threadIdx.x);
+    if (threadIdx.x < CH / 4) fa_cp16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
+}
+// acc (16 × 8·2·NK accumulator tiles) -> A fragments (bf16, times sgn) of NK k-steps of 16
+template <int NK>
+__device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&acc)[2 * NK][4], float sgn) {
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+        fa[kk][0] = pack_bf16(sgn * acc[2 * kk][0], sgn * acc[2 * kk][1]);
+        fa[kk][1] = pack_bf16(sgn * acc[2 * kk][2], sgn * acc[2 * kk][3]);
+        fa[kk][2] = pack_bf16(sgn * acc[2 * kk + 1][0], sgn * acc[2 * kk + 1][1]);
+        fa[kk][3] = pack_bf16(sgn * acc[2 * kk + 1][2], sgn * acc[2 * kk + 1][3]);
+    }
+}
+// acc[16 × CH] += A[16 × DK] · X[CH × DK]ᵀ  (X: a chunk's swizzled bf16 rows; B operand by ldmatrix, k = d)
+template <int DK>
+__device__ __forceinline__ void mma_rows_t(float (&acc)[8][4], const uint32_t (&fa)[DK / 16][4], const bf16 *X) {
+    const int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < DK / 16; kk++)
+#pragma unroll
+        for (int jp = 0; jp < 4; jp++) {
+            uint32_t bw[4];
+            ldsm4(bw, fa_smem_u32(X + swz<DK>(16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
+            mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
+            mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
+        }
+}
+// acc[16 × DK] += A[16 × CH] · X[CH × DK]  (B operand by ldmatrix.trans, k = token)
+template <int DK>
+__device__ __forceinline__ void mma_rows(float (&acc)[DK / 8][4], const uint32_t (&fa)[4][4], const bf16 *X) {
+    const int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int jp = 0; jp < DK / 16; jp++) {
+            uint32_t bw[4];
+            ldsm4t(bw, fa_smem_u32(X + swz<DK>(16 * kk + 8 * (q & 1) + r, 2 * jp + (q >> 1))));
+            mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
+            mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
+        }
+}
+// A[16 × CH] = rows of acc scaled per token (column) by f(token): bf16 fragments
+__device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const float (&acc)[8][4], const float *fs) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const float f0 = fs[16 * kk + 2 * t], f1 = fs[16 * kk + 2 * t + 1], f2 = fs[16 * kk + 8 + 2 * t], f3 = fs[16 * kk + 9 + 2 * t];
+        fa[kk][0] = pack_bf16(acc[2 * kk][0] * f0, acc[2 * kk][1] * f1);
+        fa[kk][1] = pack_bf16(acc[2 * kk][2] * f0, acc[2 * kk][3] * f1);
+        fa[kk][2] = pack_bf16(acc[2 * kk + 1][0] * f2, acc[2 * kk + 1][1] * f3);
+        fa[kk][3] = pack_bf16(acc[2 * kk + 1][2] * f2, acc[2 * kk + 1][3] * f3);
+    }
+}
+// element (row r of the warp's 16 value columns, column e of n-tile j) of an accumulator tile: r = g (+8), e = 2t (+1)
+#define GC_ACC_ROW(q) ((lane >> 2) + 8 * ((q) >> 1))
+#define GC_ACC_COL(j, q) (8 * (j) + 2 * (lane & 3) + ((q) & 1))
+
+template <int DK, int NW>
+__global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
+    constexpr int NT = 32 * NW;
+    extern __shared__ __align__(128) unsigned char smraw[];
+    bf16 *Wsm = reinterpret_cast<bf16 *>(smraw), *Ksm = Wsm + 2 * CH * DK;
+    float *Gsm = reinterpret_cast<float *>(Ksm + 2 * CH * DK), *Fs = Gsm + 2 * CH;  // Fs: m λ per token
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
+    const int T = a.T, dv = a.dvd, Nc = a.Nc;
+    const size_t bh = (size_t)b * a.H + h;
+    float S[DK / 8][4];
+#pragma unroll
+    for (int j = 0; j < DK / 8; j++) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.f;
+    state_issue<DK, NT>(Wsm, Ksm, Gsm, a, bh * T);
+    fa_commit();
+    for (int c = 0; c < Nc; c++) {
+        const int s = c & 1;
+        const size_t row0 = bh * T + (size_t)c * CH;
+        if (c + 1 < Nc) { state_issue<DK, NT>(Wsm + (s ^ 1) * CH * DK, Ksm + (s ^ 1) * CH * DK, Gsm + (s ^ 1) * CH, a, row0 + CH); fa_commit(); }
+        float *st = a.state + (bh * Nc + c) * (size_t)DK * dv + v0;  // snapshot S^start_c, [dk][dv]
+#pragma unroll
+        for (int j = 0; j < DK / 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) st[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)] = S[j][q];
+        float V[8][4];  // Vnᵀ, initialised with Uᵀ
+        float *U = a.U + row0 * dv + v0;
+        if (c + 1 < Nc)  // the next chunk's U rows (this warp's 64 bytes of each) into L2
+            for (int i = lane; i < CH; i += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(U + (size_t)(CH + i) * dv));
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) V[j][q] = U[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)];
+        uint32_t fa[DK / 16][4];
+        acc_to_a<DK / 16>(fa, S, -1.f);
+        if (c + 1 < Nc) fa_wait<1>(); else fa_wait<0>();
+        __syncthreads();
+        mma_rows_t<DK>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) U[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)] = V[j][q];
+        if (c + 1 < Nc) {
+            const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
+            const float mv = mval_of(a, b, c, h);
+            for (int i = threadIdx.x; i < CH; i += NT) Fs[i] = mv * expf(GL - Gs[i]);
+            __syncthreads();
+            uint32_t fv[4][4];
+            acc_to_a_scaled(fv, V, Fs);
+            const float gam = expf(GL);
+#pragma unroll
+            for (int j = 0; j < DK / 8; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) S[j][q] *= gam;
+            mma_rows<DK>(S, fv, Ksm + s * CH * DK);  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
+        }
+        __syncthreads();  // buffer s and Fs are free for chunk c + 1
+    }
+}
+template <int DK> constexpr size_t fwd_state_bf16_smem() { return 4 * CH * DK * sizeof(bf16) + 3 * CH * sizeof(float); }
+
+template <int DK, int NW>
+__global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
+    constexpr int NT = 32 * NW;
+    extern __shared__ __align__(128) unsigned char smraw[];
+    bf16 *Wsm = reinterpret_cast<bf16 *>(smraw), *Ksm = Wsm + 2 * CH * DK, *Qsm = Ksm + 2 * CH * DK;
+    float *Gsm = reinterpret_cast<float *>(Qsm + 2 * CH * DK), *Fs = Gsm + 2 * CH, *Es = Fs + CH;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, t = lane & 3;
+    const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
+    const int T = a.T, dv = a.dvd, Nc = a.Nc;
+    const size_t bh = (size_t)b * a.H + h, ldo = (size_t)a.H * dv;
+    auto issue = [&](int c) {
+        const int s = c & 1;
+        const size_t row0 = bh * T + (size_t)c * CH;
+        state_issue<DK, NT>(Wsm + s * CH * DK, Ksm + s * CH * DK, Gsm + s * CH, a, row0);
+        load_tile<DK, CH, NT>(Qsm + s * CH * DK, a.Qb + row0 * DK, DK, threadIdx.x);
+        fa_commit();
+    };
+    float dS[DK / 8][4];
+#pragma unroll
+    for (int j = 0; j < DK / 8; j++) dS[j][0] = dS[j][1] = dS[j][2] = dS[j][3] = 0.f;
+    issue(Nc - 1);
+    for (int c = Nc - 1; c >= 0; c--) {
+        const int s = c & 1;
+        const size_t row0 = bh * T + (size_t)c * CH;
+        if (c > 0) issue(c - 1);
+        float *dst = a.dstate + (bh * Nc + c) * (size_t)DK * dv + v0;  // dS^end_c, [dk][dv]
+#pragma unroll
+        for (int j = 0; j < DK / 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) dst[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)] = dS[j][q];
+        float *dV = a.dVn + row0 * dv + v0;
+        const float *dO = a.dout + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0;
+        if (c > 0)  // the next chunk's dVn and dO rows (this warp's 64 bytes of each) into L2
+            for (int i = lane; i < CH; i += 32) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(dV - (size_t)(CH - i) * dv));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(dO - (size_t)(CH - i) * ldo));
+            }
+        float D[8][4], P[8][4], O[8][4];  // dVnᵀ (from the local part), dSᵀ Kᵀ, dOᵀ
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                D[j][q] = dV[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)];
+                O[j][q] = dO[(size_t)GC_ACC_COL(j, q) * ldo + GC_ACC_ROW(q)];
+                P[j][q] = 0.f;
+            }
+        {
+            uint32_t fa[DK / 16][4];
+            acc_to_a<DK / 16>(fa, dS, 1.f);
+            if (c > 0) fa_wait<1>(); else fa_wait<0>();
+            __syncthreads();
+            mma_rows_t<DK>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
+        }
+        const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
+        const float mv = mval_of(a, b, c, h);
+        for (int i = threadIdx.x; i < CH; i += NT) { Fs[i] = mv * expf(GL - Gs[i]); Es[i] = a.scale * expf(Gs[i]); }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float f0 = Fs[8 * j + 2 * t], f1 = Fs[8 * j + 2 * t + 1];
+            D[j][0] = fmaf(f0, P[j][0], D[j][0]); D[j][1] = fmaf(f1, P[j][1], D[j][1]);
+            D[j][2] = fmaf(f0, P[j][2], D[j][2]); D[j][3] = fmaf(f1, P[j][3], D[j][3]);
+#pragma unroll
+            for (int q = 0; q < 4; q++) dV[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)] = D[j][q];
+        }
+        if (c > 0) {
+            uint32_t fd[4][4], fo[4][4];
+            acc_to_a<4>(fd, D, -1.f);
+            acc_to_a_scaled(fo, O, Es);
+            const float gam = expf(GL);
+#pragma unroll
+            for (int j = 0; j < DK / 8; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) dS[j][q] *= gam;
+            mma_rows<DK>(dS, fo, Qsm + s * CH * DK);  // + R_cᵀ = s dOᵀ diag(γ) Q
+            mma_rows<DK>(dS, fd, Wsm + s * CH * DK);  // − dVnᵀ W
+        }
+        __syncthreads();
+    }
+}
+template <int DK> constexpr size_t bwd_state_bf16_smem() { return 6 * CH * DK * sizeof(bf16) + 4 * CH * sizeof(float); }
+#undef GC_ACC_ROW
+#undef GC_ACC_COL
 
 // ------------------------------------------------------------------------------------------------
 // B3 loops over the value dim, grid (Nc, B*H). PART 0: dQ1 = dO S0^T, dPm = s dO Vn^T
@@ -3201,12 +3429,14 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 // ------------------------------------------------------------------------------------------------
 // ---- host side
 static bool supported(int dk, int dv) { return (dk == 32 || dk == 48 || dk == 64 || dk == 128) && dv % GC_BV == 0; }
-static void set_tf32(int on) { CUDA_CHECK(cudaMemcpyToSymbol(c_gdn_tf32, &on, sizeof(int))); }
+static int g_lowp = 0;  // bf16 mode: TF32 block matmuls, bf16 state kernels (set_lowp)
+static void set_lowp(int on) { g_lowp = on; CUDA_CHECK(cudaMemcpyToSymbol(c_gdn_tf32, &on, sizeof(int))); }
+static bool state_bf16(int dk, int dv) { return g_lowp && (dk == 64 || dk == 128) && dv % 16 == 0; }
 
 static size_t ws_floats(int B, int T, int H, int dk, int dv) {
     const size_t BH = (size_t)B * H, BT = BH * T, Nc = T / CH;
     return BT /*Gc*/ + 4 * BT * CH /*Tm,Pm,dPm,dTV*/ + 4 * BT * dk /*W,dQ1,dWm,X*/ + 2 * BT * dv /*U,dVn*/ +
-           2 * BH * Nc * dk * dv /*dstate, Rc*/ + BH * Nc /*sdot*/ + BT /*dbv*/;
+           2 * BH * Nc * dk * dv /*dstate, Rc*/ + BH * Nc /*sdot*/ + BT /*dbv*/ + 2 * BT * dk /*Wb, Kb, Qb (bf16)*/;
 }
 
 static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
@@ -3225,6 +3455,7 @@ static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
     a.Rc = p; p += BH * Nc * dk * dv;
     a.sdot = p; p += BH * Nc;
     a.dbv = p; p += BT;
+    if (state_bf16(dk, dv)) { a.Wb = reinterpret_cast<bf16 *>(p); a.Kb = a.Wb + BT * dk; a.Qb = a.Kb + BT * dk; }
     return a;
 }
 
@@ -3244,17 +3475,48 @@ template <int DK> static void set_attrs() {
     CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 1>()));
     CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 2>()));
     CUDA_CHECK(cudaFuncSetAttribute(bwd_final_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_smem<DK>()));
+    if constexpr (DK == 64 || DK == 128) {
+        for (auto k : {fwd_state_bf16_kernel<DK, 1>, fwd_state_bf16_kernel<DK, 2>, fwd_state_bf16_kernel<DK, 4>})
+            CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_bf16_smem<DK>()));
+        for (auto k : {bwd_state_bf16_kernel<DK, 1>, bwd_state_bf16_kernel<DK, 2>, bwd_state_bf16_kernel<DK, 4>})
+            CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_bf16_smem<DK>()));
+    }
 }
 
 // The sequential state kernels run one block per (value tile, head, sequence): where 32-column tiles would leave SMs
 // idle (B·H·dv/32 below the SM count: long sequences at a small batch), 16-column tiles give twice the blocks.
 static int state_tile(const GA &a) { return a.B * a.H * (a.dvd / 32) < num_sms() ? 16 : 32; }
+// The bf16 state kernels: NW warps per block (16 value columns each). Every warp runs the same sequential chain, so the
+// fewest warps per block (the most parallel loads of the chunk tiles) such that all blocks are resident at once.
+static int state_warps(const GA &a, size_t smem) {
+    const long slots = (long)num_sms() * std::max(1L, (long)(227 * 1024 / (smem + 1024)));
+    for (int nw = 1; nw < 4; nw *= 2)
+        if (a.dvd % (16 * nw) == 0 && (long)a.B * a.H * (a.dvd / (16 * nw)) <= slots) return nw;
+    return a.dvd % 64 == 0 ? 4 : a.dvd % 32 == 0 ? 2 : 1;
+}
+// the sequential pass (FWD: K2, else B2): the bf16 kernels where prep wrote the bf16 copies, else the fp32 ones
+template <int DK, bool FWD> static void state_pass(const GA &a) {
+    if constexpr (DK == 64 || DK == 128) {
+        if (a.Wb) {
+            const size_t sm = FWD ? fwd_state_bf16_smem<DK>() : bwd_state_bf16_smem<DK>();
+            const int nw = state_warps(a, sm);
+            const dim3 grid(a.dvd / (16 * nw), a.H, a.B);
+            auto k = FWD ? (nw == 4 ? fwd_state_bf16_kernel<DK, 4> : nw == 2 ? fwd_state_bf16_kernel<DK, 2> : fwd_state_bf16_kernel<DK, 1>)
+                         : (nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>);
+            k<<<grid, 32 * nw, sm>>>(a);
+            return;
+        }
+    }
+    const int bv = state_tile(a);
+    const dim3 grid(a.dvd / bv, a.H, a.B);
+    auto k = FWD ? (bv == 16 ? fwd_state_kernel<DK, 16> : fwd_state_kernel<DK, 32>) : (bv == 16 ? bwd_state_kernel<DK, 16> : bwd_state_kernel<DK, 32>);
+    k<<<grid, GC_NT, FWD ? (bv == 16 ? fwd_state_smem<DK, 16>() : fwd_state_smem<DK, 32>()) : (bv == 16 ? bwd_state_smem<DK, 16>() : bwd_state_smem<DK, 32>())>>>(a);
+}
 template <int DK> static void fwd_impl(const GA &a) {
     set_attrs<DK>();
     const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
     prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
-    if (state_tile(a) == 16) fwd_state_kernel<DK, 16><<<dim3(a.dvd / 16, H, B), GC_NT, fwd_state_smem<DK, 16>()>>>(a);
-    else fwd_state_kernel<DK, 32><<<dim3(nvt, H, B), GC_NT, fwd_state_smem<DK, 32>()>>>(a);
+    state_pass<DK, true>(a);
     GDN_KERNEL_MARK("fwd_state");
     fwd_out_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, fwd_out_smem<DK>()>>>(a); GDN_KERNEL_MARK("fwd_out");
     CUDA_CHECK(cudaGetLastError());
@@ -3264,9 +3526,8 @@ template <int DK> static void bwd_impl(const GA &a) {
     const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
     prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
     bwd_local_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_local_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
-    bwd_rhs_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs");
-    if (state_tile(a) == 16) bwd_state_kernel<DK, 16><<<dim3(a.dvd / 16, H, B), GC_NT, bwd_state_smem<DK, 16>()>>>(a);
-    else bwd_state_kernel<DK, 32><<<dim3(nvt, H, B), GC_NT, bwd_state_smem<DK, 32>()>>>(a);
+    if (!a.Wb) { bwd_rhs_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs"); }
+    state_pass<DK, false>(a);
     GDN_KERNEL_MARK("bwd_state");
     bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
     bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a); GDN_KERNEL_MARK("vloop1");
@@ -3317,12 +3578,13 @@ static int gdn_use_chunked(int dk, int dv) {
     if (g_gdn_tokens < 0) { const char *e = getenv("NATSL_GDN_TOKENS"); g_gdn_tokens = e && atoi(e) != 0; }
     return !g_gdn_tokens && gdnc::supported(dk, dv);
 }
-// on = 1 (bf16 mode): the chunked op's block matmuls run on the TF32 tensor cores (about 5e-4 relative error on
-// the op's outputs and gradients, dev/cuda/gdn/NOTES.md); on = 0 (fp32 mode, the default): fp32 FMA, for the CPU
-// comparison's 1e-5. NATSL_GDN_TF32=0 in the environment keeps fp32 FMA in bf16 mode too (the exact bf16 check).
-static void gdn_set_tf32(int on) {
+// on = 1 (bf16 mode): the chunked op's block matmuls run on the TF32 tensor cores and, for d_k ∈ {64, 128}, its state
+// recurrences on the bf16 ones (bf16 state, W, K, Vn operands; errors in dev/cuda/gdn/NOTES.md); on = 0 (fp32 mode,
+// the default): fp32 FMA throughout, for the CPU comparison's 1e-5. NATSL_GDN_TF32=0 in the environment keeps the
+// fp32 op in bf16 mode too (the exact bf16 check).
+static void gdn_set_lowp(int on) {
     const char *e = getenv("NATSL_GDN_TF32");
-    gdnc::set_tf32(on && !(e && atoi(e) == 0));
+    gdnc::set_lowp(on && !(e && atoi(e) == 0));
 }
 static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv) {
     return gdn_use_chunked(dk, dv) ? gdnc::ws_floats(B, T, H, dk, dv) : gdn_tokens_ws_floats(B, H, dk, dv);
@@ -4303,7 +4565,7 @@ static void backend_start(const TrainArgs *a) {
     CUBLAS_CHECK(cublasCreate(&g_cublas));
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
-    gdn_set_tf32(g_bf16);
+    gdn_set_lowp(g_bf16);
     printf("device: %s, precision: %s\n", prop.name, a->precision);
 }
 static void backend_step_timed(int first, double dt) {

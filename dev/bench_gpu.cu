@@ -44,7 +44,7 @@ static void set_precision(int bf16) {
     g_bf16 = bf16;
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
-    gdn_set_tf32(g_bf16);
+    gdn_set_lowp(g_bf16);
 }
 
 static int make_config(Config *c, const char *preset, const char *pattern, int V) {
