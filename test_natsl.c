@@ -2180,7 +2180,11 @@ static double dump_steps_diff(const Dump *a, const Dump *ref) {
     return d;
 }
 // The largest normwise difference of one gradient tensor, and its name (infinite when the dump is not of cf).
-static double dump_worst_tensor(const Dump *a, const Dump *ref, const Config *cf, const char **name) {
+// The GDN gate parameters (a_log, dt_bias: H values per layer). Their gradients are sums over every token with heavy
+// cancellation, which amplifies bf16 rounding the most (doc/model.md §12.2 item 4).
+static int is_gate_tensor(const char *name) { return strstr(name, ".a_log") || strstr(name, ".dt_bias"); }
+// the worst normwise error over the tensors with is_gate_tensor == gates (gates < 0: every tensor)
+static double dump_worst_tensor(const Dump *a, const Dump *ref, const Config *cf, const char **name, int gates) {
     DumpParts p = dump_parts(ref);
     ParamTensor t[NATSL_MAX_TENSORS];
     size_t total;
@@ -2189,22 +2193,26 @@ static double dump_worst_tensor(const Dump *a, const Dump *ref, const Config *cf
     *name = "";
     if (total != p.np) { *name = "(the dump is not of this config)"; return INFINITY; }
     for (int i = 0; i < nt; i++) {
+        if (gates >= 0 && is_gate_tensor(t[i].name) != gates) continue;
         double e = normwise(a->x + p.grads + t[i].offset, ref->x + p.grads + t[i].offset, t[i].numel);
         if (e > worst) { worst = e; *name = t[i].name; }
     }
     return worst;
 }
 // gpu vs cpu (the reference); tolerances from §8 for the precision. per_tensor: the gradient bar holds for every
-// tensor (else for all gradients together, the worst tensor reported).
+// tensor (else for all gradients together, the worst tensor reported); in bf16 the gate tensors (is_gate_tensor) are
+// held to 1e-1 per tensor instead (doc/model.md §12.2 item 4: measured 1.3e-2 … 5.8e-2 over the runs of dev/results).
 static void compare_dumps(const char *what, const Dump *g, const Dump *c, const Config *cf, int bf16, int per_tensor) {
     double tl = bf16 ? 1e-2 : 1e-5, tg = bf16 ? 3e-2 : 1e-4, ts = bf16 ? 2e-2 : 1e-4, tie = bf16 ? 1e-2 : 1e-5;
+    double tgate = bf16 ? 1e-1 : tg;
     CHECK(g->n == c->n && !memcmp(g->h, c->h, 8 * sizeof(int)), "%s: dump headers/sizes differ", what);
     if (g->n != c->n) return;
     DumpParts p = dump_parts(c);
     double dl = fabs(g->x[0] - c->x[0]) / fabs(c->x[0]);
     double dz = normwise(g->x + 1, c->x + 1, p.BT * p.V);
-    const char *worst_name;
-    double worst = dump_worst_tensor(g, c, cf, &worst_name), all = normwise(g->x + p.grads, c->x + p.grads, p.np);
+    const char *worst_name, *gate_name;
+    double worst = dump_worst_tensor(g, c, cf, &worst_name, 0), all = normwise(g->x + p.grads, c->x + p.grads, p.np);
+    double gate = dump_worst_tensor(g, c, cf, &gate_name, 1);
     const float *rlc = c->x + p.rlogits, *rdc = c->x + p.rdec, *rdg = g->x + p.rdec;
     int mism = 0, ties = 0;
     for (size_t i = 0; i + 1 < p.nr; i += 2)
@@ -2212,10 +2220,13 @@ static void compare_dumps(const char *what, const Dump *g, const Dump *c, const 
             if (fabs(rlc[i] - rlc[i + 1]) < tie) ties++; else mism++;
         }
     double dsteps = dump_steps_diff(g, c);
-    printf("  %s: loss %.2e, logits %.2e, gradients %.2e (all tensors), worst tensor %.2e (%s), routing %d mismatches "
-           "(+%d near-ties), 10-step losses %.2e\n", what, dl, dz, all, worst, worst_name, mism, ties, dsteps);
-    if (per_tensor) CHECK(worst < tg, "%s: gradient of %s differs by %.2e (normwise)", what, worst_name, worst);
-    else CHECK(all < tg, "%s: the gradients differ by %.2e (normwise, all tensors)", what, all);
+    printf("  %s: loss %.2e, logits %.2e, gradients %.2e (all tensors), worst tensor %.2e (%s), worst gate tensor %.2e (%s), "
+           "routing %d mismatches (+%d near-ties), 10-step losses %.2e\n", what, dl, dz, all, worst, worst_name, gate, gate_name,
+           mism, ties, dsteps);
+    if (per_tensor) {
+        CHECK(worst < tg, "%s: gradient of %s differs by %.2e (normwise)", what, worst_name, worst);
+        CHECK(gate < tgate, "%s: gradient of %s differs by %.2e (normwise)", what, gate_name, gate);
+    } else CHECK(all < tg, "%s: the gradients differ by %.2e (normwise, all tensors)", what, all);
     CHECK(dl < tl, "%s: loss differs by %.2e", what, dl);
     CHECK(dz < tg, "%s: logits differ by %.2e", what, dz);
     CHECK(mism == 0, "%s: %d routing decisions differ", what, mism);
@@ -2245,7 +2256,7 @@ static void report_bf16_vs_fp32(const char *what, const Dump *g, const Dump *c, 
     if (g->n != c->n) { CHECK(0, "%s: dump sizes differ", what); return; }
     DumpParts p = dump_parts(c);
     const char *wn;
-    double worst = dump_worst_tensor(g, c, cf, &wn), all = normwise(g->x + p.grads, c->x + p.grads, p.np);
+    double worst = dump_worst_tensor(g, c, cf, &wn, -1), all = normwise(g->x + p.grads, c->x + p.grads, p.np);
     double dl = fabs(g->x[0] - c->x[0]) / fabs(c->x[0]), ds = dump_steps_diff(g, c);
     printf("  %s vs the fp32 CPU: loss %.2e, gradient %.2e (all tensors), worst tensor %.2e (%s), 10-step losses %.2e\n",
            what, dl, all, worst, wn, ds);

@@ -79,7 +79,7 @@ static void *xcalloc(size_t n, size_t size) {
 static void gemm(real *C, int ldc, const real *A, long ars, long acs, const real *B, long brs, long bcs,
                  int M, int N, int K, int accumulate);
 static int g_bf16 = 0;              // -p bf16: the CPU computes what train_natsl_cu -p bf16 does (appendix)
-static real matmul_precision(real x); // x as the GPU stores a matmul operand: rounded to bf16 in bf16 mode
+static real matmul_precision(real x); // x as the GPU stores a matmul operand (or the GDN op's start states): bf16 in bf16 mode
 static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out);
 
 // ================================================================================================
@@ -475,12 +475,13 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
     free(copies);
 }
 
-// ---- the GDN op with chunk commits (§3.2, §5.4: (5.4a-g)) ---------------------------------------------------
+// ---- the GDN op with chunk commits (§3.2, §5.4: (5.4a-h)) ---------------------------------------------------
 // Operands in GdnArgs (common/layout.h). out [B*T][H*head_v]; state [B][H][Nc][head_k][head_v] keeps the
-// committed state before each chunk. Per chunk c, a virtual run starts from the committed state S_c and
-// applies the delta rule token by token (decay first, then update; the output reads the updated state):
+// committed state before each chunk, as stored: s0_c = S_c (bf16(S_c) with -p bf16, as the GPU stores it, (5.4h)).
+// Per chunk c, a virtual run starts from s0_c and applies the delta rule token by token (decay first, then
+// update; the output reads the updated state):
 //   Z ← α_t Z;  u_t = β_t (v_t − Zᵀk̂_t);  Z ← Z + k̂_t u_tᵀ;  o_t = s Zᵀq̂_t      (α_t = e^{g_t}, s = 1/sqrt(d_k))
-// then S_{c+1} = Dec_c S_c + m_c (Z_last − Dec_c S_c),  Dec_c = exp(Σ_{t∈c} g_t),  m_c = m[b][c][h][1]:
+// then S_{c+1} = Dec_c S_c + m_c (Z_last − Dec_c s0_c),  Dec_c = exp(Σ_{t∈c} g_t),  m_c = m[b][c][h][1]:
 // a GDN chunk (m = 1) commits its run, any other chunk only decays the committed state.
 static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
@@ -495,8 +496,9 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
             for (int h = 0; h < H; h++) {
                 memset(S, 0, KV * sizeof(real));
                 for (int c = 0; c < Nc; c++) {
-                    memcpy(state + (((size_t)b * H + h) * Nc + c) * KV, S, KV * sizeof(real));
-                    memcpy(Z, S, KV * sizeof(real));
+                    // the chunk runs from its stored start state (bf16 on the GPU in bf16 mode, (5.4h))
+                    real *s0 = state + (((size_t)b * H + h) * Nc + c) * KV;
+                    for (size_t i = 0; i < KV; i++) s0[i] = Z[i] = matmul_precision(S[i]);
                     real gsum = 0;
                     for (int t = c * CH; t < (c + 1) * CH; t++) {
                         size_t row = (size_t)b * T + t;
@@ -514,7 +516,7 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
                         for (int j = 0; j < dv; j++) ot[j] *= scale;
                     }
                     real mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1, dec = exp(gsum);
-                    for (size_t i = 0; i < KV; i++) S[i] = (1 - mc) * dec * S[i] + mc * Z[i];
+                    for (size_t i = 0; i < KV; i++) S[i] = (1 - mc) * dec * S[i] + mc * (Z[i] + dec * (S[i] - s0[i]));
                 }
             }
         free(S); free(Z); free(kz);
@@ -1219,9 +1221,9 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 // A check mode, not a fast one: the CPU computes what train_natsl_cu -p bf16 computes, so the two can be
 // compared tightly (test_natsl.c). The GPU's matmuls take bf16 operands and accumulate in fp32; so gemm rounds
 // every operand to bf16 (round to nearest even) as it packs it, and accumulates in fp32. The GPU also stores a
-// few matmul outputs in bf16 (matmul_forward's out_bf16), the router pools the bf16 normalized input
-// (router_forward): those read matmul_precision(); and its bf16 attention kernels read bf16 copies of their
-// operands and store a bf16 output (attention_operands_bf16 below).
+// few matmul outputs in bf16 (matmul_forward's out_bf16) and the GDN op's chunk-start states (gdn_op_forward,
+// (5.4h)), the router pools the bf16 normalized input (router_forward): those read matmul_precision(); and its bf16
+// attention kernels read bf16 copies of their operands and store a bf16 output (attention_operands_bf16 below).
 static real round_bf16(real x) {
     float f = (float)x;
     uint32_t u;

@@ -2281,10 +2281,22 @@ template <int P> __device__ __forceinline__ float sum_cols(float x) { // over th
     return x;
 }
 
+// The op's chunk-start states (the layer's `state` activation): fp32, or bf16 in bf16 mode (st16 = 1: half the memory
+// and traffic). With bf16 states each chunk runs from its stored, rounded start state while the carried state keeps
+// full precision: S^start_{c+1} = (1 − m) Dec_c S + m (Z_last + Dec_c (S − s0)), s0 = bf16(S) (doc/model.md §12.1;
+// in fp32 s0 = S and this is (5.4c) as written). Indices are in elements of the buffer.
+__device__ __forceinline__ float st_round(float x, int st16) { return st16 ? __bfloat162float(__float2bfloat16_rn(x)) : x; }
+__device__ __forceinline__ void st_put(float *st, size_t i, float x, int st16) {
+    if (st16) reinterpret_cast<bf16 *>(st)[i] = __float2bfloat16_rn(x); else st[i] = x;
+}
+__device__ __forceinline__ float st_get(const float *st, size_t i, int st16) {
+    return st16 ? __bfloat162float(reinterpret_cast<const bf16 *>(st)[i]) : st[i];
+}
+
 template <int P>
 __global__ void __launch_bounds__(32)
 gdn_op_forward_kernel(float *out, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                      const float *g, const float *beta, const float *m, int T, int H, int dk, int dv, float scale) {
+                      const float *g, const float *beta, const float *m, int T, int H, int dk, int dv, float scale, int st16) {
     constexpr int VB = 32 / P;
     const int b = blockIdx.x / H, h = blockIdx.x % H;
     const int lane = threadIdx.x & 31, rg = lane % P;
@@ -2296,12 +2308,12 @@ gdn_op_forward_kernel(float *out, float *state, const float *q, const float *k, 
 #pragma unroll
     for (int r = 0; r < GDN_R; r++) S[r] = 0.f;
     for (int c = 0; c < Nc; c++) {
-        float *st = state + (((size_t)b * H + h) * Nc + c) * KV;
+        const size_t st0 = (((size_t)b * H + h) * Nc + c) * KV;
 #pragma unroll
         for (int r = 0; r < GDN_R; r++) {
             int i = r * P + rg;
-            if (i < dk && jok) st[(size_t)i * dv + j] = S[r];
-            Z[r] = S[r];
+            Z[r] = st_round(S[r], st16);
+            if (i < dk && jok) st_put(state, st0 + (size_t)i * dv + j, Z[r], st16);
         }
         float gsum = 0.f;
         for (int tt = 0; tt < CH; tt++) {
@@ -2332,10 +2344,11 @@ gdn_op_forward_kernel(float *out, float *state, const float *q, const float *k, 
         }
         float mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1.f, dec = expf(gsum);
 #pragma unroll
-        for (int r = 0; r < GDN_R; r++) S[r] = (1.f - mc) * dec * S[r] + mc * Z[r];
+        for (int r = 0; r < GDN_R; r++) S[r] = (1.f - mc) * dec * S[r] + mc * (Z[r] + dec * (S[r] - st_round(S[r], st16)));
     }
 }
 
+static int g_gdn_st16 = 0; // the op stores its chunk-start states in bf16 (bf16 mode; gdn_set_lowp)
 static int gdn_lanes_per_column(int dk) {
     int P = 1;
     while (P * GDN_R < dk) P *= 2;
@@ -2349,7 +2362,7 @@ static void gdn_tokens_forward(real *out, real *state, const real *q, const real
     int P = gdn_lanes_per_column(dk);
     dim3 grid(B * H, CEIL_DIV(dv, 32 / P));
     float scale = 1.f / sqrtf((float)dk);
-#define GDN_FWD(PP) gdn_op_forward_kernel<PP><<<grid, 32>>>(out, state, q, k, ldqk, v, ldv, g, beta, m, T, H, dk, dv, scale)
+#define GDN_FWD(PP) gdn_op_forward_kernel<PP><<<grid, 32>>>(out, state, q, k, ldqk, v, ldv, g, beta, m, T, H, dk, dv, scale, g_gdn_st16)
     if (P == 1) GDN_FWD(1); else if (P == 2) GDN_FWD(2); else if (P == 4) GDN_FWD(4); else GDN_FWD(8);
 #undef GDN_FWD
     CUDA_CHECK(cudaGetLastError());
@@ -2366,7 +2379,7 @@ __global__ void __launch_bounds__(32)
 gdn_op_backward_kernel(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
                        const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
                        const float *g, const float *beta, const float *m, int T, int H, int dkh, int dvh,
-                       float scale, float *zs_all) {
+                       float scale, float *zs_all, int st16) {
     constexpr int VB = 32 / P;
     __shared__ float su[CH][VB], sr[CH][VB];
     const int b = blockIdx.x / H, h = blockIdx.x % H;
@@ -2381,12 +2394,12 @@ gdn_op_backward_kernel(float *dq, float *dk, float *dv, float *dg, float *dbeta,
 #pragma unroll
     for (int r = 0; r < GDN_R; r++) dS[r] = 0.f;
     for (int c = Nc - 1; c >= 0; c--) {
-        const float *Sc = state + (((size_t)b * H + h) * Nc + c) * KV;
+        const size_t st0 = (((size_t)b * H + h) * Nc + c) * KV;
         // recompute the chunk's virtual run, keeping every Z_t (zs), u_t and r_t (smem)
 #pragma unroll
         for (int r = 0; r < GDN_R; r++) {
             int i = r * P + rg;
-            Zr[r] = (i < dkh && jok) ? Sc[(size_t)i * dvh + j] : 0.f;
+            Zr[r] = (i < dkh && jok) ? st_get(state, st0 + (size_t)i * dvh + j, st16) : 0.f;
             if (i < dkh) ZS(0, i) = Zr[r];
         }
         float gsum = 0.f;
@@ -2497,7 +2510,7 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
     dim3 grid(B * H, CEIL_DIV(dvh, 32 / P));
     float scale = 1.f / sqrtf((float)dkh);
 #define GDN_BWD(PP) gdn_op_backward_kernel<PP><<<grid, 32>>>(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, \
-                                                                  g, beta, m, T, H, dkh, dvh, scale, zs)
+                                                                  g, beta, m, T, H, dkh, dvh, scale, zs, g_gdn_st16)
     if (P == 1) GDN_BWD(1); else if (P == 2) GDN_BWD(2); else if (P == 4) GDN_BWD(4); else GDN_BWD(8);
 #undef GDN_BWD
     CUDA_CHECK(cudaGetLastError());
@@ -2533,6 +2546,8 @@ struct GA {
     float *dq, *dk, *dv, *dg, *dbeta, *dA;
     int ldqk, ldv, B, T, H, dvd, Nc;
     int vec;  // all user tensors 16-byte aligned (rows and bases) -> 16B cp.async, else scalar copies
+    int st16; // state holds bf16 values (bf16 mode: st_put / st_get / ld_state)
+    int ds16; // the workspace's dstate holds bf16 values (written by the bf16 state kernel)
     float scale;
     // workspace
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
@@ -2569,6 +2584,33 @@ __device__ __forceinline__ void ld_tile(float *dst, int lds, const float *src, s
         for (int idx = threadIdx.x; idx < ROWS * COLS; idx += GC_NT) {
             const int r = idx / COLS, c = idx % COLS;
             dst[r * lds + c] = src[r * ldg + c];
+        }
+    }
+}
+
+// S0 tile (ROWS rows of d_k, COLS value columns) of the chunk-start states at element offset off -> fp32 smem
+// (base: a.state, or the workspace's dstate with st16 = a.ds16)
+template <int ROWS, int COLS>
+__device__ __forceinline__ void ld_state(float *dst, int lds, const GA &a, size_t off, const float *base, int st16) {
+    if (!st16) { ld_tile<ROWS, COLS>(dst, lds, base + off, a.dvd, a.vec); return; }
+    const bf16 *src = reinterpret_cast<const bf16 *>(base) + off;
+    if (a.vec) {
+        constexpr int C8 = COLS / 8;
+#pragma unroll 2
+        for (int idx = threadIdx.x; idx < ROWS * C8; idx += GC_NT) {
+            const int r = idx / C8, c = (idx % C8) * 8;
+            const uint4 u = *reinterpret_cast<const uint4 *>(src + (size_t)r * a.dvd + c);
+            const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&u);
+            const float2 f0 = __bfloat1622float2(e[0]), f1 = __bfloat1622float2(e[1]), f2 = __bfloat1622float2(e[2]),
+                         f3 = __bfloat1622float2(e[3]);
+            float4 *d = reinterpret_cast<float4 *>(dst + r * lds + c);
+            d[0] = make_float4(f0.x, f0.y, f1.x, f1.y);
+            d[1] = make_float4(f2.x, f2.y, f3.x, f3.y);
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < ROWS * COLS; idx += GC_NT) {
+            const int r = idx / COLS, c = idx % COLS;
+            dst[r * lds + c] = __bfloat162float(src[(size_t)r * a.dvd + c]);
         }
     }
 }
@@ -2804,6 +2846,8 @@ template <int DK, int BV>
 __global__ void __launch_bounds__(GC_NT) fwd_state_kernel(GA a) {
     constexpr int LBV = BV + 4;
     constexpr int LDK = DK + GC_PADK;
+    constexpr int EPT = DK * BV / GC_NT;  // elements of the state tile per thread (elementwise mapping)
+    static_assert((DK * BV) % GC_NT == 0, "EPT");
     extern __shared__ __align__(128) float sm[];
     float *Ss = sm, *Ws = Ss + DK * LBV, *Ks = Ws + CH * LDK, *Ub0 = Ks + CH * LDK, *Gs = Ub0 + 2 * CH * LBV;
     const int v0 = blockIdx.x * BV, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
@@ -2823,8 +2867,17 @@ __global__ void __launch_bounds__(GC_NT) fwd_state_kernel(GA a) {
         ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
         ld_tile<1, CH>(Gs, CH, a.Gc + wrow0, CH, true);
         cpa_commit();
-        float *st = a.state + (bh * Nc + c) * DK * dv;
-        for (int idx = tid; idx < DK * BV; idx += GC_NT) { const int d = idx / BV, j = idx % BV; st[(size_t)d * dv + v0 + j] = Ss[d * LBV + j]; }
+        // the snapshot; with bf16 states the chunk runs from the rounded state and dl keeps what rounding took off
+        const size_t st0 = (bh * Nc + c) * DK * dv + v0;
+        float dl[EPT];
+#pragma unroll
+        for (int k = 0; k < EPT; k++) {
+            const int e = tid + k * GC_NT, d = e / BV, j = e % BV;
+            const float x = Ss[d * LBV + j], s0 = st_round(x, a.st16);
+            st_put(a.state, st0 + (size_t)d * dv + j, s0, a.st16);
+            Ss[d * LBV + j] = s0;
+            dl[k] = x - s0;
+        }
         cpa_wait<1>();
         __syncthreads();
         mm<CH, BV, DK, false, false>(Ub, LBV, Ws, LDK, Ss, LBV, -1.f, 1.f);  // Vn = U - W S
@@ -2842,6 +2895,9 @@ __global__ void __launch_bounds__(GC_NT) fwd_state_kernel(GA a) {
         __syncthreads();
         mm<DK, BV, CH, true, false>(Ss, LBV, Ks, LDK, Ub, LBV, 1.f, expf(GL));  // S = gam_L S + m K^T diag(lam) Vn
         __syncthreads();
+        if (a.st16)
+#pragma unroll
+            for (int k = 0; k < EPT; k++) { const int e = tid + k * GC_NT; Ss[(e / BV) * LBV + e % BV] += expf(GL) * dl[k]; }
     }
 }
 template <int DK, int BV> constexpr size_t fwd_state_smem() { return sizeof(float) * (DK * (BV + 4) + 2 * CH * (DK + GC_PADK) + 2 * CH * (BV + 4) + CH); }
@@ -2858,7 +2914,7 @@ __global__ void __launch_bounds__(GC_NT) fwd_out_kernel(GA a) {
     const int bh = blockIdx.z, b = bh / H, h = bh % H;
     const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
     ld_tile<CH, DK>(Qs, LDK, a.q + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
-    ld_tile<DK, GC_BV>(S0, GC_LBV, a.state + cc * DK * dv + v0, dv, a.vec);
+    ld_state<DK, GC_BV>(S0, GC_LBV, a, cc * DK * dv + v0, a.state, a.st16);
     ld_tile<CH, CH>(Ps, GC_L64, a.Pm + cc * CH * CH, CH, true);
     ld_tile<CH, GC_BV>(Vs, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
     cpa_commit();
@@ -2887,7 +2943,7 @@ __global__ void __launch_bounds__(GC_NT) bwd_local_kernel(GA a) {
     const int bh = blockIdx.z, b = bh / H, h = bh % H;
     const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
     ld_tile<CH, DK>(Ws, LDK, a.W + wrow0 * DK, DK, true);
-    ld_tile<DK, GC_BV>(S0, GC_LBV, a.state + cc * DK * dv + v0, dv, a.vec);
+    ld_state<DK, GC_BV>(S0, GC_LBV, a, cc * DK * dv + v0, a.state, a.st16);
     ld_tile<CH, CH>(Ps, GC_L64, a.Pm + cc * CH * CH, CH, true);
     ld_tile<CH, GC_BV>(Vs, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
     ld_tile<CH, GC_BV>(dOs, GC_LBV, a.dout + tok0 * (size_t)(H * dv) + (size_t)h * dv + v0, (size_t)H * dv, a.vec);
@@ -2999,7 +3055,7 @@ template <int DK, int BV> constexpr size_t bwd_state_smem() { return sizeof(floa
 // the accumulators as their A operand (rows = value columns), and each warp is independent of the others: the block
 // only shares the chunk's W and K tiles (bf16 copies written by prep, double-buffered cp.async, swizzled rows read
 // by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
-// too); the accumulated state, U, Vn, dVn and the snapshots stay fp32.
+// too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16.
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
 //   backward: dVnᵀ += (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (R_c of bwd_rhs computed here, from
 //             prep's bf16 copy of Q and dO rounded to bf16)
@@ -3084,11 +3140,11 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
         if (c + 1 < Nc) { state_issue<DK, NT>(Wsm + (s ^ 1) * CH * DK, Ksm + (s ^ 1) * CH * DK, Gsm + (s ^ 1) * CH, a, row0 + CH); fa_commit(); }
-        float *st = a.state + (bh * Nc + c) * (size_t)DK * dv + v0;  // snapshot S^start_c, [dk][dv]
+        const size_t st0 = (bh * Nc + c) * (size_t)DK * dv + v0;  // snapshot S^start_c, [dk][dv]
 #pragma unroll
         for (int j = 0; j < DK / 8; j++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) st[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)] = S[j][q];
+            for (int q = 0; q < 4; q++) st_put(a.state, st0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), S[j][q], a.st16);
         float V[8][4];  // Vnᵀ, initialised with Uᵀ
         float *U = a.U + row0 * dv + v0;
         if (c + 1 < Nc)  // the next chunk's U rows (this warp's 64 bytes of each) into L2
@@ -3150,11 +3206,11 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
         if (c > 0) issue(c - 1);
-        float *dst = a.dstate + (bh * Nc + c) * (size_t)DK * dv + v0;  // dS^end_c, [dk][dv]
+        const size_t dst0 = (bh * Nc + c) * (size_t)DK * dv + v0;  // dS^end_c, [dk][dv], bf16
 #pragma unroll
         for (int j = 0; j < DK / 8; j++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) dst[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)] = dS[j][q];
+            for (int q = 0; q < 4; q++) st_put(a.dstate, dst0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), dS[j][q], 1);
         float *dV = a.dVn + row0 * dv + v0;
         const float *dO = a.dout + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0;
         if (c > 0)  // the next chunk's dVn and dO rows (this warp's 64 bytes of each) into L2
@@ -3221,7 +3277,6 @@ __global__ void __launch_bounds__(GC_NT) bwd_vloop_kernel(GA a) {
     const int H = a.H, T = a.T, dv = a.dvd, Nc = a.Nc;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
-    const float *st = a.state + cc * DK * dv;
     float *accA = sm, *accB = accA + CH * LDK;
     float *S0s = (PART == 2) ? accB : accB + CH * GC_L64;  // PART2 has no accB
     float *R1 = S0s + DK * GC_LBV;                           // PART2 only
@@ -3239,7 +3294,7 @@ __global__ void __launch_bounds__(GC_NT) bwd_vloop_kernel(GA a) {
     const size_t ldo = (size_t)H * dv;
     for (int v0 = 0; v0 < dv; v0 += GC_BV) {
         const float bb = v0 ? 1.f : 0.f;
-        ld_tile<DK, GC_BV>(S0s, GC_LBV, st + v0, dv, a.vec);
+        ld_state<DK, GC_BV>(S0s, GC_LBV, a, cc * DK * dv + v0, a.state, a.st16);
         if (PART == 0) {
             ld_tile<CH, GC_BV>(T1, GC_LBV, a.dout + tok0 * ldo + (size_t)h * dv + v0, ldo, a.vec);
             ld_tile<CH, GC_BV>(T2, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
@@ -3247,7 +3302,7 @@ __global__ void __launch_bounds__(GC_NT) bwd_vloop_kernel(GA a) {
             ld_tile<CH, GC_BV>(T1, GC_LBV, a.dVn + wrow0 * dv + v0, dv, true);
             ld_tile<CH, GC_BV>(T2, GC_LBV, a.v + tok0 * a.ldv + (size_t)h * dv + v0, a.ldv, a.vec);
         } else {
-            ld_tile<DK, GC_BV>(R1, GC_LBV, a.dstate + cc * DK * dv + v0, dv, true);
+            ld_state<DK, GC_BV>(R1, GC_LBV, a, cc * DK * dv + v0, a.dstate, a.ds16);
             ld_tile<CH, GC_BV>(T1, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
         }
         cpa_commit();
@@ -3445,6 +3500,7 @@ static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
     memset(&a, 0, sizeof(a));
     a.B = B; a.T = T; a.H = H; a.dvd = dv; a.Nc = T / CH;
     a.scale = 1.f / sqrtf((float)dk);
+    a.st16 = g_gdn_st16;
     const size_t BH = (size_t)B * H, BT = BH * T, Nc = a.Nc;
     float *p = ws;
     a.Gc = p; p += BT;
@@ -3455,7 +3511,7 @@ static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
     a.Rc = p; p += BH * Nc * dk * dv;
     a.sdot = p; p += BH * Nc;
     a.dbv = p; p += BT;
-    if (state_bf16(dk, dv)) { a.Wb = reinterpret_cast<bf16 *>(p); a.Kb = a.Wb + BT * dk; a.Qb = a.Kb + BT * dk; }
+    if (state_bf16(dk, dv)) { a.Wb = reinterpret_cast<bf16 *>(p); a.Kb = a.Wb + BT * dk; a.Qb = a.Kb + BT * dk; a.ds16 = 1; }
     return a;
 }
 
@@ -3585,6 +3641,7 @@ static int gdn_use_chunked(int dk, int dv) {
 static void gdn_set_lowp(int on) {
     const char *e = getenv("NATSL_GDN_TF32");
     gdnc::set_lowp(on && !(e && atoi(e) == 0));
+    g_gdn_st16 = on;
 }
 static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv) {
     return gdn_use_chunked(dk, dv) ? gdnc::ws_floats(B, T, H, dk, dv) : gdn_tokens_ws_floats(B, H, dk, dv);

@@ -125,7 +125,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
             TAKE(qk_hat, 2 * BT * K, R | G); TAKE(qk_rho, 2 * BT * H, R);
-            TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP);
+            TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
             TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G | MA);
         }
         if (kind == 'N') {

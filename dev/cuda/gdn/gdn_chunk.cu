@@ -5,6 +5,7 @@
 //
 // Build + run (device):  nvcc -O3 -arch=sm_90 -std=c++17 -I. -o gdn_chunk dev/cuda/gdn/gdn_chunk.cu -lcublas -lnccl && ./gdn_chunk
 //   ./gdn_chunk test   -> correctness only;  ./gdn_chunk time -> timing only; no argument -> both.
+//   A second argument fp32 or bf16 runs that mode only (./gdn_chunk time bf16: for ncu).
 // (NATSL_GDN_TOKENS=1 ./gdn_chunk runs the same checks and timings on the token-recurrence fallback.)
 // Semantics checked: out, state, dq, dk, dg, dbeta and dA[...,1] written (dA exactly 0 where m == 0 and at the
 // last chunk, dA[...,0] untouched); dv ACCUMULATED (the harness zeroes it first; padding columns untouched).
@@ -208,11 +209,13 @@ static double relerr(const std::vector<float> &a, const std::vector<double> &r) 
     return n > 0 ? sqrt(dd / n) : sqrt(dd);
 }
 
-// Relative error bars: 1e-4 for the fp32 op (fp32 mode; measured ≤ 1e-6); in bf16 mode 3e-3 where only the block
-// matmuls run in TF32 (10-bit mantissas: measured 3e-4 … 1e-3), 1e-2 where the state recurrences run on bf16 operands
-// too (8-bit mantissas, unit roundoff 2^-9 ≈ 2e-3 per rounded operand; the state, W, K and Vn are each rounded once
-// per chunk, and the errors of the recurrence compound over the chunks — the long-T cases show how far).
-static double case_bar(int dk, int dv) { return !gdnc::g_lowp ? 1e-4 : gdnc::state_bf16(dk, dv) ? 1e-2 : 3e-3; }
+// Relative error bars: 1e-4 for the fp32 op (fp32 mode; measured ≤ 1e-6). bf16 mode stores the chunk-start states in
+// bf16 (each chunk runs from its rounded start state, doc/model.md (5.4h); the oracle does not round), runs the block
+// matmuls in TF32 (10-bit mantissas) and, for dk ∈ {64, 128}, the state recurrences on bf16 operands (8-bit mantissas:
+// unit roundoff 2^-9 ≈ 2e-3 per rounded operand; the state, W, K, Q, Vn, dVn and dO are each rounded once per chunk).
+// Bar 1e-2: 5x the unit roundoff, the errors of a few independently rounded operands adding in quadrature; the long-T
+// cases show that they do not grow with the number of chunks (the carried state stays fp32).
+static double case_bar(int, int) { return gdnc::g_lowp ? 1e-2 : 1e-4; }
 // mmode: 0 m = NULL (every chunk commits), 1 random 0/1, 2 random real, 3 none committed, 4 all committed (0/1 mask)
 static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int mmode, int pad = 0) {
     Prob p;
@@ -313,7 +316,9 @@ static void time_all() {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
     bool ok = true;
-    for (int lowp = 0; lowp <= 1; lowp++) { // the fp32 op (fp32 mode), then bf16 mode's (TF32 block matmuls, bf16 state kernels)
+    const char *only = argc > 2 ? argv[2] : "";  // "fp32" or "bf16": that mode only
+    for (int lowp = 0; lowp <= 1; lowp++) {
+        if ((!strcmp(only, "fp32") && lowp) || (!strcmp(only, "bf16") && !lowp)) continue; // the fp32 op (fp32 mode), then bf16 mode's (TF32 block matmuls, bf16 state kernels)
         gdn_set_lowp(lowp);
         printf("== %s\n", lowp ? "bf16 mode: block matmuls in TF32; state recurrences on bf16 tensor cores where dk ∈ {64, 128}" : "fp32 op");
         if (strcmp(mode, "time") != 0) {
