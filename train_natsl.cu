@@ -2509,6 +2509,13 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
     int P = gdn_lanes_per_column(dkh);
     dim3 grid(B * H, CEIL_DIV(dvh, 32 / P));
     float scale = 1.f / sqrtf((float)dkh);
+    // the kernel accumulates (float atomics): clear what the op writes first
+    const size_t BT = (size_t)B * T, nA = (size_t)B * (T / CH) * H;
+    CUDA_CHECK(cudaMemset2DAsync(dq, (size_t)ldqk * sizeof(float), 0, (size_t)H * dkh * sizeof(float), BT));
+    CUDA_CHECK(cudaMemset2DAsync(dk, (size_t)ldqk * sizeof(float), 0, (size_t)H * dkh * sizeof(float), BT));
+    CUDA_CHECK(cudaMemsetAsync(dg, 0, BT * H * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(dbeta, 0, BT * H * sizeof(float)));
+    if (dA) CUDA_CHECK(cudaMemset2DAsync(dA + 1, 2 * sizeof(float), 0, sizeof(float), nA)); // dA[...,1]
 #define GDN_BWD(PP) gdn_op_backward_kernel<PP><<<grid, 32>>>(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, \
                                                                   g, beta, m, T, H, dkh, dvh, scale, zs, g_gdn_st16)
     if (P == 1) GDN_BWD(1); else if (P == 2) GDN_BWD(2); else if (P == 4) GDN_BWD(4); else GDN_BWD(8);
