@@ -2559,6 +2559,7 @@ struct GA {
     // workspace
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
     bf16 *Wb, *Kb, *Qb;  // bf16 copies of W, K and Q for the bf16 state kernels (nullptr: the fp32 kernels run)
+    bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -2800,8 +2801,7 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
         const int i = idx >> 6, j = idx & 63;
         const float d = (i >= j) ? expf(Gs[i] - Gs[j]) : 0.f;
         As[i * GC_L64 + j] = (i > j) ? bs[i] * As[i * GC_L64 + j] * d : 0.f;
-        const float p = (i >= j) ? Ts[i * GC_L64 + j] * d : 0.f;
-        a.Pm[cc * CH * CH + idx] = p;
+        if (!a.Vb) a.Pm[cc * CH * CH + idx] = (i >= j) ? Ts[i * GC_L64 + j] * d : 0.f;  // (the bf16 fwd_out makes its own)
     }
     __syncthreads();
     for (int idx = tid; idx < CH * CH; idx += GC_NT) { const int i = idx >> 6, j = idx & 63; Ts[i * GC_L64 + j] = (i == j) ? 1.f : 0.f; }
@@ -3084,33 +3084,40 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&ac
         fa[kk][3] = pack_bf16(sgn * acc[2 * kk + 1][2], sgn * acc[2 * kk + 1][3]);
     }
 }
-// acc[16 × CH] += A[16 × DK] · X[CH × DK]ᵀ  (X: a chunk's swizzled bf16 rows; B operand by ldmatrix, k = d)
-template <int DK>
-__device__ __forceinline__ void mma_rows_t(float (&acc)[8][4], const uint32_t (&fa)[DK / 16][4], const bf16 *X) {
+// acc[16 × NN] += A[16 × NK] · Xᵀ, X = [NN rows][NK] (swizzled bf16 rows of LD; B operand by ldmatrix, k along the rows)
+template <int NK, int NN, int LD>
+__device__ __forceinline__ void mma_abt(float (&acc)[NN / 8][4], const uint32_t (&fa)[NK / 16][4], const bf16 *X) {
     const int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
 #pragma unroll
-    for (int kk = 0; kk < DK / 16; kk++)
+    for (int kk = 0; kk < NK / 16; kk++)
 #pragma unroll
-        for (int jp = 0; jp < 4; jp++) {
+        for (int jp = 0; jp < NN / 16; jp++) {
             uint32_t bw[4];
-            ldsm4(bw, fa_smem_u32(X + swz<DK>(16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
+            ldsm4(bw, fa_smem_u32(X + swz<LD>(16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
             mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
             mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
         }
 }
-// acc[16 × DK] += A[16 × CH] · X[CH × DK]  (B operand by ldmatrix.trans, k = token)
-template <int DK>
-__device__ __forceinline__ void mma_rows(float (&acc)[DK / 8][4], const uint32_t (&fa)[4][4], const bf16 *X) {
+// acc[16 × NN] += A[16 × NK] · X, X = [NK rows][NN] (swizzled bf16 rows of LD; B operand by ldmatrix.trans)
+template <int NK, int NN, int LD>
+__device__ __forceinline__ void mma_ab(float (&acc)[NN / 8][4], const uint32_t (&fa)[NK / 16][4], const bf16 *X) {
     const int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++)
+    for (int kk = 0; kk < NK / 16; kk++)
 #pragma unroll
-        for (int jp = 0; jp < DK / 16; jp++) {
+        for (int jp = 0; jp < NN / 16; jp++) {
             uint32_t bw[4];
-            ldsm4t(bw, fa_smem_u32(X + swz<DK>(16 * kk + 8 * (q & 1) + r, 2 * jp + (q >> 1))));
+            ldsm4t(bw, fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, 2 * jp + (q >> 1))));
             mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
             mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
         }
+}
+// A fragments of rows r0 .. r0+15 of a swizzled bf16 tile [rows][LD] (k = the NK columns)
+template <int NK, int LD>
+__device__ __forceinline__ void lds_a(uint32_t (&fa)[NK / 16][4], const bf16 *X, int r0) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; kk++) ldsm4(fa[kk], fa_smem_u32(X + swz<LD>(r0 + (lane & 15), 2 * kk + (lane >> 4))));
 }
 // A[16 × CH] = rows of acc scaled per token (column) by f(token): bf16 fragments
 __device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const float (&acc)[8][4], const float *fs) {
@@ -3164,11 +3171,14 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         acc_to_a<DK / 16>(fa, S, -1.f);
         if (c + 1 < Nc) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
-        mma_rows_t<DK>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
+        mma_abt<DK, CH, DK>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
+        bf16 *vb = a.Vb + ((bh * Nc + c) * dv + v0) * CH;  // Vnᵀ rows of this warp's value columns
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) U[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)] = V[j][q];
+        for (int j = 0; j < 8; j++) {
+            const int i = 8 * j + 2 * (lane & 3), r = lane >> 2;
+            *reinterpret_cast<uint32_t *>(vb + (size_t)r * CH + i) = pack_bf16(V[j][0], V[j][1]);
+            *reinterpret_cast<uint32_t *>(vb + (size_t)(r + 8) * CH + i) = pack_bf16(V[j][2], V[j][3]);
+        }
         if (c + 1 < Nc) {
             const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
             const float mv = mval_of(a, b, c, h);
@@ -3181,7 +3191,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
             for (int j = 0; j < DK / 8; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) S[j][q] *= gam;
-            mma_rows<DK>(S, fv, Ksm + s * CH * DK);  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
+            mma_ab<CH, DK, DK>(S, fv, Ksm + s * CH * DK);  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
         }
         __syncthreads();  // buffer s and Fs are free for chunk c + 1
     }
@@ -3239,7 +3249,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
             acc_to_a<DK / 16>(fa, dS, 1.f);
             if (c > 0) fa_wait<1>(); else fa_wait<0>();
             __syncthreads();
-            mma_rows_t<DK>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
+            mma_abt<DK, CH, DK>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
         }
         const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
         const float mv = mval_of(a, b, c, h);
@@ -3262,13 +3272,81 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
             for (int j = 0; j < DK / 8; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) dS[j][q] *= gam;
-            mma_rows<DK>(dS, fo, Qsm + s * CH * DK);  // + R_cᵀ = s dOᵀ diag(γ) Q
-            mma_rows<DK>(dS, fd, Wsm + s * CH * DK);  // − dVnᵀ W
+            mma_ab<CH, DK, DK>(dS, fo, Qsm + s * CH * DK);  // + R_cᵀ = s dOᵀ diag(γ) Q
+            mma_ab<CH, DK, DK>(dS, fd, Wsm + s * CH * DK);  // − dVnᵀ W
         }
         __syncthreads();
     }
 }
 template <int DK> constexpr size_t bwd_state_bf16_smem() { return 6 * CH * DK * sizeof(bf16) + 4 * CH * sizeof(float); }
+
+// K3 in bf16 mode (dk ∈ {64, 128}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
+// 16w .. 16w+15: Pw = s (Q Kᵀ ⊙ Γ ⊙ [i ≥ j]) once (bf16 A operand), then per 64 value columns
+// O = s diag(γ) Q S0 + Pw Vn, with Q, K from prep's bf16 copies, S0 the bf16 start states, Vnᵀ the state kernel's
+// bf16 copy; the value tiles double-buffered by cp.async, fp32 accumulation.
+template <int DK>
+__global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
+    extern __shared__ __align__(128) unsigned char smraw[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ss = Ks + CH * DK, *Vs = Ss + 2 * DK * 64;
+    float *Gs = reinterpret_cast<float *>(Vs + 2 * 64 * CH);
+    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
+    const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
+    const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv, *vn = a.Vb + cc * dv * CH;
+    load_tile<DK, CH, 128>(Qs, a.Qb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 128>(Ks, a.Kb + row0 * DK, DK, tid);
+    if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
+    auto issue = [&](int vt) {  // S0 columns and Vnᵀ rows of value tile vt
+        load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
+        load_tile<CH, 64, 128>(Vs + (vt & 1) * 64 * CH, vn + (size_t)vt * 64 * CH, CH, tid);
+        fa_commit();
+    };
+    issue(0);
+    if (nvt > 1) issue(1);
+    uint32_t fq[DK / 16][4], fp[4][4];
+    float e0 = 0.f, e1 = 0.f;
+    const int i0 = 16 * w + g;
+    float *out = a.o + ((size_t)b * a.T + (size_t)c * CH + i0) * (size_t)(a.H * dv) + (size_t)h * dv;
+    for (int vt = 0; vt < nvt; vt++) {
+        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+        __syncthreads();
+        if (vt == 0) {
+            lds_a<DK, DK>(fq, Qs, 16 * w);
+            float P[8][4];
+#pragma unroll
+            for (int j = 0; j < 8; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
+            mma_abt<DK, CH, DK>(P, fq, Ks);
+            const float G0 = Gs[i0], G1 = Gs[i0 + 8];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int col = 8 * j + 2 * t + (q & 1), row = i0 + 8 * (q >> 1);
+                    P[j][q] = col <= row ? a.scale * expf((q < 2 ? G0 : G1) - Gs[col]) * P[j][q] : 0.f;
+                }
+            acc_to_a<4>(fp, P, 1.f);
+            e0 = a.scale * expf(G0);
+            e1 = a.scale * expf(G1);
+        }
+        float O[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) O[j][0] = O[j][1] = O[j][2] = O[j][3] = 0.f;
+        mma_ab<DK, 64, 64>(O, fq, Ss + (vt & 1) * DK * 64);  // Q S0
+#pragma unroll
+        for (int j = 0; j < 8; j++) { O[j][0] *= e0; O[j][1] *= e0; O[j][2] *= e1; O[j][3] *= e1; }
+        mma_abt<CH, 64, 64>(O, fp, Vs + (vt & 1) * 64 * CH);  // + Pw Vn
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int col = vt * 64 + 8 * j + 2 * t;
+            *reinterpret_cast<float2 *>(out + col) = make_float2(O[j][0], O[j][1]);
+            *reinterpret_cast<float2 *>(out + (size_t)8 * a.H * dv + col) = make_float2(O[j][2], O[j][3]);
+        }
+        __syncthreads();  // buffer vt & 1 is free
+        if (vt + 2 < nvt) issue(vt + 2);
+    }
+}
+template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
 #undef GC_ACC_ROW
 #undef GC_ACC_COL
 
@@ -3493,7 +3571,7 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 static bool supported(int dk, int dv) { return (dk == 32 || dk == 48 || dk == 64 || dk == 128) && dv % GC_BV == 0; }
 static int g_lowp = 0;  // bf16 mode: TF32 block matmuls, bf16 state kernels (set_lowp)
 static void set_lowp(int on) { g_lowp = on; CUDA_CHECK(cudaMemcpyToSymbol(c_gdn_tf32, &on, sizeof(int))); }
-static bool state_bf16(int dk, int dv) { return g_lowp && (dk == 64 || dk == 128) && dv % 16 == 0; }
+static bool state_bf16(int dk, int dv) { return g_lowp && (dk == 64 || dk == 128) && dv % 64 == 0; }
 
 static size_t ws_floats(int B, int T, int H, int dk, int dv) {
     const size_t BH = (size_t)B * H, BT = BH * T, Nc = T / CH;
@@ -3518,7 +3596,7 @@ static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
     a.Rc = p; p += BH * Nc * dk * dv;
     a.sdot = p; p += BH * Nc;
     a.dbv = p; p += BT;
-    if (state_bf16(dk, dv)) { a.Wb = reinterpret_cast<bf16 *>(p); a.Kb = a.Wb + BT * dk; a.Qb = a.Kb + BT * dk; a.ds16 = 1; }
+    if (state_bf16(dk, dv) && a.st16) { a.Wb = reinterpret_cast<bf16 *>(p); a.Kb = a.Wb + BT * dk; a.Qb = a.Kb + BT * dk; a.ds16 = 1; }
     return a;
 }
 
@@ -3543,6 +3621,7 @@ template <int DK> static void set_attrs() {
             CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_bf16_smem<DK>()));
         for (auto k : {bwd_state_bf16_kernel<DK, 1>, bwd_state_bf16_kernel<DK, 2>, bwd_state_bf16_kernel<DK, 4>})
             CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_bf16_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(fwd_out_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_bf16_smem<DK>()));
     }
 }
 
@@ -3581,7 +3660,11 @@ template <int DK> static void fwd_impl(const GA &a) {
     prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
     state_pass<DK, true>(a);
     GDN_KERNEL_MARK("fwd_state");
-    fwd_out_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, fwd_out_smem<DK>()>>>(a); GDN_KERNEL_MARK("fwd_out");
+    bool done = false;
+    if constexpr (DK == 64 || DK == 128)
+        if (a.Vb) { fwd_out_bf16_kernel<DK><<<dim3(Nc, B * H), 128, fwd_out_bf16_smem<DK>()>>>(a); done = true; }
+    if (!done) fwd_out_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, fwd_out_smem<DK>()>>>(a);
+    GDN_KERNEL_MARK("fwd_out");
     CUDA_CHECK(cudaGetLastError());
 }
 template <int DK> static void bwd_impl(const GA &a) {
@@ -3610,6 +3693,7 @@ static void forward(float *o, float *state, const float *q, const float *k, int 
     a.o = o; a.state = state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(o) && ldqk % 4 == 0 &&
             ldv % 4 == 0 && dk % 4 == 0;
+    if (a.Wb) a.Vb = reinterpret_cast<bf16 *>(a.dVn);
     GC_DISPATCH(dk, fwd_impl, a);
 }
 static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
