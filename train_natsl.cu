@@ -3347,6 +3347,82 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
     }
 }
 template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
+
+// B1 in bf16 mode (same shapes), grid (Nc, B*H), 4 warps; warp w owns rows 16w .. 16w+15 of the chunk, per 64 value
+// columns: Vn = U − W S0 (its tokens; fp32, over U) and dVn_local = s Pᵀ dO (its keys; fp32), with
+// Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from prep's bf16 copies; dO is rounded to bf16 on its way into shared memory.
+template <int DK>
+__global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
+    extern __shared__ __align__(128) unsigned char smraw[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ws = Ks + CH * DK, *Ss = Ws + CH * DK, *Os = Ss + 2 * DK * 64;
+    float *Gs = reinterpret_cast<float *>(Os + CH * 64);
+    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
+    const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, ldo = (size_t)a.H * dv;
+    const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
+    const float *dO = a.dout + ((size_t)b * a.T + (size_t)c * CH) * ldo + (size_t)h * dv;
+    load_tile<DK, CH, 128>(Qs, a.Qb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 128>(Ks, a.Kb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 128>(Ws, a.Wb + row0 * DK, DK, tid);
+    if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
+    auto issue = [&](int vt) {
+        load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
+        fa_commit();
+    };
+    issue(0);
+    if (nvt > 1) issue(1);
+    uint32_t fw[DK / 16][4], fpt[4][4];
+    const int r0 = 16 * w + g;  // this thread's rows r0 and r0 + 8
+    for (int vt = 0; vt < nvt; vt++) {
+        for (int idx = tid; idx < CH * 8; idx += 128) {  // the dO tile, rounded to bf16
+            const int r = idx >> 3, ch = idx & 7;
+            const float4 x0 = *reinterpret_cast<const float4 *>(dO + r * ldo + vt * 64 + ch * 8);
+            const float4 x1 = *reinterpret_cast<const float4 *>(dO + r * ldo + vt * 64 + ch * 8 + 4);
+            *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) =
+                make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
+        }
+        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+        __syncthreads();
+        if (vt == 0) {
+            uint32_t fk[DK / 16][4];
+            lds_a<DK, DK>(fw, Ws, 16 * w);
+            lds_a<DK, DK>(fk, Ks, 16 * w);
+            float P[8][4];  // Pᵀ rows j = r0 (+8), columns i
+#pragma unroll
+            for (int j = 0; j < 8; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
+            mma_abt<DK, CH, DK>(P, fk, Qs);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int i = 8 * j + 2 * t + (q & 1), jj = r0 + 8 * (q >> 1);
+                    P[j][q] = i >= jj ? a.scale * expf(Gs[i] - Gs[jj]) * P[j][q] : 0.f;
+                }
+            acc_to_a<4>(fpt, P, 1.f);
+        }
+        float V[8][4], D[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) V[j][q] = D[j][q] = 0.f;
+        mma_ab<DK, 64, 64>(V, fw, Ss + (vt & 1) * DK * 64);  // W S0
+        mma_ab<CH, 64, 64>(D, fpt, Os);                      // s Pᵀ dO
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const size_t o = (row0 + r0 + 8 * hh) * dv + vt * 64 + 8 * j + 2 * t;
+                float2 *u = reinterpret_cast<float2 *>(a.U + o);
+                const float2 uv = *u;
+                *u = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
+                *reinterpret_cast<float2 *>(a.dVn + o) = make_float2(D[j][2 * hh], D[j][2 * hh + 1]);
+            }
+        __syncthreads();  // Os and buffer vt & 1 are free
+        if (vt + 2 < nvt) issue(vt + 2);
+    }
+}
+template <int DK> constexpr size_t bwd_local_bf16_smem() { return (3 * CH * DK + 2 * DK * 64 + CH * 64) * sizeof(bf16) + CH * sizeof(float); }
 #undef GC_ACC_ROW
 #undef GC_ACC_COL
 
@@ -3622,6 +3698,7 @@ template <int DK> static void set_attrs() {
         for (auto k : {bwd_state_bf16_kernel<DK, 1>, bwd_state_bf16_kernel<DK, 2>, bwd_state_bf16_kernel<DK, 4>})
             CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_bf16_smem<DK>()));
         CUDA_CHECK(cudaFuncSetAttribute(fwd_out_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_bf16_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_local_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_bf16_smem<DK>()));
     }
 }
 
@@ -3671,7 +3748,11 @@ template <int DK> static void bwd_impl(const GA &a) {
     set_attrs<DK>();
     const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
     prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
-    bwd_local_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_local_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
+    bool done = false;
+    if constexpr (DK == 64 || DK == 128)
+        if (a.Wb) { bwd_local_bf16_kernel<DK><<<dim3(Nc, B * H), 128, bwd_local_bf16_smem<DK>()>>>(a); done = true; }
+    if (!done) bwd_local_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_local_smem<DK>()>>>(a);
+    GDN_KERNEL_MARK("bwd_local");
     if (!a.Wb) { bwd_rhs_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs"); }
     state_pass<DK, false>(a);
     GDN_KERNEL_MARK("bwd_state");
@@ -3686,6 +3767,8 @@ template <int DK> static void bwd_impl(const GA &a) {
     default: fprintf(stderr, "gdn_op: dk=%d not instantiated (32/48/64/128)\n", dk); exit(1); } } while (0)
 
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+// the bf16 kernels load and store the op's tensors in 8- and 16-byte vectors: unaligned layouts take the others
+static void no_bf16(GA &a) { a.Wb = a.Kb = a.Qb = nullptr; a.ds16 = 0; }
 
 static void forward(float *o, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
                     const float *g, const float *beta, const float *m, int B, int T, int H, int dk, int dv, float *ws) {
@@ -3693,6 +3776,7 @@ static void forward(float *o, float *state, const float *q, const float *k, int 
     a.o = o; a.state = state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(o) && ldqk % 4 == 0 &&
             ldv % 4 == 0 && dk % 4 == 0;
+    if (!a.vec) no_bf16(a);
     if (a.Wb) a.Vb = reinterpret_cast<bf16 *>(a.dVn);
     GC_DISPATCH(dk, fwd_impl, a);
 }
@@ -3704,6 +3788,7 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
     a.state = (float *)state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) && aligned16(dq) &&
             aligned16(dk) && aligned16(dv) && ldqk % 4 == 0 && ldv % 4 == 0 && dkd % 4 == 0;
+    if (!a.vec) no_bf16(a);
     GC_DISPATCH(dkd, bwd_impl, a);
 }
 #undef GC_DISPATCH
