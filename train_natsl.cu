@@ -2560,6 +2560,8 @@ struct GA {
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
     bf16 *Wb, *Kb, *Qb;  // bf16 copies of W, K and Q for the bf16 state kernels (nullptr: the fp32 kernels run)
     bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
+    bf16 *Vnb, *dOb;     // backward with the bf16 kernels: Vn and dO in bf16, [BH*T][dv] (in the Rc region, unused then:
+                         // its BH·Nc·dk·dv floats hold both for dk >= 64)
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -3349,8 +3351,9 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
 template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
 
 // B1 in bf16 mode (same shapes), grid (Nc, B*H), 4 warps; warp w owns rows 16w .. 16w+15 of the chunk, per 64 value
-// columns: Vn = U − W S0 (its tokens; fp32, over U) and dVn_local = s Pᵀ dO (its keys; fp32), with
-// Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from prep's bf16 copies; dO is rounded to bf16 on its way into shared memory.
+// columns: Vn = U − W S0 (its tokens; fp32, over U, and a bf16 copy) and dVn_local = s Pᵀ dO (its keys; fp32), with
+// Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from prep's bf16 copies; dO is rounded to bf16 on its way into shared memory
+// (and kept so for the later passes).
 template <int DK>
 __global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
     extern __shared__ __align__(128) unsigned char smraw[];
@@ -3379,8 +3382,9 @@ __global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
             const int r = idx >> 3, ch = idx & 7;
             const float4 x0 = *reinterpret_cast<const float4 *>(dO + r * ldo + vt * 64 + ch * 8);
             const float4 x1 = *reinterpret_cast<const float4 *>(dO + r * ldo + vt * 64 + ch * 8 + 4);
-            *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) =
-                make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
+            const uint4 y = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
+            *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = y;
+            *reinterpret_cast<uint4 *>(a.dOb + (row0 + r) * dv + vt * 64 + ch * 8) = y;  // for the later passes
         }
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
@@ -3414,8 +3418,9 @@ __global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
             for (int hh = 0; hh < 2; hh++) {
                 const size_t o = (row0 + r0 + 8 * hh) * dv + vt * 64 + 8 * j + 2 * t;
                 float2 *u = reinterpret_cast<float2 *>(a.U + o);
-                const float2 uv = *u;
-                *u = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
+                const float2 uv = *u, vn = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
+                *u = vn;
+                *reinterpret_cast<uint32_t *>(a.Vnb + o) = pack_bf16(vn.x, vn.y);
                 *reinterpret_cast<float2 *>(a.dVn + o) = make_float2(D[j][2 * hh], D[j][2 * hh + 1]);
             }
         __syncthreads();  // Os and buffer vt & 1 are free
@@ -3423,6 +3428,116 @@ __global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
     }
 }
 template <int DK> constexpr size_t bwd_local_bf16_smem() { return (3 * CH * DK + 2 * DK * 64 + CH * 64) * sizeof(bf16) + CH * sizeof(float); }
+
+// B3 parts 0 and 2 in bf16 mode, grid (Nc, B*H), 4 warps (16 rows i each), over the value dim in tiles of 64:
+//   PART 0: dQ1 = dO S0ᵀ, dPm = s dO Vnᵀ;   PART 2: X = diag(λ) Vn dSeᵀ, sdot = ⟨dSe, S0⟩
+// (dO, Vn: bwd_local's bf16 copies; S0, dSe: the bf16 snapshots; double-buffered cp.async, fp32 accumulation). PART 2
+// takes Vn in fp32 and splits it into two bf16 operands (hi + lo): X feeds the router gradient dA = Σ_j k_j·X_j, a sum
+// with cancellation, which a bf16 Vn moves by ~1e-2 (dev/cuda/gdn/NOTES.md).
+template <int DK, int PART>
+__global__ void __launch_bounds__(128) bwd_vloop_bf16_kernel(GA a) {
+    extern __shared__ __align__(128) unsigned char smraw[];
+    constexpr int LV = 68;                                    // PART 2: fp32 Vn rows, padded
+    constexpr int ROWB = PART == 0 ? CH * 64 : CH * LV * 2;   // the row tile in bf16 units (dO; or fp32 Vn)
+    constexpr int TILE = ROWB + 2 * DK * 64;                  // per buffer: the row tile, S0 [DK][64], Vn [CH][64] or dSe [DK][64]
+    bf16 *buf = reinterpret_cast<bf16 *>(smraw);
+    float *Gs = reinterpret_cast<float *>(buf + 2 * TILE), *red = Gs + CH;
+    const int c = blockIdx.x, bh = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
+    const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
+    const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
+    const bf16 *ds = reinterpret_cast<const bf16 *>(a.dstate) + cc * DK * dv;
+    if (PART == 2 && tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
+    auto issue = [&](int vt) {
+        bf16 *b = buf + (vt & 1) * TILE;
+        if (PART == 0) {
+            load_tile<64, CH, 128>(b, a.dOb + row0 * dv + vt * 64, dv, tid);
+            load_tile<64, CH, 128>(b + ROWB + DK * 64, a.Vnb + row0 * dv + vt * 64, dv, tid);
+        } else {
+            float *vf = reinterpret_cast<float *>(b);
+            for (int e = tid; e < CH * 16; e += 128) fa_cp16(vf + (e >> 4) * LV + (e & 15) * 4, a.U + (row0 + (e >> 4)) * dv + vt * 64 + (e & 15) * 4);
+            load_tile<64, DK, 128>(b + ROWB + DK * 64, ds + vt * 64, dv, tid);
+        }
+        load_tile<64, DK, 128>(b + ROWB, st + vt * 64, dv, tid);
+        fa_commit();
+    };
+    issue(0);
+    if (nvt > 1) issue(1);
+    float A1[DK / 8][4], A2[8][4], part = 0.f;
+#pragma unroll
+    for (int j = 0; j < DK / 8; j++) A1[j][0] = A1[j][1] = A1[j][2] = A1[j][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) A2[j][0] = A2[j][1] = A2[j][2] = A2[j][3] = 0.f;
+    for (int vt = 0; vt < nvt; vt++) {
+        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+        __syncthreads();
+        const bf16 *b = buf + (vt & 1) * TILE, *S0 = b + ROWB, *X2 = S0 + DK * 64;
+        if (PART == 0) {
+            uint32_t fr[4][4];
+            lds_a<64, 64>(fr, b, 16 * w);
+            mma_abt<64, DK, 64>(A1, fr, S0);  // dO S0ᵀ
+            mma_abt<64, CH, 64>(A2, fr, X2);  // dO Vnᵀ
+        } else {
+            uint32_t fh[4][4], fl[4][4];  // Vn rows 16w.. = hi + lo
+            const float *vf = reinterpret_cast<const float *>(b) + (16 * w + g) * LV + 2 * t;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const float2 x = *reinterpret_cast<const float2 *>(vf + (q & 1) * 8 * LV + 16 * kk + (q >> 1) * 8);
+                    const __nv_bfloat162 hi = __floats2bfloat162_rn(x.x, x.y);
+                    const float2 hf = __bfloat1622float2(hi);
+                    fh[kk][q] = *reinterpret_cast<const uint32_t *>(&hi);
+                    fl[kk][q] = pack_bf16(x.x - hf.x, x.y - hf.y);
+                }
+            mma_abt<64, DK, 64>(A1, fh, X2);  // Vn dSeᵀ
+            mma_abt<64, DK, 64>(A1, fl, X2);
+            for (int e = tid; e < DK * 64 / 8; e += 128) {  // ⟨dSe, S0⟩ (both tiles swizzled alike)
+                const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(X2)[e];
+                const __nv_bfloat162 *xs = reinterpret_cast<const __nv_bfloat162 *>(&x), *ys = reinterpret_cast<const __nv_bfloat162 *>(&y);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const float2 u = __bfloat1622float2(xs[q]), v = __bfloat1622float2(ys[q]);
+                    part = fmaf(u.x, v.x, fmaf(u.y, v.y, part));
+                }
+            }
+        }
+        __syncthreads();
+        if (vt + 2 < nvt) issue(vt + 2);
+    }
+    const int r0 = 16 * w + g;
+    if (PART == 0) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int r = r0 + 8 * hh;
+#pragma unroll
+            for (int j = 0; j < DK / 8; j++)
+                *reinterpret_cast<float2 *>(a.dQ1 + (row0 + r) * DK + 8 * j + 2 * t) = make_float2(A1[j][2 * hh], A1[j][2 * hh + 1]);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                *reinterpret_cast<float2 *>(a.dPm + cc * CH * CH + r * CH + 8 * j + 2 * t) =
+                    make_float2(a.scale * A2[j][2 * hh], a.scale * A2[j][2 * hh + 1]);
+        }
+    } else {
+        const float GL = Gs[CH - 1];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int r = r0 + 8 * hh;
+            const float lam = expf(GL - Gs[r]);
+#pragma unroll
+            for (int j = 0; j < DK / 8; j++)
+                *reinterpret_cast<float2 *>(a.X + (row0 + r) * DK + 8 * j + 2 * t) = make_float2(lam * A1[j][2 * hh], lam * A1[j][2 * hh + 1]);
+        }
+        for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (lane == 0) red[w] = part;
+        __syncthreads();
+        if (tid == 0) a.sdot[cc] = red[0] + red[1] + red[2] + red[3];
+    }
+}
+template <int DK, int PART> constexpr size_t bwd_vloop_bf16_smem() {
+    return 2 * ((PART == 0 ? CH * 64 : CH * 68 * 2) + 2 * DK * 64) * sizeof(bf16) + (CH + 4) * sizeof(float);
+}
 #undef GC_ACC_ROW
 #undef GC_ACC_COL
 
@@ -3699,6 +3814,8 @@ template <int DK> static void set_attrs() {
             CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_bf16_smem<DK>()));
         CUDA_CHECK(cudaFuncSetAttribute(fwd_out_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_bf16_smem<DK>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_local_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_bf16_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 0>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 2>()));
     }
 }
 
@@ -3756,9 +3873,15 @@ template <int DK> static void bwd_impl(const GA &a) {
     if (!a.Wb) { bwd_rhs_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs"); }
     state_pass<DK, false>(a);
     GDN_KERNEL_MARK("bwd_state");
-    bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
+    done = false;
+    if constexpr (DK == 64 || DK == 128)
+        if (a.Wb) { bwd_vloop_bf16_kernel<DK, 0><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 0>()>>>(a); done = true; }
+    if (!done) bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a);
+    GDN_KERNEL_MARK("vloop0");
     bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a); GDN_KERNEL_MARK("vloop1");
-    bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
+    if (done) bwd_vloop_bf16_kernel<DK, 2><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 2>()>>>(a);
+    else bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a);
+    GDN_KERNEL_MARK("vloop2");
     bwd_final_kernel<DK><<<dim3(Nc, B * H), GC_NT, bwd_final_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_final");
     CUDA_CHECK(cudaGetLastError());
 }
@@ -3789,6 +3912,7 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
     a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) && aligned16(dq) &&
             aligned16(dk) && aligned16(dv) && ldqk % 4 == 0 && ldv % 4 == 0 && dkd % 4 == 0;
     if (!a.vec) no_bf16(a);
+    if (a.Wb) { a.Vnb = reinterpret_cast<bf16 *>(a.Rc); a.dOb = a.Vnb + (size_t)B * H * T * dvd; }
     GC_DISPATCH(dkd, bwd_impl, a);
 }
 #undef GC_DISPATCH
