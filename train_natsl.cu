@@ -2531,9 +2531,11 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 //   S^start_{c+1} = γ_63 S0 + m Kᵀ diag(λ) Vn
 // Kernels: fwd = prep (per chunk: G, A, T, P, W, U) → fwd_state (sequential over chunks per value tile:
 // state[c], Vn) → fwd_out.  bwd = prep → bwd_local → bwd_rhs → bwd_state (reverse sequential: dS^end_c,
-// dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). All intra-chunk
-// products are fp32 FMA block matmuls on shared memory (mm). Needs T % 64 == 0, dv % 32 == 0 and
-// dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
+// dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). The intra-chunk products
+// are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
+// dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), the state passes, fwd_out, bwd_local and vloops 0 and 2 run
+// as *_bf16 kernels on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs T % 64 == 0, dv % 32 == 0
+// and dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); ACCUMULATES dv.
 // Workspace: an explicit buffer of gdnc::ws_floats(...) floats (the model owns it, M->gdn_ws).
 #ifndef GDN_KERNEL_MARK
