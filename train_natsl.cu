@@ -3540,6 +3540,93 @@ __global__ void __launch_bounds__(128) bwd_vloop_bf16_kernel(GA a) {
 template <int DK, int PART> constexpr size_t bwd_vloop_bf16_smem() {
     return 2 * ((PART == 0 ? CH * 64 : CH * 68 * 2) + 2 * DK * 64) * sizeof(bf16) + (CH + 4) * sizeof(float);
 }
+
+// B3 part 1 in bf16 mode, grid (Nc, B*H), 4 warps (16 rows each), over 64-column value tiles: dWm = dVn S0ᵀ,
+// dTV = dVn Vᵀ diag(β), dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). dVn, V and T are rounded to bf16 on their way
+// into shared memory (T, the inverse (I + A)⁻¹, as fla stores it), the S0 tiles come by cp.async; dbv reads V in fp32.
+template <int DK>
+__global__ void __launch_bounds__(128) bwd_vloop1_bf16_kernel(GA a) {
+    extern __shared__ __align__(128) unsigned char smraw[];
+    bf16 *Ts = reinterpret_cast<bf16 *>(smraw), *Ds = Ts + CH * CH, *Vs = Ds + CH * 64, *Ss = Vs + CH * 64;  // Ss: 2 × [DK][64]
+    float *bs = reinterpret_cast<float *>(Ss + 2 * DK * 64);
+    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
+    const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
+    const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
+    const float *vsrc = a.v + tok0 * a.ldv + (size_t)h * dv;
+    auto issue = [&](int vt) { load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); fa_commit(); };
+    issue(0);
+    if (nvt > 1) issue(1);
+    // a [CH][64] fp32 tile (row stride ld) -> bf16 swizzled smem
+    auto to_bf16 = [&](bf16 *dst, const float *src, size_t ld) {
+        for (int idx = tid; idx < CH * 8; idx += 128) {
+            const int r = idx >> 3, ch = idx & 7;
+            const float4 x0 = *reinterpret_cast<const float4 *>(src + r * ld + ch * 8);
+            const float4 x1 = *reinterpret_cast<const float4 *>(src + r * ld + ch * 8 + 4);
+            *reinterpret_cast<uint4 *>(dst + swz<64>(r, ch)) =
+                make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
+        }
+    };
+    to_bf16(Ts, a.Tm + cc * CH * CH, CH);
+    if (tid < CH) bs[tid] = a.beta[(tok0 + tid) * a.H + h];
+    float W1[DK / 8][4], P2[8][4], dbv0 = 0.f, dbv1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < DK / 8; j++) W1[j][0] = W1[j][1] = W1[j][2] = W1[j][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) P2[j][0] = P2[j][1] = P2[j][2] = P2[j][3] = 0.f;
+    uint32_t ftt[4][4];  // Tᵀ rows 16w.. (A operand from T's columns: ldmatrix.trans)
+    const int r0 = 16 * w + g;
+    for (int vt = 0; vt < nvt; vt++) {
+        to_bf16(Ds, a.dVn + row0 * dv + vt * 64, dv);
+        to_bf16(Vs, vsrc + vt * 64, a.ldv);
+        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+        __syncthreads();
+        if (vt == 0) {
+            const int q = lane >> 3;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) ldsm4t(ftt[kk], fa_smem_u32(Ts + swz<64>(16 * kk + 8 * (q >> 1) + (lane & 7), 2 * w + (q & 1))));
+        }
+        uint32_t fd[4][4];
+        lds_a<64, 64>(fd, Ds, 16 * w);
+        mma_abt<64, DK, 64>(W1, fd, Ss + (vt & 1) * DK * 64);  // dVn S0ᵀ
+        mma_abt<64, CH, 64>(P2, fd, Vs);                       // dVn Vᵀ
+        float Y[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) Y[j][0] = Y[j][1] = Y[j][2] = Y[j][3] = 0.f;
+        mma_ab<CH, 64, 64>(Y, ftt, Ds);  // Tᵀ dVn
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int r = r0 + 8 * hh, col = vt * 64 + 8 * j + 2 * t;
+                const float2 vv = *reinterpret_cast<const float2 *>(vsrc + (size_t)r * a.ldv + col);
+                float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + col);
+                const float2 o = *dvp, y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
+                *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // accumulates (the softmax op wrote dV first)
+                const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
+                if (hh) dbv1 += d; else dbv0 += d;
+            }
+        __syncthreads();  // Ds, Vs and buffer vt & 1 are free
+        if (vt + 2 < nvt) issue(vt + 2);
+    }
+    dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
+    dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
+    if (t == 0) { a.dbv[row0 + r0] = dbv0; a.dbv[row0 + r0 + 8] = dbv1; }
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int r = r0 + 8 * hh;
+#pragma unroll
+        for (int j = 0; j < DK / 8; j++)
+            *reinterpret_cast<float2 *>(a.dWm + (row0 + r) * DK + 8 * j + 2 * t) = make_float2(W1[j][2 * hh], W1[j][2 * hh + 1]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int col = 8 * j + 2 * t;
+            *reinterpret_cast<float2 *>(a.dTV + cc * CH * CH + r * CH + col) = make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
+        }
+    }
+}
+template <int DK> constexpr size_t bwd_vloop1_bf16_smem() { return (CH * CH + 2 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + CH * sizeof(float); }
 #undef GC_ACC_ROW
 #undef GC_ACC_COL
 
@@ -3818,6 +3905,7 @@ template <int DK> static void set_attrs() {
         CUDA_CHECK(cudaFuncSetAttribute(bwd_local_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_bf16_smem<DK>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 0>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 2>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop1_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop1_bf16_smem<DK>()));
     }
 }
 
@@ -3880,7 +3968,9 @@ template <int DK> static void bwd_impl(const GA &a) {
         if (a.Wb) { bwd_vloop_bf16_kernel<DK, 0><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 0>()>>>(a); done = true; }
     if (!done) bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a);
     GDN_KERNEL_MARK("vloop0");
-    bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a); GDN_KERNEL_MARK("vloop1");
+    if (done) bwd_vloop1_bf16_kernel<DK><<<dim3(Nc, B * H), 128, bwd_vloop1_bf16_smem<DK>()>>>(a);
+    else bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a);
+    GDN_KERNEL_MARK("vloop1");
     if (done) bwd_vloop_bf16_kernel<DK, 2><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 2>()>>>(a);
     else bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a);
     GDN_KERNEL_MARK("vloop2");
