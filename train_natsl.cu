@@ -2533,7 +2533,7 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // state[c], Vn) → fwd_out.  bwd = prep → bwd_local → bwd_rhs → bwd_state (reverse sequential: dS^end_c,
 // dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). The intra-chunk products
 // are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
-// dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), the state passes, fwd_out, bwd_local and vloops 0 and 2 run
+// dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), the state passes, fwd_out, bwd_local and the vloops run
 // as *_bf16 kernels on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs T % 64 == 0, dv % 32 == 0
 // and dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); ACCUMULATES dv.
@@ -2557,6 +2557,7 @@ struct GA {
     int vec;  // all user tensors 16-byte aligned (rows and bases) -> 16B cp.async, else scalar copies
     int st16; // state holds bf16 values (bf16 mode: st_put / st_get / ld_state)
     int ds16; // the workspace's dstate holds bf16 values (written by the bf16 state kernel)
+    int bwd;  // the backward pass (prep stores T for it)
     float scale;
     // workspace
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
@@ -2821,15 +2822,16 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
             __syncthreads();
         }
     }
-    for (int idx = tid; idx < CH * CH; idx += GC_NT) a.Tm[cc * CH * CH + idx] = Ts[(idx >> 6) * GC_L64 + (idx & 63)];
+    if (a.bwd)  // T: only the backward reads it
+        for (int idx = tid; idx < CH * CH; idx += GC_NT) a.Tm[cc * CH * CH + idx] = Ts[(idx >> 6) * GC_L64 + (idx & 63)];
     if (a.Kb) { store_bf16<DK>(a.Kb + wrow0 * DK, Ks); store_bf16<DK>(a.Qb + wrow0 * DK, Qs); }
     __syncthreads();
     for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= bs[i] * es[i]; }
     __syncthreads();
     mm<CH, DK, CH, false, false>(Qs, LDK, Ts, GC_L64, Ks, LDK, 1.f, 0.f);  // W = T diag(beta gam) K
     __syncthreads();
-    for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; a.W[(wrow0 + i) * DK + d] = Qs[i * LDK + d]; }
-    if (a.Wb) store_bf16<DK>(a.Wb + wrow0 * DK, Qs);
+    if (a.Wb) store_bf16<DK>(a.Wb + wrow0 * DK, Qs);  // (the bf16 kernels read only this copy)
+    else for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; a.W[(wrow0 + i) * DK + d] = Qs[i * LDK + d]; }
     for (int idx = tid; idx < CH * CH; idx += GC_NT) { const int i = idx >> 6, j = idx & 63; Ts[i * GC_L64 + j] *= bs[j]; }  // T diag(beta)
     __syncthreads();
     // U = T diag(beta) V over value tiles, double-buffered (buffers in the free Ks / Qs regions, U tile in As)
@@ -3999,6 +4001,7 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
                      const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
                      const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws) {
     GA a = make_ga(B, T, H, dkd, dvd, ws);
+    a.bwd = 1;
     a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA; a.dout = dout;
     a.state = (float *)state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) && aligned16(dq) &&
