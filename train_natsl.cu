@@ -3381,15 +3381,27 @@ __global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
     if (nvt > 1) issue(1);
     uint32_t fw[DK / 16][4], fpt[4][4];
     const int r0 = 16 * w + g;  // this thread's rows r0 and r0 + 8
+    // the dO tile: thread tid holds 8 values of rows tid/8 + 16 e (e < 4), loaded one tile ahead into registers
+    float4 xo[4][2];
+    auto load_do = [&](int vt) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float *s = dO + (size_t)((tid >> 3) + 16 * e) * ldo + vt * 64 + (tid & 7) * 8;
+            xo[e][0] = *reinterpret_cast<const float4 *>(s);
+            xo[e][1] = *reinterpret_cast<const float4 *>(s + 4);
+        }
+    };
+    load_do(0);
     for (int vt = 0; vt < nvt; vt++) {
-        for (int idx = tid; idx < CH * 8; idx += 128) {  // the dO tile, rounded to bf16
-            const int r = idx >> 3, ch = idx & 7;
-            const float4 x0 = *reinterpret_cast<const float4 *>(dO + r * ldo + vt * 64 + ch * 8);
-            const float4 x1 = *reinterpret_cast<const float4 *>(dO + r * ldo + vt * 64 + ch * 8 + 4);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {  // rounded to bf16, into shared memory and the copy for the later passes
+            const int r = (tid >> 3) + 16 * e, ch = tid & 7;
+            const float4 x0 = xo[e][0], x1 = xo[e][1];
             const uint4 y = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
             *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = y;
-            *reinterpret_cast<uint4 *>(a.dOb + (row0 + r) * dv + vt * 64 + ch * 8) = y;  // for the later passes
+            *reinterpret_cast<uint4 *>(a.dOb + (row0 + r) * dv + vt * 64 + ch * 8) = y;
         }
+        if (vt + 1 < nvt) load_do(vt + 1);
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
         if (vt == 0) {
