@@ -3090,30 +3090,18 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&ac
         fa[kk][3] = pack_bf16(sgn * acc[2 * kk + 1][2], sgn * acc[2 * kk + 1][3]);
     }
 }
-// acc[16 × NN] += A[16 × NK] · Xᵀ, X = [NN rows][NK] (swizzled bf16 rows of LD; B operand by ldmatrix, k along the rows)
-template <int NK, int NN, int LD>
-__device__ __forceinline__ void mma_abt(float (&acc)[NN / 8][4], const uint32_t (&fa)[NK / 16][4], const bf16 *X) {
+// acc[16 × NN] += A[16 × NK] · B, B read by ldmatrix from a swizzled bf16 tile X (rows of LD): XT: X = Bᵀ, [NN rows][NK]
+// (k along the rows); else X = B, [NK rows][NN] (ldmatrix.trans)
+template <int NK, int NN, int LD, bool XT>
+__device__ __forceinline__ void mma_x(float (&acc)[NN / 8][4], const uint32_t (&fa)[NK / 16][4], const bf16 *X) {
     const int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < NK / 16; kk++)
 #pragma unroll
         for (int jp = 0; jp < NN / 16; jp++) {
             uint32_t bw[4];
-            ldsm4(bw, fa_smem_u32(X + swz<LD>(16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
-            mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
-            mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
-        }
-}
-// acc[16 × NN] += A[16 × NK] · X, X = [NK rows][NN] (swizzled bf16 rows of LD; B operand by ldmatrix.trans)
-template <int NK, int NN, int LD>
-__device__ __forceinline__ void mma_ab(float (&acc)[NN / 8][4], const uint32_t (&fa)[NK / 16][4], const bf16 *X) {
-    const int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
-#pragma unroll
-    for (int kk = 0; kk < NK / 16; kk++)
-#pragma unroll
-        for (int jp = 0; jp < NN / 16; jp++) {
-            uint32_t bw[4];
-            ldsm4t(bw, fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, 2 * jp + (q >> 1))));
+            if constexpr (XT) ldsm4(bw, fa_smem_u32(X + swz<LD>(16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
+            else ldsm4t(bw, fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, 2 * jp + (q >> 1))));
             mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
             mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
         }
@@ -3177,7 +3165,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         acc_to_a<DK / 16>(fa, S, -1.f);
         if (c + 1 < Nc) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
-        mma_abt<DK, CH, DK>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
+        mma_x<DK, CH, DK, true>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
         bf16 *vb = a.Vb + ((bh * Nc + c) * dv + v0) * CH;  // Vnᵀ rows of this warp's value columns
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -3197,7 +3185,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
             for (int j = 0; j < DK / 8; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) S[j][q] *= gam;
-            mma_ab<CH, DK, DK>(S, fv, Ksm + s * CH * DK);  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
+            mma_x<CH, DK, DK, false>(S, fv, Ksm + s * CH * DK);  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
         }
         __syncthreads();  // buffer s and Fs are free for chunk c + 1
     }
@@ -3255,7 +3243,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
             acc_to_a<DK / 16>(fa, dS, 1.f);
             if (c > 0) fa_wait<1>(); else fa_wait<0>();
             __syncthreads();
-            mma_abt<DK, CH, DK>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
+            mma_x<DK, CH, DK, true>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
         }
         const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
         const float mv = mval_of(a, b, c, h);
@@ -3278,8 +3266,8 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
             for (int j = 0; j < DK / 8; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) dS[j][q] *= gam;
-            mma_ab<CH, DK, DK>(dS, fo, Qsm + s * CH * DK);  // + R_cᵀ = s dOᵀ diag(γ) Q
-            mma_ab<CH, DK, DK>(dS, fd, Wsm + s * CH * DK);  // − dVnᵀ W
+            mma_x<CH, DK, DK, false>(dS, fo, Qsm + s * CH * DK);  // + R_cᵀ = s dOᵀ diag(γ) Q
+            mma_x<CH, DK, DK, false>(dS, fd, Wsm + s * CH * DK);  // − dVnᵀ W
         }
         __syncthreads();
     }
@@ -3322,7 +3310,7 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
             float P[8][4];
 #pragma unroll
             for (int j = 0; j < 8; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
-            mma_abt<DK, CH, DK>(P, fq, Ks);
+            mma_x<DK, CH, DK, true>(P, fq, Ks);
             const float G0 = Gs[i0], G1 = Gs[i0 + 8];
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -3338,10 +3326,10 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
         float O[8][4];
 #pragma unroll
         for (int j = 0; j < 8; j++) O[j][0] = O[j][1] = O[j][2] = O[j][3] = 0.f;
-        mma_ab<DK, 64, 64>(O, fq, Ss + (vt & 1) * DK * 64);  // Q S0
+        mma_x<DK, 64, 64, false>(O, fq, Ss + (vt & 1) * DK * 64);  // Q S0
 #pragma unroll
         for (int j = 0; j < 8; j++) { O[j][0] *= e0; O[j][1] *= e0; O[j][2] *= e1; O[j][3] *= e1; }
-        mma_abt<CH, 64, 64>(O, fp, Vs + (vt & 1) * 64 * CH);  // + Pw Vn
+        mma_x<CH, 64, 64, true>(O, fp, Vs + (vt & 1) * 64 * CH);  // + Pw Vn
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int col = vt * 64 + 8 * j + 2 * t;
@@ -3411,7 +3399,7 @@ __global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
             float P[8][4];  // Pᵀ rows j = r0 (+8), columns i
 #pragma unroll
             for (int j = 0; j < 8; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
-            mma_abt<DK, CH, DK>(P, fk, Qs);
+            mma_x<DK, CH, DK, true>(P, fk, Qs);
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -3426,8 +3414,8 @@ __global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) V[j][q] = D[j][q] = 0.f;
-        mma_ab<DK, 64, 64>(V, fw, Ss + (vt & 1) * DK * 64);  // W S0
-        mma_ab<CH, 64, 64>(D, fpt, Os);                      // s Pᵀ dO
+        mma_x<DK, 64, 64, false>(V, fw, Ss + (vt & 1) * DK * 64);  // W S0
+        mma_x<CH, 64, 64, false>(D, fpt, Os);                      // s Pᵀ dO
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -3492,8 +3480,8 @@ __global__ void __launch_bounds__(128) bwd_vloop_bf16_kernel(GA a) {
         if (PART == 0) {
             uint32_t fr[4][4];
             lds_a<64, 64>(fr, b, 16 * w);
-            mma_abt<64, DK, 64>(A1, fr, S0);  // dO S0ᵀ
-            mma_abt<64, CH, 64>(A2, fr, X2);  // dO Vnᵀ
+            mma_x<64, DK, 64, true>(A1, fr, S0);  // dO S0ᵀ
+            mma_x<64, CH, 64, true>(A2, fr, X2);  // dO Vnᵀ
         } else {
             uint32_t fh[4][4], fl[4][4];  // Vn rows 16w.. = hi + lo
             const float *vf = reinterpret_cast<const float *>(b) + (16 * w + g) * LV + 2 * t;
@@ -3507,8 +3495,8 @@ __global__ void __launch_bounds__(128) bwd_vloop_bf16_kernel(GA a) {
                     fh[kk][q] = *reinterpret_cast<const uint32_t *>(&hi);
                     fl[kk][q] = pack_bf16(x.x - hf.x, x.y - hf.y);
                 }
-            mma_abt<64, DK, 64>(A1, fh, X2);  // Vn dSeᵀ
-            mma_abt<64, DK, 64>(A1, fl, X2);
+            mma_x<64, DK, 64, true>(A1, fh, X2);  // Vn dSeᵀ
+            mma_x<64, DK, 64, true>(A1, fl, X2);
             for (int e = tid; e < DK * 64 / 8; e += 128) {  // ⟨dSe, S0⟩ (both tiles swizzled alike)
                 const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(X2)[e];
                 const __nv_bfloat162 *xs = reinterpret_cast<const __nv_bfloat162 *>(&x), *ys = reinterpret_cast<const __nv_bfloat162 *>(&y);
@@ -3603,12 +3591,12 @@ __global__ void __launch_bounds__(128) bwd_vloop1_bf16_kernel(GA a) {
         }
         uint32_t fd[4][4];
         lds_a<64, 64>(fd, Ds, 16 * w);
-        mma_abt<64, DK, 64>(W1, fd, Ss + (vt & 1) * DK * 64);  // dVn S0ᵀ
-        mma_abt<64, CH, 64>(P2, fd, Vs);                       // dVn Vᵀ
+        mma_x<64, DK, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64);  // dVn S0ᵀ
+        mma_x<64, CH, 64, true>(P2, fd, Vs);                       // dVn Vᵀ
         float Y[8][4];
 #pragma unroll
         for (int j = 0; j < 8; j++) Y[j][0] = Y[j][1] = Y[j][2] = Y[j][3] = 0.f;
-        mma_ab<CH, 64, 64>(Y, ftt, Ds);  // Tᵀ dVn
+        mma_x<CH, 64, 64, false>(Y, ftt, Ds);  // Tᵀ dVn
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
