@@ -3113,6 +3113,17 @@ __device__ __forceinline__ void lds_a(uint32_t (&fa)[NK / 16][4], const bf16 *X,
 #pragma unroll
     for (int kk = 0; kk < NK / 16; kk++) ldsm4(fa[kk], fa_smem_u32(X + swz<LD>(r0 + (lane & 15), 2 * kk + (lane >> 4))));
 }
+// Rows r0 and r0 + 8 of a 16 × NN accumulator tile (this thread's columns 8j + 2t, + 1), row r0's times s0 and
+// row r0 + 8's times s1, to fp32 rows of stride ld; dst points at row r0, column 0.
+template <int NN>
+__device__ __forceinline__ void store_acc(float *dst, size_t ld, const float (&acc)[NN / 8][4], float s0, float s1) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int j = 0; j < NN / 8; j++) {
+        *reinterpret_cast<float2 *>(dst + 8 * j + 2 * t) = make_float2(s0 * acc[j][0], s0 * acc[j][1]);
+        *reinterpret_cast<float2 *>(dst + 8 * ld + 8 * j + 2 * t) = make_float2(s1 * acc[j][2], s1 * acc[j][3]);
+    }
+}
 // A[16 × CH] = rows of acc scaled per token (column) by f(token): bf16 fragments
 __device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const float (&acc)[8][4], const float *fs) {
     const int t = threadIdx.x & 3;
@@ -3330,12 +3341,7 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
 #pragma unroll
         for (int j = 0; j < 8; j++) { O[j][0] *= e0; O[j][1] *= e0; O[j][2] *= e1; O[j][3] *= e1; }
         mma_x<CH, 64, 64, true>(O, fp, Vs + (vt & 1) * 64 * CH);  // + Pw Vn
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int col = vt * 64 + 8 * j + 2 * t;
-            *reinterpret_cast<float2 *>(out + col) = make_float2(O[j][0], O[j][1]);
-            *reinterpret_cast<float2 *>(out + (size_t)8 * a.H * dv + col) = make_float2(O[j][2], O[j][3]);
-        }
+        store_acc<64>(out + vt * 64, (size_t)a.H * dv, O, 1.f, 1.f);
         __syncthreads();  // buffer vt & 1 is free
         if (vt + 2 < nvt) issue(vt + 2);
     }
@@ -3512,27 +3518,11 @@ __global__ void __launch_bounds__(128) bwd_vloop_bf16_kernel(GA a) {
     }
     const int r0 = 16 * w + g;
     if (PART == 0) {
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            const int r = r0 + 8 * hh;
-#pragma unroll
-            for (int j = 0; j < DK / 8; j++)
-                *reinterpret_cast<float2 *>(a.dQ1 + (row0 + r) * DK + 8 * j + 2 * t) = make_float2(A1[j][2 * hh], A1[j][2 * hh + 1]);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                *reinterpret_cast<float2 *>(a.dPm + cc * CH * CH + r * CH + 8 * j + 2 * t) =
-                    make_float2(a.scale * A2[j][2 * hh], a.scale * A2[j][2 * hh + 1]);
-        }
+        store_acc<DK>(a.dQ1 + (row0 + r0) * DK, DK, A1, 1.f, 1.f);
+        store_acc<CH>(a.dPm + cc * CH * CH + r0 * CH, CH, A2, a.scale, a.scale);
     } else {
         const float GL = Gs[CH - 1];
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            const int r = r0 + 8 * hh;
-            const float lam = expf(GL - Gs[r]);
-#pragma unroll
-            for (int j = 0; j < DK / 8; j++)
-                *reinterpret_cast<float2 *>(a.X + (row0 + r) * DK + 8 * j + 2 * t) = make_float2(lam * A1[j][2 * hh], lam * A1[j][2 * hh + 1]);
-        }
+        store_acc<DK>(a.X + (row0 + r0) * DK, DK, A1, expf(GL - Gs[r0]), expf(GL - Gs[r0 + 8]));  // times λ_i
         for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
         if (lane == 0) red[w] = part;
         __syncthreads();
@@ -3615,18 +3605,15 @@ __global__ void __launch_bounds__(128) bwd_vloop1_bf16_kernel(GA a) {
     dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
     dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
     if (t == 0) { a.dbv[row0 + r0] = dbv0; a.dbv[row0 + r0 + 8] = dbv1; }
+    store_acc<DK>(a.dWm + (row0 + r0) * DK, DK, W1, 1.f, 1.f);
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        const int r = r0 + 8 * hh;
-#pragma unroll
-        for (int j = 0; j < DK / 8; j++)
-            *reinterpret_cast<float2 *>(a.dWm + (row0 + r) * DK + 8 * j + 2 * t) = make_float2(W1[j][2 * hh], W1[j][2 * hh + 1]);
+    for (int hh = 0; hh < 2; hh++)  // dTV's columns times β_j
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int col = 8 * j + 2 * t;
-            *reinterpret_cast<float2 *>(a.dTV + cc * CH * CH + r * CH + col) = make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
+            *reinterpret_cast<float2 *>(a.dTV + cc * CH * CH + (r0 + 8 * hh) * CH + col) =
+                make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
         }
-    }
 }
 template <int DK> constexpr size_t bwd_vloop1_bf16_smem() { return (CH * CH + 2 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + CH * sizeof(float); }
 #undef GC_ACC_ROW
