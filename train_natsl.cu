@@ -2283,8 +2283,8 @@ template <int P> __device__ __forceinline__ float sum_cols(float x) { // over th
 
 // The op's chunk-start states (the layer's `state` activation): fp32, or bf16 in bf16 mode (st16 = 1: half the memory
 // and traffic). With bf16 states each chunk runs from its stored, rounded start state while the carried state keeps
-// full precision: S^start_{c+1} = (1 − m) Dec_c S + m (Z_last + Dec_c (S − s0)), s0 = bf16(S) (doc/model.md §12.1;
-// in fp32 s0 = S and this is (5.4c) as written). Indices are in elements of the buffer.
+// full precision: S^start_{c+1} = (1 − m) Dec_c S + m (Z_last + Dec_c (S − s0)), s0 = bf16(S) (doc/model.md (5.4h);
+// in fp32 s0 = S and this is (5.4e) as written). Indices are in elements of the buffer.
 __device__ __forceinline__ float st_round(float x, int st16) { return st16 ? __bfloat162float(__float2bfloat16_rn(x)) : x; }
 __device__ __forceinline__ void st_put(float *st, size_t i, float x, int st16) {
     if (st16) reinterpret_cast<bf16 *>(st)[i] = __float2bfloat16_rn(x); else st[i] = x;
