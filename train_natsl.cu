@@ -2533,8 +2533,8 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // state[c], Vn) → fwd_out.  bwd = prep → bwd_local → bwd_rhs → bwd_state (reverse sequential: dS^end_c,
 // dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). The intra-chunk products
 // are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
-// dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), the state passes, fwd_out, bwd_local and the vloops run
-// as *_bf16 kernels on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs T % 64 == 0, dv % 32 == 0
+// dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), the state passes, fwd_out, bwd_local, the vloops and bwd_final
+// run as *_bf16 kernels on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs T % 64 == 0, dv % 32 == 0
 // and dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); ACCUMULATES dv.
 // Workspace: an explicit buffer of gdnc::ws_floats(...) floats (the model owns it, M->gdn_ws).
@@ -2806,7 +2806,7 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
         const int i = idx >> 6, j = idx & 63;
         const float d = (i >= j) ? expf(Gs[i] - Gs[j]) : 0.f;
         As[i * GC_L64 + j] = (i > j) ? bs[i] * As[i * GC_L64 + j] * d : 0.f;
-        if (!a.Vb) a.Pm[cc * CH * CH + idx] = (i >= j) ? Ts[i * GC_L64 + j] * d : 0.f;  // (the bf16 fwd_out makes its own)
+        if (!a.Wb) a.Pm[cc * CH * CH + idx] = (i >= j) ? Ts[i * GC_L64 + j] * d : 0.f;  // (the bf16 kernels make their own)
     }
     __syncthreads();
     for (int idx = tid; idx < CH * CH; idx += GC_NT) { const int i = idx >> 6, j = idx & 63; Ts[i * GC_L64 + j] = (i == j) ? 1.f : 0.f; }
@@ -3090,18 +3090,18 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&ac
         fa[kk][3] = pack_bf16(sgn * acc[2 * kk + 1][2], sgn * acc[2 * kk + 1][3]);
     }
 }
-// acc[16 × NN] += A[16 × NK] · B, B read by ldmatrix from a swizzled bf16 tile X (rows of LD): XT: X = Bᵀ, [NN rows][NK]
-// (k along the rows); else X = B, [NK rows][NN] (ldmatrix.trans)
+// acc[16 × NN] += A[16 × NK] · B[:, n0 .. n0+NN), B read by ldmatrix from a swizzled bf16 tile X (rows of LD): XT: X =
+// Bᵀ, [N rows][NK] (k along the rows); else X = B, [NK rows][N] (ldmatrix.trans). n0 % 16 == 0.
 template <int NK, int NN, int LD, bool XT>
-__device__ __forceinline__ void mma_x(float (&acc)[NN / 8][4], const uint32_t (&fa)[NK / 16][4], const bf16 *X) {
+__device__ __forceinline__ void mma_x(float (&acc)[NN / 8][4], const uint32_t (&fa)[NK / 16][4], const bf16 *X, int n0 = 0) {
     const int lane = threadIdx.x & 31, q = lane >> 3, r = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < NK / 16; kk++)
 #pragma unroll
         for (int jp = 0; jp < NN / 16; jp++) {
             uint32_t bw[4];
-            if constexpr (XT) ldsm4(bw, fa_smem_u32(X + swz<LD>(16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
-            else ldsm4t(bw, fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, 2 * jp + (q >> 1))));
+            if constexpr (XT) ldsm4(bw, fa_smem_u32(X + swz<LD>(n0 + 16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
+            else ldsm4t(bw, fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, n0 / 8 + 2 * jp + (q >> 1))));
             mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
             mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
         }
@@ -3112,6 +3112,37 @@ __device__ __forceinline__ void lds_a(uint32_t (&fa)[NK / 16][4], const bf16 *X,
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int kk = 0; kk < NK / 16; kk++) ldsm4(fa[kk], fa_smem_u32(X + swz<LD>(r0 + (lane & 15), 2 * kk + (lane >> 4))));
+}
+// A fragments of rows r0 .. r0+15 of Xᵀ, X a swizzled bf16 tile [NK rows][LD] (A's row m = X's column r0 + m)
+template <int NK, int LD>
+__device__ __forceinline__ void lds_at(uint32_t (&fa)[NK / 16][4], const bf16 *X, int r0) {
+    const int lane = threadIdx.x & 31, q = lane >> 3;
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; kk++) ldsm4t(fa[kk], fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q >> 1) + (lane & 7), r0 / 8 + (q & 1))));
+}
+// CH × D fp32 tile (row stride ld, 16-byte aligned rows) -> swizzled bf16 tile [CH][D], NT threads
+template <int D, int NT>
+__device__ __forceinline__ void tile_to_bf16(bf16 *dst, const float *src, size_t ld) {
+    for (int idx = threadIdx.x; idx < CH * D / 8; idx += NT) {
+        const int r = idx / (D / 8), ch = idx % (D / 8);
+        const float4 x0 = *reinterpret_cast<const float4 *>(src + r * ld + ch * 8);
+        const float4 x1 = *reinterpret_cast<const float4 *>(src + r * ld + ch * 8 + 4);
+        *reinterpret_cast<uint4 *>(dst + swz<D>(r, ch)) =
+            make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
+    }
+}
+// the pair (row r, columns c, c + 1) of a swizzled bf16 tile [rows][LD], c even
+template <int LD> __device__ __forceinline__ void st_pair(bf16 *X, int r, int c, float x0, float x1) {
+    *reinterpret_cast<uint32_t *>(X + swz<LD>(r, c >> 3) + (c & 7)) = pack_bf16(x0, x1);
+}
+// f(j, hh, i, col) for each pair of this thread's accumulator elements acc[j][2hh], acc[j][2hh + 1] of a 16 × NN tile
+// whose rows start at r0 and columns at c0: they hold (row i, columns col, col + 1)
+template <int NN, class F> __device__ __forceinline__ void acc_pairs(int r0, int c0, F f) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < NN / 8; j++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) f(j, hh, r0 + (lane >> 2) + 8 * hh, c0 + 8 * j + 2 * (lane & 3));
 }
 // Rows r0 and r0 + 8 of a 16 × NN accumulator tile (this thread's columns 8j + 2t, + 1), row r0's times s0 and
 // row r0 + 8's times s1, to fp32 rows of stride ld; dst points at row r0, column 0.
@@ -3550,17 +3581,7 @@ __global__ void __launch_bounds__(128) bwd_vloop1_bf16_kernel(GA a) {
     auto issue = [&](int vt) { load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); fa_commit(); };
     issue(0);
     if (nvt > 1) issue(1);
-    // a [CH][64] fp32 tile (row stride ld) -> bf16 swizzled smem
-    auto to_bf16 = [&](bf16 *dst, const float *src, size_t ld) {
-        for (int idx = tid; idx < CH * 8; idx += 128) {
-            const int r = idx >> 3, ch = idx & 7;
-            const float4 x0 = *reinterpret_cast<const float4 *>(src + r * ld + ch * 8);
-            const float4 x1 = *reinterpret_cast<const float4 *>(src + r * ld + ch * 8 + 4);
-            *reinterpret_cast<uint4 *>(dst + swz<64>(r, ch)) =
-                make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
-        }
-    };
-    to_bf16(Ts, a.Tm + cc * CH * CH, CH);
+    tile_to_bf16<CH, 128>(Ts, a.Tm + cc * CH * CH, CH);
     if (tid < CH) bs[tid] = a.beta[(tok0 + tid) * a.H + h];
     float W1[DK / 8][4], P2[8][4], dbv0 = 0.f, dbv1 = 0.f;
 #pragma unroll
@@ -3570,8 +3591,8 @@ __global__ void __launch_bounds__(128) bwd_vloop1_bf16_kernel(GA a) {
     uint32_t ftt[4][4];  // Tᵀ rows 16w.. (A operand from T's columns: ldmatrix.trans)
     const int r0 = 16 * w + g;
     for (int vt = 0; vt < nvt; vt++) {
-        to_bf16(Ds, a.dVn + row0 * dv + vt * 64, dv);
-        to_bf16(Vs, vsrc + vt * 64, a.ldv);
+        tile_to_bf16<64, 128>(Ds, a.dVn + row0 * dv + vt * 64, dv);
+        tile_to_bf16<64, 128>(Vs, vsrc + vt * 64, a.ldv);
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
         if (vt == 0) {
@@ -3835,6 +3856,207 @@ __global__ void __launch_bounds__(GC_NT) bwd_final_kernel(GA a) {
 }
 template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 * CH * (DK + GC_PADK) + 4 * CH * GC_L64 + 6 * CH); }
 
+// B4 in bf16 mode (dk ∈ {64, 128}): bwd_final on bf16 tensor cores, grid (Nc, B*H), 8 warps, two blocks per SM.
+// The same math as bwd_final_kernel with every 64×64 and 64×dk product as mma.sync m16n8k16 (bf16 operands, fp32
+// accumulation). Warp w owns rows R0 = 16(w & 3) .. +15 of every product; of a 64-wide result the columns
+// C0 = 32(w >> 2) .. +31, of a dk-wide one N0 = (dk/2)(w >> 2) .. +dk/2−1. Operands in shared memory as swizzled bf16
+// tiles: Q, K (prep's bf16 copies), dWm, T, and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and
+// then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of being read. Elementwise
+// factors (dPm, dTV, dQ1, X, q, k) are read in fp32 at the accumulator positions. dK is summed in one pass at the end
+// (registers). The per-token sums that feed dg and dβ go to shared memory by atomics (so their order of addition, and
+// the last bits of dg and dβ, vary from run to run).
+template <int DK>
+__global__ void __launch_bounds__(256, 2) bwd_final_bf16_kernel(GA a) {
+    constexpr int NH = DK / 2;
+    static_assert(DK == 64 || DK == 128, "bwd_final_bf16: dk 64 or 128");
+    extern __shared__ __align__(128) unsigned char smraw[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ds = Ks + CH * DK, *Ts = Ds + CH * DK;
+    bf16 *M1 = Ts + CH * CH, *M2 = M1 + CH * CH, *M3 = M2 + CH * CH;
+    float *Gs = reinterpret_cast<float *>(M3 + CH * CH), *bs = Gs + CH, *es = bs + CH, *red = es + CH;
+    // per-token sums: rows and columns of E = dPm ⊙ P, q·dQ1, k·R, rows of V (the KKᵀ term), its β-weighted columns, k·X
+    float *rsE = red, *csE = rsE + CH, *qd = csE + CH, *kr = qd + CH, *rs2 = kr + CH, *cw2 = rs2 + CH, *xk = cw2 + CH;
+    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int H = a.H, Nc = a.Nc;
+    const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
+    const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
+    const float mv = mval_of(a, b, c, h), scale = a.scale;
+    const float *qg = a.q + tok0 * a.ldqk + (size_t)h * DK, *kg = a.k + tok0 * a.ldqk + (size_t)h * DK;
+
+    load_tile<DK, CH, 256>(Qs, a.Qb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 256>(Ks, a.Kb + row0 * DK, DK, tid);
+    if (tid < CH / 4) fa_cp16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
+    fa_commit();
+    for (int i = tid; i < 7 * CH; i += 256) red[i] = 0.f;
+    if (tid < CH) bs[tid] = a.beta[(tok0 + tid) * H + h];
+    tile_to_bf16<DK, 256>(Ds, a.dWm + row0 * DK, DK);
+    tile_to_bf16<CH, 256>(Ts, a.Tm + cc * CH * CH, CH);
+    fa_wait<0>();
+    __syncthreads();
+    if (tid < CH) es[tid] = expf(Gs[tid]);
+    __syncthreads();
+
+    // the warp's per-row partial sums (rows R0 + g, R0 + g + 8) -> shared, over the 4 threads of a row
+    auto add_rows = [&](float *dst, float s0, float s1) {
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1); s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1); s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        if (t == 0) { atomicAdd(dst + R0 + g, s0); atomicAdd(dst + R0 + g + 8, s1); }
+    };
+    // the warp's per-column partial sums (columns C0 + 8j + 2t (+1)) -> shared, over the 8 row groups
+    auto add_cols = [&](float *dst, float (&s)[4][2]) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float x = s[j][e];
+                x += __shfl_xor_sync(0xffffffffu, x, 4); x += __shfl_xor_sync(0xffffffffu, x, 8); x += __shfl_xor_sync(0xffffffffu, x, 16);
+                if (g == 0) atomicAdd(dst + C0 + 8 * j + 2 * t + e, x);
+            }
+    };
+    auto zero = [](auto &acc) {
+        for (auto &x : acc) x[0] = x[1] = x[2] = x[3] = 0.f;
+    };
+    uint32_t fa[DK / 16][4], fm[CH / 16][4];
+
+    {   // M1 = dPmm = dPm ⊙ Γ ⊙ [i ≥ j];  E = dPmm ⊙ QKᵀ -> row and column sums (dg)
+        float P[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
+        zero(P);
+        lds_a<DK, DK>(fa, Qs, R0);
+        mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
+            const float2 dp = *reinterpret_cast<const float2 *>(a.dPm + cc * CH * CH + i * CH + col);
+            const float d0 = (i >= col) ? dp.x * expf(Gs[i] - Gs[col]) : 0.f;
+            const float d1 = (i >= col + 1) ? dp.y * expf(Gs[i] - Gs[col + 1]) : 0.f;
+            st_pair<CH>(M1, i, col, d0, d1);
+            const float e0 = d0 * P[j][2 * hh], e1 = d1 * P[j][2 * hh + 1];
+            if (hh) r1s += e0 + e1; else r0s += e0 + e1;
+            cs[j][0] += e0; cs[j][1] += e1;
+        });
+        add_rows(rsE, r0s, r1s);
+        add_cols(csE, cs);
+    }
+    {   // M2 = dT = dTV − dWm (diag(β γ) K)ᵀ
+        float Z[4][4];
+        zero(Z);
+        lds_a<DK, DK>(fa, Ds, R0);
+        mma_x<DK, 32, DK, true>(Z, fa, Ks, C0);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
+            const float2 tv = *reinterpret_cast<const float2 *>(a.dTV + cc * CH * CH + i * CH + col);
+            st_pair<CH>(M2, i, col, fmaf(-bs[col] * es[col], Z[j][2 * hh], tv.x), fmaf(-bs[col + 1] * es[col + 1], Z[j][2 * hh + 1], tv.y));
+        });
+    }
+    __syncthreads();
+    {   // dQ = dPmm K + s diag(γ) dQ1, in two halves of dk/4 columns (registers);  qd = q·dQ1 (dg)
+        float q0 = 0.f, q1 = 0.f;
+        lds_a<CH, CH>(fm, M1, R0);
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float dQ[NH / 16][4];
+            zero(dQ);
+            mma_x<CH, NH / 2, DK, false>(dQ, fm, Ks, N0 + hf * NH / 2);
+            acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) {
+                const float se = scale * es[i];
+                const float2 d1 = *reinterpret_cast<const float2 *>(a.dQ1 + (row0 + i) * DK + col);
+                const float2 qv = *reinterpret_cast<const float2 *>(qg + i * a.ldqk + col);
+                *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
+                    make_float2(fmaf(se, d1.x, dQ[j][2 * hh]), fmaf(se, d1.y, dQ[j][2 * hh + 1]));
+                const float s = fmaf(qv.x, d1.x, qv.y * d1.y);
+                if (hh) q1 += s; else q0 += s;
+            });
+        }
+        add_rows(qd, q0, q1);
+    }
+    {   // M3 = dT Tᵀ
+        float Y[4][4];
+        zero(Y);
+        lds_a<CH, CH>(fm, M2, R0);
+        mma_x<CH, 32, CH, true>(Y, fm, Ts, C0);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { st_pair<CH>(M3, i, col, Y[j][2 * hh], Y[j][2 * hh + 1]); });
+    }
+    __syncthreads();
+    {   // dA = −Tᵀ M3; below the diagonal: V = dA ⊙ Γ ⊙ KKᵀ (rows, β-weighted columns: dg, dβ); M2 = dA ⊙ Γ diag(β) rows
+        float dA[4][4], KK[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
+        zero(dA); zero(KK);
+        lds_a<DK, DK>(fa, Ks, R0);
+        mma_x<DK, 32, DK, true>(KK, fa, Ks, C0);
+        lds_at<CH, CH>(fm, Ts, R0);
+        mma_x<CH, 32, CH, false>(dA, fm, M3, C0);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
+            float m3[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float gm = (i > col + e) ? expf(Gs[i] - Gs[col + e]) : 0.f, da = -dA[j][2 * hh + e];
+                const float v = da * gm * KK[j][2 * hh + e];
+                m3[e] = da * bs[i] * gm;
+                if (hh) r1s += v; else r0s += v;
+                cs[j][e] += bs[i] * v;
+            }
+            st_pair<CH>(M2, i, col, m3[0], m3[1]);
+        });
+        add_rows(rs2, r0s, r1s);
+        add_cols(cw2, cs);
+    }
+    __syncthreads();
+    {   // dK = diag(β γ) R + dPmmᵀ Q + M2 K + M2ᵀ K + m X, R = −Tᵀ dWm;  kr = k·R (dg, dβ), xk = k·X (dg, dA)
+        float dK[NH / 8][4], k0s = 0.f, k1s = 0.f, x0s = 0.f, x1s = 0.f;
+        zero(dK);
+        lds_at<CH, CH>(fm, Ts, R0);
+        mma_x<CH, NH, DK, false>(dK, fm, Ds, N0);
+        acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
+            const float2 kv = *reinterpret_cast<const float2 *>(kg + i * a.ldqk + col);
+            const float mbe = -bs[i] * es[i], x0 = dK[j][2 * hh], x1 = dK[j][2 * hh + 1];
+            const float s = -fmaf(kv.x, x0, kv.y * x1);
+            if (hh) k1s += s; else k0s += s;
+            dK[j][2 * hh] = mbe * x0;
+            dK[j][2 * hh + 1] = mbe * x1;
+        });
+        add_rows(kr, k0s, k1s);
+        lds_at<CH, CH>(fm, M1, R0);
+        mma_x<CH, NH, DK, false>(dK, fm, Qs, N0);
+        lds_a<CH, CH>(fm, M2, R0);
+        mma_x<CH, NH, DK, false>(dK, fm, Ks, N0);
+        lds_at<CH, CH>(fm, M2, R0);
+        mma_x<CH, NH, DK, false>(dK, fm, Ks, N0);
+        acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
+            const float2 x = *reinterpret_cast<const float2 *>(a.X + (row0 + i) * DK + col);
+            const float2 kv = *reinterpret_cast<const float2 *>(kg + i * a.ldqk + col);
+            *reinterpret_cast<float2 *>(a.dk + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
+                make_float2(fmaf(mv, x.x, dK[j][2 * hh]), fmaf(mv, x.y, dK[j][2 * hh + 1]));
+            const float s = fmaf(kv.x, x.x, kv.y * x.y);
+            if (hh) x1s += s; else x0s += s;
+        });
+        add_rows(xk, x0s, x1s);
+    }
+    __syncthreads();
+    if (w == 0) {  // per token: dG, dβ; dg = reverse cumulative sum of dG; lane l owns tokens l (lo) and l + 32 (hi)
+        float sx = xk[lane] + xk[lane + 32];
+#pragma unroll
+        for (int o = 16; o; o >>= 1) sx += __shfl_xor_sync(0xffffffffu, sx, o);
+        float dG[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int i = lane + 32 * u;
+            dG[u] = rsE[i] - csE[i] + scale * es[i] * qd[i] - mv * xk[i] + bs[i] * es[i] * kr[i] + bs[i] * rs2[i] - cw2[i];
+            a.dbeta[(tok0 + i) * H + h] = a.dbv[row0 + i] + es[i] * kr[i] + rs2[i];
+        }
+        if (lane == 31) dG[1] += mv * sx + es[CH - 1] * a.sdot[cc];
+        if (lane == 0 && a.dA) a.dA[((size_t)(b * Nc + c) * H + h) * 2 + 1] = (mv != 0.f) ? sx : 0.f;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1)
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const float y = __shfl_down_sync(0xffffffffu, dG[u], o);
+                if (lane + o < 32) dG[u] += y;
+            }
+        dG[0] += __shfl_sync(0xffffffffu, dG[1], 0);
+        a.dg[(tok0 + lane) * H + h] = dG[0];
+        a.dg[(tok0 + lane + 32) * H + h] = dG[1];
+    }
+}
+template <int DK> constexpr size_t bwd_final_bf16_smem() {
+    return (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + 10 * CH * sizeof(float);
+}
+
 // ------------------------------------------------------------------------------------------------
 // ---- host side
 static bool supported(int dk, int dv) { return (dk == 32 || dk == 48 || dk == 64 || dk == 128) && dv % GC_BV == 0; }
@@ -3895,6 +4117,7 @@ template <int DK> static void set_attrs() {
         CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 0>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 2>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop1_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop1_bf16_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_final_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_bf16_smem<DK>()));
     }
 }
 
@@ -3963,7 +4186,11 @@ template <int DK> static void bwd_impl(const GA &a) {
     if (done) bwd_vloop_bf16_kernel<DK, 2><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 2>()>>>(a);
     else bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a);
     GDN_KERNEL_MARK("vloop2");
-    bwd_final_kernel<DK><<<dim3(Nc, B * H), GC_NT, bwd_final_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_final");
+    done = false;
+    if constexpr (DK == 64 || DK == 128)
+        if (a.Wb) { bwd_final_bf16_kernel<DK><<<dim3(Nc, B * H), 256, bwd_final_bf16_smem<DK>()>>>(a); done = true; }
+    if (!done) bwd_final_kernel<DK><<<dim3(Nc, B * H), GC_NT, bwd_final_smem<DK>()>>>(a);
+    GDN_KERNEL_MARK("bwd_final");
     CUDA_CHECK(cudaGetLastError());
 }
 #define GC_DISPATCH(dk, F, a) do { switch (dk) { \
