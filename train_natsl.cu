@@ -2533,8 +2533,8 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // state[c], Vn) → fwd_out.  bwd = prep → bwd_local → bwd_rhs → bwd_state (reverse sequential: dS^end_c,
 // dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). The intra-chunk products
 // are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
-// dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), the state passes, fwd_out, bwd_local, the vloops and bwd_final
-// run as *_bf16 kernels on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs T % 64 == 0, dv % 32 == 0
+// dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), every kernel (prep, the state passes, fwd_out, bwd_local, the
+// vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs T % 64 == 0, dv % 32 == 0
 // and dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); ACCUMULATES dv.
 // Workspace: an explicit buffer of gdnc::ws_floats(...) floats (the model owns it, M->gdn_ws).
@@ -3120,15 +3120,36 @@ __device__ __forceinline__ void lds_at(uint32_t (&fa)[NK / 16][4], const bf16 *X
 #pragma unroll
     for (int kk = 0; kk < NK / 16; kk++) ldsm4t(fa[kk], fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q >> 1) + (lane & 7), r0 / 8 + (q & 1))));
 }
+// x[0..8) = s · p[0..8) (p 16-byte aligned)
+__device__ __forceinline__ void ld8(float (&x)[8], const float *p, float s) {
+    const float4 x0 = *reinterpret_cast<const float4 *>(p), x1 = *reinterpret_cast<const float4 *>(p + 4);
+    x[0] = s * x0.x; x[1] = s * x0.y; x[2] = s * x0.z; x[3] = s * x0.w;
+    x[4] = s * x1.x; x[5] = s * x1.y; x[6] = s * x1.z; x[7] = s * x1.w;
+}
+// 8 values -> bf16 (hi) and the bf16 of what hi leaves out (lo): hi + lo = x to about 2^-16 relative
+__device__ __forceinline__ void split8(uint4 &hi, uint4 &lo, const float (&x)[8]) {
+    uint32_t h[4], l[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(x[2 * q], x[2 * q + 1]);
+        const float2 f = __bfloat1622float2(v);
+        h[q] = *reinterpret_cast<const uint32_t *>(&v);
+        l[q] = pack_bf16(x[2 * q] - f.x, x[2 * q + 1] - f.y);
+    }
+    hi = make_uint4(h[0], h[1], h[2], h[3]);
+    lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+__device__ __forceinline__ uint4 pack8(const float (&x)[8]) {
+    return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
+}
 // CH × D fp32 tile (row stride ld, 16-byte aligned rows) -> swizzled bf16 tile [CH][D], NT threads
 template <int D, int NT>
 __device__ __forceinline__ void tile_to_bf16(bf16 *dst, const float *src, size_t ld) {
     for (int idx = threadIdx.x; idx < CH * D / 8; idx += NT) {
         const int r = idx / (D / 8), ch = idx % (D / 8);
-        const float4 x0 = *reinterpret_cast<const float4 *>(src + r * ld + ch * 8);
-        const float4 x1 = *reinterpret_cast<const float4 *>(src + r * ld + ch * 8 + 4);
-        *reinterpret_cast<uint4 *>(dst + swz<D>(r, ch)) =
-            make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
+        float x[8];
+        ld8(x, src + r * ld + ch * 8, 1.f);
+        *reinterpret_cast<uint4 *>(dst + swz<D>(r, ch)) = pack8(x);
     }
 }
 // the pair (row r, columns c, c + 1) of a swizzled bf16 tile [rows][LD], c even
@@ -3167,6 +3188,181 @@ __device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const floa
         fa[kk][3] = pack_bf16(acc[2 * kk + 1][2] * f2, acc[2 * kk + 1][3] * f3);
     }
 }
+// K1 in bf16 mode (dk ∈ {64, 128}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
+// The same outputs as prep_kernel for the bf16 kernels (G, T for the backward, the bf16 copies of Q, K and W, U; no P,
+// no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower; T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by
+// column-wise forward substitution, one thread per column, in registers; then the off-diagonal blocks by diagonals:
+// T_ij = −T_ii Σ_{j ≤ l < i} A_il T_lj); W = T (diag(β γ) K) and U = T (diag(β) V). The products take K, T and V as
+// two bf16 operands each (x = hi + lo, three mma per product: hi·hi + hi·lo + lo·hi; two for W, whose K side is
+// rounded anyway): with plain bf16 operands the router gradient dA = Σ_j k_j·X_j, a sum with cancellation downstream of
+// U, moved by 1.1e-2 (dev/cuda/gdn/NOTES.md). fp32 accumulation; warp w owns rows R0 = 16(w & 3) .. +15 of each product.
+template <int DK>
+__global__ void __launch_bounds__(256, 2) prep_bf16_kernel(GA a) {
+    constexpr int NH = DK / 2, LA = GC_L64;
+    static_assert(DK == 64 || DK == 128, "prep_bf16: dk 64 or 128");
+    extern __shared__ __align__(128) unsigned char smraw[];
+    float *As = reinterpret_cast<float *>(smraw), *Tf = As + CH * LA, *Xs = Tf + CH * LA, *Gs = Xs + 3 * 256, *bs = Gs + CH, *es = bs + CH;
+    bf16 *Ks = reinterpret_cast<bf16 *>(es + CH), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: K's lo, then diag(β γ) K
+    bf16 *Vh = reinterpret_cast<bf16 *>(As), *Vl = Vh + CH * 64;  // V tiles (hi, lo) where A was
+    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int H = a.H, dv = a.dvd, nvt = dv / 64;
+    const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * a.Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
+    const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
+    const float *qg = a.q + tok0 * a.ldqk + (size_t)h * DK, *kg = a.k + tok0 * a.ldqk + (size_t)h * DK;
+
+    if (w == 0) {  // G = cumulative log gate over the chunk (lane: tokens lane, lane + 32), γ = exp(G), β
+        float g0 = a.g[(tok0 + lane) * H + h], g1 = a.g[(tok0 + lane + 32) * H + h];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y0 = __shfl_up_sync(0xffffffffu, g0, o), y1 = __shfl_up_sync(0xffffffffu, g1, o);
+            if (lane >= o) { g0 += y0; g1 += y1; }
+        }
+        g1 += __shfl_sync(0xffffffffu, g0, 31);
+        Gs[lane] = g0; Gs[lane + 32] = g1; es[lane] = expf(g0); es[lane + 32] = expf(g1);
+        bs[lane] = a.beta[(tok0 + lane) * H + h]; bs[lane + 32] = a.beta[(tok0 + lane + 32) * H + h];
+        a.Gc[row0 + lane] = g0; a.Gc[row0 + lane + 32] = g1;
+    }
+    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // K (hi, lo) to shared, its hi and Q's to global (Kb, Qb)
+        const int r = idx / (DK / 8), ch = idx % (DK / 8);
+        float x[8];
+        uint4 hi, lo;
+        ld8(x, kg + r * a.ldqk + 8 * ch, 1.f);
+        split8(hi, lo, x);
+        *reinterpret_cast<uint4 *>(Ks + swz<DK>(r, ch)) = hi;
+        *reinterpret_cast<uint4 *>(Kx + swz<DK>(r, ch)) = lo;
+        *reinterpret_cast<uint4 *>(a.Kb + (row0 + r) * DK + 8 * ch) = hi;
+        ld8(x, qg + r * a.ldqk + 8 * ch, 1.f);
+        *reinterpret_cast<uint4 *>(a.Qb + (row0 + r) * DK + 8 * ch) = pack8(x);
+    }
+    __syncthreads();
+    {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
+        uint32_t fa[DK / 16][4];
+        float P[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
+        lds_a<DK, DK>(fa, Ks, R0);
+        mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
+        mma_x<DK, 32, DK, true>(P, fa, Kx, C0);
+        lds_a<DK, DK>(fa, Kx, R0);
+        mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
+            const float a0 = (i > col) ? bs[i] * P[j][2 * hh] * expf(Gs[i] - Gs[col]) : 0.f;
+            const float a1 = (i > col + 1) ? bs[i] * P[j][2 * hh + 1] * expf(Gs[i] - Gs[col + 1]) : 0.f;
+            *reinterpret_cast<float2 *>(As + i * LA + col) = make_float2(a0, a1);
+        });
+    }
+    __syncthreads();
+    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // diag(β γ) K in bf16 (over K's lo)
+        const int r = idx / (DK / 8), ch = idx % (DK / 8);
+        float x[8];
+        ld8(x, kg + r * a.ldqk + 8 * ch, bs[r] * es[r]);
+        *reinterpret_cast<uint4 *>(Kx + swz<DK>(r, ch)) = pack8(x);
+    }
+    if (tid < CH) {  // the diagonal blocks: thread (block bb, column j) solves (I + A_bb) t = e_j
+        const int bb = tid >> 4, j = tid & 15, o = 16 * bb;
+        float tc[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float s = (i == j) ? 1.f : 0.f;
+#pragma unroll
+            for (int k = 0; k < i; k++) s = fmaf(-As[(o + i) * LA + o + k], tc[k], s);
+            tc[i] = s;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) Tf[(o + i) * LA + o + j] = tc[i];
+    } else {  // the blocks above the diagonal: 0
+        for (int idx = tid - CH; idx < 6 * 256; idx += 256 - CH) {
+            const int p = idx >> 8, bi = p < 3 ? 0 : p < 5 ? 1 : 2, bj = p < 3 ? p + 1 : p < 5 ? p - 1 : 3;
+            Tf[(16 * bi + ((idx >> 4) & 15)) * LA + 16 * bj + (idx & 15)] = 0.f;
+        }
+    }
+    __syncthreads();
+    for (int d = 1; d < 4; d++) {  // the blocks (bj + d, bj): X = Σ_{bj ≤ l < bi} A_il T_lj, then T_ij = −T_ii X
+        const int n = (4 - d) * 256;
+        for (int idx = tid; idx < n; idx += 256) {
+            const int bj = idx >> 8, r = (idx >> 4) & 15, q = idx & 15, bi = bj + d;
+            float s = 0.f;
+            for (int x = 16 * bj; x < 16 * bi; x++) s = fmaf(As[(16 * bi + r) * LA + x], Tf[x * LA + 16 * bj + q], s);
+            Xs[idx] = s;
+        }
+        __syncthreads();
+        for (int idx = tid; idx < n; idx += 256) {
+            const int bj = idx >> 8, r = (idx >> 4) & 15, q = idx & 15, bi = bj + d;
+            float s = 0.f;
+#pragma unroll
+            for (int m = 0; m < 16; m++) s = fmaf(Tf[(16 * bi + r) * LA + 16 * bi + m], Xs[(bj << 8) + 16 * m + q], s);
+            Tf[(16 * bi + r) * LA + 16 * bj + q] = -s;
+        }
+        __syncthreads();
+    }
+    for (int idx = tid; idx < CH * CH / 8; idx += 256) {  // T (hi, lo) in bf16; fp32 to global for the backward
+        const int r = idx >> 3, ch = idx & 7;
+        float x[8];
+        uint4 hi, lo;
+        ld8(x, Tf + r * LA + 8 * ch, 1.f);
+        split8(hi, lo, x);
+        *reinterpret_cast<uint4 *>(Th + swz<CH>(r, ch)) = hi;
+        *reinterpret_cast<uint4 *>(Tl + swz<CH>(r, ch)) = lo;
+        if (a.bwd) {
+            float4 *dst = reinterpret_cast<float4 *>(a.Tm + cc * CH * CH + r * CH + 8 * ch);
+            dst[0] = make_float4(x[0], x[1], x[2], x[3]);
+            dst[1] = make_float4(x[4], x[5], x[6], x[7]);
+        }
+    }
+    // V tiles of 64 columns: this thread's 2 × 8 values of the next tile, in flight while the current one is used
+    const float *vg = a.v + tok0 * a.ldv + (size_t)h * dv;
+    float pv[2][8];
+    auto load_v = [&](int vt) {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int idx = tid + 256 * u;
+            ld8(pv[u], vg + (idx >> 3) * a.ldv + vt * 64 + 8 * (idx & 7), 1.f);
+        }
+    };
+    load_v(0);
+    __syncthreads();
+    uint32_t fh[CH / 16][4], fl[CH / 16][4];
+    lds_a<CH, CH>(fh, Th, R0);
+    lds_a<CH, CH>(fl, Tl, R0);
+    {   // W = T diag(β γ) K -> bf16
+        float W[NH / 8][4];
+#pragma unroll
+        for (int j = 0; j < NH / 8; j++) W[j][0] = W[j][1] = W[j][2] = W[j][3] = 0.f;
+        mma_x<CH, NH, DK, false>(W, fh, Kx, N0);
+        mma_x<CH, NH, DK, false>(W, fl, Kx, N0);
+        acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
+            *reinterpret_cast<uint32_t *>(a.Wb + (row0 + i) * DK + col) = pack_bf16(W[j][2 * hh], W[j][2 * hh + 1]);
+        });
+    }
+    for (int vt = 0; vt < nvt; vt++) {  // U = T diag(β) V (fp32)
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int idx = tid + 256 * u, r = idx >> 3, ch = idx & 7;
+            float x[8];
+            uint4 hi, lo;
+#pragma unroll
+            for (int e = 0; e < 8; e++) x[e] = bs[r] * pv[u][e];
+            split8(hi, lo, x);
+            *reinterpret_cast<uint4 *>(Vh + swz<64>(r, ch)) = hi;
+            *reinterpret_cast<uint4 *>(Vl + swz<64>(r, ch)) = lo;
+        }
+        __syncthreads();
+        if (vt + 1 < nvt) load_v(vt + 1);
+        float U[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) U[j][0] = U[j][1] = U[j][2] = U[j][3] = 0.f;
+        mma_x<CH, 32, 64, false>(U, fh, Vh, C0);
+        mma_x<CH, 32, 64, false>(U, fh, Vl, C0);
+        mma_x<CH, 32, 64, false>(U, fl, Vh, C0);
+        store_acc<32>(a.U + (row0 + R0 + (lane >> 2)) * dv + vt * 64 + C0, dv, U, 1.f, 1.f);
+        __syncthreads();  // Vh, Vl are free
+    }
+}
+template <int DK> constexpr size_t prep_bf16_smem() {
+    return sizeof(float) * (2 * CH * GC_L64 + 3 * 256 + 3 * CH) + sizeof(bf16) * (2 * CH * DK + 2 * CH * CH);
+}
+
 // element (row r of the warp's 16 value columns, column e of n-tile j) of an accumulator tile: r = g (+8), e = 2t (+1)
 #define GC_ACC_ROW(q) ((lane >> 2) + 8 * ((q) >> 1))
 #define GC_ACC_COL(j, q) (8 * (j) + 2 * (lane & 3) + ((q) & 1))
@@ -4118,6 +4314,7 @@ template <int DK> static void set_attrs() {
         CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 2>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop1_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop1_bf16_smem<DK>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_final_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_bf16_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(prep_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_bf16_smem<DK>()));
     }
 }
 
@@ -4150,10 +4347,16 @@ template <int DK, bool FWD> static void state_pass(const GA &a) {
     auto k = FWD ? (bv == 16 ? fwd_state_kernel<DK, 16> : fwd_state_kernel<DK, 32>) : (bv == 16 ? bwd_state_kernel<DK, 16> : bwd_state_kernel<DK, 32>);
     k<<<grid, GC_NT, FWD ? (bv == 16 ? fwd_state_smem<DK, 16>() : fwd_state_smem<DK, 32>()) : (bv == 16 ? bwd_state_smem<DK, 16>() : bwd_state_smem<DK, 32>())>>>(a);
 }
+// K1 (both passes): the bf16 prep where the bf16 kernels follow, else the fp32 one
+template <int DK> static void prep_pass(const GA &a) {
+    if constexpr (DK == 64 || DK == 128)
+        if (a.Wb) { prep_bf16_kernel<DK><<<dim3(a.Nc, a.B * a.H), 256, prep_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep"); return; }
+    prep_kernel<DK><<<dim3(a.Nc, a.H, a.B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
+}
 template <int DK> static void fwd_impl(const GA &a) {
     set_attrs<DK>();
     const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
-    prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
+    prep_pass<DK>(a);
     state_pass<DK, true>(a);
     GDN_KERNEL_MARK("fwd_state");
     bool done = false;
@@ -4166,7 +4369,7 @@ template <int DK> static void fwd_impl(const GA &a) {
 template <int DK> static void bwd_impl(const GA &a) {
     set_attrs<DK>();
     const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
-    prep_kernel<DK><<<dim3(Nc, H, B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
+    prep_pass<DK>(a);
     bool done = false;
     if constexpr (DK == 64 || DK == 128)
         if (a.Wb) { bwd_local_bf16_kernel<DK><<<dim3(Nc, B * H), 128, bwd_local_bf16_smem<DK>()>>>(a); done = true; }
