@@ -3760,79 +3760,71 @@ template <int DK, int PART> constexpr size_t bwd_vloop_bf16_smem() {
     return 2 * ((PART == 0 ? CH * 64 : CH * 68 * 2) + 2 * DK * 64) * sizeof(bf16) + (CH + 4) * sizeof(float);
 }
 
-// B3 part 1 in bf16 mode, grid (Nc, B*H), 4 warps (16 rows each), over 64-column value tiles: dWm = dVn S0ᵀ,
-// dTV = dVn Vᵀ diag(β), dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). dVn, V and T are rounded to bf16 on their way
-// into shared memory (T, the inverse (I + A)⁻¹, as fla stores it), the S0 tiles come by cp.async; dbv reads V in fp32.
+// B3 part 1 in bf16 mode, grid (Nc, B*H), 8 warps, over 64-column value tiles: dWm = dVn S0ᵀ, dTV = dVn Vᵀ diag(β),
+// dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). Warp w owns rows R0 = 16(w & 3) .. +15 and one half (w >> 2) of the
+// columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). dVn, V and T
+// are rounded to bf16 on their way into shared memory (T, the inverse (I + A)⁻¹, as fla stores it), the S0 tiles
+// come by cp.async; dbv reads V in fp32.
 template <int DK>
-__global__ void __launch_bounds__(128) bwd_vloop1_bf16_kernel(GA a) {
+__global__ void __launch_bounds__(256, 2) bwd_vloop1_bf16_kernel(GA a) {
+    static_assert(DK == 64 || DK == 128, "bwd_vloop1_bf16: dk 64 or 128");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Ts = reinterpret_cast<bf16 *>(smraw), *Ds = Ts + CH * CH, *Vs = Ds + CH * 64, *Ss = Vs + CH * 64;  // Ss: 2 × [DK][64]
-    float *bs = reinterpret_cast<float *>(Ss + 2 * DK * 64);
+    float *bs = reinterpret_cast<float *>(Ss + 2 * DK * 64), *dbv = bs + CH;
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, hf = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
+    const int R0 = 16 * (w & 3);
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
     const float *vsrc = a.v + tok0 * a.ldv + (size_t)h * dv;
-    auto issue = [&](int vt) { load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); fa_commit(); };
+    auto issue = [&](int vt) { load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); fa_commit(); };
     issue(0);
     if (nvt > 1) issue(1);
-    tile_to_bf16<CH, 128>(Ts, a.Tm + cc * CH * CH, CH);
-    if (tid < CH) bs[tid] = a.beta[(tok0 + tid) * a.H + h];
-    float W1[DK / 8][4], P2[8][4], dbv0 = 0.f, dbv1 = 0.f;
+    tile_to_bf16<CH, 256>(Ts, a.Tm + cc * CH * CH, CH);
+    if (tid < CH) { bs[tid] = a.beta[(tok0 + tid) * a.H + h]; dbv[tid] = 0.f; }
+    float W1[DK / 16][4], P2[4][4], dbv0 = 0.f, dbv1 = 0.f;
 #pragma unroll
-    for (int j = 0; j < DK / 8; j++) W1[j][0] = W1[j][1] = W1[j][2] = W1[j][3] = 0.f;
+    for (int j = 0; j < DK / 16; j++) W1[j][0] = W1[j][1] = W1[j][2] = W1[j][3] = 0.f;
 #pragma unroll
-    for (int j = 0; j < 8; j++) P2[j][0] = P2[j][1] = P2[j][2] = P2[j][3] = 0.f;
-    uint32_t ftt[4][4];  // Tᵀ rows 16w.. (A operand from T's columns: ldmatrix.trans)
-    const int r0 = 16 * w + g;
+    for (int j = 0; j < 4; j++) P2[j][0] = P2[j][1] = P2[j][2] = P2[j][3] = 0.f;
+    uint32_t ftt[4][4];  // Tᵀ rows R0.. (A operand from T's columns: ldmatrix.trans)
     for (int vt = 0; vt < nvt; vt++) {
-        tile_to_bf16<64, 128>(Ds, a.dVn + row0 * dv + vt * 64, dv);
-        tile_to_bf16<64, 128>(Vs, vsrc + vt * 64, a.ldv);
+        tile_to_bf16<64, 256>(Ds, a.dVn + row0 * dv + vt * 64, dv);
+        tile_to_bf16<64, 256>(Vs, vsrc + vt * 64, a.ldv);
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
-        if (vt == 0) {
-            const int q = lane >> 3;
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) ldsm4t(ftt[kk], fa_smem_u32(Ts + swz<64>(16 * kk + 8 * (q >> 1) + (lane & 7), 2 * w + (q & 1))));
-        }
+        if (vt == 0) lds_at<CH, CH>(ftt, Ts, R0);
         uint32_t fd[4][4];
-        lds_a<64, 64>(fd, Ds, 16 * w);
-        mma_x<64, DK, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64);  // dVn S0ᵀ
-        mma_x<64, CH, 64, true>(P2, fd, Vs);                       // dVn Vᵀ
-        float Y[8][4];
+        lds_a<64, 64>(fd, Ds, R0);
+        mma_x<64, DK / 2, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64, hf * DK / 2);  // dVn S0ᵀ
+        mma_x<64, 32, 64, true>(P2, fd, Vs, 32 * hf);                               // dVn Vᵀ
+        float Y[4][4];
 #pragma unroll
-        for (int j = 0; j < 8; j++) Y[j][0] = Y[j][1] = Y[j][2] = Y[j][3] = 0.f;
-        mma_x<CH, 64, 64, false>(Y, ftt, Ds);  // Tᵀ dVn
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int r = r0 + 8 * hh, col = vt * 64 + 8 * j + 2 * t;
-                const float2 vv = *reinterpret_cast<const float2 *>(vsrc + (size_t)r * a.ldv + col);
-                float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + col);
-                const float2 o = *dvp, y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
-                *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // accumulates (the softmax op wrote dV first)
-                const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
-                if (hh) dbv1 += d; else dbv0 += d;
-            }
+        for (int j = 0; j < 4; j++) Y[j][0] = Y[j][1] = Y[j][2] = Y[j][3] = 0.f;
+        mma_x<CH, 32, 64, false>(Y, ftt, Ds, 32 * hf);  // Tᵀ dVn
+        acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
+            const float2 vv = *reinterpret_cast<const float2 *>(vsrc + (size_t)r * a.ldv + vt * 64 + col);
+            float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col);
+            const float2 o = *dvp, y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
+            *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // accumulates (the softmax op wrote dV first)
+            const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
+            if (hh) dbv1 += d; else dbv0 += d;
+        });
         __syncthreads();  // Ds, Vs and buffer vt & 1 are free
         if (vt + 2 < nvt) issue(vt + 2);
     }
     dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
     dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
-    if (t == 0) { a.dbv[row0 + r0] = dbv0; a.dbv[row0 + r0 + 8] = dbv1; }
-    store_acc<DK>(a.dWm + (row0 + r0) * DK, DK, W1, 1.f, 1.f);
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++)  // dTV's columns times β_j
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int col = 8 * j + 2 * t;
-            *reinterpret_cast<float2 *>(a.dTV + cc * CH * CH + (r0 + 8 * hh) * CH + col) =
-                make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
-        }
+    if ((lane & 3) == 0) { atomicAdd(dbv + R0 + (lane >> 2), dbv0); atomicAdd(dbv + R0 + (lane >> 2) + 8, dbv1); }
+    store_acc<DK / 2>(a.dWm + (row0 + R0 + (lane >> 2)) * DK + hf * DK / 2, DK, W1, 1.f, 1.f);
+    acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {  // dTV's columns times β_j
+        *reinterpret_cast<float2 *>(a.dTV + cc * CH * CH + r * CH + col) = make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
+    });
+    __syncthreads();
+    if (tid < CH) a.dbv[row0 + tid] = dbv[tid];
 }
-template <int DK> constexpr size_t bwd_vloop1_bf16_smem() { return (CH * CH + 2 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + CH * sizeof(float); }
+template <int DK> constexpr size_t bwd_vloop1_bf16_smem() { return (CH * CH + 2 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + 2 * CH * sizeof(float); }
 #undef GC_ACC_ROW
 #undef GC_ACC_COL
 
@@ -4380,15 +4372,17 @@ template <int DK> static void bwd_impl(const GA &a) {
     GDN_KERNEL_MARK("bwd_state");
     done = false;
     if constexpr (DK == 64 || DK == 128)
-        if (a.Wb) { bwd_vloop_bf16_kernel<DK, 0><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 0>()>>>(a); done = true; }
-    if (!done) bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a);
-    GDN_KERNEL_MARK("vloop0");
-    if (done) bwd_vloop1_bf16_kernel<DK><<<dim3(Nc, B * H), 128, bwd_vloop1_bf16_smem<DK>()>>>(a);
-    else bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a);
-    GDN_KERNEL_MARK("vloop1");
-    if (done) bwd_vloop_bf16_kernel<DK, 2><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 2>()>>>(a);
-    else bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a);
-    GDN_KERNEL_MARK("vloop2");
+        if (a.Wb) {
+            bwd_vloop_bf16_kernel<DK, 0><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
+            bwd_vloop1_bf16_kernel<DK><<<dim3(Nc, B * H), 256, bwd_vloop1_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("vloop1");
+            bwd_vloop_bf16_kernel<DK, 2><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
+            done = true;
+        }
+    if (!done) {
+        bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
+        bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a); GDN_KERNEL_MARK("vloop1");
+        bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
+    }
     done = false;
     if constexpr (DK == 64 || DK == 128)
         if (a.Wb) { bwd_final_bf16_kernel<DK><<<dim3(Nc, B * H), 256, bwd_final_bf16_smem<DK>()>>>(a); done = true; }
