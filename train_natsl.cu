@@ -3575,60 +3575,56 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
 }
 template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
 
-// B1 in bf16 mode (same shapes), grid (Nc, B*H), 4 warps; warp w owns rows 16w .. 16w+15 of the chunk, per 64 value
-// columns: Vn = U − W S0 (its tokens; fp32, over U, and a bf16 copy) and dVn_local = s Pᵀ dO (its keys; fp32), with
-// Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from prep's bf16 copies; dO is rounded to bf16 on its way into shared memory
-// (and kept so for the later passes).
+// B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps; warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and
+// one half (w >> 2) of each 64 value columns: Vn = U − W S0 (its tokens; fp32, over U, and a bf16 copy) and
+// dVn_local = s Pᵀ dO (its keys; fp32), with Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from prep's bf16 copies; dO is rounded
+// to bf16 on its way into shared memory (and kept so for the later passes).
 template <int DK>
-__global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
+__global__ void __launch_bounds__(256, 2) bwd_local_bf16_kernel(GA a) {
+    static_assert(DK == 64 || DK == 128, "bwd_local_bf16: dk 64 or 128");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ws = Ks + CH * DK, *Ss = Ws + CH * DK, *Os = Ss + 2 * DK * 64;
     float *Gs = reinterpret_cast<float *>(Os + CH * 64);
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3, hf = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
+    const int R0 = 16 * (w & 3), r0 = R0 + g;  // this thread's rows r0 and r0 + 8
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, ldo = (size_t)a.H * dv;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
     const float *dO = a.dout + ((size_t)b * a.T + (size_t)c * CH) * ldo + (size_t)h * dv;
-    load_tile<DK, CH, 128>(Qs, a.Qb + row0 * DK, DK, tid);
-    load_tile<DK, CH, 128>(Ks, a.Kb + row0 * DK, DK, tid);
-    load_tile<DK, CH, 128>(Ws, a.Wb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 256>(Qs, a.Qb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 256>(Ks, a.Kb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 256>(Ws, a.Wb + row0 * DK, DK, tid);
     if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
     auto issue = [&](int vt) {
-        load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
+        load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
         fa_commit();
     };
     issue(0);
     if (nvt > 1) issue(1);
     uint32_t fw[DK / 16][4], fpt[4][4];
-    const int r0 = 16 * w + g;  // this thread's rows r0 and r0 + 8
-    // the dO tile: thread tid holds 8 values of rows tid/8 + 16 e (e < 4), loaded one tile ahead into registers
-    float4 xo[4][2];
+    // the dO tile: thread tid holds 8 values of rows tid/8 + 32 e (e < 2), loaded one tile ahead into registers
+    float xo[2][8];
     auto load_do = [&](int vt) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float *s = dO + (size_t)((tid >> 3) + 16 * e) * ldo + vt * 64 + (tid & 7) * 8;
-            xo[e][0] = *reinterpret_cast<const float4 *>(s);
-            xo[e][1] = *reinterpret_cast<const float4 *>(s + 4);
-        }
+        for (int e = 0; e < 2; e++) ld8(xo[e], dO + (size_t)((tid >> 3) + 32 * e) * ldo + vt * 64 + (tid & 7) * 8, 1.f);
     };
     load_do(0);
     for (int vt = 0; vt < nvt; vt++) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {  // rounded to bf16, into shared memory and the copy for the later passes
-            const int r = (tid >> 3) + 16 * e, ch = tid & 7;
-            const float4 x0 = xo[e][0], x1 = xo[e][1];
-            const uint4 y = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
+        for (int e = 0; e < 2; e++) {  // rounded to bf16, into shared memory and the copy for the later passes
+            const int r = (tid >> 3) + 32 * e, ch = tid & 7;
+            const uint4 y = pack8(xo[e]);
             *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = y;
             *reinterpret_cast<uint4 *>(a.dOb + (row0 + r) * dv + vt * 64 + ch * 8) = y;
         }
         if (vt + 1 < nvt) load_do(vt + 1);
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
-        if (vt == 0) {
+        if (vt == 0) {  // (both warps of a row strip make its Pᵀ rows: the A operand spans all 64 keys' columns i)
             uint32_t fk[DK / 16][4];
-            lds_a<DK, DK>(fw, Ws, 16 * w);
-            lds_a<DK, DK>(fk, Ks, 16 * w);
+            lds_a<DK, DK>(fw, Ws, R0);
+            lds_a<DK, DK>(fk, Ks, R0);
             float P[8][4];  // Pᵀ rows j = r0 (+8), columns i
 #pragma unroll
             for (int j = 0; j < 8; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
@@ -3642,24 +3638,21 @@ __global__ void __launch_bounds__(128) bwd_local_bf16_kernel(GA a) {
                 }
             acc_to_a<4>(fpt, P, 1.f);
         }
-        float V[8][4], D[8][4];
+        float V[4][4], D[4][4];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) V[j][q] = D[j][q] = 0.f;
-        mma_x<DK, 64, 64, false>(V, fw, Ss + (vt & 1) * DK * 64);  // W S0
-        mma_x<CH, 64, 64, false>(D, fpt, Os);                      // s Pᵀ dO
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const size_t o = (row0 + r0 + 8 * hh) * dv + vt * 64 + 8 * j + 2 * t;
-                float2 *u = reinterpret_cast<float2 *>(a.U + o);
-                const float2 uv = *u, vn = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
-                *u = vn;
-                *reinterpret_cast<uint32_t *>(a.Vnb + o) = pack_bf16(vn.x, vn.y);
-                *reinterpret_cast<float2 *>(a.dVn + o) = make_float2(D[j][2 * hh], D[j][2 * hh + 1]);
-            }
+        mma_x<DK, 32, 64, false>(V, fw, Ss + (vt & 1) * DK * 64, 32 * hf);  // W S0
+        mma_x<CH, 32, 64, false>(D, fpt, Os, 32 * hf);                      // s Pᵀ dO
+        acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
+            const size_t o = (row0 + r) * dv + vt * 64 + col;
+            float2 *u = reinterpret_cast<float2 *>(a.U + o);
+            const float2 uv = *u, vn = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
+            *u = vn;
+            *reinterpret_cast<uint32_t *>(a.Vnb + o) = pack_bf16(vn.x, vn.y);
+            *reinterpret_cast<float2 *>(a.dVn + o) = make_float2(D[j][2 * hh], D[j][2 * hh + 1]);
+        });
         __syncthreads();  // Os and buffer vt & 1 are free
         if (vt + 2 < nvt) issue(vt + 2);
     }
@@ -4364,7 +4357,7 @@ template <int DK> static void bwd_impl(const GA &a) {
     prep_pass<DK>(a);
     bool done = false;
     if constexpr (DK == 64 || DK == 128)
-        if (a.Wb) { bwd_local_bf16_kernel<DK><<<dim3(Nc, B * H), 128, bwd_local_bf16_smem<DK>()>>>(a); done = true; }
+        if (a.Wb) { bwd_local_bf16_kernel<DK><<<dim3(Nc, B * H), 256, bwd_local_bf16_smem<DK>()>>>(a); done = true; }
     if (!done) bwd_local_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_local_smem<DK>()>>>(a);
     GDN_KERNEL_MARK("bwd_local");
     if (!a.Wb) { bwd_rhs_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs"); }
