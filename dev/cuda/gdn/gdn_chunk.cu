@@ -300,6 +300,10 @@ static void time_all() {
         auto med = [](std::vector<float> x) { std::sort(x.begin(), x.end()); return x[x.size() / 2]; };
         printf("TIME B=%d T=%d H=%d dk=%d dv=%d mask_frac=%.1f: fwd %.3f ms  bwd %.3f ms  fwd+bwd %.3f ms (median of 15; min %.3f)\n", B, T, H,
                dk, dv, frac, med(tf), med(tb), med(tt), *std::min_element(tt.begin(), tt.end()));
+        // model FLOPs (issue 10's count): 6·dk·dv + 2·64·(3·dk + 2·dv) per token and head forward, ×3 forward + backward
+        const double gf = ((double)B * T * H * (6.0 * dk * dv + 2.0 * 64 * (3.0 * dk + 2.0 * dv))) * 1e-9;
+        printf("  model FLOPs: fwd %.1f GFLOP, %.1f TFLOP/s;  fwd+bwd %.1f GFLOP, %.1f TFLOP/s\n", gf, gf / med(tf), 3 * gf,
+               3 * gf / med(tt));
         g_kprof = true; g_nev = 0;
         GDN_KERNEL_MARK("start");
         run_op(p, d);
