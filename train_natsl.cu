@@ -2534,8 +2534,8 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). The intra-chunk products
 // are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
 // dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), every kernel (prep, the state passes, fwd_out, bwd_local, the
-// vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs T % 64 == 0, dv % 32 == 0
-// and dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
+// vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs
+// T % 64 == 0, dv % 32 == 0 and dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); ACCUMULATES dv.
 // Workspace: an explicit buffer of gdnc::ws_floats(...) floats (the model owns it, M->gdn_ws).
 #ifndef GDN_KERNEL_MARK
@@ -2765,20 +2765,13 @@ __device__ __forceinline__ void mm(float *__restrict__ C, int ldc, const float *
     }
 }
 
-// dst[i*DK + d] = bf16(src[i*(DK+GC_PADK) + d]) for the CH rows of a chunk (prep's bf16 copies of K and W)
-template <int DK> __device__ __forceinline__ void store_bf16(bf16 *dst, const float *src) {
-    for (int idx = threadIdx.x; idx < CH * DK / 2; idx += GC_NT) {
-        const int i = idx / (DK / 2), d = 2 * (idx % (DK / 2));
-        *reinterpret_cast<uint32_t *>(dst + i * DK + d) = pack_bf16(src[i * (DK + GC_PADK) + d], src[i * (DK + GC_PADK) + d + 1]);
-    }
-}
 __device__ __forceinline__ float mval_of(const GA &a, int b, int c, int h) {
     return a.m ? a.m[((size_t)(b * a.Nc + c) * a.H + h) * 2 + 1] : 1.f;
 }
 
 // ------------------------------------------------------------------------------------------------
 // K1 prep (fwd and bwd): per chunk: G (cumsum), A, T = (I+A)^-1, Pm = QK^T.*Gam.*[i>=j], W, U.
-// grid (Nc, H, B)
+// grid (Nc, H, B). The fp32 / TF32 path; prep_bf16_kernel serves the bf16 kernels (prep_pass).
 template <int DK>
 __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
     constexpr int LDK = DK + GC_PADK;
@@ -2806,7 +2799,7 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
         const int i = idx >> 6, j = idx & 63;
         const float d = (i >= j) ? expf(Gs[i] - Gs[j]) : 0.f;
         As[i * GC_L64 + j] = (i > j) ? bs[i] * As[i * GC_L64 + j] * d : 0.f;
-        if (!a.Wb) a.Pm[cc * CH * CH + idx] = (i >= j) ? Ts[i * GC_L64 + j] * d : 0.f;  // (the bf16 kernels make their own)
+        a.Pm[cc * CH * CH + idx] = (i >= j) ? Ts[i * GC_L64 + j] * d : 0.f;
     }
     __syncthreads();
     for (int idx = tid; idx < CH * CH; idx += GC_NT) { const int i = idx >> 6, j = idx & 63; Ts[i * GC_L64 + j] = (i == j) ? 1.f : 0.f; }
@@ -2824,14 +2817,12 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
     }
     if (a.bwd)  // T: only the backward reads it
         for (int idx = tid; idx < CH * CH; idx += GC_NT) a.Tm[cc * CH * CH + idx] = Ts[(idx >> 6) * GC_L64 + (idx & 63)];
-    if (a.Kb) { store_bf16<DK>(a.Kb + wrow0 * DK, Ks); store_bf16<DK>(a.Qb + wrow0 * DK, Qs); }
     __syncthreads();
     for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= bs[i] * es[i]; }
     __syncthreads();
     mm<CH, DK, CH, false, false>(Qs, LDK, Ts, GC_L64, Ks, LDK, 1.f, 0.f);  // W = T diag(beta gam) K
     __syncthreads();
-    if (a.Wb) store_bf16<DK>(a.Wb + wrow0 * DK, Qs);  // (the bf16 kernels read only this copy)
-    else for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; a.W[(wrow0 + i) * DK + d] = Qs[i * LDK + d]; }
+    for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; a.W[(wrow0 + i) * DK + d] = Qs[i * LDK + d]; }
     for (int idx = tid; idx < CH * CH; idx += GC_NT) { const int i = idx >> 6, j = idx & 63; Ts[i * GC_L64 + j] *= bs[j]; }  // T diag(beta)
     __syncthreads();
     // U = T diag(beta) V over value tiles, double-buffered (buffers in the free Ks / Qs regions, U tile in As)
@@ -3165,6 +3156,10 @@ template <int NN, class F> __device__ __forceinline__ void acc_pairs(int r0, int
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) f(j, hh, r0 + (lane >> 2) + 8 * hh, c0 + 8 * j + 2 * (lane & 3));
 }
+// an accumulator tile (N n-tiles of 8 columns) to 0
+template <int N> __device__ __forceinline__ void acc_zero(float (&acc)[N][4]) {
+    for (auto &x : acc) x[0] = x[1] = x[2] = x[3] = 0.f;
+}
 // Rows r0 and r0 + 8 of a 16 × NN accumulator tile (this thread's columns 8j + 2t, + 1), row r0's times s0 and
 // row r0 + 8's times s1, to fp32 rows of stride ld; dst points at row r0, column 0.
 template <int NN>
@@ -3239,8 +3234,7 @@ __global__ void __launch_bounds__(256, 2) prep_bf16_kernel(GA a) {
     {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
         uint32_t fa[DK / 16][4];
         float P[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
+        acc_zero(P);
         lds_a<DK, DK>(fa, Ks, R0);
         mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
         mma_x<DK, 32, DK, true>(P, fa, Kx, C0);
@@ -3327,8 +3321,7 @@ __global__ void __launch_bounds__(256, 2) prep_bf16_kernel(GA a) {
     lds_a<CH, CH>(fl, Tl, R0);
     {   // W = T diag(β γ) K -> bf16
         float W[NH / 8][4];
-#pragma unroll
-        for (int j = 0; j < NH / 8; j++) W[j][0] = W[j][1] = W[j][2] = W[j][3] = 0.f;
+        acc_zero(W);
         mma_x<CH, NH, DK, false>(W, fh, Kx, N0);
         mma_x<CH, NH, DK, false>(W, fl, Kx, N0);
         acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
@@ -3350,8 +3343,7 @@ __global__ void __launch_bounds__(256, 2) prep_bf16_kernel(GA a) {
         __syncthreads();
         if (vt + 1 < nvt) load_v(vt + 1);
         float U[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) U[j][0] = U[j][1] = U[j][2] = U[j][3] = 0.f;
+        acc_zero(U);
         mma_x<CH, 32, 64, false>(U, fh, Vh, C0);
         mma_x<CH, 32, 64, false>(U, fh, Vl, C0);
         mma_x<CH, 32, 64, false>(U, fl, Vh, C0);
@@ -3378,8 +3370,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h;
     float S[DK / 8][4];
-#pragma unroll
-    for (int j = 0; j < DK / 8; j++) S[j][0] = S[j][1] = S[j][2] = S[j][3] = 0.f;
+    acc_zero(S);
     state_issue<DK, NT>(Wsm, Ksm, Gsm, a, bh * T);
     fa_commit();
     for (int c = 0; c < Nc; c++) {
@@ -3448,8 +3439,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         fa_commit();
     };
     float dS[DK / 8][4];
-#pragma unroll
-    for (int j = 0; j < DK / 8; j++) dS[j][0] = dS[j][1] = dS[j][2] = dS[j][3] = 0.f;
+    acc_zero(dS);
     issue(Nc - 1);
     for (int c = Nc - 1; c >= 0; c--) {
         const int s = c & 1;
@@ -3546,8 +3536,7 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
         if (vt == 0) {
             lds_a<DK, DK>(fq, Qs, 16 * w);
             float P[8][4];
-#pragma unroll
-            for (int j = 0; j < 8; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
+            acc_zero(P);
             mma_x<DK, CH, DK, true>(P, fq, Ks);
             const float G0 = Gs[i0], G1 = Gs[i0 + 8];
 #pragma unroll
@@ -3562,8 +3551,7 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
             e1 = a.scale * expf(G1);
         }
         float O[8][4];
-#pragma unroll
-        for (int j = 0; j < 8; j++) O[j][0] = O[j][1] = O[j][2] = O[j][3] = 0.f;
+        acc_zero(O);
         mma_x<DK, 64, 64, false>(O, fq, Ss + (vt & 1) * DK * 64);  // Q S0
 #pragma unroll
         for (int j = 0; j < 8; j++) { O[j][0] *= e0; O[j][1] *= e0; O[j][2] *= e1; O[j][3] *= e1; }
@@ -3626,8 +3614,7 @@ __global__ void __launch_bounds__(256, 2) bwd_local_bf16_kernel(GA a) {
             lds_a<DK, DK>(fw, Ws, R0);
             lds_a<DK, DK>(fk, Ks, R0);
             float P[8][4];  // Pᵀ rows j = r0 (+8), columns i
-#pragma unroll
-            for (int j = 0; j < 8; j++) P[j][0] = P[j][1] = P[j][2] = P[j][3] = 0.f;
+            acc_zero(P);
             mma_x<DK, CH, DK, true>(P, fk, Qs);
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -3639,10 +3626,8 @@ __global__ void __launch_bounds__(256, 2) bwd_local_bf16_kernel(GA a) {
             acc_to_a<4>(fpt, P, 1.f);
         }
         float V[4][4], D[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) V[j][q] = D[j][q] = 0.f;
+        acc_zero(V);
+        acc_zero(D);
         mma_x<DK, 32, 64, false>(V, fw, Ss + (vt & 1) * DK * 64, 32 * hf);  // W S0
         mma_x<CH, 32, 64, false>(D, fpt, Os, 32 * hf);                      // s Pᵀ dO
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
@@ -3695,10 +3680,8 @@ __global__ void __launch_bounds__(128) bwd_vloop_bf16_kernel(GA a) {
     issue(0);
     if (nvt > 1) issue(1);
     float A1[DK / 8][4], A2[8][4], part = 0.f;
-#pragma unroll
-    for (int j = 0; j < DK / 8; j++) A1[j][0] = A1[j][1] = A1[j][2] = A1[j][3] = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) A2[j][0] = A2[j][1] = A2[j][2] = A2[j][3] = 0.f;
+    acc_zero(A1);
+    acc_zero(A2);
     for (int vt = 0; vt < nvt; vt++) {
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
@@ -3777,10 +3760,8 @@ __global__ void __launch_bounds__(256, 2) bwd_vloop1_bf16_kernel(GA a) {
     tile_to_bf16<CH, 256>(Ts, a.Tm + cc * CH * CH, CH);
     if (tid < CH) { bs[tid] = a.beta[(tok0 + tid) * a.H + h]; dbv[tid] = 0.f; }
     float W1[DK / 16][4], P2[4][4], dbv0 = 0.f, dbv1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < DK / 16; j++) W1[j][0] = W1[j][1] = W1[j][2] = W1[j][3] = 0.f;
-#pragma unroll
-    for (int j = 0; j < 4; j++) P2[j][0] = P2[j][1] = P2[j][2] = P2[j][3] = 0.f;
+    acc_zero(W1);
+    acc_zero(P2);
     uint32_t ftt[4][4];  // Tᵀ rows R0.. (A operand from T's columns: ldmatrix.trans)
     for (int vt = 0; vt < nvt; vt++) {
         tile_to_bf16<64, 256>(Ds, a.dVn + row0 * dv + vt * 64, dv);
@@ -3793,8 +3774,7 @@ __global__ void __launch_bounds__(256, 2) bwd_vloop1_bf16_kernel(GA a) {
         mma_x<64, DK / 2, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64, hf * DK / 2);  // dVn S0ᵀ
         mma_x<64, 32, 64, true>(P2, fd, Vs, 32 * hf);                               // dVn Vᵀ
         float Y[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) Y[j][0] = Y[j][1] = Y[j][2] = Y[j][3] = 0.f;
+        acc_zero(Y);
         mma_x<CH, 32, 64, false>(Y, ftt, Ds, 32 * hf);  // Tᵀ dVn
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
             const float2 vv = *reinterpret_cast<const float2 *>(vsrc + (size_t)r * a.ldv + vt * 64 + col);
@@ -4094,14 +4074,11 @@ __global__ void __launch_bounds__(256, 2) bwd_final_bf16_kernel(GA a) {
                 if (g == 0) atomicAdd(dst + C0 + 8 * j + 2 * t + e, x);
             }
     };
-    auto zero = [](auto &acc) {
-        for (auto &x : acc) x[0] = x[1] = x[2] = x[3] = 0.f;
-    };
     uint32_t fa[DK / 16][4], fm[CH / 16][4];
 
     {   // M1 = dPmm = dPm ⊙ Γ ⊙ [i ≥ j];  E = dPmm ⊙ QKᵀ -> row and column sums (dg)
         float P[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
-        zero(P);
+        acc_zero(P);
         lds_a<DK, DK>(fa, Qs, R0);
         mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
@@ -4118,7 +4095,7 @@ __global__ void __launch_bounds__(256, 2) bwd_final_bf16_kernel(GA a) {
     }
     {   // M2 = dT = dTV − dWm (diag(β γ) K)ᵀ
         float Z[4][4];
-        zero(Z);
+        acc_zero(Z);
         lds_a<DK, DK>(fa, Ds, R0);
         mma_x<DK, 32, DK, true>(Z, fa, Ks, C0);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
@@ -4133,7 +4110,7 @@ __global__ void __launch_bounds__(256, 2) bwd_final_bf16_kernel(GA a) {
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             float dQ[NH / 16][4];
-            zero(dQ);
+            acc_zero(dQ);
             mma_x<CH, NH / 2, DK, false>(dQ, fm, Ks, N0 + hf * NH / 2);
             acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) {
                 const float se = scale * es[i];
@@ -4149,7 +4126,7 @@ __global__ void __launch_bounds__(256, 2) bwd_final_bf16_kernel(GA a) {
     }
     {   // M3 = dT Tᵀ
         float Y[4][4];
-        zero(Y);
+        acc_zero(Y);
         lds_a<CH, CH>(fm, M2, R0);
         mma_x<CH, 32, CH, true>(Y, fm, Ts, C0);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { st_pair<CH>(M3, i, col, Y[j][2 * hh], Y[j][2 * hh + 1]); });
@@ -4157,7 +4134,7 @@ __global__ void __launch_bounds__(256, 2) bwd_final_bf16_kernel(GA a) {
     __syncthreads();
     {   // dA = −Tᵀ M3; below the diagonal: V = dA ⊙ Γ ⊙ KKᵀ (rows, β-weighted columns: dg, dβ); M2 = dA ⊙ Γ diag(β) rows
         float dA[4][4], KK[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
-        zero(dA); zero(KK);
+        acc_zero(dA); acc_zero(KK);
         lds_a<DK, DK>(fa, Ks, R0);
         mma_x<DK, 32, DK, true>(KK, fa, Ks, C0);
         lds_at<CH, CH>(fm, Ts, R0);
@@ -4180,7 +4157,7 @@ __global__ void __launch_bounds__(256, 2) bwd_final_bf16_kernel(GA a) {
     __syncthreads();
     {   // dK = diag(β γ) R + dPmmᵀ Q + M2 K + M2ᵀ K + m X, R = −Tᵀ dWm;  kr = k·R (dg, dβ), xk = k·X (dg, dA)
         float dK[NH / 8][4], k0s = 0.f, k1s = 0.f, x0s = 0.f, x1s = 0.f;
-        zero(dK);
+        acc_zero(dK);
         lds_at<CH, CH>(fm, Ts, R0);
         mma_x<CH, NH, DK, false>(dK, fm, Ds, N0);
         acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
@@ -4334,9 +4311,11 @@ template <int DK, bool FWD> static void state_pass(const GA &a) {
 }
 // K1 (both passes): the bf16 prep where the bf16 kernels follow, else the fp32 one
 template <int DK> static void prep_pass(const GA &a) {
+    bool done = false;
     if constexpr (DK == 64 || DK == 128)
-        if (a.Wb) { prep_bf16_kernel<DK><<<dim3(a.Nc, a.B * a.H), 256, prep_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep"); return; }
-    prep_kernel<DK><<<dim3(a.Nc, a.H, a.B), GC_NT, prep_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep");
+        if (a.Wb) { prep_bf16_kernel<DK><<<dim3(a.Nc, a.B * a.H), 256, prep_bf16_smem<DK>()>>>(a); done = true; }
+    if (!done) prep_kernel<DK><<<dim3(a.Nc, a.H, a.B), GC_NT, prep_smem<DK>()>>>(a);
+    GDN_KERNEL_MARK("prep");
 }
 template <int DK> static void fwd_impl(const GA &a) {
     set_attrs<DK>();
