@@ -2533,9 +2533,10 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // state[c], Vn) → fwd_out.  bwd = prep → bwd_local → bwd_rhs → bwd_state (reverse sequential: dS^end_c,
 // dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). The intra-chunk products
 // are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
-// dk ∈ {64, 128} and dv % 64 == 0 (the 340m preset), every kernel (prep, the state passes, fwd_out, bwd_local, the
-// vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead (bwd_rhs folded into bwd_state). Needs
-// T % 64 == 0, dv % 32 == 0 and dk ∈ {32, 48, 64, 128} (gdnc::supported); other shapes take the token recurrence above.
+// dk ∈ {64, 128, 192} and dv % 64 == 0 (the 340m and 760m presets), every kernel (prep, the state passes, fwd_out,
+// bwd_local, the vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead (bwd_rhs folded into
+// bwd_state). Needs T % 64 == 0 and dk ∈ {32, 48, 64, 128} with dv % 32 == 0, or (bf16 mode only: dk = 192 has no
+// fp32 kernels) dk = 192 with dv % 64 == 0 (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); ACCUMULATES dv.
 // Workspace: an explicit buffer of gdnc::ws_floats(...) floats (the model owns it, M->gdn_ws).
 #ifndef GDN_KERNEL_MARK
@@ -3053,7 +3054,7 @@ __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
 template <int DK, int BV> constexpr size_t bwd_state_smem() { return sizeof(float) * (DK * (BV + 4) + 2 * CH * (DK + GC_PADK) + 2 * CH * (BV + 4) + 2 * CH); }
 
 // ------------------------------------------------------------------------------------------------
-// K2/B2 in bf16 mode: the state recurrences on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), dk ∈ {64, 128}.
+// K2/B2 in bf16 mode: the state recurrences on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), dk ∈ {64, 128, 192}.
 // The state lives transposed in registers: warp w of a block owns value columns v0 .. v0+15 (v0 = 16·(NW·x + w)) of
 // Sᵀ (16 × dk, accumulator layout: rows = value columns). Both products of a chunk then take the state straight from
 // the accumulators as their A operand (rows = value columns), and each warp is independent of the others: the block
@@ -3183,7 +3184,13 @@ __device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const floa
         fa[kk][3] = pack_bf16(acc[2 * kk + 1][2] * f2, acc[2 * kk + 1][3] * f3);
     }
 }
-// K1 in bf16 mode (dk ∈ {64, 128}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
+// The d_k each kernel family is compiled for: the bf16 tensor-core kernels 64, 128 and 192 (the 760m preset); the fp32
+// ones 32 .. 128 (their shared tiles of fp32 rows outgrow an SM at 192, so the 760m's fp32 mode takes the token
+// recurrence). The 8-warp bf16 kernels keep two blocks per SM (128 registers a thread) up to d_k = 128, one at 192.
+template <int DK> __host__ __device__ constexpr bool dk_bf16() { return DK == 64 || DK == 128 || DK == 192; }
+template <int DK> __host__ __device__ constexpr bool dk_fp32() { return DK <= 128; }
+template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128 ? 2 : 1; }
+// K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
 // The same outputs as prep_kernel for the bf16 kernels (G, T for the backward, the bf16 copies of Q, K and W, U; no P,
 // no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower; T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by
 // column-wise forward substitution, one thread per column, in registers; then the off-diagonal blocks by diagonals:
@@ -3192,9 +3199,9 @@ __device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const floa
 // rounded anyway): with plain bf16 operands the router gradient dA = Σ_j k_j·X_j, a sum with cancellation downstream of
 // U, moved by 1.1e-2 (dev/cuda/gdn/NOTES.md). fp32 accumulation; warp w owns rows R0 = 16(w & 3) .. +15 of each product.
 template <int DK>
-__global__ void __launch_bounds__(256, 2) prep_bf16_kernel(GA a) {
+__global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     constexpr int NH = DK / 2, LA = GC_L64;
-    static_assert(DK == 64 || DK == 128, "prep_bf16: dk 64 or 128");
+    static_assert(dk_bf16<DK>(), "prep_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     float *As = reinterpret_cast<float *>(smraw), *Tf = As + CH * LA, *Xs = Tf + CH * LA, *Gs = Xs + 3 * 256, *bs = Gs + CH, *es = bs + CH;
     bf16 *Ks = reinterpret_cast<bf16 *>(es + CH), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: K's lo, then diag(β γ) K
@@ -3502,7 +3509,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
 }
 template <int DK> constexpr size_t bwd_state_bf16_smem() { return 6 * CH * DK * sizeof(bf16) + 4 * CH * sizeof(float); }
 
-// K3 in bf16 mode (dk ∈ {64, 128}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
+// K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
 // 16w .. 16w+15: Pw = s (Q Kᵀ ⊙ Γ ⊙ [i ≥ j]) once (bf16 A operand), then per 64 value columns
 // O = s diag(γ) Q S0 + Pw Vn, with Q, K from prep's bf16 copies, S0 the bf16 start states, Vnᵀ the state kernel's
 // bf16 copy; the value tiles double-buffered by cp.async, fp32 accumulation.
@@ -3568,8 +3575,8 @@ template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2
 // dVn_local = s Pᵀ dO (its keys; fp32), with Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from prep's bf16 copies; dO is rounded
 // to bf16 on its way into shared memory (and kept so for the later passes).
 template <int DK>
-__global__ void __launch_bounds__(256, 2) bwd_local_bf16_kernel(GA a) {
-    static_assert(DK == 64 || DK == 128, "bwd_local_bf16: dk 64 or 128");
+__global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a) {
+    static_assert(dk_bf16<DK>(), "bwd_local_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ws = Ks + CH * DK, *Ss = Ws + CH * DK, *Os = Ss + 2 * DK * 64;
     float *Gs = reinterpret_cast<float *>(Os + CH * 64);
@@ -3742,8 +3749,8 @@ template <int DK, int PART> constexpr size_t bwd_vloop_bf16_smem() {
 // are rounded to bf16 on their way into shared memory (T, the inverse (I + A)⁻¹, as fla stores it), the S0 tiles
 // come by cp.async; dbv reads V in fp32.
 template <int DK>
-__global__ void __launch_bounds__(256, 2) bwd_vloop1_bf16_kernel(GA a) {
-    static_assert(DK == 64 || DK == 128, "bwd_vloop1_bf16: dk 64 or 128");
+__global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA a) {
+    static_assert(dk_bf16<DK>(), "bwd_vloop1_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Ts = reinterpret_cast<bf16 *>(smraw), *Ds = Ts + CH * CH, *Vs = Ds + CH * 64, *Ss = Vs + CH * 64;  // Ss: 2 × [DK][64]
     float *bs = reinterpret_cast<float *>(Ss + 2 * DK * 64), *dbv = bs + CH;
@@ -4017,7 +4024,8 @@ __global__ void __launch_bounds__(GC_NT) bwd_final_kernel(GA a) {
 }
 template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 * CH * (DK + GC_PADK) + 4 * CH * GC_L64 + 6 * CH); }
 
-// B4 in bf16 mode (dk ∈ {64, 128}): bwd_final on bf16 tensor cores, grid (Nc, B*H), 8 warps, two blocks per SM.
+// B4 in bf16 mode (dk ∈ {64, 128, 192}): bwd_final on bf16 tensor cores, grid (Nc, B*H), 8 warps, two blocks per SM
+// (one at dk = 192).
 // The same math as bwd_final_kernel with every 64×64 and 64×dk product as mma.sync m16n8k16 (bf16 operands, fp32
 // accumulation). Warp w owns rows R0 = 16(w & 3) .. +15 of every product; of a 64-wide result the columns
 // C0 = 32(w >> 2) .. +31, of a dk-wide one N0 = (dk/2)(w >> 2) .. +dk/2−1. Operands in shared memory as swizzled bf16
@@ -4027,9 +4035,9 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 // (registers). The per-token sums that feed dg and dβ go to shared memory by atomics (so their order of addition, and
 // the last bits of dg and dβ, vary from run to run).
 template <int DK>
-__global__ void __launch_bounds__(256, 2) bwd_final_bf16_kernel(GA a) {
+__global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a) {
     constexpr int NH = DK / 2;
-    static_assert(DK == 64 || DK == 128, "bwd_final_bf16: dk 64 or 128");
+    static_assert(dk_bf16<DK>(), "bwd_final_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ds = Ks + CH * DK, *Ts = Ds + CH * DK;
     bf16 *M1 = Ts + CH * CH, *M2 = M1 + CH * CH, *M3 = M2 + CH * CH;
@@ -4217,10 +4225,13 @@ template <int DK> constexpr size_t bwd_final_bf16_smem() {
 
 // ------------------------------------------------------------------------------------------------
 // ---- host side
-static bool supported(int dk, int dv) { return (dk == 32 || dk == 48 || dk == 64 || dk == 128) && dv % GC_BV == 0; }
 static int g_lowp = 0;  // bf16 mode: TF32 block matmuls, bf16 state kernels (set_lowp)
 static void set_lowp(int on) { g_lowp = on; CUDA_CHECK(cudaMemcpyToSymbol(c_gdn_tf32, &on, sizeof(int))); }
-static bool state_bf16(int dk, int dv) { return g_lowp && (dk == 64 || dk == 128) && dv % 64 == 0; }
+static bool state_bf16(int dk, int dv) { return g_lowp && (dk == 64 || dk == 128 || dk == 192) && dv % 64 == 0; }
+// d_k = 192 has only the bf16 kernels (dk_fp32): the chunked op in bf16 mode, the token recurrence in fp32 mode
+static bool supported(int dk, int dv) {
+    return ((dk == 32 || dk == 48 || dk == 64 || dk == 128) && dv % GC_BV == 0) || (dk == 192 && state_bf16(dk, dv));
+}
 
 static size_t ws_floats(int B, int T, int H, int dk, int dv) {
     const size_t BH = (size_t)B * H, BT = BH * T, Nc = T / CH;
@@ -4253,19 +4264,21 @@ template <int DK> static void set_attrs() {
     static bool done = false;
     if (done) return;
     done = true;
-    CUDA_CHECK(cudaFuncSetAttribute(prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem<DK>()));
-    CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK, 16>()));
-    CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK, 32>()));
-    CUDA_CHECK(cudaFuncSetAttribute(fwd_out_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_smem<DK>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_smem<DK>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_rhs_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_rhs_smem<DK>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK, 16>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK, 32>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 0>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 1>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 2>()));
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_final_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_smem<DK>()));
-    if constexpr (DK == 64 || DK == 128) {
+    if constexpr (dk_fp32<DK>()) {
+        CUDA_CHECK(cudaFuncSetAttribute(prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK, 16>()));
+        CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK, 32>()));
+        CUDA_CHECK(cudaFuncSetAttribute(fwd_out_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_rhs_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_rhs_smem<DK>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK, 16>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK, 32>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 0>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 1>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 2>()));
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_final_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_smem<DK>()));
+    }
+    if constexpr (dk_bf16<DK>()) {
         for (auto k : {fwd_state_bf16_kernel<DK, 1>, fwd_state_bf16_kernel<DK, 2>, fwd_state_bf16_kernel<DK, 4>})
             CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_bf16_smem<DK>()));
         for (auto k : {bwd_state_bf16_kernel<DK, 1>, bwd_state_bf16_kernel<DK, 2>, bwd_state_bf16_kernel<DK, 4>})
@@ -4293,7 +4306,7 @@ static int state_warps(const GA &a, size_t smem) {
 }
 // the sequential pass (FWD: K2, else B2): the bf16 kernels where prep wrote the bf16 copies, else the fp32 ones
 template <int DK, bool FWD> static void state_pass(const GA &a) {
-    if constexpr (DK == 64 || DK == 128) {
+    if constexpr (dk_bf16<DK>())
         if (a.Wb) {
             const size_t sm = FWD ? fwd_state_bf16_smem<DK>() : bwd_state_bf16_smem<DK>();
             const int nw = state_warps(a, sm);
@@ -4303,72 +4316,75 @@ template <int DK, bool FWD> static void state_pass(const GA &a) {
             k<<<grid, 32 * nw, sm>>>(a);
             return;
         }
+    if constexpr (dk_fp32<DK>()) {
+        const int bv = state_tile(a);
+        const dim3 grid(a.dvd / bv, a.H, a.B);
+        auto k = FWD ? (bv == 16 ? fwd_state_kernel<DK, 16> : fwd_state_kernel<DK, 32>) : (bv == 16 ? bwd_state_kernel<DK, 16> : bwd_state_kernel<DK, 32>);
+        k<<<grid, GC_NT, FWD ? (bv == 16 ? fwd_state_smem<DK, 16>() : fwd_state_smem<DK, 32>()) : (bv == 16 ? bwd_state_smem<DK, 16>() : bwd_state_smem<DK, 32>())>>>(a);
     }
-    const int bv = state_tile(a);
-    const dim3 grid(a.dvd / bv, a.H, a.B);
-    auto k = FWD ? (bv == 16 ? fwd_state_kernel<DK, 16> : fwd_state_kernel<DK, 32>) : (bv == 16 ? bwd_state_kernel<DK, 16> : bwd_state_kernel<DK, 32>);
-    k<<<grid, GC_NT, FWD ? (bv == 16 ? fwd_state_smem<DK, 16>() : fwd_state_smem<DK, 32>()) : (bv == 16 ? bwd_state_smem<DK, 16>() : bwd_state_smem<DK, 32>())>>>(a);
 }
 // K1 (both passes): the bf16 prep where the bf16 kernels follow, else the fp32 one
 template <int DK> static void prep_pass(const GA &a) {
-    bool done = false;
-    if constexpr (DK == 64 || DK == 128)
-        if (a.Wb) { prep_bf16_kernel<DK><<<dim3(a.Nc, a.B * a.H), 256, prep_bf16_smem<DK>()>>>(a); done = true; }
-    if (!done) prep_kernel<DK><<<dim3(a.Nc, a.H, a.B), GC_NT, prep_smem<DK>()>>>(a);
+    if constexpr (dk_bf16<DK>())
+        if (a.Wb) { prep_bf16_kernel<DK><<<dim3(a.Nc, a.B * a.H), 256, prep_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("prep"); return; }
+    if constexpr (dk_fp32<DK>()) prep_kernel<DK><<<dim3(a.Nc, a.H, a.B), GC_NT, prep_smem<DK>()>>>(a);
     GDN_KERNEL_MARK("prep");
 }
+// Each pass below runs its bf16 kernel where prep wrote the bf16 copies (a.Wb; dk_bf16), else its fp32 kernel (dk_fp32;
+// forward/backward see that one of the two exists).
 template <int DK> static void fwd_impl(const GA &a) {
     set_attrs<DK>();
-    const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
+    const int B = a.B, H = a.H, Nc = a.Nc;
     prep_pass<DK>(a);
     state_pass<DK, true>(a);
     GDN_KERNEL_MARK("fwd_state");
-    bool done = false;
-    if constexpr (DK == 64 || DK == 128)
-        if (a.Vb) { fwd_out_bf16_kernel<DK><<<dim3(Nc, B * H), 128, fwd_out_bf16_smem<DK>()>>>(a); done = true; }
-    if (!done) fwd_out_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, fwd_out_smem<DK>()>>>(a);
+    if constexpr (dk_bf16<DK>())
+        if (a.Vb) fwd_out_bf16_kernel<DK><<<dim3(Nc, B * H), 128, fwd_out_bf16_smem<DK>()>>>(a);
+    if constexpr (dk_fp32<DK>())
+        if (!a.Vb) fwd_out_kernel<DK><<<dim3(a.dvd / GC_BV, Nc, B * H), GC_NT, fwd_out_smem<DK>()>>>(a);
     GDN_KERNEL_MARK("fwd_out");
     CUDA_CHECK(cudaGetLastError());
 }
 template <int DK> static void bwd_impl(const GA &a) {
     set_attrs<DK>();
-    const int B = a.B, H = a.H, Nc = a.Nc, nvt = a.dvd / GC_BV;
+    const int B = a.B, H = a.H, Nc = a.Nc;
+    const dim3 g2(Nc, B * H);
     prep_pass<DK>(a);
-    bool done = false;
-    if constexpr (DK == 64 || DK == 128)
-        if (a.Wb) { bwd_local_bf16_kernel<DK><<<dim3(Nc, B * H), 256, bwd_local_bf16_smem<DK>()>>>(a); done = true; }
-    if (!done) bwd_local_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_local_smem<DK>()>>>(a);
-    GDN_KERNEL_MARK("bwd_local");
-    if (!a.Wb) { bwd_rhs_kernel<DK><<<dim3(nvt, Nc, B * H), GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs"); }
-    state_pass<DK, false>(a);
-    GDN_KERNEL_MARK("bwd_state");
-    done = false;
-    if constexpr (DK == 64 || DK == 128)
+    if constexpr (dk_bf16<DK>())
         if (a.Wb) {
-            bwd_vloop_bf16_kernel<DK, 0><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
-            bwd_vloop1_bf16_kernel<DK><<<dim3(Nc, B * H), 256, bwd_vloop1_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("vloop1");
-            bwd_vloop_bf16_kernel<DK, 2><<<dim3(Nc, B * H), 128, bwd_vloop_bf16_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
-            done = true;
+            bwd_local_bf16_kernel<DK><<<g2, 256, bwd_local_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
+            state_pass<DK, false>(a); GDN_KERNEL_MARK("bwd_state");
+            bwd_vloop_bf16_kernel<DK, 0><<<g2, 128, bwd_vloop_bf16_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
+            bwd_vloop1_bf16_kernel<DK><<<g2, 256, bwd_vloop1_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("vloop1");
+            bwd_vloop_bf16_kernel<DK, 2><<<g2, 128, bwd_vloop_bf16_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
+            bwd_final_bf16_kernel<DK><<<g2, 256, bwd_final_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_final");
         }
-    if (!done) {
-        bwd_vloop_kernel<DK, 0><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
-        bwd_vloop_kernel<DK, 1><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 1>()>>>(a); GDN_KERNEL_MARK("vloop1");
-        bwd_vloop_kernel<DK, 2><<<dim3(Nc, B * H), GC_NT, bwd_vloop_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
-    }
-    done = false;
-    if constexpr (DK == 64 || DK == 128)
-        if (a.Wb) { bwd_final_bf16_kernel<DK><<<dim3(Nc, B * H), 256, bwd_final_bf16_smem<DK>()>>>(a); done = true; }
-    if (!done) bwd_final_kernel<DK><<<dim3(Nc, B * H), GC_NT, bwd_final_smem<DK>()>>>(a);
-    GDN_KERNEL_MARK("bwd_final");
+    if constexpr (dk_fp32<DK>())
+        if (!a.Wb) {
+            const dim3 g3(a.dvd / GC_BV, Nc, B * H);
+            bwd_local_kernel<DK><<<g3, GC_NT, bwd_local_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
+            bwd_rhs_kernel<DK><<<g3, GC_NT, bwd_rhs_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_rhs");
+            state_pass<DK, false>(a); GDN_KERNEL_MARK("bwd_state");
+            bwd_vloop_kernel<DK, 0><<<g2, GC_NT, bwd_vloop_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
+            bwd_vloop_kernel<DK, 1><<<g2, GC_NT, bwd_vloop_smem<DK, 1>()>>>(a); GDN_KERNEL_MARK("vloop1");
+            bwd_vloop_kernel<DK, 2><<<g2, GC_NT, bwd_vloop_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
+            bwd_final_kernel<DK><<<g2, GC_NT, bwd_final_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_final");
+        }
     CUDA_CHECK(cudaGetLastError());
 }
 #define GC_DISPATCH(dk, F, a) do { switch (dk) { \
     case 32: F<32>(a); break; case 48: F<48>(a); break; case 64: F<64>(a); break; case 128: F<128>(a); break; \
-    default: fprintf(stderr, "gdn_op: dk=%d not instantiated (32/48/64/128)\n", dk); exit(1); } } while (0)
+    case 192: F<192>(a); break; \
+    default: fprintf(stderr, "gdn_op: dk=%d not instantiated (32/48/64/128/192)\n", dk); exit(1); } } while (0)
 
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
-// the bf16 kernels load and store the op's tensors in 8- and 16-byte vectors: unaligned layouts take the others
-static void no_bf16(GA &a) { a.Wb = a.Kb = a.Qb = nullptr; a.ds16 = 0; }
+// the bf16 kernels load and store the op's tensors in 8- and 16-byte vectors: unaligned layouts take the fp32 ones,
+// which d_k = 192 does not have (the model's layouts are always aligned: only a caller of the op can get here)
+static void no_bf16(GA &a, int dk) {
+    if (dk > 128) { fprintf(stderr, "gdn_op: d_k=%d needs 16-byte aligned q, k, v rows (the bf16 kernels)\n", dk); exit(1); }
+    a.Wb = a.Kb = a.Qb = nullptr;
+    a.ds16 = 0;
+}
 
 static void forward(float *o, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
                     const float *g, const float *beta, const float *m, int B, int T, int H, int dk, int dv, float *ws) {
@@ -4376,7 +4392,7 @@ static void forward(float *o, float *state, const float *q, const float *k, int 
     a.o = o; a.state = state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(o) && ldqk % 4 == 0 &&
             ldv % 4 == 0 && dk % 4 == 0;
-    if (!a.vec) no_bf16(a);
+    if (!a.vec) no_bf16(a, dk);
     if (a.Wb) a.Vb = reinterpret_cast<bf16 *>(a.dVn);
     GC_DISPATCH(dk, fwd_impl, a);
 }
@@ -4389,7 +4405,7 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
     a.state = (float *)state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) && aligned16(dq) &&
             aligned16(dk) && aligned16(dv) && ldqk % 4 == 0 && ldv % 4 == 0 && dkd % 4 == 0;
-    if (!a.vec) no_bf16(a);
+    if (!a.vec) no_bf16(a, dkd);
     if (a.Wb) { a.Vnb = reinterpret_cast<bf16 *>(a.Rc); a.dOb = a.Vnb + (size_t)B * H * T * dvd; }
     GC_DISPATCH(dkd, bwd_impl, a);
 }
@@ -4412,8 +4428,8 @@ static int gdn_use_chunked(int dk, int dv) {
     if (g_gdn_tokens < 0) { const char *e = getenv("NATSL_GDN_TOKENS"); g_gdn_tokens = e && atoi(e) != 0; }
     return !g_gdn_tokens && gdnc::supported(dk, dv);
 }
-// on = 1 (bf16 mode): the chunked op's block matmuls run on the TF32 tensor cores and, for d_k ∈ {64, 128}, its state
-// recurrences on the bf16 ones (bf16 state, W, K, Vn operands; errors in dev/cuda/gdn/NOTES.md); on = 0 (fp32 mode,
+// on = 1 (bf16 mode): the chunked op runs every product on the bf16 tensor cores for d_k ∈ {64, 128, 192} (the *_bf16
+// kernels; errors in dev/cuda/gdn/NOTES.md), its block matmuls on the TF32 ones for the other d_k; on = 0 (fp32 mode,
 // the default): fp32 FMA throughout, for the CPU comparison's 1e-5. NATSL_GDN_TF32=0 in the environment keeps the
 // fp32 op in bf16 mode too (the exact bf16 check).
 static void gdn_set_lowp(int on) {
