@@ -4032,8 +4032,9 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 // tiles: Q, K (prep's bf16 copies), dWm, T, and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and
 // then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of being read. Elementwise
 // factors (dPm, dTV, dQ1, X, q, k) are read in fp32 at the accumulator positions. dK is summed in one pass at the end
-// (registers). The per-token sums that feed dg and dβ go to shared memory by atomics (so their order of addition, and
-// the last bits of dg and dβ, vary from run to run).
+// (registers). The per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two
+// terms: the same sum in either order), a column's from its four row strips as four partial sums, added in a fixed
+// order (so the op is bitwise reproducible).
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a) {
     constexpr int NH = DK / 2;
@@ -4043,7 +4044,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     bf16 *M1 = Ts + CH * CH, *M2 = M1 + CH * CH, *M3 = M2 + CH * CH;
     float *Gs = reinterpret_cast<float *>(M3 + CH * CH), *bs = Gs + CH, *es = bs + CH, *red = es + CH;
     // per-token sums: rows and columns of E = dPm ⊙ P, q·dQ1, k·R, rows of V (the KKᵀ term), its β-weighted columns, k·X
-    float *rsE = red, *csE = rsE + CH, *qd = csE + CH, *kr = qd + CH, *rs2 = kr + CH, *cw2 = rs2 + CH, *xk = cw2 + CH;
+    // (csE and cw2: [4][CH], one row of partial sums per row strip)
+    float *rsE = red, *csE = rsE + CH, *qd = csE + 4 * CH, *kr = qd + CH, *rs2 = kr + CH, *cw2 = rs2 + CH, *xk = cw2 + 4 * CH;
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
     const int H = a.H, Nc = a.Nc;
@@ -4056,7 +4058,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     load_tile<DK, CH, 256>(Ks, a.Kb + row0 * DK, DK, tid);
     if (tid < CH / 4) fa_cp16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
     fa_commit();
-    for (int i = tid; i < 7 * CH; i += 256) red[i] = 0.f;
+    for (int i = tid; i < 13 * CH; i += 256) red[i] = 0.f;
     if (tid < CH) bs[tid] = a.beta[(tok0 + tid) * H + h];
     tile_to_bf16<DK, 256>(Ds, a.dWm + row0 * DK, DK);
     tile_to_bf16<CH, 256>(Ts, a.Tm + cc * CH * CH, CH);
@@ -4071,7 +4073,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         s1 += __shfl_xor_sync(0xffffffffu, s1, 1); s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
         if (t == 0) { atomicAdd(dst + R0 + g, s0); atomicAdd(dst + R0 + g + 8, s1); }
     };
-    // the warp's per-column partial sums (columns C0 + 8j + 2t (+1)) -> shared, over the 8 row groups
+    // the warp's per-column partial sums (columns C0 + 8j + 2t (+1)) over its 8 row groups -> row w & 3 of dst [4][CH]
     auto add_cols = [&](float *dst, float (&s)[4][2]) {
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -4079,7 +4081,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             for (int e = 0; e < 2; e++) {
                 float x = s[j][e];
                 x += __shfl_xor_sync(0xffffffffu, x, 4); x += __shfl_xor_sync(0xffffffffu, x, 8); x += __shfl_xor_sync(0xffffffffu, x, 16);
-                if (g == 0) atomicAdd(dst + C0 + 8 * j + 2 * t + e, x);
+                if (g == 0) dst[(w & 3) * CH + C0 + 8 * j + 2 * t + e] = x;
             }
     };
     uint32_t fa[DK / 16][4], fm[CH / 16][4];
@@ -4202,7 +4204,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int i = lane + 32 * u;
-            dG[u] = rsE[i] - csE[i] + scale * es[i] * qd[i] - mv * xk[i] + bs[i] * es[i] * kr[i] + bs[i] * rs2[i] - cw2[i];
+            const float ce = csE[i] + csE[CH + i] + csE[2 * CH + i] + csE[3 * CH + i];
+            const float cw = cw2[i] + cw2[CH + i] + cw2[2 * CH + i] + cw2[3 * CH + i];
+            dG[u] = rsE[i] - ce + scale * es[i] * qd[i] - mv * xk[i] + bs[i] * es[i] * kr[i] + bs[i] * rs2[i] - cw;
             a.dbeta[(tok0 + i) * H + h] = a.dbv[row0 + i] + es[i] * kr[i] + rs2[i];
         }
         if (lane == 31) dG[1] += mv * sx + es[CH - 1] * a.sdot[cc];
@@ -4220,7 +4224,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     }
 }
 template <int DK> constexpr size_t bwd_final_bf16_smem() {
-    return (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + 10 * CH * sizeof(float);
+    return (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + 16 * CH * sizeof(float);
 }
 
 // ------------------------------------------------------------------------------------------------
