@@ -2285,16 +2285,26 @@ static int gpu_available(char *why, size_t n) {
 // programs draw the same noise from the same stream; the first batch's forward pass is noise-free, as -D's is).
 // The fourth has two S layers (§7.3) with their penalty: their gates (z_A, z_G) and choices are compared as router
 // pairs, the first batch's noise-free, the 10 steps' under the same noise.
+// The fifth is two layers of the 760m preset (d_k = 192, d_v = 384, D = 1536; the character data's small vocabulary):
+// the GPU's GDN op on its bf16 kernels at that head size in bf16 mode (the token recurrence in fp32 mode).
+// The model of a run: its -e preset (else tiny) and -a pattern, for the vocabulary V of the data
+static void run_config(Config *cf, const char *run_args, int V) {
+    char msg[256], pat[NATSL_MAX_LAYERS + 1], preset[16] = "tiny";
+    const char *e = strstr(run_args, "-e "), *a = strstr(run_args, "-a ");
+    if (e) sscanf(e, "-e %15s", preset);
+    config_from_preset(cf, preset, V);
+    if (a && sscanf(a, "-a %64s", pat) == 1) config_set_pattern(cf, pat, msg, sizeof(msg));
+}
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
-                             {"tiny GSNS, layer selection", "-a GSNS -S 0.5"}};
-    for (int r = 0; r < 4; r++) {
+                             {"tiny GSNS, layer selection", "-a GSNS -S 0.5"},
+                             {"760m GN", "-e 760m -a GN -b 1 -t 128 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
+    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
         Config cf;
-        char msg[1024], pat[NATSL_MAX_LAYERS + 1];
-        config_from_preset(&cf, "tiny", GPT2_VOCAB);
-        if (sscanf(runs[r][1], "-a %64s", pat) == 1) config_set_pattern(&cf, pat, msg, sizeof(msg));
+        char msg[1024];
         for (int bf16 = 0; bf16 <= 1; bf16++) {
-            char cmd[2048], what[64]; // (on the FineWeb-Edu shards: the GPT-2 vocabulary's 50304-row head, as in real runs)
+            // on the FineWeb-Edu shards (the GPT-2 vocabulary's 50304-row head, as in real runs); the 760m run on the characters
+            char cmd[4096], what[64];
             const char *args = "-b 2 -t 256 -l 1e-3 -u 2 -i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin";
             const char *prec = bf16 ? "bf16" : "fp32";
             snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
@@ -2312,6 +2322,7 @@ static void test_cpu_vs_gpu(void) {
                 CHECK(0, "%s: cannot read the dumps", what);
                 continue;
             }
+            run_config(&cf, runs[r][1], c.h[4]); // the data's vocabulary, from the dump's header
             if (bf16 && dump_read("/tmp/natsl_gpu_fma.bin", &fma) == 0 && dump_read("/tmp/natsl_cpu_exact.bin", &cx) == 0) {
                 char w2[96];
                 snprintf(w2, sizeof(w2), "%s, GDN op in fp32, attention in TF32", what);
