@@ -23,8 +23,9 @@ footprint fits the free memory; the printed B is the one that ran.
 
 build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas -lnccl
 run:   ./bench_gpu [step|layer|gemm|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1|2]
-       defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0
-       (-k: the step with train_natsl_cu's recompute level)
+                   [-p bf16|fp32|both]
+       defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0, -p both
+       (-k: the step with train_natsl_cu's recompute level; -p: the step's precisions)
 */
 #define TESTING
 #include "../train_natsl.cu"
@@ -65,12 +66,14 @@ static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
 }
 
 // One model per precision (the activation layout depends on it: bf16 fields take half the room in bf16 mode).
-static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters, int recompute) {
+// precs: "bf16", "fp32" or "both" (bf16 first)
+static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters, int recompute, const char *precs) {
     Config c;
     if (make_config(&c, preset, pattern, V)) exit(1);
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
     for (int prec = 1; prec >= 0; prec--) {
+        if (strcmp(precs, "both") && strcmp(precs, prec ? "bf16" : "fp32")) continue;
         set_precision(prec);
         size_t fr, tot;
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -251,6 +254,7 @@ static void bench_gemm(int BT, int iters) {
 
 int main(int argc, char **argv) {
     const char *mode = "all", *preset = "340m", *pats = "natsl-hybrid,gdn,transformer";
+    const char *precs = "both";
     int V = 32000, B = 8, T = 4096, iters = 10, recompute = 0;
     int i = 1;
     if (argc > 1 && argv[1][0] != '-') mode = argv[i++];
@@ -262,7 +266,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-a")) pats = argv[i + 1];
         else if (!strcmp(argv[i], "-k")) recompute = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-p")) precs = argv[i + 1];
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 1; }
+    }
+    if (strcmp(precs, "bf16") && strcmp(precs, "fp32") && strcmp(precs, "both")) {
+        fprintf(stderr, "-p %s: the step's precision is bf16, fp32 or both\n", precs);
+        return 1;
     }
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -288,7 +297,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "step") || !strcmp(mode, "all")) {
         char buf[256];
         snprintf(buf, sizeof(buf), "%s", pats);
-        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters, recompute);
+        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters, recompute, precs);
     }
     if (!strcmp(mode, "gemm") || !strcmp(mode, "all")) {
         set_precision(1);
