@@ -4264,6 +4264,11 @@ static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
     return a;
 }
 
+// the bf16 state kernel of a pass (FWD: K2, else B2) with nw ∈ {1, 2, 4, 8} warps per block
+template <int DK, bool FWD> static void (*state_kernel(int nw))(GA) {
+    if constexpr (FWD) return nw == 8 ? fwd_state_bf16_kernel<DK, 8> : nw == 4 ? fwd_state_bf16_kernel<DK, 4> : nw == 2 ? fwd_state_bf16_kernel<DK, 2> : fwd_state_bf16_kernel<DK, 1>;
+    else return nw == 8 ? bwd_state_bf16_kernel<DK, 8> : nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>;
+}
 template <int DK> static void set_attrs() {
     static bool done = false;
     if (done) return;
@@ -4283,10 +4288,10 @@ template <int DK> static void set_attrs() {
         CUDA_CHECK(cudaFuncSetAttribute(bwd_final_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_smem<DK>()));
     }
     if constexpr (dk_bf16<DK>()) {
-        for (auto k : {fwd_state_bf16_kernel<DK, 1>, fwd_state_bf16_kernel<DK, 2>, fwd_state_bf16_kernel<DK, 4>})
-            CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_bf16_smem<DK>()));
-        for (auto k : {bwd_state_bf16_kernel<DK, 1>, bwd_state_bf16_kernel<DK, 2>, bwd_state_bf16_kernel<DK, 4>})
-            CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_bf16_smem<DK>()));
+        for (int nw = 1; nw <= 8; nw *= 2) {
+            CUDA_CHECK(cudaFuncSetAttribute(state_kernel<DK, true>(nw), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_bf16_smem<DK>()));
+            CUDA_CHECK(cudaFuncSetAttribute(state_kernel<DK, false>(nw), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_bf16_smem<DK>()));
+        }
         CUDA_CHECK(cudaFuncSetAttribute(fwd_out_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_bf16_smem<DK>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_local_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_bf16_smem<DK>()));
         CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 0>()));
@@ -4301,23 +4306,28 @@ template <int DK> static void set_attrs() {
 // idle (B·H·dv/32 below the SM count: long sequences at a small batch), 16-column tiles give twice the blocks.
 static int state_tile(const GA &a) { return a.B * a.H * (a.dvd / 32) < num_sms() ? 16 : 32; }
 // The bf16 state kernels: NW warps per block (16 value columns each). Every warp runs the same sequential chain, so the
-// fewest warps per block (the most parallel loads of the chunk tiles) such that all blocks are resident at once.
-static int state_warps(const GA &a, size_t smem) {
-    const long slots = (long)num_sms() * std::max(1L, (long)(227 * 1024 / (smem + 1024)));
-    for (int nw = 1; nw < 4; nw *= 2)
-        if (a.dvd % (16 * nw) == 0 && (long)a.B * a.H * (a.dvd / (16 * nw)) <= slots) return nw;
-    return a.dvd % 64 == 0 ? 4 : a.dvd % 32 == 0 ? 2 : 1;
+// warps per block that need the fewest waves (blocks per SM from the occupancy API: the kernel's registers and shared
+// memory), and of those the fewest (the most parallel loads of the chunk tiles). The 760m's backward at B = 4 takes 8:
+// its 147 KB of tiles leave one block per SM, and 4-warp blocks would need two waves.
+template <int DK, bool FWD> static int state_warps(const GA &a, size_t smem) {
+    int best = 1;
+    long best_waves = -1;
+    for (int nw = 1; nw <= 8 && a.dvd % (16 * nw) == 0; nw *= 2) {
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, state_kernel<DK, FWD>(nw), 32 * nw, smem));
+        const long slots = (long)std::max(per_sm, 1) * num_sms(), blocks = (long)a.B * a.H * (a.dvd / (16 * nw));
+        const long waves = (blocks + slots - 1) / slots;
+        if (best_waves < 0 || waves < best_waves) { best = nw; best_waves = waves; }
+    }
+    return best;
 }
 // the sequential pass (FWD: K2, else B2): the bf16 kernels where prep wrote the bf16 copies, else the fp32 ones
 template <int DK, bool FWD> static void state_pass(const GA &a) {
     if constexpr (dk_bf16<DK>())
         if (a.Wb) {
             const size_t sm = FWD ? fwd_state_bf16_smem<DK>() : bwd_state_bf16_smem<DK>();
-            const int nw = state_warps(a, sm);
-            const dim3 grid(a.dvd / (16 * nw), a.H, a.B);
-            auto k = FWD ? (nw == 4 ? fwd_state_bf16_kernel<DK, 4> : nw == 2 ? fwd_state_bf16_kernel<DK, 2> : fwd_state_bf16_kernel<DK, 1>)
-                         : (nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>);
-            k<<<grid, 32 * nw, sm>>>(a);
+            const int nw = state_warps<DK, FWD>(a, sm);
+            state_kernel<DK, FWD>(nw)<<<dim3(a.dvd / (16 * nw), a.H, a.B), 32 * nw, sm>>>(a);
             return;
         }
     if constexpr (dk_fp32<DK>()) {

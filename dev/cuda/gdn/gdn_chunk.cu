@@ -340,16 +340,17 @@ int main(int argc, char **argv) {
             ok &= test_case("B2 T64 H2 dk128 dv128 (one chunk)", 2, 64, 2, 128, 128, 1);
             ok &= test_case("B1 T1024 H2 dk64 dv128 none committed", 1, 1024, 2, 64, 128, 3);
             ok &= test_case("B1 T1024 H2 dk128 dv256 all committed", 1, 1024, 2, 128, 256, 4);
-            ok &= test_case("B8 T128 H6 dk128 dv256 m01", 8, 128, 6, 128, 256, 1);   // bf16 state: 2-warp blocks
-            ok &= test_case("B16 T128 H6 dk128 dv256 m-real", 16, 128, 6, 128, 256, 2); // bf16 state: 4-warp blocks
+            ok &= test_case("B8 T128 H6 dk128 dv256 m01", 8, 128, 6, 128, 256, 1);   // bf16 state: 2-warp fwd, 4-warp bwd blocks
+            ok &= test_case("B16 T128 H6 dk128 dv256 m-real", 16, 128, 6, 128, 256, 2); // bf16 state: the same in two waves
             ok &= test_case("B1 T4096 H2 dk128 dv256 m01", 1, 4096, 2, 128, 256, 1);
             ok &= test_case("B1 T32768 H1 dk128 dv128 m01", 1, 32768, 1, 128, 128, 1);
             ok &= test_case("B1 T512 H2 dk192 dv384 m01 (760m heads)", 1, 512, 2, 192, 384, 1);
             ok &= test_case("B2 T256 H3 dk192 dv384 m-real", 2, 256, 3, 192, 384, 2);
             ok &= test_case("B1 T256 H2 dk192 dv384 m=NULL", 1, 256, 2, 192, 384, 0);
             ok &= test_case("B1 T4096 H1 dk192 dv384 m01", 1, 4096, 1, 192, 384, 1);
-            printf("(fp32 state kernels: 16-column tiles unless B·H·dv/32 >= the SM count; bf16 state kernels: 1 warp (16 value\n"
-                   " columns) per block unless B·H·dv/32 >= 2x the SM count: 2 warps, B·H·dv/64 >= 2x: 4 warps)\n");
+            ok &= test_case("B4 T128 H6 dk192 dv384 m01 (8-warp bwd state)", 4, 128, 6, 192, 384, 1);
+            printf("(fp32 state kernels: 16-column tiles unless B·H·dv/32 >= the SM count; bf16 state kernels: 1, 2, 4 or 8\n"
+                   " warps (16 value columns each) per block, the fewest of those that need the fewest waves)\n");
             printf("CORRECTNESS %s\n", ok ? "PASS" : "FAIL");
         }
         if (strcmp(mode, "test") != 0) {
