@@ -113,6 +113,10 @@ static void *xcudamalloc(size_t bytes) {
     if (e != cudaSuccess) { fprintf(stderr, "error: cudaMalloc of %zu bytes failed: %s\n", bytes, cudaGetErrorString(e)); exit(1); }
     return p;
 }
+// lets a kernel take `bytes` of dynamic shared memory (above the default 48 KB)
+template <class K> static void smem_attr(K kernel, size_t bytes) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
 static int num_sms(void) { // streaming multiprocessors of the current device (grids sized to fill it once)
     static int n = 0;
     if (!n) { int dev; CUDA_CHECK(cudaGetDevice(&dev)); CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)); }
@@ -1357,7 +1361,7 @@ static void launch_fwd(float *out, float *lse, const float *q, const float *k, i
     const size_t smem = (size_t)2 * 64 * ((DQ + 4) + (DV + 4)) * sizeof(float) + (size_t)Nc * 8;
     static size_t set = 0;
     if (smem > set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<DQ, DV, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_attr(attn_fwd_kernel<DQ, DV, SPLIT>, smem);
         set = smem;
     }
     const float sl2 = (1.0f / sqrtf((float)DQ)) * ATT_LOG2E;
@@ -1373,7 +1377,7 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
     const size_t smem = (size_t)(3 * 64 * (DQ + 4) + 3 * 64 * (DV + 4) + 4 * 64 + 64 * 68) * sizeof(float);
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kernel<DQ, DV, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_attr(attn_bwd_kernel<DQ, DV, SPLIT>, smem);
         set = true;
     }
     const float scale = 1.0f / sqrtf((float)DQ);
@@ -1987,8 +1991,7 @@ static void fa_launch_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, i
     const size_t smem = (size_t)(128 * DQ + 2 * 64 * DQ + 2 * 64 * DV) * sizeof(bf16) + (size_t)Nc * 12;
     static size_t set = 0;
     if (smem > set) {
-        CUDA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<DQ, DV, QREG, MT, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem));
+        smem_attr(fa_fwd_kernel<DQ, DV, QREG, MT, MINB>, smem);
         set = smem;
     }
     const float sl2 = (1.0f / sqrtf((float)DQ)) * FA_LOG2E;
@@ -2023,8 +2026,7 @@ static void fa_launch_bwd(float *dq, int lddq, GT *dk, int lddk, GT *dv, int ldd
     const size_t smem = (size_t)(3 * 64 * DQ + 3 * 64 * DV + 64 * 64) * sizeof(bf16) + 4 * 64 * sizeof(float);
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<DQ, DV, KVREG, MINB, GT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem));
+        smem_attr(fa_bwd_kernel<DQ, DV, KVREG, MINB, GT>, smem);
         set = true;
     }
     const float scale = 1.0f / sqrtf((float)DQ);
@@ -4274,31 +4276,31 @@ template <int DK> static void set_attrs() {
     if (done) return;
     done = true;
     if constexpr (dk_fp32<DK>()) {
-        CUDA_CHECK(cudaFuncSetAttribute(prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem<DK>()));
-        CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK, 16>()));
-        CUDA_CHECK(cudaFuncSetAttribute(fwd_state_kernel<DK, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_smem<DK, 32>()));
-        CUDA_CHECK(cudaFuncSetAttribute(fwd_out_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_smem<DK>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_smem<DK>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_rhs_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_rhs_smem<DK>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK, 16>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_state_kernel<DK, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_smem<DK, 32>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 0>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 1>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_smem<DK, 2>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_final_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_smem<DK>()));
+        smem_attr(prep_kernel<DK>, prep_smem<DK>());
+        smem_attr(fwd_state_kernel<DK, 16>, fwd_state_smem<DK, 16>());
+        smem_attr(fwd_state_kernel<DK, 32>, fwd_state_smem<DK, 32>());
+        smem_attr(fwd_out_kernel<DK>, fwd_out_smem<DK>());
+        smem_attr(bwd_local_kernel<DK>, bwd_local_smem<DK>());
+        smem_attr(bwd_rhs_kernel<DK>, bwd_rhs_smem<DK>());
+        smem_attr(bwd_state_kernel<DK, 16>, bwd_state_smem<DK, 16>());
+        smem_attr(bwd_state_kernel<DK, 32>, bwd_state_smem<DK, 32>());
+        smem_attr(bwd_vloop_kernel<DK, 0>, bwd_vloop_smem<DK, 0>());
+        smem_attr(bwd_vloop_kernel<DK, 1>, bwd_vloop_smem<DK, 1>());
+        smem_attr(bwd_vloop_kernel<DK, 2>, bwd_vloop_smem<DK, 2>());
+        smem_attr(bwd_final_kernel<DK>, bwd_final_smem<DK>());
     }
     if constexpr (dk_bf16<DK>()) {
         for (int nw = 1; nw <= 8; nw *= 2) {
-            CUDA_CHECK(cudaFuncSetAttribute(state_kernel<DK, true>(nw), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_state_bf16_smem<DK>()));
-            CUDA_CHECK(cudaFuncSetAttribute(state_kernel<DK, false>(nw), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_state_bf16_smem<DK>()));
+            smem_attr(state_kernel<DK, true>(nw), fwd_state_bf16_smem<DK>());
+            smem_attr(state_kernel<DK, false>(nw), bwd_state_bf16_smem<DK>());
         }
-        CUDA_CHECK(cudaFuncSetAttribute(fwd_out_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_out_bf16_smem<DK>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_local_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_local_bf16_smem<DK>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 0>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop_bf16_kernel<DK, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop_bf16_smem<DK, 2>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_vloop1_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_vloop1_bf16_smem<DK>()));
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_final_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd_final_bf16_smem<DK>()));
-        CUDA_CHECK(cudaFuncSetAttribute(prep_bf16_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_bf16_smem<DK>()));
+        smem_attr(fwd_out_bf16_kernel<DK>, fwd_out_bf16_smem<DK>());
+        smem_attr(bwd_local_bf16_kernel<DK>, bwd_local_bf16_smem<DK>());
+        smem_attr(bwd_vloop_bf16_kernel<DK, 0>, bwd_vloop_bf16_smem<DK, 0>());
+        smem_attr(bwd_vloop_bf16_kernel<DK, 2>, bwd_vloop_bf16_smem<DK, 2>());
+        smem_attr(bwd_vloop1_bf16_kernel<DK>, bwd_vloop1_bf16_smem<DK>());
+        smem_attr(bwd_final_bf16_kernel<DK>, bwd_final_bf16_smem<DK>());
+        smem_attr(prep_bf16_kernel<DK>, prep_bf16_smem<DK>());
     }
 }
 
