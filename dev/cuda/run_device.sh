@@ -29,8 +29,8 @@ has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention
 has flash && { $NV -Xcompiler -fopenmp dev/cuda/attention/flash_bf16.cu -o /tmp/flash_bf16 -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 wait
 echo "build: $(( $(date +%s) - t0 )) s"; tail -3 $O/build.log; cat $O/build_bench.log
-if has test; then timeout 300 make test > $O/test.log 2>&1; echo "make test rc=$?"; grep -iE "^  tiny|passed|fail|error" $O/test.log | tail -30; fi
-if has gdn; then timeout 150 /tmp/gdn_chunk > $O/gdn.log 2>&1; echo "gdn_chunk rc=$?"; cat $O/gdn.log; fi
+if has test; then timeout 400 make test > $O/test.log 2>&1; echo "make test rc=$?"; grep -iE "^  (tiny|760m)|passed|fail|error" $O/test.log | tail -50; fi
+if has gdn; then timeout 300 /tmp/gdn_chunk > $O/gdn.log 2>&1; echo "gdn_chunk rc=$?"; cat $O/gdn.log; fi
 if has att; then timeout 60 /tmp/masked_attention check > $O/att.log 2>&1; echo "masked_attention rc=$?"; grep -E "PASS|FAIL|CORRECT" $O/att.log | tail -12; fi
 if has flash; then OMP_NUM_THREADS=16 timeout 120 /tmp/flash_bf16 check > $O/flash.log 2>&1; echo "flash_bf16 rc=$?"; grep -E "PASS|FAIL" $O/flash.log | tail -24; fi
 if has layer; then timeout 150 ./bench_gpu layer $LAYER_ARGS > $O/bench_layer.log 2>&1; echo "bench layer rc=$?"; grep -E "RESULT|device|error" $O/bench_layer.log; fi
