@@ -13,6 +13,8 @@
 #   san  : compute-sanitizer memcheck of a few tiny training steps (GNA, -k 0 and -k 2), and racecheck of one 340m
 #          NANA step with its hazards counted per kernel (cuBLAS's nvjet_sm90_* kernels always show some: racecheck
 #          does not model their TMA/mbarrier traffic; any other kernel in that list is a real finding)
+#   gdnsan: compute-sanitizer memcheck and racecheck of dev/cuda/gdn/gdn_chunk test bf16 (every bf16 GDN kernel,
+#          each d_k; the racecheck takes about 300 s)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
 #   ncu  : Nsight Compute speed-of-light of the heaviest kernels in one 340m B=1 T=4096 step
 set -o pipefail
@@ -24,7 +26,7 @@ NV="nvcc -O3 -arch=sm_90 -std=c++17 -I."
 t0=$(date +%s)
 make -j8 train_natsl test_natsl train_natsl_cu > $O/build.log 2>&1 &
 $NV dev/bench_gpu.cu -o bench_gpu -lcublas -lnccl >> $O/build_bench.log 2>&1 &
-has gdn && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
+{ has gdn || has gdnsan; } && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has flash && { $NV -Xcompiler -fopenmp dev/cuda/attention/flash_bf16.cu -o /tmp/flash_bf16 -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 wait
@@ -42,9 +44,14 @@ if has san; then
     timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 100000000 ./train_natsl_cu -e 340m \
         -a NANA -b 1 -t 256 -x 1 -v 0 -s 0 2>&1 | grep -E "SUMMARY|^=========     (Read|Write) Thread" \
         | sed -E 's/.* at //; s/\+0x[0-9a-f]+//' | sort | uniq -c | sort -rn | head -12 | tee $O/racecheck.txt; fi
+if has gdnsan; then
+    timeout 150 compute-sanitizer --tool memcheck /tmp/gdn_chunk test bf16 > $O/gdn_memcheck.log 2>&1; echo "gdn memcheck rc=$?"
+    grep -E "ERROR SUMMARY|CORRECTNESS" $O/gdn_memcheck.log
+    timeout 420 compute-sanitizer --tool racecheck --racecheck-report hazard /tmp/gdn_chunk test bf16 > $O/gdn_racecheck.log 2>&1
+    echo "gdn racecheck rc=$?"; grep -E "RACECHECK SUMMARY|CORRECTNESS" $O/gdn_racecheck.log; fi
 if has main; then timeout 120 ./train_natsl_cu > $O/main.log 2>&1; echo "main job rc=$?"; grep -E "val loss|step  300|precision" $O/main.log; fi
-if has ncu; then timeout 200 ncu --section SpeedOfLight -k regex:"bwd_final|fwd_state|bwd_state|bwd_vloop|prep_kernel|attn_bwd|gated_norm_backward|rmsnorm_backward" \
-    -c 12 ./train_natsl_cu -e 340m -b 1 -t 4096 -x 1 -v 0 -s 0 > $O/ncu.log 2>&1; echo "ncu rc=$?"; \
+if has ncu; then timeout 200 ncu --section SpeedOfLight -k regex:"bwd_final|fwd_state|fwd_out|bwd_local|bwd_state|bwd_vloop|prep|fa_bwd|attn_bwd|gated_norm_backward|rmsnorm_backward" \
+    -c 16 ./train_natsl_cu -e 340m -b 1 -t 4096 -x 1 -v 0 -s 0 > $O/ncu.log 2>&1; echo "ncu rc=$?"; \
     grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|Compute \(SM\) Throughput" $O/ncu.log | head -60; fi
 if has step; then timeout 240 ./bench_gpu step $STEP_ARGS > $O/bench_step.log 2>&1; echo "bench step rc=$?"; grep -vE "^$" $O/bench_step.log; fi
 echo "total: $(( $(date +%s) - t0 )) s"
