@@ -4310,14 +4310,16 @@ static int state_tile(const GA &a) { return a.B * a.H * (a.dvd / 32) < num_sms()
 // The bf16 state kernels: NW warps per block (16 value columns each). Every warp runs the same sequential chain, so the
 // warps per block that need the fewest waves (blocks per SM from the occupancy API: the kernel's registers and shared
 // memory), and of those the fewest (the most parallel loads of the chunk tiles). The 760m's backward at B = 4 takes 8:
-// its 147 KB of tiles leave one block per SM, and 4-warp blocks would need two waves.
+// its 147 KB of tiles leave one block per SM, and 4-warp blocks would need two waves. The blocks per SM of each
+// kernel (fixed registers and shared memory) are asked once, not at every op call.
 template <int DK, bool FWD> static int state_warps(const GA &a, size_t smem) {
+    static int per_sm[4];  // of 1, 2, 4, 8 warps
     int best = 1;
     long best_waves = -1;
-    for (int nw = 1; nw <= 8 && a.dvd % (16 * nw) == 0; nw *= 2) {
-        int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, state_kernel<DK, FWD>(nw), 32 * nw, smem));
-        const long slots = (long)std::max(per_sm, 1) * num_sms(), blocks = (long)a.B * a.H * (a.dvd / (16 * nw));
+    for (int k = 0, nw = 1; nw <= 8 && a.dvd % (16 * nw) == 0; k++, nw *= 2) {
+        if (!per_sm[k])
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[k], state_kernel<DK, FWD>(nw), 32 * nw, smem));
+        const long slots = (long)std::max(per_sm[k], 1) * num_sms(), blocks = (long)a.B * a.H * (a.dvd / (16 * nw));
         const long waves = (blocks + slots - 1) / slots;
         if (best_waves < 0 || waves < best_waves) { best = nw; best_waves = waves; }
     }
