@@ -151,13 +151,13 @@ static void test_grad_matmul(void) {
 }
 
 typedef struct { real *x, *w, *y, *rstd, *R; } NormCtx;
-static double rmsnorm_loss(void *p) { NormCtx *c = p; rmsnorm_forward(c->y, c->rstd, c->x, c->w, 3, 2, 4, 10, 8); return dot_r(c->y, c->R, 24); }
+static double rmsnorm_loss(void *p) { NormCtx *c = p; rmsnorm_forward(c->y, c->rstd, c->x, c->w, 3, 2, 4, 10, 8, 0, 0); return dot_r(c->y, c->R, 24); }
 static void test_grad_rmsnorm(void) { // 3 rows × 2 heads of width 4, input row stride 10, output stride 8
     NormCtx c = {vec(30), vec(4), vec(24), vec(6), vec(24)};
     real *dx = vec(30), *dw = vec(4);
     fill_normal(c.x, 30, 1); fill_normal(c.w, 4, 1); fill_normal(c.R, 24, 1);
     rmsnorm_loss(&c);
-    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, 3, 2, 4, 10, 8);
+    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, 3, 2, 4, 10, 8, 0);
     for (int i = 0; i < 3; i++) CHECK(dx[i * 10 + 8] == 0 && dx[i * 10 + 9] == 0, "rmsnorm touched a gap column");
     Var v[] = {{"x", c.x, dx, 30}, {"w", c.w, dw, 4}};
     fd_check("rmsnorm (heads, strides)", v, 2, rmsnorm_loss, &c, 0);
@@ -389,7 +389,7 @@ static void test_attention_bf16_operands(void) {
     CHECK(!memcmp(g1, g2, 3 * B * T * LV * sizeof(real)), "bf16 attention gradients differ from the fp32 op on rounded operands");
     // operands stored in bf16 (the A layer) on the TF32 kernels (NATSL_ATTN_BF16=0): q, k, v and the output
     // rounded as stored, the gradient dout not (those kernels read it in fp32)
-    a.stored_mp = 1;
+    a.out_mp = 1;
     setenv("NATSL_ATTN_BF16", "0", 1);
     g_bf16 = 1;
     attention_forward(o1, l1, &a);

@@ -80,7 +80,7 @@ static void gemm(real *C, int ldc, const real *A, long ars, long acs, const real
                  int M, int N, int K, int accumulate);
 static int g_bf16 = 0;              // -p bf16: the CPU computes what train_natsl_cu -p bf16 does (appendix)
 static real matmul_precision(real x); // x as the GPU stores a matmul operand (or the GDN op's start states): bf16 in bf16 mode
-static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out);
+static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out, int *rounds_out);
 
 // ================================================================================================
 // 1. Layers. Each _forward is followed by its _backward.
@@ -120,8 +120,12 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout,
 
 // ---- RMSNorm (§0, (0.3)): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
 // The rows are (i, h) for i < N, h < nh, at x + i*ldx + h*n (and y + i*ldy + h*n): one call
-// normalizes every head of a packed [N][nh*n] tensor. rstd[i*nh + h] is kept for the backward.
-static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, int N, int nh, int n, int ldx, int ldy) {
+// normalizes every head of a packed [N][nh*n] tensor. rstd[i*nh + h] is kept for the backward. x_mp, y_mp: x, y are
+// stored in the matmul precision (bf16 in bf16 mode: y where it feeds only matmuls or the softmax op; x the N layer's
+// Q, K); here x_mp changes nothing (its values are already rounded), y_mp rounds y.
+static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, int N, int nh, int n, int ldx, int ldy,
+                            int x_mp, int y_mp) {
+    (void)x_mp;
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
         const real *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
@@ -129,13 +133,14 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, i
         real ss = 0;
         for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
         real s = 1 / sqrt(ss / n + NATSL_EPS);
-        for (int i = 0; i < n; i++) yr[i] = xr[i] * s * w[i];
+        for (int i = 0; i < n; i++) yr[i] = y_mp ? matmul_precision(xr[i] * s * w[i]) : xr[i] * s * w[i];
         rstd[r] = s;
     }
 }
-// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j)
+// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j);  x_mp as in the forward
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy) {
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp) {
+    (void)x_mp;
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
         size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
@@ -180,7 +185,9 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre).
 // The conv runs on channels col .. col+n−1 of x (rows of stride ldx: the projection output) with those
-// channels' weights w[col + ch][4]; y is [B*T][n]. pre is not stored: the backward pass recomputes it from x.
+// channels' weights w[col + ch][4]; y is [B*T][n], stored in the matmul precision (bf16 in bf16 mode: it feeds the
+// L2 norm, the two ops and the N layer's RMSNorm, which read it so). pre is not stored: the backward pass recomputes
+// it from x.
 static real conv_pre(const real *xc, int ldx, const real *wc, int t) { // xc: the channel's column of the sequence
     real s = 0;
     for (int i = 0; i < NATSL_CONV; i++) {
@@ -195,7 +202,7 @@ static void conv_silu_forward(real *y, const real *x, int ldx, int col, const re
         for (int t = 0; t < T; t++) {
             size_t bt = (size_t)b * T + t;
             for (int ch = 0; ch < n; ch++)
-                y[bt * n + ch] = silu(conv_pre(x + (size_t)b * T * ldx + col + ch, ldx, w + (col + ch) * NATSL_CONV, t));
+                y[bt * n + ch] = matmul_precision(silu(conv_pre(x + (size_t)b * T * ldx + col + ch, ldx, w + (col + ch) * NATSL_CONV, t)));
         }
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
@@ -226,6 +233,7 @@ static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
+// y (q̂, k̂: the GDN op's operands) is stored in the matmul precision, as x (the conv's output) is.
 static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
@@ -233,7 +241,7 @@ static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int
         real ss = 0;
         for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
         real s = 1 / sqrt(ss + NATSL_EPS);
-        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = xr[i] * s;
+        for (int i = 0; i < n; i++) y[(size_t)r * n + i] = matmul_precision(xr[i] * s);
         rho[r] = s;
     }
 }
@@ -369,7 +377,8 @@ static inline real chunk_weight(const real *m, int b, int c, int cq, int n, int 
 // are skipped):  P_ij' = w_ij' exp(e_ij') / Σ w exp(e),  e_ij' = q_i·k_j' / sqrt(head_k),  o_i = Σ P_ij' v_j'.
 static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     AttnArgs r;
-    real *copies = attention_operands_bf16(&r, args, NULL, NULL); // -p bf16 (appendix): the GPU's bf16 operands
+    int rounds_out;
+    real *copies = attention_operands_bf16(&r, args, NULL, NULL, &rounds_out); // -p bf16 (appendix): the GPU's bf16 operands
     const AttnArgs *a = copies ? &r : args;
     const real *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
     int B = a->B, T = a->T, NH = a->heads, Hm = a->mask_heads, dq = a->head_k, dvh = a->head_v;
@@ -412,10 +421,9 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
                 }
         free(e);
     }
-    if (copies) {
+    if (rounds_out)
         for (size_t i = 0; i < (size_t)B * T * NH * dvh; i++) out[i] = matmul_precision(out[i]);
-        free(copies);
-    }
+    free(copies);
 }
 // Exact backward over the allowed pairs (§6.2, (6.2a-d)): dP = dO_i·v_j', δ_i = dO_i·o_i, dE = P(dP − δ),
 // dq_i = s Σ dE k, dk_j' = s Σ dE q, dv_j' = Σ P dO.  Router gradient (§6.3), when m != NULL: for key
@@ -426,7 +434,8 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
                                const real *lse, const AttnArgs *args) {
     AttnArgs r;
-    real *copies = attention_operands_bf16(&r, args, &dout, &out); // -p bf16 (appendix): the GPU's bf16 operands
+    int rounds_out;
+    real *copies = attention_operands_bf16(&r, args, &dout, &out, &rounds_out); // -p bf16 (appendix): the GPU's bf16 operands
     const AttnArgs *a = copies ? &r : args;
     const real *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
     int B = a->B, T = a->T, NH = a->heads, Hm = a->mask_heads, dqh = a->head_k, dvh = a->head_v;
@@ -926,9 +935,9 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
     gdn_inputs_forward(c, a, p, B, T);
     router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed, noise, tau);
-    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K);
-    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K);
-    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 0); rope_forward(a->ka, BT, T, Ha, dka, K, 0); }
+    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 1, 1);
+    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 1, 1);
+    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 1); rope_forward(a->ka, BT, T, Ha, dka, K, 1); }
     matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     attention_forward(a->att_out, a->lse, &att);
@@ -952,8 +961,8 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
-    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K);
-    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K);
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1);
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
@@ -1018,7 +1027,7 @@ static void block_forward(Model *M, int l, int B, int T) {
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
     else if (c->pattern[l] == 'S') {
@@ -1026,7 +1035,7 @@ static void block_forward(Model *M, int l, int B, int T) {
         select_layer_forward(c, a, p, a->r, B, T, &M->rb.sel[l]);
     } else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, router_noise(M, l, B, T), M->rb.noise ? M->rb.tau : 1);
     for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
@@ -1045,7 +1054,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0);
         for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += M->la[l].r[i];
     }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D);
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 0, 1);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);
@@ -1077,7 +1086,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     memset(M->dlnf, 0, (size_t)BT * D * sizeof(real));
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
@@ -1087,14 +1096,14 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'S')
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0);
     }
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }
@@ -1220,10 +1229,12 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 // ---- -p bf16: emulating the GPU's bf16 mode ------------------------------------------------------
 // A check mode, not a fast one: the CPU computes what train_natsl_cu -p bf16 computes, so the two can be
 // compared tightly (test_natsl.c). The GPU's matmuls take bf16 operands and accumulate in fp32; so gemm rounds
-// every operand to bf16 (round to nearest even) as it packs it, and accumulates in fp32. The GPU also stores a
-// few matmul outputs in bf16 (matmul_forward's out_bf16) and the GDN op's chunk-start states (gdn_op_forward,
-// (5.4h)), the router pools the bf16 normalized input (router_forward): those read matmul_precision(); and its bf16
-// attention kernels read bf16 copies of their operands and store a bf16 output (attention_operands_bf16 below).
+// every operand to bf16 (round to nearest even) as it packs it, and accumulates in fp32. The GPU also stores in bf16
+// a few matmul outputs (matmul_forward's out_bf16), the RMSNorm outputs that feed matmuls or the softmax op
+// (rmsnorm_forward's y_mp), the token mixers' operands (the conv's Q, K, V, the L2 norm's q̂, k̂, the N layer's RoPE'd
+// qa, ka) and the GDN op's chunk-start states (gdn_op_forward, (5.4h)): those are rounded with matmul_precision() where
+// they are stored; and its bf16 attention kernels read bf16 copies of dout and out and store a bf16 output
+// (attention_operands_bf16 below).
 static real round_bf16(real x) {
     float f = (float)x;
     uint32_t u;
@@ -1235,17 +1246,20 @@ static real round_bf16(real x) {
 static real matmul_precision(real x) { return g_bf16 ? round_bf16(x) : x; }
 
 // The GPU runs the softmax op on its bf16 tensor-core kernels where they take the head dims ((64,64): the A layer;
-// (64,128): the 340m/760m N layers), on bf16 q, k, v (and dout and out in the backward), and stores the output in
-// bf16: the A layer's producers store q, k, v and the output in bf16 (AttnArgs.stored_mp), the N layer's op takes bf16
-// copies. Elsewhere (other head dims, or NATSL_ATTN_BF16=0 in the environment, as on the GPU) it runs the TF32
-// kernels on fp32 values: those of the bf16 tensors where the operands are stored so. In bf16 mode
-// attention_forward/backward read rounded copies of what the GPU reads in bf16: r gets the args with q, k, v
-// pointing into them, *dout and *out (when given) are pointed at them too; returns the buffer holding them all
-// (free it), or NULL where the GPU reads nothing in bf16.
-static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out) {
+// (64,128): the 340m/760m N layers), on q, k, v as stored (bf16 in bf16 mode: their producers write them so) and bf16
+// copies of dout and out in the backward, and stores the output in bf16 (widened to fp32 where it is stored so: the
+// N layer's). Elsewhere (other head dims, or NATSL_ATTN_BF16=0 in the environment, as on the GPU) it runs the TF32
+// kernels on the fp32 values of the bf16 operands, the fp32 gradient dout, and rounds the output where it is stored
+// in bf16 (AttnArgs.out_mp). In bf16 mode attention_forward/backward read rounded copies of q, k, v (the model's are
+// rounded already; the tests' need not be) and of what the GPU reads in bf16: r gets the args with q, k, v pointing
+// into them, *dout and *out (when given) are pointed at their copies where the GPU reads them in bf16; returns the
+// buffer holding them all (free it), or NULL in fp32 mode. *rounds_out: the op's output is rounded (stored in bf16).
+static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out, int *rounds_out) {
     int flash = env_flag("NATSL_ATTN_BF16", 1) && a->head_k == 64 && (a->head_v == 64 || a->head_v == 128);
-    if (!g_bf16 || (!flash && !a->stored_mp)) return NULL;
+    *rounds_out = g_bf16 && (flash || a->out_mp);
+    if (!g_bf16) return NULL;
     if (!flash) dout = NULL; // the TF32 kernels read the fp32 gradient
+    if (!*rounds_out) out = NULL;
     size_t rows = (size_t)a->B * a->T, nqk = (rows - 1) * a->ldqk + (size_t)a->heads * a->head_k;
     size_t nv = (rows - 1) * a->ldv + (size_t)a->heads * a->head_v, no = rows * a->heads * a->head_v;
     real *buf = xcalloc(2 * nqk + nv + 2 * no, sizeof(real)), *p = buf;

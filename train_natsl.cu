@@ -334,27 +334,34 @@ template <class F> static void rows_dispatch(const char *who, int n, F launch) {
 template <bool V4> __device__ __forceinline__ int row_col(int lane, int j) {
     return V4 ? (j >> 2) * 128 + 4 * lane + (j & 3) : lane + 32 * j;
 }
-template <int NJ, bool V4> __device__ __forceinline__ void row_load(float (&v)[NJ], const float *p, int lane, int n) {
+__device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ float4 ld4(const __nv_bfloat16 *p) { // 8-byte aligned
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+template <int NJ, bool V4, class X> __device__ __forceinline__ void row_load(float (&v)[NJ], const X *p, int lane, int n) {
 #pragma unroll
     for (int j = 0; j < NJ; j += V4 ? 4 : 1) {
         const int i = row_col<V4>(lane, j);
         if constexpr (V4) {
-            const float4 t = i < n ? *reinterpret_cast<const float4 *>(p + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 t = i < n ? ld4(p + i) : make_float4(0.f, 0.f, 0.f, 0.f);
             v[j] = t.x; v[j + 1] = t.y; v[j + 2] = t.z; v[j + 3] = t.w;
-        } else v[j] = i < n ? p[i] : 0.f;
+        } else v[j] = i < n ? ld(p + i) : 0.f;
     }
 }
 // V4 where the shape allows it
 template <int NJ> static bool row_v4(int n, const void *x, int ldx, const void *y, int ldy) {
     return NJ % 4 == 0 && n % 128 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
 }
-template <int NJ, bool V4, class OutT>
-__global__ void __launch_bounds__(256) rmsnorm_forward_kernel(OutT *__restrict__ y, float *__restrict__ rstd,
-        const float *__restrict__ x, const float *__restrict__ w, int N, int nh, int n, int ldx, int ldy) {
+template <int NJ, bool V4, class X, class Y>
+__global__ void __launch_bounds__(256) rmsnorm_forward_kernel(Y *__restrict__ y, float *__restrict__ rstd,
+        const X *__restrict__ x, const float *__restrict__ w, int N, int nh, int n, int ldx, int ldy) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= N * nh) return;
-    const float *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
-    OutT *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
+    const X *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
+    Y *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
     float xv[NJ], ss = 0.f;
     row_load<NJ, V4>(xv, xr, lane, n);
 #pragma unroll
@@ -365,17 +372,27 @@ __global__ void __launch_bounds__(256) rmsnorm_forward_kernel(OutT *__restrict__
     for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) st(yr + i, xv[j] * s * w[i]); }
     if (lane == 0) rstd[r] = s;
 }
-// matmul_input: y only feeds matmuls (and the router's pool): stored in the matmul precision
+// The pointer of a tensor stored in the matmul precision where mp says so (bf16 in bf16 mode), for a kernel templated
+// on the element type: f(p) with p a float or a bf16 pointer.
+template <class F> static void with_mp(const real *x, int mp, F f) {
+    if (mp && g_bf16) f((const __nv_bfloat16 *)x);
+    else f(x);
+}
+template <class F> static void with_mp(real *x, int mp, F f) {
+    if (mp && g_bf16) f((__nv_bfloat16 *)x);
+    else f(x);
+}
+// x_mp, y_mp: x, y are stored in the matmul precision (y: where it only feeds matmuls, the router's pool or the softmax
+// op; x: the N layer's Q, K)
 static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
-                            int N, int nh, int n, int ldx, int ldy, int matmul_input) {
+                            int N, int nh, int n, int ldx, int ldy, int x_mp, int y_mp) {
     PROF_OP();
     rows_dispatch(__func__, n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
         auto go = [&](auto v4) {
             constexpr bool V4 = decltype(v4)::value;
-            if (matmul_input && g_bf16)
-                rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rstd, x, w, N, nh, n, ldx, ldy);
-            else rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>(y, rstd, x, w, N, nh, n, ldx, ldy);
+            with_mp(x, x_mp, [&](auto xp) { with_mp(y, y_mp, [&](auto yp) {
+                rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>(yp, rstd, xp, w, N, nh, n, ldx, ldy); }); });
         };
         if (row_v4<NJ>(n, x, ldx, y, ldy)) go(std::true_type());
         else go(std::false_type());
@@ -385,9 +402,9 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
 // Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
 // a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
 // reproducible for a given grid).
-template <int NJ, bool V4>
+template <int NJ, bool V4, class X>
 __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict__ dx, float *__restrict__ part,
-        const float *__restrict__ dy, const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ rstd,
+        const float *__restrict__ dy, const X *__restrict__ x, const float *__restrict__ w, const float *__restrict__ rstd,
         int N, int nh, int n, int ldx, int ldy) {
     __shared__ float sh[32 * NJ];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -425,19 +442,22 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict
     for (int i = threadIdx.x; i < n; i += blockDim.x) part[(size_t)blockIdx.x * n + i] = sh[i];
 }
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy) {
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp) {
     PROF_OP();
     rows_dispatch(__func__, n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
         auto go = [&](auto v4) {
             constexpr bool V4 = decltype(v4)::value;
-            int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
-            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_backward_kernel<NJ, V4>, 256, 0));
-            blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
-            float *part = colpart((size_t)blocks * n);
-            rmsnorm_backward_kernel<NJ, V4><<<blocks, 256>>>(dx, part, dy, x, w, rstd, N, nh, n, ldx, ldy);
-            CUDA_CHECK(cudaGetLastError());
-            colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, blocks, n, n, 0);
+            with_mp(x, x_mp, [&](auto xp) {
+                auto kernel = rmsnorm_backward_kernel<NJ, V4, std::remove_const_t<std::remove_pointer_t<decltype(xp)>>>;
+                int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+                blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
+                float *part = colpart((size_t)blocks * n);
+                kernel<<<blocks, 256>>>(dx, part, dy, xp, w, rstd, N, nh, n, ldx, ldy);
+                CUDA_CHECK(cudaGetLastError());
+                colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, blocks, n, n, 0);
+            });
         };
         if (row_v4<NJ>(n, x, ldx, dy, ldy) && (uintptr_t)dx % 16 == 0) go(std::true_type());
         else go(std::false_type());
@@ -483,11 +503,12 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
 // stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
 // (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order with the window x_{t−3..t} in
-// registers (each x read once), and form pre_t in the same order.
+// registers (each x read once), and form pre_t in the same order. y (Q, K, V: the token mixers' operands) is stored in
+// the matmul precision.
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "the conv kernels assume 4 taps and whole tiles");
-template <class MP> // x: the projection, a matmul output in the matmul precision
-__global__ void conv_silu_forward_kernel(float *__restrict__ y, const MP *__restrict__ x, int ldx,
+template <class MP> // x: the projection, y: the conv's output, both in the matmul precision
+__global__ void conv_silu_forward_kernel(MP *__restrict__ y, const MP *__restrict__ x, int ldx,
                                          const float *__restrict__ w, int T, int n) {
     int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
     if (ch >= n) return;
@@ -500,7 +521,7 @@ __global__ void conv_silu_forward_kernel(float *__restrict__ y, const MP *__rest
     for (int t = t0; t < t0 + CONV_TILE; t++) {
         float x3 = X(t), pre = 0.f;
         pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
-        y[(row0 + t) * n + ch] = siluf_(pre);
+        st(y + (row0 + t) * n + ch, siluf_(pre));
         x0 = x1; x1 = x2; x2 = x3;
     }
 }
@@ -508,7 +529,7 @@ __global__ void conv_silu_forward_kernel(float *__restrict__ y, const MP *__rest
 static void conv_silu_forward(real *y, const real *x, int ldx, int col, const real *w, int B, int T, int n) {
     PROF_OP();
     dim3 grid(CEIL_DIV(n, 128), B * (T / CONV_TILE));
-    if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>(y, (const __nv_bfloat16 *)x + col, ldx, w + col * NATSL_CONV, T, n);
+    if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>((__nv_bfloat16 *)y, (const __nv_bfloat16 *)x + col, ldx, w + col * NATSL_CONV, T, n);
     else conv_silu_forward_kernel<<<grid, 128>>>(y, x + col, ldx, w + col * NATSL_CONV, T, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -565,35 +586,38 @@ static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
-__global__ void l2norm_forward_kernel(float *y, float *rho, const float *x, int R, int n) {
+// x (the conv's Q, K) and y (q̂, k̂: the GDN op's operands) are stored in the matmul precision.
+template <class MP> __global__ void l2norm_forward_kernel(MP *y, float *rho, const MP *x, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
-    const float *xr = x + (size_t)r * n;
+    const MP *xr = x + (size_t)r * n;
     float ss = 0.f;
-    for (int i = lane; i < n; i += 32) ss += xr[i] * xr[i];
+    for (int i = lane; i < n; i += 32) ss += ld(xr + i) * ld(xr + i);
     ss = warp_sum(ss);
     float s = 1.f / sqrtf(ss + NATSL_EPS);
-    for (int i = lane; i < n; i += 32) y[(size_t)r * n + i] = xr[i] * s;
+    for (int i = lane; i < n; i += 32) st(y + (size_t)r * n + i, ld(xr + i) * s);
     if (lane == 0) rho[r] = s;
 }
 static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
     PROF_OP();
-    l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
+    if (g_bf16) l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rho, (const __nv_bfloat16 *)x, N * nh, n);
+    else l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
     CUDA_CHECK(cudaGetLastError());
 }
 // dx += ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i)
-__global__ void l2norm_backward_kernel(float *dx, const float *dy, const float *y, const float *rho, int R, int n) {
+template <class MP> __global__ void l2norm_backward_kernel(float *dx, const float *dy, const MP *y, const float *rho, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
-    const float *yr = y + (size_t)r * n, *dyr = dy + (size_t)r * n;
+    const MP *yr = y + (size_t)r * n;
+    const float *dyr = dy + (size_t)r * n;
     float dot = 0.f;
-    for (int i = lane; i < n; i += 32) dot += yr[i] * dyr[i];
+    for (int i = lane; i < n; i += 32) dot += ld(yr + i) * dyr[i];
     dot = warp_sum(dot);
-    for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] += rho[r] * (dyr[i] - yr[i] * dot);
+    for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] += rho[r] * (dyr[i] - ld(yr + i) * dot);
 }
 static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
     PROF_OP();
-    l2norm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, y, rho, N * nh, n);
+    with_mp(y, 1, [&](auto yp) { l2norm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, yp, rho, N * nh, n); });
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -2095,15 +2119,15 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
 }
 
 // ---- the softmax op's entry points: the bf16 kernels in bf16 mode where they take the head dims, else the
-// TF32 kernels (3xTF32 in fp32 mode). Operands stored in bf16 (AttnArgs.stored_mp in bf16 mode: the A layer's q,
-// k, v and output) go to the bf16 kernels as they are; fp32 ones (the N layer's) are copied to bf16 (packed
-// [B*T][heads*head]) and the output widened back to fp32. The gradient dout is fp32 and copied. NATSL_ATTN_BF16=0
-// in the environment keeps the TF32 kernels in bf16 mode: on the fp32 values of bf16-stored operands, the output
-// rounded to bf16 where it is stored so. train_natsl.c -p bf16 rounds the same values.
+// TF32 kernels (3xTF32 in fp32 mode). In bf16 mode q, k, v are stored in bf16 (their producers write them so) and go
+// to the bf16 kernels as they are; the output is stored in bf16 where AttnArgs.out_mp says so (the A layer's), else
+// (the N layer's) the kernels' bf16 output is widened to fp32. The gradient dout is fp32 and copied. NATSL_ATTN_BF16=0
+// in the environment keeps the TF32 kernels in bf16 mode: on the fp32 values of the bf16 operands, the output rounded
+// to bf16 where it is stored so. train_natsl.c -p bf16 rounds the same values.
 static int attention_in_bf16(const AttnArgs *a) {
     return g_bf16 && env_flag("NATSL_ATTN_BF16", 1) && flash_bf16_supported(a->head_k, a->head_v);
 }
-static int attention_stored_bf16(const AttnArgs *a) { return g_bf16 && a->stored_mp; }
+static int attention_out_bf16(const AttnArgs *a) { return g_bf16 && a->out_mp; }
 __global__ void rows_to_bf16_kernel(bf16 *y, int ldy, const float *x, int ldx, size_t rows, int cols) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)gridDim.x * blockDim.x)
         y[(i / cols) * ldy + i % cols] = __float2bfloat16_rn(x[(i / cols) * ldx + i % cols]);
@@ -2117,13 +2141,14 @@ static void rows_to_bf16(bf16 *y, const float *x, int ldx, size_t rows, int cols
     rows_to_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, cols, x, ldx, rows, cols);
     CUDA_CHECK(cudaGetLastError());
 }
-static void rows_from_bf16(float *y, const bf16 *x, int ldx, size_t rows, int cols) {
-    rows_from_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, cols, x, ldx, rows, cols);
+// rows × cols of bf16 x (row stride ldx) to fp32 y (row stride ldy)
+static void rows_from_bf16(float *y, int ldy, const bf16 *x, int ldx, size_t rows, int cols) {
+    rows_from_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, ldy, x, ldx, rows, cols);
     CUDA_CHECK(cudaGetLastError());
 }
 // A grow-only device scratch per use (slot), reused by every call.
-enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_SLOTS };
-static void *attention_scratch(int slot, size_t bytes) {
+enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_SLOTS };
+static void *device_scratch(int slot, size_t bytes) {
     static void *buf[SCRATCH_SLOTS];
     static size_t cap[SCRATCH_SLOTS];
     if (bytes > cap[slot]) {
@@ -2133,42 +2158,39 @@ static void *attention_scratch(int slot, size_t bytes) {
     }
     return buf[slot];
 }
-// The bf16 operands of one call of the bf16 kernels: q, k, v (rows of stride ldqk, ldv), out and dout (packed
-// [B*T][heads*head_v]). Stored in bf16: q, k, v and out are the tensors themselves; else q, k, v are copied (packed)
-// here. dout (fp32, the backward's) is copied by the caller into the slot given.
-typedef struct { const bf16 *q, *k, *v; int ldqk, ldv; bf16 *out, *dout; } AttnBf16;
-static AttnBf16 attention_bf16_operands(const AttnArgs *a, real *out) {
-    size_t BT = (size_t)a->B * a->T, nq = BT * a->heads * a->head_k, nv = BT * a->heads * a->head_v;
-    if (attention_stored_bf16(a)) {
-        AttnBf16 c = {(const bf16 *)a->q, (const bf16 *)a->k, (const bf16 *)a->v, a->ldqk, a->ldv, (bf16 *)out,
-                      (bf16 *)attention_scratch(SCRATCH_ATTN_BF16, nv * sizeof(bf16))};
-        return c;
+// The fp32 values of bf16 operands for the fp32 kernels (the softmax op's TF32 ones, the GDN op's where its bf16 kernels
+// do not take the shape): n tensors of B·T rows (x[i], row stride ld[i], cols[i] values a row) widened into scratch
+// `slot`, each with its own row stride, so the gradients keep the operands' strides; x[i] is pointed at its copy.
+static void widen_operands(int slot, const real **x, const int *ld, const int *cols, int n, size_t rows) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (rows - 1) * ld[i] + cols[i];
+    float *p = (float *)device_scratch(slot, total * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        rows_from_bf16(p, ld[i], (const bf16 *)x[i], ld[i], rows, cols[i]);
+        x[i] = p;
+        p += (rows - 1) * ld[i] + cols[i];
     }
-    bf16 *buf = (bf16 *)attention_scratch(SCRATCH_ATTN_BF16, (2 * nq + 3 * nv) * sizeof(bf16));
-    AttnBf16 c = {buf, buf + nq, buf + 2 * nq, a->heads * a->head_k, a->heads * a->head_v, buf + 2 * nq + nv,
-                  buf + 2 * nq + 2 * nv};
-    rows_to_bf16((bf16 *)c.q, a->q, a->ldqk, BT, a->heads * a->head_k);
-    rows_to_bf16((bf16 *)c.k, a->k, a->ldqk, BT, a->heads * a->head_k);
-    rows_to_bf16((bf16 *)c.v, a->v, a->ldv, BT, a->heads * a->head_v);
+}
+// The bf16 operands of one call of the bf16 kernels: q, k, v (rows of stride ldqk, ldv), out and dout (packed
+// [B*T][heads*head_v]): q, k, v as stored; out itself where it is stored in bf16, else a scratch; dout (fp32, the
+// backward's) is copied by the caller into its scratch.
+typedef struct { const bf16 *q, *k, *v; bf16 *out, *dout; } AttnBf16;
+static AttnBf16 attention_bf16_operands(const AttnArgs *a, real *out) {
+    size_t nv = (size_t)a->B * a->T * a->heads * a->head_v;
+    bf16 *buf = (bf16 *)device_scratch(SCRATCH_ATTN_BF16, 2 * nv * sizeof(bf16));
+    AttnBf16 c = {(const bf16 *)a->q, (const bf16 *)a->k, (const bf16 *)a->v, attention_out_bf16(a) ? (bf16 *)out : buf,
+                  buf + nv};
     return c;
 }
-// For the TF32 kernels in bf16 mode: the fp32 values of bf16-stored operands, in a scratch laid out like them (rows
-// of stride ldqk == ldv, from the lowest of the q, k, v pointers), so the gradients keep the operands' strides. *a
-// gets the widened q, k, v; *out, when given, is widened too (packed) and pointed at its copy.
+// For the TF32 kernels in bf16 mode: *a gets the fp32 values of q, k, v; *out, when given and stored in bf16, is widened
+// too (packed) and pointed at its copy.
 static void attention_widen(AttnArgs *a, const real **out) {
-    const bf16 *q = (const bf16 *)a->q, *k = (const bf16 *)a->k, *v = (const bf16 *)a->v;
-    const bf16 *lo = std::min(q, std::min(k, v)), *hi = std::max(q, std::max(k, v));
-    size_t BT = (size_t)a->B * a->T, no = BT * a->heads * a->head_v;
-    int width = (int)(hi - lo) + a->heads * std::max(a->head_k, a->head_v);
-    if (a->ldqk != a->ldv || width > a->ldqk) { fprintf(stderr, "error: attention_widen: operands not in one row block\n"); exit(1); }
-    float *w = (float *)attention_scratch(SCRATCH_ATTN_WIDE, (BT * a->ldqk + no) * sizeof(float));
-    rows_from_bf16_kernel<<<rows_grid(BT * width), 256>>>(w, a->ldqk, lo, a->ldqk, BT, width);
-    CUDA_CHECK(cudaGetLastError());
-    a->q = w + (q - lo); a->k = w + (k - lo); a->v = w + (v - lo);
-    if (out) {
-        rows_from_bf16(w + BT * a->ldqk, (const bf16 *)*out, a->heads * a->head_v, BT, a->heads * a->head_v);
-        *out = w + BT * a->ldqk;
-    }
+    const real *x[4] = {a->q, a->k, a->v, out ? *out : NULL};
+    const int hk = a->heads * a->head_k, hv = a->heads * a->head_v;
+    const int ld[4] = {a->ldqk, a->ldqk, a->ldv, hv}, cols[4] = {hk, hk, hv, hv};
+    widen_operands(SCRATCH_ATTN_WIDE, x, ld, cols, out && attention_out_bf16(a) ? 4 : 3, (size_t)a->B * a->T);
+    a->q = x[0]; a->k = x[1]; a->v = x[2];
+    if (out) *out = x[3];
 }
 
 // Operands in AttnArgs (common/layout.h); out [B*T][heads*head_v], lse [B][heads][T].
@@ -2180,16 +2202,14 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     cudaStream_t st = 0;
     if (attention_in_bf16(args)) {
         AttnBf16 c = attention_bf16_operands(args, out);
-        flash_bf16_forward(c.out, lse, c.q, c.k, c.ldqk, c.v, c.ldv, args->mask, B, T, NH, NHm, dq, dvh, st);
-        if (!attention_stored_bf16(args)) rows_from_bf16(out, c.out, NH * dvh, BT, NH * dvh);
+        flash_bf16_forward(c.out, lse, c.q, c.k, args->ldqk, c.v, args->ldv, args->mask, B, T, NH, NHm, dq, dvh, st);
+        if (!attention_out_bf16(args)) rows_from_bf16(out, NH * dvh, c.out, NH * dvh, BT, NH * dvh);
         return;
     }
     AttnArgs w = *args;
     float *o = out;
-    if (attention_stored_bf16(args)) {
-        attention_widen(&w, NULL);
-        o = (float *)attention_scratch(SCRATCH_ATTN_BF16, BT * NH * dvh * sizeof(float));
-    }
+    if (g_bf16) attention_widen(&w, NULL);
+    if (attention_out_bf16(args)) o = (float *)device_scratch(SCRATCH_ATTN_BF16, BT * NH * dvh * sizeof(float));
     const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
     int ldqk = w.ldqk, ldv = w.ldv;
     attn_check_args("attention_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dvh);
@@ -2219,14 +2239,14 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
     cudaStream_t st = 0;
     if (attention_in_bf16(args)) {
         AttnBf16 c = attention_bf16_operands(args, (real *)out);
-        if (!attention_stored_bf16(args)) rows_to_bf16(c.out, out, NH * dvh, BT, NH * dvh);
+        if (!attention_out_bf16(args)) rows_to_bf16(c.out, out, NH * dvh, BT, NH * dvh);
         rows_to_bf16(c.dout, dout, NH * dvh, BT, NH * dvh);
-        flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, c.dout, c.out, lse, c.q, c.k, c.ldqk,
-                            c.v, c.ldv, args->mask, B, T, NH, NHm, dq_, dvh, st);
+        flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, c.dout, c.out, lse, c.q, c.k, args->ldqk,
+                            c.v, args->ldv, args->mask, B, T, NH, NHm, dq_, dvh, st);
         return;
     }
     AttnArgs w = *args;
-    if (attention_stored_bf16(args)) attention_widen(&w, &out);
+    if (g_bf16) attention_widen(&w, &out);
     const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
     int ldqk = w.ldqk, ldv = w.ldv;
     attn_check_args("attention_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
@@ -2350,7 +2370,7 @@ gdn_op_forward_kernel(float *out, float *state, const float *q, const float *k, 
     }
 }
 
-static int g_gdn_st16 = 0; // the op stores its chunk-start states in bf16 (bf16 mode; gdn_set_lowp)
+static int g_gdn_st16 = 0; // bf16 mode (gdn_set_lowp): q̂, k̂, v come in bf16; the op stores its chunk-start states in bf16
 static int gdn_lanes_per_column(int dk) {
     int P = 1;
     while (P * GDN_R < dk) P *= 2;
@@ -2553,7 +2573,8 @@ namespace gdnc {
 static_assert(CH == 64, "the chunked GDN kernels assume 64-token chunks");
 
 struct GA {
-    const float *q, *k, *v, *g, *beta, *m, *dout;
+    const float *q, *k, *v, *g, *beta, *m, *dout;  // q, k, v: the fp32 kernels' (fp32 mode, or fp32 copies: gdn_op_forward)
+    const bf16 *q16, *k16, *v16;                   // the bf16 kernels': q̂, k̂, v as stored in bf16 mode
     float *o, *state;
     float *dq, *dk, *dv, *dg, *dbeta, *dA;
     int ldqk, ldv, B, T, H, dvd, Nc;
@@ -3120,6 +3141,15 @@ __device__ __forceinline__ void ld8(float (&x)[8], const float *p, float s) {
     x[0] = s * x0.x; x[1] = s * x0.y; x[2] = s * x0.z; x[3] = s * x0.w;
     x[4] = s * x1.x; x[5] = s * x1.y; x[6] = s * x1.z; x[7] = s * x1.w;
 }
+__device__ __forceinline__ void ld8(float (&x)[8], const bf16 *p, float s) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[q]));
+        x[2 * q] = s * f.x; x[2 * q + 1] = s * f.y;
+    }
+}
 // 8 values -> bf16 (hi) and the bf16 of what hi leaves out (lo): hi + lo = x to about 2^-16 relative
 __device__ __forceinline__ void split8(uint4 &hi, uint4 &lo, const float (&x)[8]) {
     uint32_t h[4], l[4];
@@ -3136,7 +3166,7 @@ __device__ __forceinline__ void split8(uint4 &hi, uint4 &lo, const float (&x)[8]
 __device__ __forceinline__ uint4 pack8(const float (&x)[8]) {
     return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
 }
-// CH × D fp32 tile (row stride ld, 16-byte aligned rows) -> swizzled bf16 tile [CH][D], NT threads
+// CH × D fp32 (or bf16) tile (row stride ld, 16-byte aligned rows) -> swizzled bf16 tile [CH][D], NT threads
 template <int D, int NT>
 __device__ __forceinline__ void tile_to_bf16(bf16 *dst, const float *src, size_t ld) {
     for (int idx = threadIdx.x; idx < CH * D / 8; idx += NT) {
@@ -3144,6 +3174,13 @@ __device__ __forceinline__ void tile_to_bf16(bf16 *dst, const float *src, size_t
         float x[8];
         ld8(x, src + r * ld + ch * 8, 1.f);
         *reinterpret_cast<uint4 *>(dst + swz<D>(r, ch)) = pack8(x);
+    }
+}
+template <int D, int NT>
+__device__ __forceinline__ void tile_to_bf16(bf16 *dst, const bf16 *src, size_t ld) {
+    for (int idx = threadIdx.x; idx < CH * D / 8; idx += NT) {
+        const int r = idx / (D / 8), ch = idx % (D / 8);
+        *reinterpret_cast<uint4 *>(dst + swz<D>(r, ch)) = *reinterpret_cast<const uint4 *>(src + r * ld + ch * 8);
     }
 }
 // the pair (row r, columns c, c + 1) of a swizzled bf16 tile [rows][LD], c even
@@ -3196,24 +3233,25 @@ template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128
 // The same outputs as prep_kernel for the bf16 kernels (G, T for the backward, the bf16 copies of Q, K and W, U; no P,
 // no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower; T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by
 // column-wise forward substitution, one thread per column, in registers; then the off-diagonal blocks by diagonals:
-// T_ij = −T_ii Σ_{j ≤ l < i} A_il T_lj); W = T (diag(β γ) K) and U = T (diag(β) V). The products take K, T and V as
-// two bf16 operands each (x = hi + lo, three mma per product: hi·hi + hi·lo + lo·hi; two for W, whose K side is
-// rounded anyway): with plain bf16 operands the router gradient dA = Σ_j k_j·X_j, a sum with cancellation downstream of
-// U, moved by 1.1e-2 (dev/cuda/gdn/NOTES.md). fp32 accumulation; warp w owns rows R0 = 16(w & 3) .. +15 of each product.
+// T_ij = −T_ii Σ_{j ≤ l < i} A_il T_lj); W = (T diag(β)) (diag(γ) K) and U = (T diag(β)) V. q̂, k̂ and v arrive in
+// bf16 (as stored), so K Kᵀ and the products with V take them exactly (one mma a product, V tiles by cp.async); T diag(β)
+// goes in as two bf16 operands (x = hi + lo: two mma a product) and diag(γ) K rounded to bf16. With T as one plain bf16
+// operand the router gradient dA = Σ_j k_j·X_j, a sum with cancellation downstream of U, moved by 1.1e-2
+// (dev/cuda/gdn/NOTES.md). fp32 accumulation; warp w owns rows R0 = 16(w & 3) .. +15 of each product.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     constexpr int NH = DK / 2, LA = GC_L64;
     static_assert(dk_bf16<DK>(), "prep_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     float *As = reinterpret_cast<float *>(smraw), *Tf = As + CH * LA, *Xs = Tf + CH * LA, *Gs = Xs + 3 * 256, *bs = Gs + CH, *es = bs + CH;
-    bf16 *Ks = reinterpret_cast<bf16 *>(es + CH), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: K's lo, then diag(β γ) K
-    bf16 *Vh = reinterpret_cast<bf16 *>(As), *Vl = Vh + CH * 64;  // V tiles (hi, lo) where A was
+    bf16 *Ks = reinterpret_cast<bf16 *>(es + CH), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: diag(γ) K
+    bf16 *Vs = reinterpret_cast<bf16 *>(As);  // two V tiles [CH][64] where A was
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int H = a.H, dv = a.dvd, nvt = dv / 64;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * a.Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
     const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
-    const float *qg = a.q + tok0 * a.ldqk + (size_t)h * DK, *kg = a.k + tok0 * a.ldqk + (size_t)h * DK;
+    const bf16 *qg = a.q16 + tok0 * a.ldqk + (size_t)h * DK, *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
 
     if (w == 0) {  // G = cumulative log gate over the chunk (lane: tokens lane, lane + 32), γ = exp(G), β
         float g0 = a.g[(tok0 + lane) * H + h], g1 = a.g[(tok0 + lane + 32) * H + h];
@@ -3227,17 +3265,12 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         bs[lane] = a.beta[(tok0 + lane) * H + h]; bs[lane + 32] = a.beta[(tok0 + lane + 32) * H + h];
         a.Gc[row0 + lane] = g0; a.Gc[row0 + lane + 32] = g1;
     }
-    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // K (hi, lo) to shared, its hi and Q's to global (Kb, Qb)
+    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // K to shared; K and Q to their head-major copies (Kb, Qb)
         const int r = idx / (DK / 8), ch = idx % (DK / 8);
-        float x[8];
-        uint4 hi, lo;
-        ld8(x, kg + r * a.ldqk + 8 * ch, 1.f);
-        split8(hi, lo, x);
-        *reinterpret_cast<uint4 *>(Ks + swz<DK>(r, ch)) = hi;
-        *reinterpret_cast<uint4 *>(Kx + swz<DK>(r, ch)) = lo;
-        *reinterpret_cast<uint4 *>(a.Kb + (row0 + r) * DK + 8 * ch) = hi;
-        ld8(x, qg + r * a.ldqk + 8 * ch, 1.f);
-        *reinterpret_cast<uint4 *>(a.Qb + (row0 + r) * DK + 8 * ch) = pack8(x);
+        const uint4 kv = *reinterpret_cast<const uint4 *>(kg + r * a.ldqk + 8 * ch);
+        *reinterpret_cast<uint4 *>(Ks + swz<DK>(r, ch)) = kv;
+        *reinterpret_cast<uint4 *>(a.Kb + (row0 + r) * DK + 8 * ch) = kv;
+        *reinterpret_cast<uint4 *>(a.Qb + (row0 + r) * DK + 8 * ch) = *reinterpret_cast<const uint4 *>(qg + r * a.ldqk + 8 * ch);
     }
     __syncthreads();
     {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
@@ -3246,22 +3279,19 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         acc_zero(P);
         lds_a<DK, DK>(fa, Ks, R0);
         mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
-        mma_x<DK, 32, DK, true>(P, fa, Kx, C0);
-        lds_a<DK, DK>(fa, Kx, R0);
-        mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
             const float a0 = (i > col) ? bs[i] * P[j][2 * hh] * expf(Gs[i] - Gs[col]) : 0.f;
             const float a1 = (i > col + 1) ? bs[i] * P[j][2 * hh + 1] * expf(Gs[i] - Gs[col + 1]) : 0.f;
             *reinterpret_cast<float2 *>(As + i * LA + col) = make_float2(a0, a1);
         });
     }
-    __syncthreads();
-    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // diag(β γ) K in bf16 (over K's lo)
+    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // diag(γ) K in bf16
         const int r = idx / (DK / 8), ch = idx % (DK / 8);
         float x[8];
-        ld8(x, kg + r * a.ldqk + 8 * ch, bs[r] * es[r]);
+        ld8(x, Ks + swz<DK>(r, ch), es[r]);
         *reinterpret_cast<uint4 *>(Kx + swz<DK>(r, ch)) = pack8(x);
     }
+    __syncthreads();
     if (tid < CH) {  // the diagonal blocks: thread (block bb, column j) solves (I + A_bb) t = e_j
         const int bb = tid >> 4, j = tid & 15, o = 16 * bb;
         float tc[16];
@@ -3299,36 +3329,32 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         }
         __syncthreads();
     }
-    for (int idx = tid; idx < CH * CH / 8; idx += 256) {  // T (hi, lo) in bf16; fp32 to global for the backward
+    // V tiles of 64 columns by cp.async into two buffers where A was (free now), in flight during the split below
+    const bf16 *vg = a.v16 + tok0 * a.ldv + (size_t)h * dv;
+    auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); fa_commit(); };
+    issue_v(0);
+    if (nvt > 1) issue_v(1);
+    for (int idx = tid; idx < CH * CH / 8; idx += 256) {  // T diag(β) (hi, lo) in bf16; T in fp32 to global for the backward
         const int r = idx >> 3, ch = idx & 7;
         float x[8];
         uint4 hi, lo;
         ld8(x, Tf + r * LA + 8 * ch, 1.f);
-        split8(hi, lo, x);
-        *reinterpret_cast<uint4 *>(Th + swz<CH>(r, ch)) = hi;
-        *reinterpret_cast<uint4 *>(Tl + swz<CH>(r, ch)) = lo;
         if (a.bwd) {
             float4 *dst = reinterpret_cast<float4 *>(a.Tm + cc * CH * CH + r * CH + 8 * ch);
             dst[0] = make_float4(x[0], x[1], x[2], x[3]);
             dst[1] = make_float4(x[4], x[5], x[6], x[7]);
         }
-    }
-    // V tiles of 64 columns: this thread's 2 × 8 values of the next tile, in flight while the current one is used
-    const float *vg = a.v + tok0 * a.ldv + (size_t)h * dv;
-    float pv[2][8];
-    auto load_v = [&](int vt) {
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int idx = tid + 256 * u;
-            ld8(pv[u], vg + (idx >> 3) * a.ldv + vt * 64 + 8 * (idx & 7), 1.f);
-        }
-    };
-    load_v(0);
+        for (int e = 0; e < 8; e++) x[e] *= bs[8 * ch + e];
+        split8(hi, lo, x);
+        *reinterpret_cast<uint4 *>(Th + swz<CH>(r, ch)) = hi;
+        *reinterpret_cast<uint4 *>(Tl + swz<CH>(r, ch)) = lo;
+    }
     __syncthreads();
     uint32_t fh[CH / 16][4], fl[CH / 16][4];
     lds_a<CH, CH>(fh, Th, R0);
     lds_a<CH, CH>(fl, Tl, R0);
-    {   // W = T diag(β γ) K -> bf16
+    {   // W = (T diag(β)) (diag(γ) K) -> bf16
         float W[NH / 8][4];
         acc_zero(W);
         mma_x<CH, NH, DK, false>(W, fh, Kx, N0);
@@ -3337,27 +3363,16 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
             *reinterpret_cast<uint32_t *>(a.Wb + (row0 + i) * DK + col) = pack_bf16(W[j][2 * hh], W[j][2 * hh + 1]);
         });
     }
-    for (int vt = 0; vt < nvt; vt++) {  // U = T diag(β) V (fp32)
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int idx = tid + 256 * u, r = idx >> 3, ch = idx & 7;
-            float x[8];
-            uint4 hi, lo;
-#pragma unroll
-            for (int e = 0; e < 8; e++) x[e] = bs[r] * pv[u][e];
-            split8(hi, lo, x);
-            *reinterpret_cast<uint4 *>(Vh + swz<64>(r, ch)) = hi;
-            *reinterpret_cast<uint4 *>(Vl + swz<64>(r, ch)) = lo;
-        }
+    for (int vt = 0; vt < nvt; vt++) {  // U = (T diag(β)) V (fp32)
+        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
-        if (vt + 1 < nvt) load_v(vt + 1);
         float U[4][4];
         acc_zero(U);
-        mma_x<CH, 32, 64, false>(U, fh, Vh, C0);
-        mma_x<CH, 32, 64, false>(U, fh, Vl, C0);
-        mma_x<CH, 32, 64, false>(U, fl, Vh, C0);
+        mma_x<CH, 32, 64, false>(U, fh, Vs + (vt & 1) * CH * 64, C0);
+        mma_x<CH, 32, 64, false>(U, fl, Vs + (vt & 1) * CH * 64, C0);
         store_acc<32>(a.U + (row0 + R0 + (lane >> 2)) * dv + vt * 64 + C0, dv, U, 1.f, 1.f);
-        __syncthreads();  // Vh, Vl are free
+        __syncthreads();  // buffer vt & 1 is free
+        if (vt + 2 < nvt) issue_v(vt + 2);
     }
 }
 template <int DK> constexpr size_t prep_bf16_smem() {
@@ -3747,9 +3762,9 @@ template <int DK, int PART> constexpr size_t bwd_vloop_bf16_smem() {
 
 // B3 part 1 in bf16 mode, grid (Nc, B*H), 8 warps, over 64-column value tiles: dWm = dVn S0ᵀ, dTV = dVn Vᵀ diag(β),
 // dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). Warp w owns rows R0 = 16(w & 3) .. +15 and one half (w >> 2) of the
-// columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). dVn, V and T
-// are rounded to bf16 on their way into shared memory (T, the inverse (I + A)⁻¹, as fla stores it), the S0 tiles
-// come by cp.async; dbv reads V in fp32.
+// columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). dVn and T are
+// rounded to bf16 on their way into shared memory (T, the inverse (I + A)⁻¹, as fla stores it), V is bf16 as stored,
+// the S0 tiles come by cp.async.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_vloop1_bf16: dk 64, 128 or 192");
@@ -3762,7 +3777,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     const int R0 = 16 * (w & 3);
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
-    const float *vsrc = a.v + tok0 * a.ldv + (size_t)h * dv;
+    const bf16 *vsrc = a.v16 + tok0 * a.ldv + (size_t)h * dv;
     auto issue = [&](int vt) { load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); fa_commit(); };
     issue(0);
     if (nvt > 1) issue(1);
@@ -3786,7 +3801,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
         acc_zero(Y);
         mma_x<CH, 32, 64, false>(Y, ftt, Ds, 32 * hf);  // Tᵀ dVn
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
-            const float2 vv = *reinterpret_cast<const float2 *>(vsrc + (size_t)r * a.ldv + vt * 64 + col);
+            const float2 vv = ld2(vsrc + (size_t)r * a.ldv + vt * 64 + col);
             float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col);
             const float2 o = *dvp, y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
             *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // accumulates (the softmax op wrote dV first)
@@ -4033,7 +4048,7 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 // C0 = 32(w >> 2) .. +31, of a dk-wide one N0 = (dk/2)(w >> 2) .. +dk/2−1. Operands in shared memory as swizzled bf16
 // tiles: Q, K (prep's bf16 copies), dWm, T, and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and
 // then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of being read. Elementwise
-// factors (dPm, dTV, dQ1, X, q, k) are read in fp32 at the accumulator positions. dK is summed in one pass at the end
+// factors (dPm, dTV, dQ1, X in fp32; q, k in bf16, as stored) are read at the accumulator positions. dK is summed in one pass at the end
 // (registers). The per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two
 // terms: the same sum in either order), a column's from its four row strips as four partial sums, added in a fixed
 // order (so the op is bitwise reproducible).
@@ -4054,7 +4069,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
     const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
     const float mv = mval_of(a, b, c, h), scale = a.scale;
-    const float *qg = a.q + tok0 * a.ldqk + (size_t)h * DK, *kg = a.k + tok0 * a.ldqk + (size_t)h * DK;
+    const bf16 *qg = a.q16 + tok0 * a.ldqk + (size_t)h * DK, *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
 
     load_tile<DK, CH, 256>(Qs, a.Qb + row0 * DK, DK, tid);
     load_tile<DK, CH, 256>(Ks, a.Kb + row0 * DK, DK, tid);
@@ -4127,7 +4142,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) {
                 const float se = scale * es[i];
                 const float2 d1 = *reinterpret_cast<const float2 *>(a.dQ1 + (row0 + i) * DK + col);
-                const float2 qv = *reinterpret_cast<const float2 *>(qg + i * a.ldqk + col);
+                const float2 qv = ld2(qg + i * a.ldqk + col);
                 *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
                     make_float2(fmaf(se, d1.x, dQ[j][2 * hh]), fmaf(se, d1.y, dQ[j][2 * hh + 1]));
                 const float s = fmaf(qv.x, d1.x, qv.y * d1.y);
@@ -4173,7 +4188,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         lds_at<CH, CH>(fm, Ts, R0);
         mma_x<CH, NH, DK, false>(dK, fm, Ds, N0);
         acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
-            const float2 kv = *reinterpret_cast<const float2 *>(kg + i * a.ldqk + col);
+            const float2 kv = ld2(kg + i * a.ldqk + col);
             const float mbe = -bs[i] * es[i], x0 = dK[j][2 * hh], x1 = dK[j][2 * hh + 1];
             const float s = -fmaf(kv.x, x0, kv.y * x1);
             if (hh) k1s += s; else k0s += s;
@@ -4189,7 +4204,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         mma_x<CH, NH, DK, false>(dK, fm, Ks, N0);
         acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
             const float2 x = *reinterpret_cast<const float2 *>(a.X + (row0 + i) * DK + col);
-            const float2 kv = *reinterpret_cast<const float2 *>(kg + i * a.ldqk + col);
+            const float2 kv = ld2(kg + i * a.ldqk + col);
             *reinterpret_cast<float2 *>(a.dk + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
                 make_float2(fmaf(mv, x.x, dK[j][2 * hh]), fmaf(mv, x.y, dK[j][2 * hh + 1]));
             const float s = fmaf(kv.x, x.x, kv.y * x.y);
@@ -4396,35 +4411,59 @@ template <int DK> static void bwd_impl(const GA &a) {
     default: fprintf(stderr, "gdn_op: dk=%d not instantiated (32/48/64/128/192)\n", dk); exit(1); } } while (0)
 
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
-// the bf16 kernels load and store the op's tensors in 8- and 16-byte vectors: unaligned layouts take the fp32 ones,
-// which d_k = 192 does not have (the model's layouts are always aligned: only a caller of the op can get here)
-static void no_bf16(GA &a, int dk) {
+// The bf16 kernels take the op in bf16 mode where they are compiled for d_k (state_bf16) and every tensor they load or
+// store in 8- and 16-byte vectors is 16-byte aligned, rows included (q̂, k̂, v in bf16: strides % 8; the model's layouts
+// always are). ptrs: the op's tensors. Where they do not, the op runs the fp32 kernels (or the token recurrence) on fp32
+// copies of q̂, k̂, v (gdn_op_forward); those have no d_k = 192, which then stops with an error (only a caller of the op
+// with an unaligned layout can get there).
+static bool takes_bf16(int dk, int dv, int ldqk, int ldv, std::initializer_list<const void *> ptrs) {
+    if (!state_bf16(dk, dv) || !g_gdn_st16 || ldqk % 8 || ldv % 8) return false;
+    for (const void *p : ptrs)
+        if (p && !aligned16(p)) return false;
+    return true;
+}
+// the fp32 kernels load with 16-byte cp.async where their tensors are aligned (a.vec), else element by element
+static void fp32_kernels(GA &a, int dk, bool vec) {
     if (dk > 128) { fprintf(stderr, "gdn_op: d_k=%d needs 16-byte aligned q, k, v rows (the bf16 kernels)\n", dk); exit(1); }
     a.Wb = a.Kb = a.Qb = nullptr;
     a.ds16 = 0;
+    a.vec = vec;
 }
 
+// in16: q, k, v are bf16 (takes_bf16 said so) and the bf16 kernels run; else they are fp32 and the fp32 kernels run
 static void forward(float *o, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                    const float *g, const float *beta, const float *m, int B, int T, int H, int dk, int dv, float *ws) {
+                    const float *g, const float *beta, const float *m, int B, int T, int H, int dk, int dv, float *ws,
+                    bool in16) {
     GA a = make_ga(B, T, H, dk, dv, ws);
-    a.o = o; a.state = state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
-    a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(o) && ldqk % 4 == 0 &&
-            ldv % 4 == 0 && dk % 4 == 0;
-    if (!a.vec) no_bf16(a, dk);
-    if (a.Wb) a.Vb = reinterpret_cast<bf16 *>(a.dVn);
+    a.o = o; a.state = state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
+    if (in16) {
+        a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v;
+        a.vec = 1;
+        a.Vb = reinterpret_cast<bf16 *>(a.dVn);
+    } else {
+        a.q = q; a.k = k; a.v = v;
+        fp32_kernels(a, dk, aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(o) &&
+                            ldqk % 4 == 0 && ldv % 4 == 0 && dk % 4 == 0);
+    }
     GC_DISPATCH(dk, fwd_impl, a);
 }
 static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
                      const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                     const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws) {
+                     const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws,
+                     bool in16) {
     GA a = make_ga(B, T, H, dkd, dvd, ws);
     a.bwd = 1;
     a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA; a.dout = dout;
-    a.state = (float *)state; a.q = q; a.k = k; a.ldqk = ldqk; a.v = v; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
-    a.vec = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) && aligned16(dq) &&
-            aligned16(dk) && aligned16(dv) && ldqk % 4 == 0 && ldv % 4 == 0 && dkd % 4 == 0;
-    if (!a.vec) no_bf16(a, dkd);
-    if (a.Wb) { a.Vnb = reinterpret_cast<bf16 *>(a.Rc); a.dOb = a.Vnb + (size_t)B * H * T * dvd; }
+    a.state = (float *)state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
+    if (in16) {
+        a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v;
+        a.vec = 1;
+        a.Vnb = reinterpret_cast<bf16 *>(a.Rc); a.dOb = a.Vnb + (size_t)B * H * T * dvd;
+    } else {
+        a.q = q; a.k = k; a.v = v;
+        fp32_kernels(a, dkd, aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) &&
+                             aligned16(dq) && aligned16(dk) && aligned16(dv) && ldqk % 4 == 0 && ldv % 4 == 0 && dkd % 4 == 0);
+    }
     GC_DISPATCH(dkd, bwd_impl, a);
 }
 #undef GC_DISPATCH
@@ -4458,23 +4497,42 @@ static void gdn_set_lowp(int on) {
 static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv) {
     return gdn_use_chunked(dk, dv) ? gdnc::ws_floats(B, T, H, dk, dv) : gdn_tokens_ws_floats(B, H, dk, dv);
 }
-static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
+// In bf16 mode q̂, k̂ and v are stored in bf16 (GdnArgs): the bf16 kernels read them so (in16); the others (fp32 mode's,
+// or bf16 mode's where the bf16 kernels do not take the shape: other d_k, unaligned rows, NATSL_GDN_TF32=0) get fp32
+// copies of them here (widen_operands, one scratch for the op).
+static bool gdn_operands(GdnArgs *w, const GdnArgs *a, std::initializer_list<const void *> ptrs) {
+    *w = *a;
+    if (!g_gdn_st16) return false;
+    if (gdn_use_chunked(a->head_k, a->head_v) && gdnc::takes_bf16(a->head_k, a->head_v, a->ldqk, a->ldv, ptrs)) return true;
+    const real *x[3] = {a->q, a->k, a->v};
+    const int ld[3] = {a->ldqk, a->ldqk, a->ldv}, cols[3] = {a->H * a->head_k, a->H * a->head_k, a->H * a->head_v};
+    widen_operands(SCRATCH_GDN_WIDE, x, ld, cols, 3, (size_t)a->B * a->T);
+    w->q = x[0]; w->k = x[1]; w->v = x[2];
+    return false;
+}
+static void gdn_op_forward(real *out, real *state, const GdnArgs *args) {
     PROF_OP();
+    GdnArgs w;
+    const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, out, state});
+    const GdnArgs *a = &w;
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v;
     real *ws = a->ws;
-    if (gdn_use_chunked(dk, dv)) gdnc::forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws);
+    if (gdn_use_chunked(dk, dv)) gdnc::forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws, in16);
     else gdn_tokens_forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
 }
 // WRITES dq, dk, dg, dβ, dA[...,1]; ACCUMULATES into dv.
 static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
-                            const real *state, const GdnArgs *a) {
+                            const real *state, const GdnArgs *args) {
     PROF_OP();
+    GdnArgs w;
+    const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, dq, dk, dv, dout, state});
+    const GdnArgs *a = &w;
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
     real *ws = a->ws;
     if (gdn_use_chunked(dkh, dvh))
-        gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws);
+        gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws, in16);
     else
         gdn_tokens_backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws);
 }
@@ -4907,10 +4965,10 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     if (g_bench_rmask) // benchmark-only: replace the router's decisions by a fixed mask [B][Nc][H][2]
         CUDA_CHECK(cudaMemcpyAsync(a->rmask, g_bench_rmask, (size_t)B * (T / CH) * c->H * 2 * sizeof(real), cudaMemcpyDeviceToDevice));
 #endif
-    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 0);
-    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 0);
-    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 0); rope_forward(a->ka, BT, T, Ha, dka, K, 0); }
-    matmul_forward(a->omega_raw, operand(a->q, (size_t)BT * K, OPERAND_INPUT), p->wow, BT, K, 2 * Ha, 0);
+    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 1, 1);
+    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 1, 1);
+    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 1); rope_forward(a->ka, BT, T, Ha, dka, K, 1); }
+    matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     if (!ops_kept) {
         attention_forward(a->att_out, a->lse, &att);
@@ -4933,11 +4991,10 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT),
-                    operand(a->q, (size_t)BT * K, OPERAND_INPUT), p->wow, BT, K, 2 * Ha);
+    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
-    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K);
-    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K);
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1);
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
@@ -4994,7 +5051,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
     else if (c->pattern[l] == 'S') {
@@ -5003,7 +5060,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     } else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
                              M->rb.noise ? M->rb.tau : 1);
     if (!ops_kept) residual_add(a->r, a->res, (size_t)BT * D);
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
@@ -5030,7 +5087,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0);
         residual_add(out, M->la[l].r, (size_t)BT * D);
     }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1);
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 0, 1);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
@@ -5065,7 +5122,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     CUDA_CHECK(cudaMemsetAsync(M->dlnf, 0, (size_t)BT * D * sizeof(real)));
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D);
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0);
     grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
@@ -5076,14 +5133,14 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'S')
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0);
         grads_ready(M, l + 1);
     }
     encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);

@@ -76,17 +76,18 @@ typedef struct {
     real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
 } LayerActs;
 
-// Points the plane names (q, k, v, q_hat, ...) into the planar fields that hold them. proj_half: the A layer's
-// proj holds 2-byte values (bf16 mode), so its column blocks start D and 2D such values in.
-static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T, int proj_half) {
-    size_t BT = (size_t)B * T, K = cfg_K(c), D = c->D;
+// Points the plane names (q, k, v, q_hat, ...) into the planar fields that hold them. half: the fields stored in the
+// matmul precision hold 2-byte values (bf16 mode: the A layer's proj, the G and N layers' qkv, qk_hat and qka), so
+// their planes start half as many reals in (D is even: config_check; BT·K is, as T is a multiple of 64).
+static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T, int half) {
+    size_t BT = (size_t)B * T, K = cfg_K(c), D = c->D, plane = half ? BT * K / 2 : BT * K;
     if (kind == 'A' && a->proj) {
-        size_t col = proj_half ? D / 2 : D; // D is even (config_check: an A layer needs D % 64 == 0)
+        size_t col = half ? D / 2 : D;
         a->q = a->proj; a->k = a->proj + col; a->v = a->proj + 2 * col;
     }
-    if (kind != 'A' && a->qkv) { a->q = a->qkv; a->k = a->qkv + BT * K; a->v = a->qkv + 2 * BT * K; }
-    if (a->qk_hat) { a->q_hat = a->qk_hat; a->k_hat = a->qk_hat + BT * K; }
-    if (a->qka) { a->qa = a->qka; a->ka = a->qka + BT * K; }
+    if (kind != 'A' && a->qkv) { a->q = a->qkv; a->k = a->qkv + plane; a->v = a->qkv + 2 * plane; }
+    if (a->qk_hat) { a->q_hat = a->qk_hat; a->k_hat = a->qk_hat + plane; }
+    if (a->qka) { a->qa = a->qka; a->ka = a->qka + plane; }
     if (a->qka_rstd) { a->qa_rstd = a->qka_rstd; a->ka_rstd = a->qka_rstd + BT * c->Ha; }
 }
 
@@ -121,15 +122,15 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; } } while (0)
         TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
-            TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG); TAKE(qkv, BT * (2 * K + Vt), R | G);
+            TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG); TAKE(qkv, BT * (2 * K + Vt), R | G | MA);
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
-            TAKE(qk_hat, 2 * BT * K, R | G); TAKE(qk_rho, 2 * BT * H, R);
+            TAKE(qk_hat, 2 * BT * K, R | G | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
             TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G | MA);
         }
         if (kind == 'N') {
-            TAKE(qka, 2 * BT * K, R | G); TAKE(qka_rstd, 2 * BT * Ha, R);
+            TAKE(qka, 2 * BT * K, R | G | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
             TAKE(att_out, BT * Vt, OP | G | WH); TAKE(lse, (size_t)B * Ha * T, OP);
             TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G | WH);
             TAKE(pool, B * Nc * D, KP | G); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
@@ -185,18 +186,20 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
 // The softmax op (§4, §5.3, §6.2, §6.3): `heads` heads; query/key head j at columns j*head_k of rows of stride
 // ldqk, value head j at j*head_v of rows of stride ldv. mask: the routing mask [B][Nc][mask_heads][2], of which
 // op 0 (softmax) is read, heads/mask_heads heads sharing one mask head; NULL: plain causal attention (an A layer).
-// stored_mp: q, k, v and the output are stored in the matmul precision (bf16 on the GPU in bf16 mode: the A layer,
-// whose producers write them so); 0: fp32 (the N layer, whose v the GDN op reads too).
+// In bf16 mode q, k and v are stored in the matmul precision (bf16 on the GPU: their producers write them so, the
+// CPU's -p bf16 rounds them). out_mp: the output is too (the A layer's, which feeds only its output projection);
+// 0: fp32 (the N layer's, which the gated norm reads).
 typedef struct {
     const real *q, *k, *v;
     int ldqk, ldv;
     const real *mask;
     int B, T, heads, mask_heads, head_k, head_v;
-    int stored_mp;
+    int out_mp;
 } AttnArgs;
 
 // The GDN op (§3.2, §5.4, §6.1, §6.4): H heads; q̂/k̂ head h at columns h*head_k of rows of stride ldqk, value
-// head h at h*head_v of rows of stride ldv; log decay g and β [B*T][H]. mask: [B][Nc][H][2], of which op 1 (GDN:
+// head h at h*head_v of rows of stride ldv (q̂, k̂, v stored in the matmul precision: bf16 in bf16 mode, as the
+// softmax op's); log decay g and β [B*T][H]. mask: [B][Nc][H][2], of which op 1 (GDN:
 // the chunk commits) is read; NULL: every chunk commits (a G layer). ws: the GPU's workspace (NULL on the CPU).
 typedef struct {
     const real *q, *k, *v;
@@ -216,11 +219,11 @@ typedef struct {
 // §7.3: an S layer's A mixer, as an A layer's fields and parameters: its projection aproj (planes q, k, v) where
 // an A layer has proj, its W_qkv_a and W_o_a where an A layer has W_qkv and W_o; the rest is the S layer's own
 // (att_out, lse; the G mixer's fields and parameters are the S layer's G-named ones). For activations, their
-// gradients, parameters and parameter gradients alike. proj_half: as layer_planes (the activations in bf16 mode).
-static inline LayerActs select_attn_acts(const Config *c, const LayerActs *a, int B, int T, int proj_half) {
+// gradients, parameters and parameter gradients alike. half: as layer_planes (the activations in bf16 mode).
+static inline LayerActs select_attn_acts(const Config *c, const LayerActs *a, int B, int T, int half) {
     LayerActs v = *a;
     v.proj = a->aproj;
-    layer_planes(&v, c, 'A', B, T, proj_half);
+    layer_planes(&v, c, 'A', B, T, half);
     return v;
 }
 static inline LayerParams select_attn_params(const LayerParams *p) {

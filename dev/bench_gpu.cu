@@ -147,7 +147,7 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     const LayerParams *p = &M.p.layer[0];
     LayerParams *gp = &M.g.layer[0];
     fill(a->res, (size_t)BT * c.D, 1, 1.7f);
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, c.D, c.D, c.D, 1); // in the matmul precision
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, c.D, c.D, c.D, 0, 1); // in the matmul precision
     fill(M.dres, (size_t)BT * c.D, 2, 1e-3f);
     real *fixed = NULL;
     if (kind == 'N' && frac >= 0) {
