@@ -2585,7 +2585,7 @@ struct GA {
     float scale;
     // workspace
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
-    bf16 *Wb, *Kb, *Qb;  // bf16 copies of W, K and Q for the bf16 state kernels (nullptr: the fp32 kernels run)
+    bf16 *Wb;            // bf16 W for the bf16 kernels (nullptr: the fp32 kernels run)
     bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
     bf16 *Vnb, *dOb;     // backward with the bf16 kernels: Vn and dO in bf16, [BH*T][dv] (in the Rc region, unused then:
                          // its BH·Nc·dk·dv floats hold both for dk >= 64)
@@ -3077,21 +3077,27 @@ __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
 template <int DK, int BV> constexpr size_t bwd_state_smem() { return sizeof(float) * (DK * (BV + 4) + 2 * CH * (DK + GC_PADK) + 2 * CH * (BV + 4) + 2 * CH); }
 
 // ------------------------------------------------------------------------------------------------
+// The chunk's CH rows of q̂ or k̂ of its head (x: as stored in bf16, rows of stride a.ldqk), the chunk given by the first
+// of its head-major workspace rows, row0 = (b·H + h)·T + c·CH
+template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *x, const GA &a, size_t row0) {
+    const size_t bh = row0 / a.T, t0 = row0 - bh * a.T;
+    return x + ((bh / a.H) * a.T + t0) * a.ldqk + (bh % a.H) * DK;
+}
 // K2/B2 in bf16 mode: the state recurrences on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), dk ∈ {64, 128, 192}.
 // The state lives transposed in registers: warp w of a block owns value columns v0 .. v0+15 (v0 = 16·(NW·x + w)) of
 // Sᵀ (16 × dk, accumulator layout: rows = value columns). Both products of a chunk then take the state straight from
 // the accumulators as their A operand (rows = value columns), and each warp is independent of the others: the block
-// only shares the chunk's W and K tiles (bf16 copies written by prep, double-buffered cp.async, swizzled rows read
+// only shares the chunk's W and K tiles (prep's bf16 W, K as stored; double-buffered cp.async, swizzled rows read
 // by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
 // too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16.
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
 //   backward: dVnᵀ += (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (R_c of bwd_rhs computed here, from
-//             prep's bf16 copy of Q and dO rounded to bf16)
+//             Q as stored and dO rounded to bf16)
 // ------------------------------------------------------------------------------------------------
 template <int DK, int NT>
 __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, const GA &a, size_t row0) {
     load_tile<DK, CH, NT>(Wsm, a.Wb + row0 * DK, DK, threadIdx.x);
-    load_tile<DK, CH, NT>(Ksm, a.Kb + row0 * DK, DK, threadIdx.x);
+    load_tile<DK, CH, NT>(Ksm, chunk_rows<DK>(a.k16, a, row0), a.ldqk, threadIdx.x);
     if (threadIdx.x < CH / 4) fa_cp16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
 }
 // acc (16 × 8·2·NK accumulator tiles) -> A fragments (bf16, times sgn) of NK k-steps of 16
@@ -3230,7 +3236,7 @@ template <int DK> __host__ __device__ constexpr bool dk_bf16() { return DK == 64
 template <int DK> __host__ __device__ constexpr bool dk_fp32() { return DK <= 128; }
 template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128 ? 2 : 1; }
 // K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
-// The same outputs as prep_kernel for the bf16 kernels (G, T for the backward, the bf16 copies of Q, K and W, U; no P,
+// The same outputs as prep_kernel for the bf16 kernels (G, T for the backward, W in bf16, U; no P,
 // no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower; T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by
 // column-wise forward substitution, one thread per column, in registers; then the off-diagonal blocks by diagonals:
 // T_ij = −T_ii Σ_{j ≤ l < i} A_il T_lj); W = (T diag(β)) (diag(γ) K) and U = (T diag(β)) V. q̂, k̂ and v arrive in
@@ -3251,7 +3257,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     const int H = a.H, dv = a.dvd, nvt = dv / 64;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * a.Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
     const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
-    const bf16 *qg = a.q16 + tok0 * a.ldqk + (size_t)h * DK, *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
+    const bf16 *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
 
     if (w == 0) {  // G = cumulative log gate over the chunk (lane: tokens lane, lane + 32), γ = exp(G), β
         float g0 = a.g[(tok0 + lane) * H + h], g1 = a.g[(tok0 + lane + 32) * H + h];
@@ -3265,12 +3271,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         bs[lane] = a.beta[(tok0 + lane) * H + h]; bs[lane + 32] = a.beta[(tok0 + lane + 32) * H + h];
         a.Gc[row0 + lane] = g0; a.Gc[row0 + lane + 32] = g1;
     }
-    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // K to shared; K and Q to their head-major copies (Kb, Qb)
+    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // K to shared
         const int r = idx / (DK / 8), ch = idx % (DK / 8);
-        const uint4 kv = *reinterpret_cast<const uint4 *>(kg + r * a.ldqk + 8 * ch);
-        *reinterpret_cast<uint4 *>(Ks + swz<DK>(r, ch)) = kv;
-        *reinterpret_cast<uint4 *>(a.Kb + (row0 + r) * DK + 8 * ch) = kv;
-        *reinterpret_cast<uint4 *>(a.Qb + (row0 + r) * DK + 8 * ch) = *reinterpret_cast<const uint4 *>(qg + r * a.ldqk + 8 * ch);
+        *reinterpret_cast<uint4 *>(Ks + swz<DK>(r, ch)) = *reinterpret_cast<const uint4 *>(kg + r * a.ldqk + 8 * ch);
     }
     __syncthreads();
     {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
@@ -3459,7 +3462,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
         state_issue<DK, NT>(Wsm + s * CH * DK, Ksm + s * CH * DK, Gsm + s * CH, a, row0);
-        load_tile<DK, CH, NT>(Qsm + s * CH * DK, a.Qb + row0 * DK, DK, threadIdx.x);
+        load_tile<DK, CH, NT>(Qsm + s * CH * DK, chunk_rows<DK>(a.q16, a, row0), a.ldqk, threadIdx.x);
         fa_commit();
     };
     float dS[DK / 8][4];
@@ -3528,7 +3531,7 @@ template <int DK> constexpr size_t bwd_state_bf16_smem() { return 6 * CH * DK * 
 
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
 // 16w .. 16w+15: Pw = s (Q Kᵀ ⊙ Γ ⊙ [i ≥ j]) once (bf16 A operand), then per 64 value columns
-// O = s diag(γ) Q S0 + Pw Vn, with Q, K from prep's bf16 copies, S0 the bf16 start states, Vnᵀ the state kernel's
+// O = s diag(γ) Q S0 + Pw Vn, with Q, K as stored (bf16), S0 the bf16 start states, Vnᵀ the state kernel's
 // bf16 copy; the value tiles double-buffered by cp.async, fp32 accumulation.
 template <int DK>
 __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
@@ -3540,8 +3543,8 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv, *vn = a.Vb + cc * dv * CH;
-    load_tile<DK, CH, 128>(Qs, a.Qb + row0 * DK, DK, tid);
-    load_tile<DK, CH, 128>(Ks, a.Kb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 128>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
+    load_tile<DK, CH, 128>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
     if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
     auto issue = [&](int vt) {  // S0 columns and Vnᵀ rows of value tile vt
         load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
@@ -3589,7 +3592,7 @@ template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2
 
 // B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps; warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and
 // one half (w >> 2) of each 64 value columns: Vn = U − W S0 (its tokens; fp32, over U, and a bf16 copy) and
-// dVn_local = s Pᵀ dO (its keys; fp32), with Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from prep's bf16 copies; dO is rounded
+// dVn_local = s Pᵀ dO (its keys; fp32), with Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from Q and K; dO is rounded
 // to bf16 on its way into shared memory (and kept so for the later passes).
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a) {
@@ -3604,8 +3607,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, ldo = (size_t)a.H * dv;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
     const float *dO = a.dout + ((size_t)b * a.T + (size_t)c * CH) * ldo + (size_t)h * dv;
-    load_tile<DK, CH, 256>(Qs, a.Qb + row0 * DK, DK, tid);
-    load_tile<DK, CH, 256>(Ks, a.Kb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
+    load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 256>(Ws, a.Wb + row0 * DK, DK, tid);
     if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
     auto issue = [&](int vt) {
@@ -4046,7 +4049,7 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 // The same math as bwd_final_kernel with every 64×64 and 64×dk product as mma.sync m16n8k16 (bf16 operands, fp32
 // accumulation). Warp w owns rows R0 = 16(w & 3) .. +15 of every product; of a 64-wide result the columns
 // C0 = 32(w >> 2) .. +31, of a dk-wide one N0 = (dk/2)(w >> 2) .. +dk/2−1. Operands in shared memory as swizzled bf16
-// tiles: Q, K (prep's bf16 copies), dWm, T, and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and
+// tiles: Q, K (as stored), dWm, T, and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and
 // then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of being read. Elementwise
 // factors (dPm, dTV, dQ1, X in fp32; q, k in bf16, as stored) are read at the accumulator positions. dK is summed in one pass at the end
 // (registers). The per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two
@@ -4071,8 +4074,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     const float mv = mval_of(a, b, c, h), scale = a.scale;
     const bf16 *qg = a.q16 + tok0 * a.ldqk + (size_t)h * DK, *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
 
-    load_tile<DK, CH, 256>(Qs, a.Qb + row0 * DK, DK, tid);
-    load_tile<DK, CH, 256>(Ks, a.Kb + row0 * DK, DK, tid);
+    load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
+    load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
     if (tid < CH / 4) fa_cp16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
     fa_commit();
     for (int i = tid; i < 13 * CH; i += 256) red[i] = 0.f;
@@ -4257,7 +4260,7 @@ static bool supported(int dk, int dv) {
 static size_t ws_floats(int B, int T, int H, int dk, int dv) {
     const size_t BH = (size_t)B * H, BT = BH * T, Nc = T / CH;
     return BT /*Gc*/ + 4 * BT * CH /*Tm,Pm,dPm,dTV*/ + 4 * BT * dk /*W,dQ1,dWm,X*/ + 2 * BT * dv /*U,dVn*/ +
-           2 * BH * Nc * dk * dv /*dstate, Rc*/ + BH * Nc /*sdot*/ + BT /*dbv*/ + 2 * BT * dk /*Wb, Kb, Qb (bf16)*/;
+           2 * BH * Nc * dk * dv /*dstate, Rc*/ + BH * Nc /*sdot*/ + BT /*dbv*/ + BT * dk / 2 /*Wb (bf16)*/;
 }
 
 static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
@@ -4277,7 +4280,7 @@ static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
     a.Rc = p; p += BH * Nc * dk * dv;
     a.sdot = p; p += BH * Nc;
     a.dbv = p; p += BT;
-    if (state_bf16(dk, dv) && a.st16) { a.Wb = reinterpret_cast<bf16 *>(p); a.Kb = a.Wb + BT * dk; a.Qb = a.Kb + BT * dk; a.ds16 = 1; }
+    if (state_bf16(dk, dv) && a.st16) { a.Wb = reinterpret_cast<bf16 *>(p); a.ds16 = 1; }
     return a;
 }
 
@@ -4340,7 +4343,7 @@ template <int DK, bool FWD> static int state_warps(const GA &a, size_t smem) {
     }
     return best;
 }
-// the sequential pass (FWD: K2, else B2): the bf16 kernels where prep wrote the bf16 copies, else the fp32 ones
+// the sequential pass (FWD: K2, else B2): the bf16 kernels where prep wrote the bf16 W, else the fp32 ones
 template <int DK, bool FWD> static void state_pass(const GA &a) {
     if constexpr (dk_bf16<DK>())
         if (a.Wb) {
@@ -4363,7 +4366,7 @@ template <int DK> static void prep_pass(const GA &a) {
     if constexpr (dk_fp32<DK>()) prep_kernel<DK><<<dim3(a.Nc, a.H, a.B), GC_NT, prep_smem<DK>()>>>(a);
     GDN_KERNEL_MARK("prep");
 }
-// Each pass below runs its bf16 kernel where prep wrote the bf16 copies (a.Wb; dk_bf16), else its fp32 kernel (dk_fp32;
+// Each pass below runs its bf16 kernel where prep wrote the bf16 W (a.Wb; dk_bf16), else its fp32 kernel (dk_fp32;
 // forward/backward see that one of the two exists).
 template <int DK> static void fwd_impl(const GA &a) {
     set_attrs<DK>();
@@ -4425,7 +4428,7 @@ static bool takes_bf16(int dk, int dv, int ldqk, int ldv, std::initializer_list<
 // the fp32 kernels load with 16-byte cp.async where their tensors are aligned (a.vec), else element by element
 static void fp32_kernels(GA &a, int dk, bool vec) {
     if (dk > 128) { fprintf(stderr, "gdn_op: d_k=%d needs 16-byte aligned q, k, v rows (the bf16 kernels)\n", dk); exit(1); }
-    a.Wb = a.Kb = a.Qb = nullptr;
+    a.Wb = nullptr;
     a.ds16 = 0;
     a.vec = vec;
 }
