@@ -2589,6 +2589,7 @@ struct GA {
     bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
     bf16 *Vnb, *dOb;     // backward with the bf16 kernels: Vn and dO in bf16, [BH*T][dv] (in the Rc region, unused then:
                          // its BH·Nc·dk·dv floats hold both for dk >= 64)
+    bf16 *Tb, *dWb;      // backward with the bf16 kernels: T [BH*Nc][CH][CH] and dWm [BH*T][dk] in bf16 (in the Tm, dWm regions)
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -3236,7 +3237,7 @@ template <int DK> __host__ __device__ constexpr bool dk_bf16() { return DK == 64
 template <int DK> __host__ __device__ constexpr bool dk_fp32() { return DK <= 128; }
 template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128 ? 2 : 1; }
 // K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
-// The same outputs as prep_kernel for the bf16 kernels (G, T for the backward, W in bf16, U; no P,
+// The same outputs as prep_kernel for the bf16 kernels (G, T in bf16 for the backward, W in bf16, U; no P,
 // no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower; T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by
 // column-wise forward substitution, one thread per column, in registers; then the off-diagonal blocks by diagonals:
 // T_ij = −T_ii Σ_{j ≤ l < i} A_il T_lj); W = (T diag(β)) (diag(γ) K) and U = (T diag(β)) V. q̂, k̂ and v arrive in
@@ -3337,16 +3338,12 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); fa_commit(); };
     issue_v(0);
     if (nvt > 1) issue_v(1);
-    for (int idx = tid; idx < CH * CH / 8; idx += 256) {  // T diag(β) (hi, lo) in bf16; T in fp32 to global for the backward
+    for (int idx = tid; idx < CH * CH / 8; idx += 256) {  // T diag(β) (hi, lo) in bf16; T in bf16 to global for the backward
         const int r = idx >> 3, ch = idx & 7;
         float x[8];
         uint4 hi, lo;
         ld8(x, Tf + r * LA + 8 * ch, 1.f);
-        if (a.bwd) {
-            float4 *dst = reinterpret_cast<float4 *>(a.Tm + cc * CH * CH + r * CH + 8 * ch);
-            dst[0] = make_float4(x[0], x[1], x[2], x[3]);
-            dst[1] = make_float4(x[4], x[5], x[6], x[7]);
-        }
+        if (a.bwd) *reinterpret_cast<uint4 *>(a.Tb + cc * CH * CH + r * CH + 8 * ch) = pack8(x);
 #pragma unroll
         for (int e = 0; e < 8; e++) x[e] *= bs[8 * ch + e];
         split8(hi, lo, x);
@@ -3765,9 +3762,9 @@ template <int DK, int PART> constexpr size_t bwd_vloop_bf16_smem() {
 
 // B3 part 1 in bf16 mode, grid (Nc, B*H), 8 warps, over 64-column value tiles: dWm = dVn S0ᵀ, dTV = dVn Vᵀ diag(β),
 // dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). Warp w owns rows R0 = 16(w & 3) .. +15 and one half (w >> 2) of the
-// columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). dVn and T are
-// rounded to bf16 on their way into shared memory (T, the inverse (I + A)⁻¹, as fla stores it), V is bf16 as stored,
-// the S0 tiles come by cp.async.
+// columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). dVn is rounded
+// to bf16 on its way into shared memory; T (the inverse (I + A)⁻¹, stored in bf16 by prep, as fla stores it), V (as
+// stored) and the S0 tiles come by cp.async. dWm is stored in bf16 (bwd_final reads it so).
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_vloop1_bf16: dk 64, 128 or 192");
@@ -3782,9 +3779,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
     const bf16 *vsrc = a.v16 + tok0 * a.ldv + (size_t)h * dv;
     auto issue = [&](int vt) { load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); fa_commit(); };
+    load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);  // in the first group
     issue(0);
     if (nvt > 1) issue(1);
-    tile_to_bf16<CH, 256>(Ts, a.Tm + cc * CH * CH, CH);
     if (tid < CH) { bs[tid] = a.beta[(tok0 + tid) * a.H + h]; dbv[tid] = 0.f; }
     float W1[DK / 16][4], P2[4][4], dbv0 = 0.f, dbv1 = 0.f;
     acc_zero(W1);
@@ -3817,7 +3814,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
     dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
     if ((lane & 3) == 0) { atomicAdd(dbv + R0 + (lane >> 2), dbv0); atomicAdd(dbv + R0 + (lane >> 2) + 8, dbv1); }
-    store_acc<DK / 2>(a.dWm + (row0 + R0 + (lane >> 2)) * DK + hf * DK / 2, DK, W1, 1.f, 1.f);
+    acc_pairs<DK / 2>(R0, hf * DK / 2, [&](int j, int hh, int r, int col) {
+        *reinterpret_cast<uint32_t *>(a.dWb + (row0 + r) * DK + col) = pack_bf16(W1[j][2 * hh], W1[j][2 * hh + 1]);
+    });
     acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {  // dTV's columns times β_j
         *reinterpret_cast<float2 *>(a.dTV + cc * CH * CH + r * CH + col) = make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
     });
@@ -4049,7 +4048,7 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 // The same math as bwd_final_kernel with every 64×64 and 64×dk product as mma.sync m16n8k16 (bf16 operands, fp32
 // accumulation). Warp w owns rows R0 = 16(w & 3) .. +15 of every product; of a 64-wide result the columns
 // C0 = 32(w >> 2) .. +31, of a dk-wide one N0 = (dk/2)(w >> 2) .. +dk/2−1. Operands in shared memory as swizzled bf16
-// tiles: Q, K (as stored), dWm, T, and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and
+// tiles: Q, K (as stored), dWm, T (bf16, from vloop1 and prep), and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and
 // then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of being read. Elementwise
 // factors (dPm, dTV, dQ1, X in fp32; q, k in bf16, as stored) are read at the accumulator positions. dK is summed in one pass at the end
 // (registers). The per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two
@@ -4076,12 +4075,12 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
 
     load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
+    load_tile<DK, CH, 256>(Ds, a.dWb + row0 * DK, DK, tid);
+    load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);
     if (tid < CH / 4) fa_cp16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
     fa_commit();
     for (int i = tid; i < 13 * CH; i += 256) red[i] = 0.f;
     if (tid < CH) bs[tid] = a.beta[(tok0 + tid) * H + h];
-    tile_to_bf16<DK, 256>(Ds, a.dWm + row0 * DK, DK);
-    tile_to_bf16<CH, 256>(Ts, a.Tm + cc * CH * CH, CH);
     fa_wait<0>();
     __syncthreads();
     if (tid < CH) es[tid] = expf(Gs[tid]);
@@ -4462,6 +4461,7 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
         a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v;
         a.vec = 1;
         a.Vnb = reinterpret_cast<bf16 *>(a.Rc); a.dOb = a.Vnb + (size_t)B * H * T * dvd;
+        a.Tb = reinterpret_cast<bf16 *>(a.Tm); a.dWb = reinterpret_cast<bf16 *>(a.dWm);
     } else {
         a.q = q; a.k = k; a.v = v;
         fp32_kernels(a, dkd, aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) &&
