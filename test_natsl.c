@@ -906,6 +906,38 @@ static void test_param_counts(void) {
     CHECK(config_set_pattern(&c, "GAX", err, sizeof(err)) == -1 && strstr(err, "'X'"), "bad pattern accepted: %s", err);
     CHECK(config_set_pattern(&c, "GAN", err, sizeof(err)) == 0 && c.L == 3, "literal pattern");
 }
+// The GPU's bf16-mode activation layout (ACTS_BF16, common/layout.h): the fields stored in the matmul precision take
+// half the room, so the planes of qkv, qk_hat and qka start half as many reals apart, and the last plane of each ends
+// inside its field (before the next field starts); the fp32 layout keeps whole planes. Checked for every layer kind.
+static void test_acts_layout_bf16(void) {
+    Config c;
+    config_from_preset(&c, "tiny", 66);
+    const int B = 2, T = 128;
+    const size_t BT = (size_t)B * T, K = cfg_K(&c), Vt = cfg_Vt(&c), D = c.D;
+    for (const char *k = "GNAS"; *k; k++)
+        for (int half = 0; half <= 1; half++) {
+            const int part = ACTS_ALL | (half ? ACTS_BF16 : 0);
+            LayerActs a;
+            size_t n = layer_acts_layout(&a, &c, *k, B, T, NULL, part);
+            real *buf = vec(n);
+            layer_acts_layout(&a, &c, *k, B, T, buf, part);
+            const size_t plane = half ? BT * K / 2 : BT * K, vplane = half ? BT * Vt / 2 : BT * Vt;
+            if (*k != 'A') {
+                CHECK(a.k - a.q == (ptrdiff_t)plane && a.v - a.q == (ptrdiff_t)(2 * plane) && a.v + vplane <= a.gate,
+                      "%c layer (%s): q, k, v planes of qkv misplaced", *k, half ? "bf16" : "fp32");
+                CHECK(a.k_hat - a.q_hat == (ptrdiff_t)plane && a.k_hat + plane <= a.qk_rho, "%c layer (%s): q̂, k̂ planes misplaced",
+                      *k, half ? "bf16" : "fp32");
+            } else {
+                const size_t col = half ? D / 2 : D;
+                CHECK(a.k - a.q == (ptrdiff_t)col && a.v - a.q == (ptrdiff_t)(2 * col), "A layer (%s): q, k, v blocks misplaced",
+                      half ? "bf16" : "fp32");
+            }
+            if (*k == 'N')
+                CHECK(a.ka - a.qa == (ptrdiff_t)plane && a.ka + plane <= a.qka_rstd, "N layer (%s): qa, ka planes misplaced",
+                      half ? "bf16" : "fp32");
+            free(buf);
+        }
+}
 
 // ---- data loader and tokenizer (common/) ------------------------------------------------------------------
 #include <fcntl.h>
@@ -2390,6 +2422,7 @@ int main(int argc, char **argv) {
     RUN(test_recompute_identical);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);
+    RUN(test_acts_layout_bf16);
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
     RUN(test_cli_bad_input);
