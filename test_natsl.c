@@ -939,6 +939,29 @@ static void test_acts_layout_bf16(void) {
         }
 }
 
+// The layout's field report (g_layout_report, bench_gpu mem's memory plan): the fields an activation layout
+// reports add up to its size, for every layer kind, part and precision; gradient layouts report nothing.
+static size_t g_reported;
+static void add_reported(const char *field, size_t n) { (void)field; g_reported += n; }
+static void test_acts_layout_report(void) {
+    Config c;
+    config_from_preset(&c, "tiny", 66);
+    LayerActs a;
+    g_layout_report = add_reported;
+    for (const char *k = "GNAS"; *k; k++)
+        for (int part = ACTS_KEPT; part <= ACTS_ALL; part++)
+            for (int half = 0; half <= ACTS_BF16; half += ACTS_BF16) {
+                g_reported = 0;
+                size_t n = layer_acts_layout(&a, &c, *k, 2, 128, NULL, part | half);
+                CHECK(g_reported == n, "%c layer, part %d%s: fields report %zu reals of %zu", *k, part, half ? " bf16" : "",
+                      g_reported, n);
+            }
+    g_reported = 0;
+    layer_acts_layout(&a, &c, 'N', 2, 128, NULL, ACTS_GRADS);
+    CHECK(g_reported == 0, "the gradient layout reported %zu reals", g_reported);
+    g_layout_report = NULL;
+}
+
 // ---- data loader and tokenizer (common/) ------------------------------------------------------------------
 #include <fcntl.h>
 /* Write a shard with the given header fields and tokens (header_n may lie about the count). */
@@ -2423,6 +2446,7 @@ int main(int argc, char **argv) {
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);
     RUN(test_acts_layout_bf16);
+    RUN(test_acts_layout_report);
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
     RUN(test_cli_bad_input);

@@ -4808,13 +4808,21 @@ static void model_init(Model *M, uint64_t seed) {
     free(hp);
 }
 
-// Bytes model_alloc_acts takes for B×T at recompute level `recompute` (activations, gradient scratch, the GDN
-// op's workspace, the final norm and the classifier).
-static size_t model_acts_bytes(const Config *c, int B, int T, int recompute) {
+// Bytes model_alloc_acts takes for B×T at recompute level `recompute`; parts (if given) gets them by use: the
+// activations, the gradient scratch, the GDN op's workspace, and the final norm with the classifier (h^L, its norm,
+// the logits and their gradients, the per-token ids, losses and log-sum-exps, the router's noise).
+enum { ACTS_BYTES_ACTS, ACTS_BYTES_DACTS, ACTS_BYTES_GDN_WS, ACTS_BYTES_HEAD, ACTS_BYTES_PARTS };
+static size_t model_acts_bytes(const Config *c, int B, int T, int recompute, size_t *parts = NULL) {
     LayerActs tmp[NATSL_MAX_LAYERS];
     size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
     size_t ws = pattern_has_gdn(c) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
-    return (n + dmax + ws + BT * (3 * (size_t)c->D + c->Vp + 8)) * sizeof(real);
+    size_t p[ACTS_BYTES_PARTS] = {n, dmax, ws, BT * (4 * (size_t)c->D + c->Vp + 5) + router_noise_size(c, B, T)}, total = 0;
+    for (int k = 0; k < ACTS_BYTES_PARTS; k++) {
+        p[k] *= sizeof(real);
+        total += p[k];
+        if (parts) parts[k] = p[k];
+    }
+    return total;
 }
 
 // Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64); recompute: see

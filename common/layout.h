@@ -102,6 +102,10 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // mode), gives the fields stored in the matmul precision half the room.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8, ACTS_GRADS_ACC = 16, ACTS_BF16 = 32 };
 
+// When set, layer_acts_layout tells it each activation field it carves or counts (not the gradient layouts'):
+// the field's name and the reals it takes (bench_gpu mem's memory plan).
+static void (*g_layout_report)(const char *field, size_t n);
+
 // Carves the given parts of one layer's activations of the given kind out of base (NULL: only count) and
 // returns their size; fields of other parts are left as they are (a call that includes KEPT, or GRADS, clears
 // them all first). Every field starts on a 64-value (256-byte) boundary, which the GPU kernels' vector loads need.
@@ -119,7 +123,8 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
 #define TAKE(field, n, cls) do { \
         if (grads ? ((cls) & G) && ((cls) & WH ? pass == 1 : pass == 0) : (part & (cls)) != 0) { \
             size_t n_ = half && ((cls) & (grads ? MG : MA)) ? ((size_t)(n) + 1) / 2 : (size_t)(n); \
-            a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; } } while (0)
+            a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; \
+            if (g_layout_report && !grads) g_layout_report(#field, (n_ + 63) / 64 * 64); } } while (0)
         TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG); TAKE(qkv, BT * (2 * K + Vt), R | G | MA);

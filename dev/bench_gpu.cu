@@ -10,6 +10,9 @@ bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included w
          forward + backward, at B·T = 32768 tokens for T = 4096, 16384, 32768; the N layer with its softmax
          fraction forced to 1.0 / 0.5 / 0.25 / 0.1 (a fixed routing mask replaces the router's decisions
          after router_forward: g_bench_rmask) and with the router's own decisions.
+  mem:   where the step's GPU memory goes, planned from the layout code alone (runs without a GPU): parameters,
+         gradients and AdamW, activations, gradient scratch, the GDN op's workspace, the classifier's buffers,
+         and the activations by field summed over the layers.
 Times: CUDA events, median of N (default 10) after 2 warm-ups.
 
 Model FLOPs per step (as dev/bench_cpu.c counts them):
@@ -22,9 +25,9 @@ buffer is allocated up front or on the first step and kept). B is lowered (halve
 footprint fits the free memory; the printed B is the one that ran.
 
 build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas -lnccl
-run:   ./bench_gpu [step|layer|gemm|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1|2]
+run:   ./bench_gpu [step|layer|gemm|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1|2]
                    [-p bf16|fp32|both]
-       defaults: all, -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0, -p both
+       defaults: all (layer, step, gemm), -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0, -p both
        (-k: the step with train_natsl_cu's recompute level; -p: the step's precisions)
 */
 #define TESTING
@@ -32,6 +35,7 @@ run:   ./bench_gpu [step|layer|gemm|all] [-e preset] [-V vocab] [-B B] [-T T] [-
 #include "model_flops.h"
 #include <vector>
 #include <algorithm>
+#include <string>
 
 static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
@@ -63,6 +67,45 @@ static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
     param_tensors(c, t, &np);
     size_t att = 2 * (size_t)B * T * std::max(cfg_attn_heads(c), c->Ha);
     return (4 * np + att) * sizeof(float) + model_acts_bytes(c, B, T, recompute) + ((size_t)1 << 30); // + cuBLAS, context
+}
+
+// mem: where one step's GPU memory goes, from the layout code alone (no GPU needed): the buffers model_build,
+// model_alloc_acts and AdamW allocate, with the activations by field summed over the layers at -k 0.
+static std::vector<std::pair<std::string, size_t>> g_fields;
+static void count_field(const char *field, size_t n) {
+    for (auto &f : g_fields)
+        if (f.first == field) { f.second += n; return; }
+    g_fields.push_back({field, n});
+}
+static void bench_mem(const char *preset, const char *pattern, int V, int B, int T, int recompute, int prec) {
+    Config c;
+    if (make_config(&c, preset, pattern, V)) exit(1);
+    g_bf16 = prec;
+    const double GiB = 1073741824.0;
+    size_t np, parts[ACTS_BYTES_PARTS], total = model_acts_bytes(&c, B, T, recompute, parts);
+    ParamTensor t[NATSL_MAX_TENSORS];
+    param_tensors(&c, t, &np);
+    size_t model = 4 * np * sizeof(real);
+    printf("mem %s %s %s: V=%d B=%d T=%d recompute %d: %.2f GiB planned\n", preset, pattern, prec ? "bf16" : "fp32", V,
+           B, T, recompute, (model + total) / GiB);
+    printf("  parameters, gradients, AdamW m and v  %6.2f GiB  (%zu parameters, fp32)\n", model / GiB, np);
+    const char *what[ACTS_BYTES_PARTS] = {"activations", "gradient scratch", "GDN op workspace",
+                                          "final norm, classifier, ids"};
+    for (int k = 0; k < ACTS_BYTES_PARTS; k++) printf("  %-38s %6.2f GiB\n", what[k], parts[k] / GiB);
+    printf("  not planned here: the lazily grown scratch (bf16 operand copies, the token mixers' operand copies),\n"
+           "  cuBLAS's workspace, the CUDA context (bench_gpu step's peak includes them)\n");
+    LayerActs la[NATSL_MAX_LAYERS];
+    size_t dmax, acts;
+    g_fields.clear();
+    g_layout_report = count_field;
+    acts = model_acts_layout(la, &c, B, T, 0, prec, NULL, &dmax);
+    g_layout_report = NULL;
+    std::sort(g_fields.begin(), g_fields.end(), [](const auto &a, const auto &b) { return a.second > b.second; });
+    printf("  activations at -k 0 by field, summed over the %d layers (%s):\n", c.L, c.pattern);
+    for (auto &f : g_fields)
+        if (f.second * 1000 >= acts)
+            printf("    %-10s %6.2f GiB  %4.1f%%\n", f.first.c_str(), f.second * sizeof(real) / GiB, 100.0 * f.second / acts);
+    printf("    (fields under 0.1%% left out)\n");
 }
 
 // One model per precision (the activation layout depends on it: bf16 fields take half the room in bf16 mode).
@@ -272,6 +315,14 @@ int main(int argc, char **argv) {
     if (strcmp(precs, "bf16") && strcmp(precs, "fp32") && strcmp(precs, "both")) {
         fprintf(stderr, "-p %s: the step's precision is bf16, fp32 or both\n", precs);
         return 1;
+    }
+    if (!strcmp(mode, "mem")) {
+        char buf[256];
+        snprintf(buf, sizeof(buf), "%s", pats);
+        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ","))
+            for (int prec = 1; prec >= 0; prec--)
+                if (!strcmp(precs, "both") || !strcmp(precs, prec ? "bf16" : "fp32")) bench_mem(preset, s, V, B, T, recompute, prec);
+        return 0;
     }
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
