@@ -818,7 +818,9 @@ static void test_freeze_selection(void) {
 
 // -k 1 and -k 2 (recompute): keeping only each layer's input (and, at level 1, its GDN/softmax op outputs) and
 // rerunning the layer in the backward pass gives the same loss, routing decisions (read after the forward pass,
-// as logging does) and gradients as -k 0, bit for bit, over two accumulated micro-batches, in less memory.
+// as logging does) and gradients as -k 0, bit for bit, over two accumulated micro-batches, in less memory. -k 0
+// itself keeps one copy of the REBUILT fields for all layers (block_rebuild refills it; the gradient checks of
+// whole models hold its values).
 static void test_recompute_identical(void) {
     Config cf = small_config("GNASN", 0); // every layer kind, S (§7.3) with its gate gradient
     Model M[3];
@@ -855,6 +857,9 @@ static void test_recompute_identical(void) {
         CHECK(!memcmp(M[0].grads, M[k].grads, M[0].nparams * sizeof(real)), "-k %d changes the gradients", k);
     }
     CHECK(size[2] < size[1] && size[1] < size[0], "recompute does not save memory (%zu, %zu, %zu values)", size[0], size[1], size[2]);
+    const LayerActs *a0 = &M[0].la[0], *a1 = &M[0].la[1];
+    CHECK(a0->xn == a1->xn && a0->xn2 == a1->xn2 && a0->y == a1->y && a0->hmid == a1->hmid && a0->gu != a1->gu && a0->r != a1->r,
+          "-k 0: the layers do not share exactly the REBUILT fields");
     for (int k = 0; k < 3; k++) { free(dec[k]); model_free(&M[k]); }
     free(in); free(tg);
 }

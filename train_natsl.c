@@ -1040,6 +1040,23 @@ static void block_forward(Model *M, int l, int B, int T) {
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
+// Layer l's REBUILT activations (common/layout.h), whose one copy all layers share, from what the layer keeps, as
+// block_forward computed them: the two RMSNorm outputs, the gated norm's output y and the MLP's hidden hmid.
+static void block_rebuild(Model *M, int l, int B, int T) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    char kind = c->pattern[l];
+    LayerActs *a = &M->la[l];
+    const LayerParams *p = &M->p.layer[l];
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
+    if (kind != 'A') {
+        GatedNormArgs norm = kind == 'N' ? natsl_norm_args(c, a, p->n1, p->n2, B, T) : gdn_layer_norm_args(c, a, p->o_norm, B, T);
+        gated_norm_forward(a->y, a->norm_rstd, &norm);
+    }
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
+    swiglu_forward(a->hmid, a->gu, BT, c->F);
+}
+
 static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -1074,9 +1091,10 @@ static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T) {
 }
 
 // Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
-// Under recompute (-k 1, -k 2) every layer but the last first reruns block_forward to rebuild what its
-// backward pass reads (the last one's activations are still in the shared scratch). The CPU reruns the whole
-// block at both levels; level 1 only keeps more (the GPU uses it to skip the token mixers in the rerun).
+// Every layer but the last first refills the shared scratch with what its backward pass reads (the last one's
+// activations are still there): block_rebuild without recompute; under recompute (-k 1, -k 2) block_forward
+// reruns the layer. The CPU reruns the whole block at both levels; level 1 only keeps more (the GPU uses it to
+// skip the token mixers in the rerun).
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -1091,7 +1109,10 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
         LayerParams *gp = &M->g.layer[l];
-        if (M->recompute && l < c->L - 1) block_forward(M, l, B, T);
+        if (l < c->L - 1) {
+            if (M->recompute) block_forward(M, l, B, T);
+            else block_rebuild(M, l, B, T);
+        }
         grads_scratch(M, &d, c->pattern[l], B, T);
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);

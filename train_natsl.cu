@@ -5076,6 +5076,23 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
+// Layer l's REBUILT activations (common/layout.h), whose one copy all layers share, from what the layer keeps, as
+// block_forward computed them: the two RMSNorm outputs, the gated norm's output y and the MLP's hidden hmid.
+static void block_rebuild(Model *M, int l, int B, int T) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    char kind = c->pattern[l];
+    LayerActs *a = &M->la[l];
+    const LayerParams *p = &M->p.layer[l];
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
+    if (kind != 'A') {
+        GatedNormArgs norm = kind == 'N' ? natsl_norm_args(c, a, p->n1, p->n2, B, T) : gdn_layer_norm_args(c, a, p->o_norm, B, T);
+        gated_norm_forward(a->y, a->norm_rstd, &norm);
+    }
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
+    swiglu_forward(a->hmid, a->gu, BT, c->F);
+}
+
 // inputs/targets are host arrays (copied to the device here). With targets, M->mean_loss is set (one
 // device-to-host read of a double).
 static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
@@ -5139,7 +5156,10 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
         LayerParams *gp = &M->g.layer[l];
-        if (M->recompute && l < c->L - 1) block_forward(M, l, B, T, M->recompute == 1); // L−1: still in the scratch
+        if (l < c->L - 1) { // as train_natsl.c: L−1's activations are still in the shared scratch
+            if (M->recompute) block_forward(M, l, B, T, M->recompute == 1);
+            else block_rebuild(M, l, B, T);
+        }
         grads_scratch(M, &d, c->pattern[l], B, T);
         matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);

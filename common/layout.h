@@ -91,16 +91,19 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
     if (a->qka_rstd) { a->qa_rstd = a->qka_rstd; a->ka_rstd = a->qka_rstd + BT * c->Ha; }
 }
 
-// The three parts of a layer's activations. KEPT is what every layer keeps even under recompute (its input
+// The four parts of a layer's activations. KEPT is what every layer keeps even under recompute (its input
 // h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
 // of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp) and
 // the mixer block's output r (sparing the output projection and the residual add), which recompute level 1 keeps
-// and level 2 reruns; REST is what any recompute level rebuilds. GRADS, a layout of its own, holds only the fields
+// and level 2 reruns; REST is what any recompute level rebuilds; REBUILT is what no layer keeps, as it is one cheap
+// pass from what the layer does keep: the two RMSNorm outputs xn and xn2, the gated norm's output y and the MLP's
+// hidden hmid (their one copy is rebuilt before each layer's backward: block_rebuild). GRADS, a layout of its own, holds only the fields
 // whose gradients the backward pass computes (the gradient scratch): first those it accumulates into, which must
 // start at zero (GRADS_ACC counts them), then those their one producer writes whole (the conv's and SwiGLU's
 // input gradients, the gated norm's), which need no zeroing. ACTS_BF16, or'ed into a part (the GPU in bf16
 // mode), gives the fields stored in the matmul precision half the room.
-enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_ALL = 7, ACTS_GRADS = 8, ACTS_GRADS_ACC = 16, ACTS_BF16 = 32 };
+enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_REBUILT = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
+       ACTS_BF16 = 64 };
 
 // When set, layer_acts_layout tells it each activation field it carves or counts (not the gradient layouts'):
 // the field's name and the reals it takes (bench_gpu mem's memory plan).
@@ -114,9 +117,9 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
     size_t Nc = T / NATSL_CHUNK, off = 0;
     const int half = part & ACTS_BF16;
     part &= ~ACTS_BF16;
-    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS;
-    const int G = 32, WH = 64;   // G: the field has a gradient; WH: written whole by its one producer (after G's)
-    const int MA = 128, MG = 256; // stored in the matmul precision as an activation (MA), as a gradient (MG)
+    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS, RB = ACTS_REBUILT;
+    const int G = 128, WH = 256;   // G: the field has a gradient; WH: written whole by its one producer (after G's)
+    const int MA = 512, MG = 1024; // stored in the matmul precision as an activation (MA), as a gradient (MG)
     const int grads = part == ACTS_GRADS || part == ACTS_GRADS_ACC;
     if (grads || (part & ACTS_KEPT)) memset(a, 0, sizeof(*a));
     for (int pass = 0; pass < (part == ACTS_GRADS ? 2 : 1); pass++) {
@@ -125,14 +128,14 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             size_t n_ = half && ((cls) & (grads ? MG : MA)) ? ((size_t)(n) + 1) / 2 : (size_t)(n); \
             a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; \
             if (g_layout_report && !grads) g_layout_report(#field, (n_ + 63) / 64 * 64); } } while (0)
-        TAKE(res, BT * D, KP); TAKE(xn, BT * D, R | G | MA); TAKE(rstd1, BT, R);
+        TAKE(res, BT * D, KP); TAKE(xn, BT * D, RB | G | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG); TAKE(qkv, BT * (2 * K + Vt), R | G | MA);
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
             TAKE(qk_hat, 2 * BT * K, R | G | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
-            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G | MA);
+            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, RB | G | MA);
         }
         if (kind == 'N') {
             TAKE(qka, 2 * BT * K, R | G | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
@@ -145,8 +148,8 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | MA);
         if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | MA); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
-        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, R | G | MA); TAKE(rstd2, BT, R);
-        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, R | G | MA);
+        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, RB | G | MA); TAKE(rstd2, BT, R);
+        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, RB | G | MA);
 #undef TAKE
     }
     if (base) layer_planes(a, c, kind, B, T, half && !grads);
@@ -155,16 +158,16 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
 
 // What each recompute level (-k) keeps per layer; the other parts of all layers share one scratch.
 static inline int acts_kept(int recompute) {
-    return recompute == 0 ? ACTS_ALL : recompute == 1 ? ACTS_KEPT | ACTS_OPS : ACTS_KEPT;
+    return recompute == 0 ? ACTS_KEPT | ACTS_OPS | ACTS_REST : recompute == 1 ? ACTS_KEPT | ACTS_OPS : ACTS_KEPT;
 }
 
 // Carves the whole model's activations out of base (NULL: only count) and returns their size; *dmax gets the
 // size of the largest layer's GRADS layout, which the gradient scratch (one layer's activation gradients) needs.
-// recompute = 0: every layer keeps all its activations for the backward pass.
-// recompute = 1, 2: every layer keeps only acts_kept(recompute); the rest of all layers shares one scratch,
-// which each layer's forward overwrites and the backward pass refills by running the layer again
-// (model_backward; level 1 skips the GDN and softmax ops there, whose outputs it kept). bf16: the GPU's bf16
-// mode (ACTS_BF16).
+// Every layer keeps acts_kept(recompute); the rest of all layers shares one scratch, which each layer's forward
+// overwrites and the backward pass refills before the layer's backward (model_backward):
+// recompute = 0: the shared scratch holds only the REBUILT fields, which block_rebuild recomputes.
+// recompute = 1, 2: the layer runs again (level 1 skips the GDN and softmax ops, whose outputs it kept).
+// bf16: the GPU's bf16 mode (ACTS_BF16).
 static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, int recompute, int bf16, real *base,
                                 size_t *dmax) {
     size_t off = 0, rest = 0;
@@ -177,7 +180,6 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
     }
     for (int l = 0; l < c->L; l++)
         off += layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, kept | mp);
-    if (kept == ACTS_ALL) return off;
     for (int l = 0; l < c->L; l++) {
         size_t n = layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, (ACTS_ALL & ~kept) | mp);
         if (n > rest) rest = n;

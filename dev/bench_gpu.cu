@@ -70,7 +70,7 @@ static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
 }
 
 // mem: where one step's GPU memory goes, from the layout code alone (no GPU needed): the buffers model_build,
-// model_alloc_acts and AdamW allocate, with the activations by field summed over the layers at -k 0.
+// model_alloc_acts and AdamW allocate, with the activations each layer keeps by field, summed over the layers.
 static std::vector<std::pair<std::string, size_t>> g_fields;
 static void count_field(const char *field, size_t n) {
     for (auto &f : g_fields)
@@ -94,18 +94,21 @@ static void bench_mem(const char *preset, const char *pattern, int V, int B, int
     for (int k = 0; k < ACTS_BYTES_PARTS; k++) printf("  %-38s %6.2f GiB\n", what[k], parts[k] / GiB);
     printf("  not planned here: the lazily grown scratch (bf16 operand copies, the token mixers' operand copies),\n"
            "  cuBLAS's workspace, the CUDA context (bench_gpu step's peak includes them)\n");
-    LayerActs la[NATSL_MAX_LAYERS];
-    size_t dmax, acts;
+    LayerActs la;
+    size_t acts = parts[ACTS_BYTES_ACTS] / sizeof(real), kept = 0;
     g_fields.clear();
     g_layout_report = count_field;
-    acts = model_acts_layout(la, &c, B, T, 0, prec, NULL, &dmax);
+    for (int l = 0; l < c.L; l++)
+        kept += layer_acts_layout(&la, &c, c.pattern[l], B, T, NULL, acts_kept(recompute) | (prec ? ACTS_BF16 : 0));
     g_layout_report = NULL;
     std::sort(g_fields.begin(), g_fields.end(), [](const auto &a, const auto &b) { return a.second > b.second; });
-    printf("  activations at -k 0 by field, summed over the %d layers (%s):\n", c.L, c.pattern);
+    printf("  activations by field, what the %d layers (%s) keep, summed:\n", c.L, c.pattern);
     for (auto &f : g_fields)
         if (f.second * 1000 >= acts)
             printf("    %-10s %6.2f GiB  %4.1f%%\n", f.first.c_str(), f.second * sizeof(real) / GiB, 100.0 * f.second / acts);
     printf("    (fields under 0.1%% left out)\n");
+    printf("    the scratch all layers share (the largest layer's other fields) %6.2f GiB  %4.1f%%\n",
+           (acts - kept) * sizeof(real) / GiB, 100.0 * (acts - kept) / acts);
 }
 
 // One model per precision (the activation layout depends on it: bf16 fields take half the room in bf16 mode).
