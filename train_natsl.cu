@@ -4808,6 +4808,9 @@ static void model_init(Model *M, uint64_t seed) {
     free(hp);
 }
 
+// Reals that n values stored in the matmul precision take (half as many in bf16 mode)
+static size_t mp_reals(size_t n) { return g_bf16 ? (n + 1) / 2 : n; }
+
 // Bytes model_alloc_acts takes for B×T at recompute level `recompute`; parts (if given) gets them by use: the
 // activations, the gradient scratch, the GDN op's workspace, and the final norm with the classifier (h^L, its norm,
 // the logits and their gradients, the per-token ids, losses and log-sum-exps, the router's noise).
@@ -4816,7 +4819,8 @@ static size_t model_acts_bytes(const Config *c, int B, int T, int recompute, siz
     LayerActs tmp[NATSL_MAX_LAYERS];
     size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
     size_t ws = pattern_has_gdn(c) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
-    size_t p[ACTS_BYTES_PARTS] = {n, dmax, ws, BT * (4 * (size_t)c->D + c->Vp + 5) + router_noise_size(c, B, T)}, total = 0;
+    size_t head = BT * (3 * (size_t)c->D + 5) + mp_reals(BT * c->D) + mp_reals(BT * c->Vp) + router_noise_size(c, B, T);
+    size_t p[ACTS_BYTES_PARTS] = {n, dmax, ws, head}, total = 0;
     for (int k = 0; k < ACTS_BYTES_PARTS; k++) {
         p[k] *= sizeof(real);
         total += p[k];
@@ -4846,9 +4850,10 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     CUDA_CHECK(cudaMemset(M->acts, 0, total * sizeof(real)));
     model_acts_layout(M->la, c, B, T, recompute, g_bf16, M->acts, &dmax);
     M->hL = (real *)xcudamalloc(BT * c->D * sizeof(real));
-    M->lnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
+    // the classifier's input and output (then its output's gradient, in place) are stored in the matmul precision
+    M->lnf = (real *)xcudamalloc(mp_reals(BT * c->D) * sizeof(real));
     M->lnf_rstd = (real *)xcudamalloc(BT * sizeof(real));
-    M->logits = (real *)xcudamalloc(BT * c->Vp * sizeof(real));
+    M->logits = (real *)xcudamalloc(mp_reals(BT * c->Vp) * sizeof(real));
     M->lse = (real *)xcudamalloc(BT * sizeof(real));
     M->losses = (real *)xcudamalloc(BT * sizeof(real));
     M->acts_size = total;
