@@ -819,8 +819,8 @@ static void test_freeze_selection(void) {
 // -k 1 and -k 2 (recompute): keeping only each layer's input (and, at level 1, its GDN/softmax op outputs) and
 // rerunning the layer in the backward pass gives the same loss, routing decisions (read after the forward pass,
 // as logging does) and gradients as -k 0, bit for bit, over two accumulated micro-batches, in less memory. -k 0
-// itself keeps one copy of the REBUILT fields for all layers (block_rebuild refills it; the gradient checks of
-// whole models hold its values).
+// itself keeps one copy of the SHARED fields for all layers (block_rebuild refills what the backward reads; the
+// gradient checks of whole models hold its values).
 static void test_recompute_identical(void) {
     Config cf = small_config("GNASN", 0); // every layer kind, S (§7.3) with its gate gradient
     Model M[3];
@@ -857,9 +857,11 @@ static void test_recompute_identical(void) {
         CHECK(!memcmp(M[0].grads, M[k].grads, M[0].nparams * sizeof(real)), "-k %d changes the gradients", k);
     }
     CHECK(size[2] < size[1] && size[1] < size[0], "recompute does not save memory (%zu, %zu, %zu values)", size[0], size[1], size[2]);
-    const LayerActs *a0 = &M[0].la[0], *a1 = &M[0].la[1];
-    CHECK(a0->xn == a1->xn && a0->xn2 == a1->xn2 && a0->y == a1->y && a0->hmid == a1->hmid && a0->gu != a1->gu && a0->r != a1->r,
-          "-k 0: the layers do not share exactly the REBUILT fields");
+    const LayerActs *g = &M[0].la[0], *n1 = &M[0].la[1], *s = &M[0].la[3], *n2 = &M[0].la[4]; // G N A S N
+    CHECK(n1->xn == n2->xn && n1->xn2 == n2->xn2 && n1->y == n2->y && n1->hmid == n2->hmid && n1->qk != n2->qk &&
+          n1->gu != n2->gu && n1->r != n2->r, "-k 0: the N layers do not share exactly the SHARED fields");
+    CHECK(g->qk == s->qk && g->xn == s->xn && g->hmid == s->hmid && g->v != s->v,
+          "-k 0: the G and S layers do not share exactly the SHARED fields (their Q, K among them)");
     for (int k = 0; k < 3; k++) { free(dec[k]); model_free(&M[k]); }
     free(in); free(tg);
 }
@@ -912,7 +914,7 @@ static void test_param_counts(void) {
     CHECK(config_set_pattern(&c, "GAN", err, sizeof(err)) == 0 && c.L == 3, "literal pattern");
 }
 // The GPU's bf16-mode activation layout (ACTS_BF16, common/layout.h): the fields stored in the matmul precision take
-// half the room, so the planes of qkv, qk_hat and qka start half as many reals apart, and the last plane of each ends
+// half the room, so the planes of qk, qk_hat and qka start half as many reals apart, and the last plane of each ends
 // inside its field (before the next field starts); the fp32 layout keeps whole planes. Checked for every layer kind.
 static void test_acts_layout_bf16(void) {
     Config c;
@@ -928,8 +930,8 @@ static void test_acts_layout_bf16(void) {
             layer_acts_layout(&a, &c, *k, B, T, buf, part);
             const size_t plane = half ? BT * K / 2 : BT * K, vplane = half ? BT * Vt / 2 : BT * Vt;
             if (*k != 'A') {
-                CHECK(a.k - a.q == (ptrdiff_t)plane && a.v - a.q == (ptrdiff_t)(2 * plane) && a.v + vplane <= a.gate,
-                      "%c layer (%s): q, k, v planes of qkv misplaced", *k, half ? "bf16" : "fp32");
+                CHECK(a.q == a.qk && a.k - a.q == (ptrdiff_t)plane && a.k + plane <= a.v && a.v + vplane <= a.gate,
+                      "%c layer (%s): q, k planes of qk or v misplaced", *k, half ? "bf16" : "fp32");
                 CHECK(a.k_hat - a.q_hat == (ptrdiff_t)plane && a.k_hat + plane <= a.qk_rho, "%c layer (%s): q̂, k̂ planes misplaced",
                       *k, half ? "bf16" : "fp32");
             } else {

@@ -4898,7 +4898,7 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0);
-    l2norm_forward(a->qk_hat, a->qk_rho, a->qkv, 2 * BT, H, c->dk); // the Q and K planes in one call
+    l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
 // Takes the gradients in d (of q, k, v, q̂, k̂, gate, g, β) down to dx (+=) and the parameters.
@@ -4906,7 +4906,7 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
                                 const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
-    l2norm_backward(d->qkv, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
+    l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
     conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
@@ -5081,7 +5081,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
-// Layer l's REBUILT activations (common/layout.h), whose one copy all layers share, from what the layer keeps, as
+// Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
 // block_forward computed them: the two RMSNorm outputs, the gated norm's output y and the MLP's hidden hmid.
 static void block_rebuild(Model *M, int l, int B, int T) {
     const Config *c = &M->cfg;

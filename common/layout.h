@@ -56,8 +56,9 @@ typedef struct {
     real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
     real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
                                 //   (A: stored in the matmul precision, as is its att_out)
-    real *qkv;                  // G,N: silu(conv(proj)), planes Q [BT][K] | K [BT][K] | V [BT][Vt]
-    real *q, *k, *v;            // G,N: the three planes of qkv;  A: the q, k, v column blocks of proj (row stride 3D)
+    real *qk, *v;               // G,N: silu(conv(proj)): planes Q [BT][K] | K [BT][K], and V [BT][Vt]
+    real *q, *k;                // G,N: the two planes of qk;  A: the q, k column blocks of proj (row stride 3D; v: its
+                                //   v block)
     real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
     real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
     real *q_hat, *k_hat;        // G,N: the two planes of qk_hat
@@ -77,7 +78,7 @@ typedef struct {
 } LayerActs;
 
 // Points the plane names (q, k, v, q_hat, ...) into the planar fields that hold them. half: the fields stored in the
-// matmul precision hold 2-byte values (bf16 mode: the A layer's proj, the G and N layers' qkv, qk_hat and qka), so
+// matmul precision hold 2-byte values (bf16 mode: the A layer's proj, the G and N layers' qk, qk_hat and qka), so
 // their planes start half as many reals in (D is even: config_check; BT·K is, as T is a multiple of 64).
 static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T, int half) {
     size_t BT = (size_t)B * T, K = cfg_K(c), D = c->D, plane = half ? BT * K / 2 : BT * K;
@@ -85,7 +86,7 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
         size_t col = half ? D / 2 : D;
         a->q = a->proj; a->k = a->proj + col; a->v = a->proj + 2 * col;
     }
-    if (kind != 'A' && a->qkv) { a->q = a->qkv; a->k = a->qkv + plane; a->v = a->qkv + 2 * plane; }
+    if (kind != 'A' && a->qk) { a->q = a->qk; a->k = a->qk + plane; }
     if (a->qk_hat) { a->q_hat = a->qk_hat; a->k_hat = a->qk_hat + plane; }
     if (a->qka) { a->qa = a->qka; a->ka = a->qka + plane; }
     if (a->qka_rstd) { a->qa_rstd = a->qka_rstd; a->ka_rstd = a->qka_rstd + BT * c->Ha; }
@@ -95,14 +96,15 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
 // of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp) and
 // the mixer block's output r (sparing the output projection and the residual add), which recompute level 1 keeps
-// and level 2 reruns; REST is what any recompute level rebuilds; REBUILT is what no layer keeps, as it is one cheap
-// pass from what the layer does keep: the two RMSNorm outputs xn and xn2, the gated norm's output y and the MLP's
-// hidden hmid (their one copy is rebuilt before each layer's backward: block_rebuild). GRADS, a layout of its own, holds only the fields
+// and level 2 reruns; REST is what any recompute level rebuilds; SHARED is what no layer keeps, so all layers share
+// one copy: what only the layer's forward reads (the G layer's conv outputs Q and K: the L2 norm's backward works
+// from q̂, k̂), and what one cheap pass rebuilds from what the layer keeps before its backward (block_rebuild): the
+// two RMSNorm outputs xn and xn2, the gated norm's output y and the MLP's hidden hmid. GRADS, a layout of its own, holds only the fields
 // whose gradients the backward pass computes (the gradient scratch): first those it accumulates into, which must
 // start at zero (GRADS_ACC counts them), then those their one producer writes whole (the conv's and SwiGLU's
 // input gradients, the gated norm's), which need no zeroing. ACTS_BF16, or'ed into a part (the GPU in bf16
 // mode), gives the fields stored in the matmul precision half the room.
-enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_REBUILT = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
+enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_SHARED = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
        ACTS_BF16 = 64 };
 
 // When set, layer_acts_layout tells it each activation field it carves or counts (not the gradient layouts'):
@@ -117,7 +119,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
     size_t Nc = T / NATSL_CHUNK, off = 0;
     const int half = part & ACTS_BF16;
     part &= ~ACTS_BF16;
-    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS, RB = ACTS_REBUILT;
+    const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS, SH = ACTS_SHARED;
     const int G = 128, WH = 256;   // G: the field has a gradient; WH: written whole by its one producer (after G's)
     const int MA = 512, MG = 1024; // stored in the matmul precision as an activation (MA), as a gradient (MG)
     const int grads = part == ACTS_GRADS || part == ACTS_GRADS_ACC;
@@ -128,14 +130,15 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             size_t n_ = half && ((cls) & (grads ? MG : MA)) ? ((size_t)(n) + 1) / 2 : (size_t)(n); \
             a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; \
             if (g_layout_report && !grads) g_layout_report(#field, (n_ + 63) / 64 * 64); } } while (0)
-        TAKE(res, BT * D, KP); TAKE(xn, BT * D, RB | G | MA); TAKE(rstd1, BT, R);
+        TAKE(res, BT * D, KP); TAKE(xn, BT * D, SH | G | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
-            TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG); TAKE(qkv, BT * (2 * K + Vt), R | G | MA);
+            TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
+            TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | MA); TAKE(v, BT * Vt, R | G | MA); // N: Q, K feed ω, qa, ka
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
             TAKE(qk_hat, 2 * BT * K, R | G | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
-            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, RB | G | MA);
+            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, SH | G | MA);
         }
         if (kind == 'N') {
             TAKE(qka, 2 * BT * K, R | G | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
@@ -148,8 +151,8 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | MA);
         if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | MA); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
-        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, RB | G | MA); TAKE(rstd2, BT, R);
-        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, RB | G | MA);
+        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, SH | G | MA); TAKE(rstd2, BT, R);
+        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, SH | G | MA);
 #undef TAKE
     }
     if (base) layer_planes(a, c, kind, B, T, half && !grads);
@@ -165,7 +168,7 @@ static inline int acts_kept(int recompute) {
 // size of the largest layer's GRADS layout, which the gradient scratch (one layer's activation gradients) needs.
 // Every layer keeps acts_kept(recompute); the rest of all layers shares one scratch, which each layer's forward
 // overwrites and the backward pass refills before the layer's backward (model_backward):
-// recompute = 0: the shared scratch holds only the REBUILT fields, which block_rebuild recomputes.
+// recompute = 0: the shared scratch holds only the SHARED fields (block_rebuild recomputes those it must).
 // recompute = 1, 2: the layer runs again (level 1 skips the GDN and softmax ops, whose outputs it kept).
 // bf16: the GPU's bf16 mode (ACTS_BF16).
 static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, int recompute, int bf16, real *base,
