@@ -315,6 +315,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-p")) precs = argv[i + 1];
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 1; }
     }
+    if (strcmp(mode, "step") && strcmp(mode, "layer") && strcmp(mode, "gemm") && strcmp(mode, "mem") && strcmp(mode, "all")) {
+        fprintf(stderr, "bench_gpu: unknown mode %s (step, layer, gemm, mem or all)\n", mode);
+        return 1;
+    }
+    if (recompute < 0 || recompute > 2 || B < 1 || T < 64 || T % 64) {
+        fprintf(stderr, "bench_gpu: -k is 0, 1 or 2, -B at least 1, -T a multiple of 64 (got -k %d -B %d -T %d)\n", recompute, B, T);
+        return 1;
+    }
     if (strcmp(precs, "bf16") && strcmp(precs, "fp32") && strcmp(precs, "both")) {
         fprintf(stderr, "-p %s: the step's precision is bf16, fp32 or both\n", precs);
         return 1;
