@@ -1049,8 +1049,9 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
-    if (kind != 'A') {
-        GatedNormArgs norm = kind == 'N' ? natsl_norm_args(c, a, p->n1, p->n2, B, T) : gdn_layer_norm_args(c, a, p->o_norm, B, T);
+    if (kind != 'A') { // G, N, S (an S layer's G mixer)
+        GatedNormArgs norm = kind == 'N' ? natsl_norm_args(c, a, p->n1, p->n2, B, T)
+                                         : gdn_layer_norm_args(c, a, p->o_norm, B, T);
         gated_norm_forward(a->y, a->norm_rstd, &norm);
     }
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);

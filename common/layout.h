@@ -96,14 +96,15 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // h^l and the small router tensors, which logging and the tests read after a forward pass); OPS are the outputs
 // of the expensive token mixers (GDN op: output and chunk-start states; softmax op: output and log-sum-exp) and
 // the mixer block's output r (sparing the output projection and the residual add), which recompute level 1 keeps
-// and level 2 reruns; REST is what any recompute level rebuilds; SHARED is what no layer keeps, so all layers share
-// one copy: what only the layer's forward reads (the G layer's conv outputs Q and K: the L2 norm's backward works
-// from q̂, k̂), and what one cheap pass rebuilds from what the layer keeps before its backward (block_rebuild): the
-// two RMSNorm outputs xn and xn2, the gated norm's output y and the MLP's hidden hmid. GRADS, a layout of its own, holds only the fields
-// whose gradients the backward pass computes (the gradient scratch): first those it accumulates into, which must
-// start at zero (GRADS_ACC counts them), then those their one producer writes whole (the conv's and SwiGLU's
-// input gradients, the gated norm's), which need no zeroing. ACTS_BF16, or'ed into a part (the GPU in bf16
-// mode), gives the fields stored in the matmul precision half the room.
+// and level 2 reruns; REST is what any recompute level rebuilds; SHARED is what no layer keeps, so all layers
+// share one copy: what only the layer's forward reads (a G layer's conv outputs Q and K: the L2 norm's backward
+// works from q̂, k̂), and what one cheap pass rebuilds from what the layer keeps before its backward
+// (block_rebuild): the two RMSNorm outputs xn and xn2, the gated norm's output y and the MLP's hidden hmid.
+// GRADS, a layout of its own, holds only the fields whose gradients the backward pass computes (the gradient
+// scratch): first those it accumulates into, which must start at zero (GRADS_ACC counts them), then those their
+// one producer writes whole (the conv's and SwiGLU's input gradients, the gated norm's), which need no zeroing.
+// ACTS_BF16, or'ed into a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the
+// room.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_SHARED = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
        ACTS_BF16 = 64 };
 
@@ -133,7 +134,8 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         TAKE(res, BT * D, KP); TAKE(xn, BT * D, SH | G | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
-            TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | MA); TAKE(v, BT * Vt, R | G | MA); // N: Q, K feed ω, qa, ka
+            TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | MA); // the N layer's backward reads Q, K (ω, qa, ka)
+            TAKE(v, BT * Vt, R | G | MA);
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
             TAKE(qk_hat, 2 * BT * K, R | G | MA); TAKE(qk_rho, 2 * BT * H, R);

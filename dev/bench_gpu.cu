@@ -25,9 +25,10 @@ buffer is allocated up front or on the first step and kept). B is lowered (halve
 footprint fits the free memory; the printed B is the one that ran.
 
 build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas -lnccl
-run:   ./bench_gpu [step|layer|gemm|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...] [-k 0|1|2]
-                   [-p bf16|fp32|both]
-       defaults: all (layer, step, gemm), -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer, -k 0, -p both
+run:   ./bench_gpu [step|layer|gemm|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
+                   [-k 0|1|2] [-p bf16|fp32|both]
+       defaults: all (layer, step, gemm), -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer,
+                 -k 0, -p both
        (-k: the step with train_natsl_cu's recompute level; -p: the step's precisions)
 */
 #define TESTING
@@ -320,7 +321,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (recompute < 0 || recompute > 2 || B < 1 || T < 64 || T % 64) {
-        fprintf(stderr, "bench_gpu: -k is 0, 1 or 2, -B at least 1, -T a multiple of 64 (got -k %d -B %d -T %d)\n", recompute, B, T);
+        fprintf(stderr, "bench_gpu: -k is 0, 1 or 2, -B at least 1, -T a multiple of 64 (got -k %d -B %d -T %d)\n",
+                recompute, B, T);
         return 1;
     }
     if (strcmp(precs, "bf16") && strcmp(precs, "fp32") && strcmp(precs, "both")) {
@@ -332,7 +334,8 @@ int main(int argc, char **argv) {
         snprintf(buf, sizeof(buf), "%s", pats);
         for (char *s = strtok(buf, ","); s; s = strtok(NULL, ","))
             for (int prec = 1; prec >= 0; prec--)
-                if (!strcmp(precs, "both") || !strcmp(precs, prec ? "bf16" : "fp32")) bench_mem(preset, s, V, B, T, recompute, prec);
+                if (!strcmp(precs, "both") || !strcmp(precs, prec ? "bf16" : "fp32"))
+                    bench_mem(preset, s, V, B, T, recompute, prec);
         return 0;
     }
     cudaDeviceProp prop;
