@@ -969,6 +969,33 @@ static void test_acts_layout_report(void) {
     g_layout_report = NULL;
 }
 
+// The gradient scratch's two layouts (common/layout.h): the MLP's holds exactly dxn2, dhmid and dgu, the mixer's
+// everything else, and the scratch is as large as the larger of the two (they take turns), not their sum.
+static void test_grads_layout_phases(void) {
+    Config c;
+    config_from_preset(&c, "tiny", 66);
+    char err[256];
+    CHECK(config_set_pattern(&c, "GNAS", err, sizeof(err)) == 0, "%s", err);
+    const int B = 2, T = 128;
+    size_t dmax = 0, most = 0;
+    LayerActs la[NATSL_MAX_LAYERS];
+    model_acts_layout(la, &c, B, T, 0, 0, NULL, &dmax);
+    for (const char *k = "GNAS"; *k; k++) {
+        LayerActs m, x;
+        real *buf = vec(dmax);
+        size_t nm = layer_acts_layout(&m, &c, *k, B, T, buf, ACTS_GRADS | ACTS_GRADS_MLP);
+        size_t nx = layer_acts_layout(&x, &c, *k, B, T, buf, ACTS_GRADS);
+        int nonnull = 0;
+        for (size_t i = 0; i < sizeof(m) / sizeof(real *); i++) nonnull += ((real **)&m)[i] != NULL;
+        CHECK(nonnull == 3 && m.xn2 && m.hmid && m.gu, "%c layer: the MLP's gradient layout holds %d fields", *k, nonnull);
+        CHECK(!x.xn2 && !x.hmid && !x.gu && x.xn && x.proj, "%c layer: the mixer's gradient layout is wrong", *k);
+        most = nm > most ? nm : most;
+        most = nx > most ? nx : most;
+        free(buf);
+    }
+    CHECK(dmax == most, "the gradient scratch is %zu reals, the larger layout %zu", dmax, most);
+}
+
 // ---- data loader and tokenizer (common/) ------------------------------------------------------------------
 #include <fcntl.h>
 /* Write a shard with the given header fields and tokens (header_n may lie about the count). */
@@ -2454,6 +2481,7 @@ int main(int argc, char **argv) {
     RUN(test_param_counts);
     RUN(test_acts_layout_bf16);
     RUN(test_acts_layout_report);
+    RUN(test_grads_layout_phases);
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
     RUN(test_cli_bad_input);

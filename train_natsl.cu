@@ -5134,18 +5134,20 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     }
 }
 
-// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
-// Uses the batch that the last model_forward copied to the device.
-// Lays out the gradient scratch for one layer of the given kind, the fields the backward pass accumulates into
-// zeroed (the ones their producer writes whole come last and are left as they are: common/layout.h).
-static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T) {
+// Lays out the gradient scratch for the MLP's (mlp = ACTS_GRADS_MLP) or the mixer's (0) backward of one layer of
+// the given kind, the fields the backward pass accumulates into zeroed (the ones their producer writes whole come
+// last and are left as they are: common/layout.h). The two share the scratch: the mixer's takes it over once the
+// MLP's gradients are spent.
+static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T, int mlp) {
     ProfScope prof("memset of the gradient scratch");
     int mp = M->acts_bf16 ? ACTS_BF16 : 0;
-    size_t acc = layer_acts_layout(d, &M->cfg, kind, B, T, NULL, ACTS_GRADS_ACC | mp);
+    size_t acc = layer_acts_layout(d, &M->cfg, kind, B, T, NULL, ACTS_GRADS_ACC | mlp | mp);
     CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, acc * sizeof(real)));
-    layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS | mp);
+    layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS | mlp | mp);
 }
 
+// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
+// Uses the batch that the last model_forward copied to the device.
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     (void)inputs; (void)targets;
     const Config *c = &M->cfg;
@@ -5166,11 +5168,12 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             if (M->recompute) block_forward(M, l, B, T, M->recompute == 1);
             else block_rebuild(M, l, B, T);
         }
-        grads_scratch(M, &d, c->pattern[l], B, T);
+        grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
         matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0);
+        grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'S')

@@ -101,12 +101,13 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // works from q̂, k̂), and what one cheap pass rebuilds from what the layer keeps before its backward
 // (block_rebuild): the two RMSNorm outputs xn and xn2, the gated norm's output y and the MLP's hidden hmid.
 // GRADS, a layout of its own, holds only the fields whose gradients the backward pass computes (the gradient
-// scratch): first those it accumulates into, which must start at zero (GRADS_ACC counts them), then those their
-// one producer writes whole (the conv's and SwiGLU's input gradients, the gated norm's), which need no zeroing.
-// ACTS_BF16, or'ed into a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the
-// room.
+// scratch), in two layouts over the same room, one after the other: with GRADS_MLP or'ed in, the MLP's (xn2, hmid,
+// gu), without it the mixer's, which the backward pass needs only once the MLP's are spent. In each: first the
+// fields it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer
+// writes whole (the conv's and SwiGLU's input gradients, the gated norm's), which need no zeroing. ACTS_BF16,
+// or'ed into a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the room.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_SHARED = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
-       ACTS_BF16 = 64 };
+       ACTS_GRADS_MLP = 64, ACTS_BF16 = 128 };
 
 // When set, layer_acts_layout tells it each activation field it carves or counts (not the gradient layouts'):
 // the field's name and the reals it takes (bench_gpu mem's memory plan).
@@ -118,16 +119,19 @@ static void (*g_layout_report)(const char *field, size_t n);
 static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B, int T, real *base, int part) {
     size_t BT = (size_t)B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha;
     size_t Nc = T / NATSL_CHUNK, off = 0;
-    const int half = part & ACTS_BF16;
-    part &= ~ACTS_BF16;
+    const int half = part & ACTS_BF16, mlp = part & ACTS_GRADS_MLP;
+    part &= ~(ACTS_BF16 | ACTS_GRADS_MLP);
     const int R = ACTS_REST, KP = ACTS_KEPT, OP = ACTS_OPS, SH = ACTS_SHARED;
-    const int G = 128, WH = 256;   // G: the field has a gradient; WH: written whole by its one producer (after G's)
-    const int MA = 512, MG = 1024; // stored in the matmul precision as an activation (MA), as a gradient (MG)
+    const int G = 256, WH = 512;    // G: the field has a gradient; WH: written whole by its one producer (after G's)
+    const int MA = 1024, MG = 2048; // stored in the matmul precision as an activation (MA), as a gradient (MG)
+    const int ML = 4096;            // its gradient is the MLP's (in the GRADS_MLP layout)
     const int grads = part == ACTS_GRADS || part == ACTS_GRADS_ACC;
     if (grads || (part & ACTS_KEPT)) memset(a, 0, sizeof(*a));
     for (int pass = 0; pass < (part == ACTS_GRADS ? 2 : 1); pass++) {
 #define TAKE(field, n, cls) do { \
-        if (grads ? ((cls) & G) && ((cls) & WH ? pass == 1 : pass == 0) : (part & (cls)) != 0) { \
+        int in_ = grads ? ((cls) & G) && !((cls) & ML) == !mlp && ((cls) & WH ? pass == 1 : pass == 0) \
+                        : (part & (cls)) != 0; \
+        if (in_) { \
             size_t n_ = half && ((cls) & (grads ? MG : MA)) ? ((size_t)(n) + 1) / 2 : (size_t)(n); \
             a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; \
             if (g_layout_report && !grads) g_layout_report(#field, (n_ + 63) / 64 * 64); } } while (0)
@@ -153,8 +157,8 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | MA);
         if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | MA); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
-        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, SH | G | MA); TAKE(rstd2, BT, R);
-        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG); TAKE(hmid, BT * c->F, SH | G | MA);
+        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, SH | G | ML | MA); TAKE(rstd2, BT, R);
+        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG | ML); TAKE(hmid, BT * c->F, SH | G | ML | MA);
 #undef TAKE
     }
     if (base) layer_planes(a, c, kind, B, T, half && !grads);
@@ -167,7 +171,7 @@ static inline int acts_kept(int recompute) {
 }
 
 // Carves the whole model's activations out of base (NULL: only count) and returns their size; *dmax gets the
-// size of the largest layer's GRADS layout, which the gradient scratch (one layer's activation gradients) needs.
+// size of the largest GRADS layout of a layer, which the gradient scratch (one layer's activation gradients) needs.
 // Every layer keeps acts_kept(recompute); the rest of all layers shares one scratch, which each layer's forward
 // overwrites and the backward pass refills before the layer's backward (model_backward):
 // recompute = 0: the shared scratch holds only the SHARED fields (block_rebuild recomputes those it must).
@@ -179,10 +183,11 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
     int kept = acts_kept(recompute), mp = bf16 ? ACTS_BF16 : 0;
     LayerActs tmp;
     *dmax = 0;
-    for (const char *k = "GANS"; *k; k++) {
-        size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_GRADS | mp);
-        if (strchr(c->pattern, *k) && n > *dmax) *dmax = n;
-    }
+    for (const char *k = "GANS"; *k; k++)
+        for (int mlp = 0; mlp <= ACTS_GRADS_MLP; mlp += ACTS_GRADS_MLP) {
+            size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_GRADS | mlp | mp);
+            if (strchr(c->pattern, *k) && n > *dmax) *dmax = n;
+        }
     for (int l = 0; l < c->L; l++)
         off += layer_acts_layout(&la[l], c, c->pattern[l], B, T, base ? base + off : NULL, kept | mp);
     for (int l = 0; l < c->L; l++) {

@@ -222,7 +222,7 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
         else natsl_layer_forward(&c, a, p, a->r, B, T, 0, 0, NULL, 1);
         CUDA_CHECK(cudaEventRecord(e1));
         LayerActs d;
-        grads_scratch(&M, &d, kind, B, T);
+        grads_scratch(&M, &d, kind, B, T, 0);
         if (kind == 'G') gdn_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else if (kind == 'A') attention_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else natsl_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T, 0, NULL, 1);
