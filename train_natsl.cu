@@ -18,11 +18,11 @@ GPU organization (see dev/cuda/README.md):
     test harness: dev/cuda/attention/masked_attention.cu), in their 3xTF32 (fp32-accurate) mode;
   * TESTING defined before including this file leaves out main (dev/bench_gpu.cu and the harnesses in
     dev/cuda/ include it);
-  * the GDN op is the chunked WY/UT form (64-token chunks, fp32 FMA block matmuls on shared memory;
-    its test harness and notes: dev/cuda/gdn) for dk ∈ {32, 48, 64, 128} and dv % 32 == 0; other
-    shapes (the 760m preset's dk = 192) fall back to the plain token recurrence of train_natsl.c,
-    parallel over (batch, head, value-column tiles). Its workspace is one explicit buffer owned by
-    the model (M->gdn_ws), shared by all G/N/S layers;
+  * the GDN op is the chunked WY/UT form (64-token chunks; its test harness and notes: dev/cuda/gdn): in bf16
+    mode on the bf16 tensor cores for dk ∈ {64, 128, 192} (TF32 block matmuls for dk 32, 48), in fp32 mode fp32
+    FMA for dk ∈ {32, 48, 64, 128}, dv % 32 == 0; other shapes (fp32 mode at the 760m preset's dk = 192) fall
+    back to the plain token recurrence of train_natsl.c, parallel over (batch, head, value-column tiles). Its
+    workspace is one explicit buffer shared by all G/N/S layers and with the logits (logits_ws_reals);
   * column sums of weight gradients (norm weights, conv weights, gate biases) are two-pass and
     deterministic, and so is the embedding backward (each token's positions summed in order); the attention
     dq and the router's dA use float atomics (so do the token-recurrence fallback's dq/dk/dg/dβ/dA): runs
@@ -37,10 +37,11 @@ GPU organization (see dev/cuda/README.md):
     tensors that only feed matmuls, and matmul outputs read only by kernels that take bf16, are stored in
     bf16 (the normalized block inputs, the gated norm's and SwiGLU's outputs, the projection into the short
     conv, the gate, the MLP's gate/up, the logits, and the gradients those kernels write for matmuls);
-    weights and the other fp32 operands are copied to bf16 per call; attention runs on the bf16 tensor cores
-    for head dims (64,64) and (64,128) (the A layer, the 340m/760m N layers; else 1xTF32) on bf16 copies; the
-    residual stream, the GDN op, the other norms, master weights and AdamW stay fp32 (train_natsl -p bf16
-    rounds the same values on the CPU);
+    weights and the other fp32 operands are copied to bf16 per call; the token mixers' operands (the conv's
+    Q, K, V, q̂ and k̂, the N layer's qa and ka, the A layer's projection) are stored in bf16 by their producers,
+    and attention runs on the bf16 tensor cores for head dims (64,64) and (64,128) (the A layer, the 340m/760m
+    N layers; else 1xTF32), the GDN op as above; the residual stream, the op outputs, the other norms' inputs,
+    master weights and AdamW stay fp32 (train_natsl -p bf16 rounds the same values on the CPU);
   * NATSL_PROFILE=1 in the environment: per-op-kind GPU times printed at the end of training.
 Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS and NCCL; make train_natsl_cu_mpi adds MPI).
 */
@@ -4751,7 +4752,8 @@ typedef struct {
     LayerActs la[NATSL_MAX_LAYERS];
     real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier (device)
     real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
-    real *gdn_ws;                            // the GDN op's workspace (one for all G/N layers; NULL if none)
+    real *gdn_ws;                            // the GDN op's workspace, one for all G/N layers, in the logits'
+                                             //   buffer (logits_ws_reals; NULL if none)
     size_t gdn_ws_size;                      // its size in floats (gdn_op_workspace_floats)
     size_t acts_size, dacts_size;            // floats in acts and dacts
     int *inputs, *targets;                   // device copies of the batch
@@ -4811,16 +4813,27 @@ static void model_init(Model *M, uint64_t seed) {
 // Reals that n values stored in the matmul precision take (half as many in bf16 mode)
 static size_t mp_reals(size_t n) { return g_bf16 ? (n + 1) / 2 : n; }
 
+// The logits [BT][Vp] (then their gradient, in place) and the GDN op's workspace share one buffer of this many reals:
+// they are never live at once (every layer's forward pass runs before the classifier, every layer's backward pass
+// after the classifier's backward has spent the logits' gradient), and the op's kernels write each part of the
+// workspace before they read it within one call.
+static size_t logits_ws_reals(const Config *c, int B, int T) {
+    size_t logits = mp_reals((size_t)B * T * c->Vp);
+    size_t ws = pattern_has_gdn(c) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
+    return std::max(logits, ws);
+}
+
 // Bytes model_alloc_acts takes for B×T at recompute level `recompute`; parts (if given) gets them by use: the
-// activations, the gradient scratch, the GDN op's workspace, and the final norm with the classifier (h^L, its norm,
-// the logits and their gradients, the per-token ids, losses and log-sum-exps, the router's noise).
+// activations, the gradient scratch, the GDN op's workspace where it outgrows the logits' room, and the final norm
+// with the classifier (h^L, its norm, the logits and their gradients, the per-token ids, losses and log-sum-exps,
+// the router's noise).
 enum { ACTS_BYTES_ACTS, ACTS_BYTES_DACTS, ACTS_BYTES_GDN_WS, ACTS_BYTES_HEAD, ACTS_BYTES_PARTS };
 static size_t model_acts_bytes(const Config *c, int B, int T, int recompute, size_t *parts = NULL) {
     LayerActs tmp[NATSL_MAX_LAYERS];
     size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
-    size_t ws = pattern_has_gdn(c) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
-    size_t head = BT * (3 * (size_t)c->D + 5) + mp_reals(BT * c->D) + mp_reals(BT * c->Vp) + router_noise_size(c, B, T);
-    size_t p[ACTS_BYTES_PARTS] = {n, dmax, ws, head}, total = 0;
+    size_t logits = mp_reals(BT * c->Vp), shared = logits_ws_reals(c, B, T);
+    size_t head = BT * (3 * (size_t)c->D + 5) + mp_reals(BT * c->D) + logits + router_noise_size(c, B, T);
+    size_t p[ACTS_BYTES_PARTS] = {n, dmax, shared - logits, head}, total = 0;
     for (int k = 0; k < ACTS_BYTES_PARTS; k++) {
         p[k] *= sizeof(real);
         total += p[k];
@@ -4853,7 +4866,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     // the classifier's input and output (then its output's gradient, in place) are stored in the matmul precision
     M->lnf = (real *)xcudamalloc(mp_reals(BT * c->D) * sizeof(real));
     M->lnf_rstd = (real *)xcudamalloc(BT * sizeof(real));
-    M->logits = (real *)xcudamalloc(mp_reals(BT * c->Vp) * sizeof(real));
+    M->logits = (real *)xcudamalloc(logits_ws_reals(c, B, T) * sizeof(real)); // and the GDN op's workspace
     M->lse = (real *)xcudamalloc(BT * sizeof(real));
     M->losses = (real *)xcudamalloc(BT * sizeof(real));
     M->acts_size = total;
@@ -4866,7 +4879,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->gnoise = (real *)xcudamalloc(router_noise_size(c, B, T) * sizeof(real));
     if (pattern_has_gdn(c)) {
         M->gdn_ws_size = gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv);
-        M->gdn_ws = (real *)xcudamalloc(M->gdn_ws_size * sizeof(real));
+        M->gdn_ws = M->logits;
         for (int l = 0; l < c->L; l++) M->la[l].gdn_ws = M->gdn_ws;
     }
 }
@@ -4882,7 +4895,7 @@ static void model_alloc_moments(Model *M) {
 
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gdn_ws, M->gnoise};
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gnoise}; // gdn_ws lies in logits
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
 }
 

@@ -90,7 +90,7 @@ static void bench_mem(const char *preset, const char *pattern, int V, int B, int
     printf("mem %s %s %s: V=%d B=%d T=%d recompute %d: %.2f GiB planned\n", preset, pattern, prec ? "bf16" : "fp32", V,
            B, T, recompute, (model + total) / GiB);
     printf("  parameters, gradients, AdamW m and v  %6.2f GiB  (%zu parameters, fp32)\n", model / GiB, np);
-    const char *what[ACTS_BYTES_PARTS] = {"activations", "gradient scratch", "GDN op workspace",
+    const char *what[ACTS_BYTES_PARTS] = {"activations", "gradient scratch", "GDN op workspace beyond the logits'",
                                           "final norm, classifier, ids"};
     for (int k = 0; k < ACTS_BYTES_PARTS; k++) printf("  %-38s %6.2f GiB\n", what[k], parts[k] / GiB);
     printf("  not planned here: the lazily grown scratch (bf16 operand copies, the token mixers' operand copies),\n"
