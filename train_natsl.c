@@ -1272,8 +1272,8 @@ static real matmul_precision(real x) { return g_bf16 ? round_bf16(x) : x; }
 
 // The GPU runs the softmax op on its bf16 tensor-core kernels where they take the head dims ((64,64): the A layer;
 // (64,128): the 340m/760m N layers), on q, k, v as stored (bf16 in bf16 mode: their producers write them so) and bf16
-// copies of dout and out in the backward, and stores the output in bf16 (widened to fp32 where it is stored so: the
-// N layer's). Elsewhere (other head dims, or NATSL_ATTN_BF16=0 in the environment, as on the GPU) it runs the TF32
+// copies of dout and out in the backward, and stores the output in bf16 (widened to fp32 where AttnArgs.out_mp is 0,
+// as in the tests). Elsewhere (other head dims, or NATSL_ATTN_BF16=0 in the environment, as on the GPU) it runs the TF32
 // kernels on the fp32 values of the bf16 operands, the fp32 gradient dout, and rounds the output where it is stored
 // in bf16 (AttnArgs.out_mp). In bf16 mode attention_forward/backward read rounded copies of q, k, v (the model's are
 // rounded already; the tests' need not be) and of what the GPU reads in bf16: r gets the args with q, k, v pointing

@@ -2121,8 +2121,8 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
 
 // ---- the softmax op's entry points: the bf16 kernels in bf16 mode where they take the head dims, else the
 // TF32 kernels (3xTF32 in fp32 mode). In bf16 mode q, k, v are stored in bf16 (their producers write them so) and go
-// to the bf16 kernels as they are; the output is stored in bf16 where AttnArgs.out_mp says so (the A layer's), else
-// (the N layer's) the kernels' bf16 output is widened to fp32. The gradient dout is fp32 and copied. NATSL_ATTN_BF16=0
+// to the bf16 kernels as they are; the output is stored in bf16 where AttnArgs.out_mp says so (the A and N layers'),
+// else (the tests' fp32 outputs) the kernels' bf16 output is widened to fp32. The gradient dout is fp32 and copied. NATSL_ATTN_BF16=0
 // in the environment keeps the TF32 kernels in bf16 mode: on the fp32 values of the bf16 operands, the output rounded
 // to bf16 where it is stored so. train_natsl.c -p bf16 rounds the same values.
 static int attention_in_bf16(const AttnArgs *a) {
@@ -4627,9 +4627,9 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 // Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
 // ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
 // rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row.
-// MP: the matmul-precision type of y (W_o's input) and gate (W_g's output)
+// MP: the matmul-precision type of y (W_o's input), gate (W_g's output) and o2 (the softmax op's output)
 template <class MP>
-__global__ void gated_norm_forward_kernel(MP *y, float *rstd, const float *o1, const float *w1, const float *o2,
+__global__ void gated_norm_forward_kernel(MP *y, float *rstd, const float *o1, const float *w1, const MP *o2,
                                           const float *w2, const float *omega, const MP *gate, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -4638,12 +4638,12 @@ __global__ void gated_norm_forward_kernel(MP *y, float *rstd, const float *o1, c
     for (int i = lane; i < n; i += 32) s1 += o1[o + i] * o1[o + i];
     s1 = 1.f / sqrtf(warp_sum(s1) / n + NATSL_EPS);
     if (o2) {
-        for (int i = lane; i < n; i += 32) s2 += o2[o + i] * o2[o + i];
+        for (int i = lane; i < n; i += 32) s2 += ld(o2 + o + i) * ld(o2 + o + i);
         s2 = 1.f / sqrtf(warp_sum(s2) / n + NATSL_EPS);
     }
     if (lane == 0) { rstd[r] = s1; if (o2) rstd[R + r] = s2; }
     for (int i = lane; i < n; i += 32) {
-        float nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
+        float nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * ld(o2 + o + i) * s2 * w2[i]
                         : o1[o + i] * s1 * w1[i];
         st(y + o + i, nsum * siluf_(ld(gate + o + i)));
     }
@@ -4653,8 +4653,8 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
     const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
     int R = a->rows, n = a->n;
     if (g_bf16)
-        gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>((__nv_bfloat16 *)y, rstd, o1, w1, o2, w2, omega,
-                                                           (const __nv_bfloat16 *)gate, R, n);
+        gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>((__nv_bfloat16 *)y, rstd, o1, w1, (const __nv_bfloat16 *)o2,
+                                                           w2, omega, (const __nv_bfloat16 *)gate, R, n);
     else gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>(y, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -4665,9 +4665,9 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 // One warp per row (rows r = blockIdx.x·8 + warp, strided by the grid). The weight gradients dw1, dw2 are summed
 // in the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
 // [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given R).
-template <class MP> // dgate (W_g's output gradient) and gate in the matmul precision
+template <class MP> // dgate (W_g's output gradient), gate and o2 in the matmul precision
 __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, float *do2, float *domega, MP *dgate,
-        float *part, const float *dy, const float *rstd, const float *o1, const float *w1, const float *o2,
+        float *part, const float *dy, const float *rstd, const float *o1, const float *w1, const MP *o2,
         const float *w2, const float *omega, const MP *gate, int R, int n) {
     __shared__ float sh[8][2][GN_MAXN];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -4681,21 +4681,21 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, fl
         for (int j = 0; j < GN_MAXN / 32; j++) {
             int i = lane + 32 * j;
             if (i >= n) break;
-            float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0.f, gt = ld(gate + o + i);
+            float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? ld(o2 + o + i) * s2 * w2[i] : 0.f, gt = ld(gate + o + i);
             float dn = dy[o + i] * siluf_(gt);
             st(dgate + o + i, dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt));
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += n1 * w_1 * dn;
             dot2 += n2 * w_2 * dn;
             acc1[j] += dn * w_1 * o1[o + i] * s1;
-            if (o2) acc2[j] += dn * w_2 * o2[o + i] * s2;
+            if (o2) acc2[j] += dn * w_2 * ld(o2 + o + i) * s2;
         }
         dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
         dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
         for (int i = lane; i < n; i += 32) {
             float dn = dy[o + i] * siluf_(ld(gate + o + i));
             do1[o + i] = s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
-            if (o2) do2[o + i] = s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
+            if (o2) do2[o + i] = s2 * (w2[i] * w_2 * dn - ld(o2 + o + i) * s2 * dot2);
         }
         if (o2 && lane == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
     }
@@ -4718,8 +4718,8 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
     int blocks = std::min(CEIL_DIV(R, 8), num_sms() * 8);
     float *part = colpart((size_t)blocks * 2 * n);
     if (g_bf16)
-        gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, (__nv_bfloat16 *)dgate, part, dy, rstd, o1, w1, o2,
-                                                    w2, omega, (const __nv_bfloat16 *)gate, R, n);
+        gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, (__nv_bfloat16 *)dgate, part, dy, rstd, o1, w1,
+                                                    (const __nv_bfloat16 *)o2, w2, omega, (const __nv_bfloat16 *)gate, R, n);
     else gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, dgate, part, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
     CUDA_CHECK(cudaGetLastError());
     colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw1, part, blocks, n, 2 * n, 0);

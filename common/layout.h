@@ -67,7 +67,8 @@ typedef struct {
                                 //   here: the .cu model owns it; NULL on the CPU, whose op needs none)
     real *qka, *qka_rstd;       // N: RMSNorm'd (+RoPE) softmax planes qa | ka [2][BT][K], rstd [2][BT][Ha]
     real *qa, *ka, *qa_rstd, *ka_rstd; // N: the two planes of qka and of qka_rstd
-    real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D];  lse [B][heads][T]
+    real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D] (both in the matmul precision);
+                                //   lse [B][heads][T]
     real *omega_raw, *omega;    // N: Q W_owᵀ and its pair softmax [BT][2Ha]
     real *pool, *rlogits, *rpi, *rmask; // N: router [B][Nc][D], [B][Nc][2H] (logits, π, mask Ã)
     real *aproj;                // S: the A mixer's x W_qkv_aᵀ [BT][3D] (its att_out [BT][D] and lse are the fields above)
@@ -148,7 +149,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         }
         if (kind == 'N') {
             TAKE(qka, 2 * BT * K, R | G | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
-            TAKE(att_out, BT * Vt, OP | G | WH); TAKE(lse, (size_t)B * Ha * T, OP);
+            TAKE(att_out, BT * Vt, OP | G | WH | MA); TAKE(lse, (size_t)B * Ha * T, OP);
             TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G | WH);
             TAKE(pool, B * Nc * D, KP | G); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
             TAKE(rmask, B * Nc * 2 * H, KP | G);
@@ -204,8 +205,8 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
 // ldqk, value head j at j*head_v of rows of stride ldv. mask: the routing mask [B][Nc][mask_heads][2], of which
 // op 0 (softmax) is read, heads/mask_heads heads sharing one mask head; NULL: plain causal attention (an A layer).
 // In bf16 mode q, k and v are stored in the matmul precision (bf16 on the GPU: their producers write them so, the
-// CPU's -p bf16 rounds them). out_mp: the output is too (the A layer's, which feeds only its output projection);
-// 0: fp32 (the N layer's, which the gated norm reads).
+// CPU's -p bf16 rounds them). out_mp: the output is too (both layers': it feeds the A layer's output projection, the
+// N layer's gated norm); 0: fp32 (the tests' oracles).
 typedef struct {
     const real *q, *k, *v;
     int ldqk, ldv;
@@ -262,7 +263,7 @@ static inline GdnArgs natsl_gdn_args(const Config *c, const LayerActs *a, int B,
     return o;
 }
 static inline AttnArgs natsl_attn_args(const Config *c, const LayerActs *a, int B, int T) {
-    AttnArgs o = {a->qa, a->ka, a->v, cfg_K(c), cfg_Vt(c), a->rmask, B, T, c->Ha, c->H, cfg_dka(c), cfg_dva(c), 0};
+    AttnArgs o = {a->qa, a->ka, a->v, cfg_K(c), cfg_Vt(c), a->rmask, B, T, c->Ha, c->H, cfg_dka(c), cfg_dva(c), 1};
     return o;
 }
 // The A layer's op: plain causal attention over the q, k, v column blocks of proj, which, like the op's output,
