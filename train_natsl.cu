@@ -198,6 +198,21 @@ struct ProfScope {
     }
 };
 #define PROF_OP() ProfScope prof_op_(__func__)
+// The table of the ops timed so far: ms per step over `steps` steps that took step_ms in all, largest first.
+static void prof_print(double step_ms, int steps) {
+    double known = 0;
+    int order[PROF_MAX];
+    for (int k = 0; k < g_prof_n; k++) order[k] = k;
+    std::sort(order, order + g_prof_n, [](int x, int y) { return g_prof_ms[x] > g_prof_ms[y]; });
+    printf("profile (NATSL_PROFILE=1), ms per step over %d steps after the warm-up, step %.1f ms:\n", steps,
+           step_ms / steps);
+    for (int i = 0; i < g_prof_n; i++) {
+        int k = order[i];
+        printf("  %-32s %9.2f ms  %5.1f%%\n", g_prof_name[k], g_prof_ms[k] / steps, 100 * g_prof_ms[k] / step_ms);
+        known += g_prof_ms[k];
+    }
+    printf("  %-32s %9.2f ms  %5.1f%%\n", "everything else", (step_ms - known) / steps, 100 * (step_ms - known) / step_ms);
+}
 
 // ================================================================================================
 // 1. Layers. Each _forward is followed by its _backward. Same names, arguments and write-or-accumulate
@@ -5560,21 +5575,7 @@ static void backend_step_note(const Model *M, int B, int T, int accum, double dt
     printf(" | MFU %.1f%%", 100 * accum * (linear + attention + gdn) / dt / 989e12);
 }
 static void backend_finish(void) {
-    if (g_prof && g_prof_steps > 0) {
-        double known = 0;
-        int order[PROF_MAX];
-        for (int k = 0; k < g_prof_n; k++) order[k] = k;
-        std::sort(order, order + g_prof_n, [](int x, int y) { return g_prof_ms[x] > g_prof_ms[y]; });
-        printf("profile (NATSL_PROFILE=1), ms per step over %d steps (first step excluded), step %.1f ms:\n", g_prof_steps,
-               g_prof_step_ms / g_prof_steps);
-        for (int i = 0; i < g_prof_n; i++) {
-            int k = order[i];
-            printf("  %-32s %9.2f ms  %5.1f%%\n", g_prof_name[k], g_prof_ms[k] / g_prof_steps, 100 * g_prof_ms[k] / g_prof_step_ms);
-            known += g_prof_ms[k];
-        }
-        printf("  %-32s %9.2f ms  %5.1f%%\n", "everything else", (g_prof_step_ms - known) / g_prof_steps,
-               100 * (g_prof_step_ms - known) / g_prof_step_ms);
-    }
+    if (g_prof && g_prof_steps > 0) prof_print(g_prof_step_ms, g_prof_steps);
     if (g_rtl.summary[0]) printf("%s\n", g_rtl.summary);
     cublasDestroy(g_cublas);
     dist_finish();

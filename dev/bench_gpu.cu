@@ -1,7 +1,8 @@
 /*
 bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included with TESTING):
   step:  one full training step (forward, backward, gradient norm + clip, AdamW) of a preset for several
-         patterns, in -p bf16 and fp32: ms/step, tokens/s, MFU and peak GPU memory;
+         patterns, in -p bf16 and fp32: ms/step, tokens/s, MFU and peak GPU memory; with NATSL_PROFILE=1 in the
+         environment, then as many steps again with every op timed (each synchronized) and their per-op table;
   gemm:  the 340m model's linear layers alone (bf16): matmul_forward / matmul_backward as the trainer calls
          them (input stored in bf16; weight and dout copied to bf16) and the bare cuBLAS products on ready bf16
          operands, in TFLOP/s,
@@ -27,8 +28,8 @@ footprint fits the free memory; the printed B is the one that ran.
 build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas -lnccl
 run:   ./bench_gpu [step|layer|gemm|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
                    [-k 0|1|2] [-p bf16|fp32|both]
-       defaults: all (layer, step, gemm), -e 340m, -V 32000, -B 8, -T 4096, -n 10, -a natsl-hybrid,gdn,transformer,
-                 -k 0, -p both
+       defaults: all (layer, step, gemm), -e 340m, -V 32000, -B 8, -T 4096, -n 10,
+                 -a natsl-hybrid,gdn,gdn-hybrid,transformer, -k 0, -p both
        (-k: the step with train_natsl_cu's recompute level; -p: the step's precisions)
 */
 #define TESTING
@@ -114,7 +115,8 @@ static void bench_mem(const char *preset, const char *pattern, int V, int B, int
 
 // One model per precision (the activation layout depends on it: bf16 fields take half the room in bf16 mode).
 // precs: "bf16", "fp32" or "both" (bf16 first)
-static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters, int recompute, const char *precs) {
+static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters, int recompute, const char *precs,
+                       int profile) {
     Config c;
     if (make_config(&c, preset, pattern, V)) exit(1);
     cudaEvent_t e0, e1;
@@ -140,17 +142,22 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
         uint64_t r = rng_seed(2);
         for (size_t i = 0; i < in.size(); i++) { in[i] = rng_u32(&r) % c.V; tg[i] = rng_u32(&r) % c.V; }
         std::vector<float> ts;
-        for (int it = 0; it < iters + 2; it++) {
+        int t = 0; // AdamW's step count
+        auto step = [&]() {
             CUDA_CHECK(cudaEventRecord(e0));
             CUDA_CHECK(cudaMemsetAsync(M.grads, 0, M.nparams * sizeof(real)));
             model_forward(&M, in.data(), tg.data(), B, T);
             model_backward(&M, in.data(), tg.data(), B, T, (real)1 / ((real)B * T));
             double norm = grad_norm(&M);
-            adamw_update(&M, 1e-4, 0.1, norm > GRAD_CLIP ? GRAD_CLIP / norm : 1, it + 1);
+            adamw_update(&M, 1e-4, 0.1, norm > GRAD_CLIP ? GRAD_CLIP / norm : 1, ++t);
             CUDA_CHECK(cudaEventRecord(e1));
             CUDA_CHECK(cudaEventSynchronize(e1));
             float ms;
             CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            return ms;
+        };
+        for (int it = 0; it < iters + 2; it++) {
+            float ms = step();
             if (it >= 2) ts.push_back(ms);
         }
         double mm, att, gdn;
@@ -161,6 +168,15 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
                pattern, prec ? "bf16" : "fp32", B, T, recompute, ms, *std::min_element(ts.begin(), ts.end()), (double)B * T / (ms / 1e3),
                fl / 1e12, mm / 1e12, att / 1e12, gdn / 1e12, fl / (ms / 1e3) / 1e12, 100 * fl / (ms / 1e3) / 989e12, peak,
                (double)M.mean_loss);
+        if (profile) { // as many steps again with every op timed (and synchronized), then their table
+            g_prof = 1;
+            g_prof_n = 0;
+            memset(g_prof_ms, 0, sizeof(g_prof_ms));
+            double total = 0;
+            for (int it = 0; it < iters; it++) total += step();
+            g_prof = 0;
+            prof_print(total, iters);
+        }
         fflush(stdout);
         model_free(&M);
     }
@@ -300,7 +316,7 @@ static void bench_gemm(int BT, int iters) {
 }
 
 int main(int argc, char **argv) {
-    const char *mode = "all", *preset = "340m", *pats = "natsl-hybrid,gdn,transformer";
+    const char *mode = "all", *preset = "340m", *pats = "natsl-hybrid,gdn,gdn-hybrid,transformer";
     const char *precs = "both";
     int V = 32000, B = 8, T = 4096, iters = 10, recompute = 0;
     int i = 1;
@@ -362,7 +378,8 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "step") || !strcmp(mode, "all")) {
         char buf[256];
         snprintf(buf, sizeof(buf), "%s", pats);
-        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters, recompute, precs);
+        int profile = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
+        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters, recompute, precs, profile);
     }
     if (!strcmp(mode, "gemm") || !strcmp(mode, "all")) {
         set_precision(1);
