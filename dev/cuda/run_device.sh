@@ -13,6 +13,8 @@
 #   san  : compute-sanitizer memcheck of a few tiny training steps (GNA, -k 0 and -k 2), and racecheck of one 340m
 #          NANA step with its hazards counted per kernel (cuBLAS's nvjet_sm90_* kernels always show some: racecheck
 #          does not model their TMA/mbarrier traffic; any other kernel in that list is a real finding)
+#   init : compute-sanitizer initcheck of a few tiny training steps (GNA, -k 0 and -k 2): no kernel reads device memory
+#          before something wrote it (the GDN op's workspace shares the logits' buffer, which nothing clears)
 #   gdnsan: compute-sanitizer memcheck and racecheck of dev/cuda/gdn/gdn_chunk test bf16 (every bf16 GDN kernel,
 #          each d_k; the racecheck takes about 300 s)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
@@ -44,6 +46,10 @@ if has san; then
     timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 100000000 ./train_natsl_cu -e 340m \
         -a NANA -b 1 -t 256 -x 1 -v 0 -s 0 2>&1 | grep -E "SUMMARY|^=========     (Read|Write) Thread" \
         | sed -E 's/.* at //; s/\+0x[0-9a-f]+//' | sort | uniq -c | sort -rn | head -12 | tee $O/racecheck.txt; fi
+if has init; then
+    for k in 0 2; do timeout 150 compute-sanitizer --tool initcheck ./train_natsl_cu -x 2 -v 0 -s 0 -b 2 -t 128 -a GNA -k $k \
+        > $O/initcheck_k$k.log 2>&1; echo "initcheck -k $k rc=$?"; grep -E "ERROR SUMMARY" $O/initcheck_k$k.log
+        grep -E "Uninitialized" -A 3 $O/initcheck_k$k.log | grep -oE "at [a-zA-Z_0-9<>:, ]+" | sort | uniq -c | head -8; done; fi
 if has gdnsan; then
     timeout 150 compute-sanitizer --tool memcheck /tmp/gdn_chunk test bf16 > $O/gdn_memcheck.log 2>&1; echo "gdn memcheck rc=$?"
     grep -E "ERROR SUMMARY|CORRECTNESS" $O/gdn_memcheck.log
