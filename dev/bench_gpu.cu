@@ -62,13 +62,16 @@ static int make_config(Config *c, const char *preset, const char *pattern, int V
     return 0;
 }
 
-// bytes model_build + model_alloc_acts + AdamW + the attention scratch would take (a slightly generous estimate)
-static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
-    size_t np = 0;
+// bytes model_build + model_alloc_acts + AdamW take (bench_gpu mem's plan); *np gets the parameter count
+static size_t planned_bytes(const Config *c, int B, int T, int recompute, size_t *np, size_t *parts = NULL) {
     ParamTensor t[NATSL_MAX_TENSORS];
-    param_tensors(c, t, &np);
-    size_t att = 2 * (size_t)B * T * std::max(cfg_attn_heads(c), c->Ha);
-    return (4 * np + att) * sizeof(float) + model_acts_bytes(c, B, T, recompute) + ((size_t)1 << 30); // + cuBLAS, context
+    param_tensors(c, t, np);
+    return 4 * *np * sizeof(float) + model_acts_bytes(c, B, T, recompute, parts);
+}
+// the plan + the attention scratch + cuBLAS and the context (a slightly generous estimate)
+static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
+    size_t np, att = 2 * (size_t)B * T * std::max(cfg_attn_heads(c), c->Ha);
+    return planned_bytes(c, B, T, recompute, &np) + att * sizeof(float) + ((size_t)1 << 30);
 }
 
 // mem: where one step's GPU memory goes, from the layout code alone (no GPU needed): the buffers model_build,
@@ -84,12 +87,10 @@ static void bench_mem(const char *preset, const char *pattern, int V, int B, int
     if (make_config(&c, preset, pattern, V)) exit(1);
     g_bf16 = prec;
     const double GiB = 1073741824.0;
-    size_t np, parts[ACTS_BYTES_PARTS], total = model_acts_bytes(&c, B, T, recompute, parts);
-    ParamTensor t[NATSL_MAX_TENSORS];
-    param_tensors(&c, t, &np);
+    size_t np, parts[ACTS_BYTES_PARTS], all = planned_bytes(&c, B, T, recompute, &np, parts);
     size_t model = 4 * np * sizeof(real);
     printf("mem %s %s %s: V=%d B=%d T=%d recompute %d: %.2f GiB planned\n", preset, pattern, prec ? "bf16" : "fp32", V,
-           B, T, recompute, (model + total) / GiB);
+           B, T, recompute, all / GiB);
     printf("  parameters, gradients, AdamW m and v  %6.2f GiB  (%zu parameters, fp32)\n", model / GiB, np);
     const char *what[ACTS_BYTES_PARTS] = {"activations", "gradient scratch", "GDN op workspace beyond the logits'",
                                           "final norm, classifier, ids"};
@@ -168,6 +169,10 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
                pattern, prec ? "bf16" : "fp32", B, T, recompute, ms, *std::min_element(ts.begin(), ts.end()), (double)B * T / (ms / 1e3),
                fl / 1e12, mm / 1e12, att / 1e12, gdn / 1e12, fl / (ms / 1e3) / 1e12, 100 * fl / (ms / 1e3) / 989e12, peak,
                (double)M.mean_loss);
+        size_t np;
+        double plan = planned_bytes(&c, B, T, recompute, &np) / 1073741824.0;
+        printf("  memory: %.2f GiB planned (bench_gpu mem), %.2f GiB more at the peak (the lazily grown operand copies, "
+               "cuBLAS's workspace)\n", plan, peak - plan);
         if (profile) { // as many steps again with every op timed (and synchronized), then their table
             g_prof = 1;
             g_prof_n = 0;
