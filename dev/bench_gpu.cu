@@ -114,6 +114,11 @@ static void bench_mem(const char *preset, const char *pattern, int V, int B, int
            (acts - kept) * sizeof(real) / GiB, 100.0 * (acts - kept) / acts);
 }
 
+// precs ("bf16", "fp32" or "both") includes precision prec (1: bf16)
+static bool wants_precision(const char *precs, int prec) {
+    return !strcmp(precs, "both") || !strcmp(precs, prec ? "bf16" : "fp32");
+}
+
 // One model per precision (the activation layout depends on it: bf16 fields take half the room in bf16 mode).
 // precs: "bf16", "fp32" or "both" (bf16 first)
 static void bench_step(const char *preset, const char *pattern, int V, int B0, int T, int iters, int recompute, const char *precs,
@@ -123,7 +128,7 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
     for (int prec = 1; prec >= 0; prec--) {
-        if (strcmp(precs, "both") && strcmp(precs, prec ? "bf16" : "fp32")) continue;
+        if (!wants_precision(precs, prec)) continue;
         set_precision(prec);
         size_t fr, tot;
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -350,13 +355,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "-p %s: the step's precision is bf16, fp32 or both\n", precs);
         return 1;
     }
+    std::vector<std::string> patterns; // -a's comma-separated list
+    for (const char *s = pats; *s;) {
+        size_t n = strcspn(s, ",");
+        if (n) patterns.emplace_back(s, n);
+        s += n + (s[n] == ',');
+    }
     if (!strcmp(mode, "mem")) {
-        char buf[256];
-        snprintf(buf, sizeof(buf), "%s", pats);
-        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ","))
+        for (const auto &pat : patterns)
             for (int prec = 1; prec >= 0; prec--)
-                if (!strcmp(precs, "both") || !strcmp(precs, prec ? "bf16" : "fp32"))
-                    bench_mem(preset, s, V, B, T, recompute, prec);
+                if (wants_precision(precs, prec)) bench_mem(preset, pat.c_str(), V, B, T, recompute, prec);
         return 0;
     }
     cudaDeviceProp prop;
@@ -381,10 +389,8 @@ int main(int argc, char **argv) {
         }
     }
     if (!strcmp(mode, "step") || !strcmp(mode, "all")) {
-        char buf[256];
-        snprintf(buf, sizeof(buf), "%s", pats);
         int profile = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
-        for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) bench_step(preset, s, V, B, T, iters, recompute, precs, profile);
+        for (const auto &pat : patterns) bench_step(preset, pat.c_str(), V, B, T, iters, recompute, precs, profile);
     }
     if (!strcmp(mode, "gemm") || !strcmp(mode, "all")) {
         set_precision(1);
