@@ -4769,7 +4769,6 @@ typedef struct {
     real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
     real *gdn_ws;                            // the GDN op's workspace, one for all G/N layers, in the logits'
                                              //   buffer (logits_ws_reals; NULL if none)
-    size_t gdn_ws_size;                      // its size in floats (gdn_op_workspace_floats)
     size_t acts_size, dacts_size;            // floats in acts and dacts
     int *inputs, *targets;                   // device copies of the batch
     double *d_scalar;                        // device scratch: mean loss
@@ -4893,7 +4892,6 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->targets = (int *)xcudamalloc(BT * sizeof(int));
     M->gnoise = (real *)xcudamalloc(router_noise_size(c, B, T) * sizeof(real));
     if (pattern_has_gdn(c)) {
-        M->gdn_ws_size = gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv);
         M->gdn_ws = M->logits;
         for (int l = 0; l < c->L; l++) M->la[l].gdn_ws = M->gdn_ws;
     }
