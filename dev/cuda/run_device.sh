@@ -47,9 +47,11 @@ if has san; then
         -a NANA -b 1 -t 256 -x 1 -v 0 -s 0 2>&1 | grep -E "SUMMARY|^=========     (Read|Write) Thread" \
         | sed -E 's/.* at //; s/\+0x[0-9a-f]+//' | sort | uniq -c | sort -rn | head -12 | tee $O/racecheck.txt; fi
 if has init; then
-    for k in 0 2; do timeout 150 compute-sanitizer --tool initcheck ./train_natsl_cu -x 2 -v 0 -s 0 -b 2 -t 128 -a GNA -k $k \
-        > $O/initcheck_k$k.log 2>&1; echo "initcheck -k $k rc=$?"; grep -E "ERROR SUMMARY" $O/initcheck_k$k.log
-        grep -E "Uninitialized" -A 3 $O/initcheck_k$k.log | grep -oE "at [a-zA-Z_0-9<>:, ]+" | sort | uniq -c | head -8; done; fi
+    for k in 0 2; do timeout 150 compute-sanitizer --tool initcheck --print-limit 100000000 ./train_natsl_cu -x 2 -v 0 -s 0 -b 2 \
+        -t 128 -a GNA -k $k $INIT_ARGS > $O/initcheck_k$k.log 2>&1; echo "initcheck -k $k rc=$?"; grep -E "ERROR SUMMARY" $O/initcheck_k$k.log
+        # each finding counted by its kernel and the host function that launched it (the frame after the kernel's wrapper)
+        awk '/Uninitialized/ {k=""; n=0} /^=========     at / {k=$3} /Host Frame:/ && k!="" {n++; if (n==2) {split($4, f, "("); print k, "from", f[1]; k=""}}' \
+            $O/initcheck_k$k.log | sort | uniq -c | sort -rn | head -12; done; fi
 if has gdnsan; then
     timeout 150 compute-sanitizer --tool memcheck /tmp/gdn_chunk test bf16 > $O/gdn_memcheck.log 2>&1; echo "gdn memcheck rc=$?"
     grep -E "ERROR SUMMARY|CORRECTNESS" $O/gdn_memcheck.log
