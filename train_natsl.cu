@@ -335,16 +335,20 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout, const r
 // registers: NJ values per lane (rows_dispatch picks the smallest NJ with 32·NJ ≥ n). Value j of a lane is
 // column row_col: lane + 32j, or with V4 (n % 128 == 0, 16-byte aligned rows) runs of four, 128·(j/4) + 4·lane + j%4,
 // so that each lane moves float4s.
-template <class F> static void rows_dispatch(const char *who, int n, F launch) {
-    if (n <= 32) launch(std::integral_constant<int, 1>());
-    else if (n <= 64) launch(std::integral_constant<int, 2>());
-    else if (n <= 128) launch(std::integral_constant<int, 4>());
-    else if (n <= 256) launch(std::integral_constant<int, 8>());
-    else if (n <= 512) launch(std::integral_constant<int, 16>());
-    else if (n <= 1024) launch(std::integral_constant<int, 32>());
-    else if (n <= 1536) launch(std::integral_constant<int, 48>());
-    else if (n <= 2048) launch(std::integral_constant<int, 64>());
-    else { fprintf(stderr, "error: %s: rows of %d > 2048 values\n", who, n); exit(1); }
+template <int NJ, int MAX_NJ, class F> static void rows_launch(F &launch) {
+    if constexpr (NJ <= MAX_NJ) launch(std::integral_constant<int, NJ>());
+}
+// MAX_NJ: the largest NJ the kernel is built for (its register arrays), rows of up to 32·MAX_NJ values
+template <int MAX_NJ = 64, class F> static void rows_dispatch(const char *who, int n, F launch) {
+    if (n > 32 * MAX_NJ) { fprintf(stderr, "error: %s: rows of %d > %d values\n", who, n, 32 * MAX_NJ); exit(1); }
+    if (n <= 32) rows_launch<1, MAX_NJ>(launch);
+    else if (n <= 64) rows_launch<2, MAX_NJ>(launch);
+    else if (n <= 128) rows_launch<4, MAX_NJ>(launch);
+    else if (n <= 256) rows_launch<8, MAX_NJ>(launch);
+    else if (n <= 512) rows_launch<16, MAX_NJ>(launch);
+    else if (n <= 1024) rows_launch<32, MAX_NJ>(launch);
+    else if (n <= 1536) rows_launch<48, MAX_NJ>(launch);
+    else rows_launch<64, MAX_NJ>(launch);
     CUDA_CHECK(cudaGetLastError());
 }
 template <bool V4> __device__ __forceinline__ int row_col(int lane, int j) {
@@ -367,6 +371,30 @@ template <int NJ, bool V4, class X> __device__ __forceinline__ void row_load(flo
         } else v[j] = i < n ? ld(p + i) : 0.f;
     }
 }
+// a row of a weight vector (parameters: no alignment to rely on) in row_load's order
+template <int NJ, bool V4> __device__ __forceinline__ void row_load_w(float (&v)[NJ], const float *p, int lane, int n) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); v[j] = i < n ? p[i] : 0.f; }
+}
+__device__ __forceinline__ void st4(float *p, float a, float b, float c, float d) {
+    *reinterpret_cast<float4 *>(p) = make_float4(a, b, c, d);
+}
+__device__ __forceinline__ void st4(__nv_bfloat16 *p, float a, float b, float c, float d) { // 8-byte aligned
+    __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+    uint2 u;
+    u.x = *reinterpret_cast<const unsigned *>(&lo);
+    u.y = *reinterpret_cast<const unsigned *>(&hi);
+    *reinterpret_cast<uint2 *>(p) = u;
+}
+template <int NJ, bool V4, class Y> __device__ __forceinline__ void row_store(Y *p, const float (&v)[NJ], int lane, int n) {
+#pragma unroll
+    for (int j = 0; j < NJ; j += V4 ? 4 : 1) {
+        const int i = row_col<V4>(lane, j);
+        if (i >= n) continue;
+        if constexpr (V4) st4(p + i, v[j], v[j + 1], v[j + 2], v[j + 3]);
+        else st(p + i, v[j]);
+    }
+}
 // V4 where the shape allows it
 template <int NJ> static bool row_v4(int n, const void *x, int ldx, const void *y, int ldy) {
     return NJ % 4 == 0 && n % 128 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
@@ -383,9 +411,11 @@ __global__ void __launch_bounds__(256) rmsnorm_forward_kernel(Y *__restrict__ y,
 #pragma unroll
     for (int j = 0; j < NJ; j++) ss += xv[j] * xv[j];
     ss = warp_sum(ss);
-    float s = 1.f / sqrtf(ss / n + NATSL_EPS);
+    float s = 1.f / sqrtf(ss / n + NATSL_EPS), wv[NJ];
+    row_load_w<NJ, V4>(wv, w, lane, n);
 #pragma unroll
-    for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) st(yr + i, xv[j] * s * w[i]); }
+    for (int j = 0; j < NJ; j++) xv[j] = xv[j] * s * wv[j];
+    row_store<NJ, V4>(yr, xv, lane, n);
     if (lane == 0) rstd[r] = s;
 }
 // The pointer of a tensor stored in the matmul precision where mp says so (bf16 in bf16 mode), for a kernel templated
@@ -444,8 +474,9 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
             const int i = row_col<V4>(lane, j);
-            if (i < n) dx[ox + i] = dxv[j] + s * (w[i] * dyv[j] - xv[j] * s * dot);
+            dxv[j] = dxv[j] + s * ((i < n ? w[i] : 0.f) * dyv[j] - xv[j] * s * dot);
         }
+        row_store<NJ, V4>(dx + ox, dxv, lane, n);
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 0.f;
     for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
@@ -518,33 +549,44 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
 // stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
-// (channel, tile of CONV_TILE steps of one sequence), walking the tile in time order with the window x_{t−3..t} in
-// registers (each x read once), and form pre_t in the same order. y (Q, K, V: the token mixers' operands) is stored in
-// the matmul precision.
+// (pair of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
+// window x_{t−3..t} in registers (each x read once, two channels in one load), and form pre_t in the same order.
+// y (Q, K, V: the token mixers' operands) is stored in the matmul precision.
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "the conv kernels assume 4 taps and whole tiles");
 template <class MP> // x: the projection, y: the conv's output, both in the matmul precision
 __global__ void conv_silu_forward_kernel(MP *__restrict__ y, const MP *__restrict__ x, int ldx,
                                          const float *__restrict__ w, int T, int n) {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
+    int ch = 2 * (blockIdx.x * blockDim.x + threadIdx.x), tile = blockIdx.y;
     if (ch >= n) return;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
-    float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
-    auto X = [&](int t) { return t >= 0 ? ld(x + (row0 + t) * ldx + ch) : 0.f; };
-    float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);
+    const float4 wa = make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]);
+    const float4 wb = make_float4(w[ch * 4 + 4], w[ch * 4 + 5], w[ch * 4 + 6], w[ch * 4 + 7]);
+    auto X = [&](int t) { return t >= 0 ? ld2(x + (row0 + t) * ldx + ch) : make_float2(0.f, 0.f); };
+    float2 x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);
 #pragma unroll 8
     for (int t = t0; t < t0 + CONV_TILE; t++) {
-        float x3 = X(t), pre = 0.f;
-        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
-        st(y + (row0 + t) * n + ch, siluf_(pre));
+        float2 x3 = X(t);
+        float pa = 0.f, pb = 0.f;
+        pa += wa.x * x0.x; pa += wa.y * x1.x; pa += wa.z * x2.x; pa += wa.w * x3.x;
+        pb += wb.x * x0.y; pb += wb.y * x1.y; pb += wb.z * x2.y; pb += wb.w * x3.y;
+        st2(y + (row0 + t) * n + ch, siluf_(pa), siluf_(pb));
         x0 = x1; x1 = x2; x2 = x3;
+    }
+}
+// the pairs of channels the kernels take: n, ldx and col even (config_check: d_k, d_v even)
+static void conv_check(const char *who, int ldx, int col, int n) {
+    if (n % 2 || ldx % 2 || col % 2) {
+        fprintf(stderr, "error: %s: channels %d of %d from %d not in pairs\n", who, n, ldx, col);
+        exit(1);
     }
 }
 // channels col .. col+n−1 of x (rows of stride ldx) and of w [.][4]
 static void conv_silu_forward(real *y, const real *x, int ldx, int col, const real *w, int B, int T, int n) {
     PROF_OP();
-    dim3 grid(CEIL_DIV(n, 128), B * (T / CONV_TILE));
+    conv_check(__func__, ldx, col, n);
+    dim3 grid(CEIL_DIV(n / 2, 128), B * (T / CONV_TILE));
     if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>((__nv_bfloat16 *)y, (const __nv_bfloat16 *)x + col, ldx, w + col * NATSL_CONV, T, n);
     else conv_silu_forward_kernel<<<grid, 128>>>(y, x + col, ldx, w + col * NATSL_CONV, T, n);
     CUDA_CHECK(cudaGetLastError());
@@ -554,45 +596,61 @@ static void conv_silu_forward(real *y, const real *x, int ldx, int col, const re
 // Per thread as in the forward: pre_t is recomputed from the window, dpre_t is added to the four dx_τ it feeds
 // (kept in registers until complete, then stored once) and to dw. dw's per-tile partial sums are then added in a
 // fixed order (bitwise reproducible).
+struct ConvChannel { // one channel's state in conv_silu_backward_kernel
+    float w0, w1, w2, w3, x0, x1, x2, a0, a1, a2, a3, d0, d1, d2, d3;
+    __device__ void init(float4 w, float xm3, float xm2, float xm1) {
+        w0 = w.x; w1 = w.y; w2 = w.z; w3 = w.w; x0 = xm3; x1 = xm2; x2 = xm1;
+        a0 = a1 = a2 = a3 = d0 = d1 = d2 = d3 = 0.f;
+    }
+    // step t with input x3 = x_t and output gradient g = dy_t (dw only while count_dw); returns dx_{t−3}, complete now
+    __device__ float step(float x3, float g, bool count_dw) {
+        float pre = 0.f;
+        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
+        float dp = g * dsiluf_(pre);
+        if (count_dw) { d0 += dp * x0; d1 += dp * x1; d2 += dp * x2; d3 += dp * x3; }
+        x0 = x1; x1 = x2; x2 = x3;
+        a0 += w0 * dp; a1 += w1 * dp; a2 += w2 * dp; a3 += w3 * dp;
+        float done = a0;
+        a0 = a1; a1 = a2; a2 = a3; a3 = 0.f;
+        return done;
+    }
+};
 template <class MP> // dx and x in the matmul precision
 __global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict__ dw_part, const float *__restrict__ dy,
                                           const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int n) {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x, tile = blockIdx.y;
+    int ch = 2 * (blockIdx.x * blockDim.x + threadIdx.x), tile = blockIdx.y;
     if (ch >= n) return;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
     int t_end = min(t1 + NATSL_CONV - 1, T);
-    float w0 = w[ch * 4], w1 = w[ch * 4 + 1], w2 = w[ch * 4 + 2], w3 = w[ch * 4 + 3];
-    auto X = [&](int t) { return t >= 0 ? ld(x + (row0 + t) * ldx + ch) : 0.f; };
-    float x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);     // the window x_{t−3..t−1}
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;             // pending dx_{t−3..t}
-    float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;             // dw[ch][0..3] over this tile
+    auto X = [&](int t) { return t >= 0 ? ld2(x + (row0 + t) * ldx + ch) : make_float2(0.f, 0.f); };
+    float2 xm3 = X(t0 - 3), xm2 = X(t0 - 2), xm1 = X(t0 - 1); // the window x_{t−3..t−1}
+    ConvChannel A, Bc;
+    A.init(make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]), xm3.x, xm2.x, xm1.x);
+    Bc.init(make_float4(w[ch * 4 + 4], w[ch * 4 + 5], w[ch * 4 + 6], w[ch * 4 + 7]), xm3.y, xm2.y, xm1.y);
 #pragma unroll 4
     for (int t = t0; t < t_end; t++) {
-        float x3 = X(t), pre = 0.f;
-        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
-        float dp = dy[(row0 + t) * n + ch] * dsiluf_(pre);
-        if (t < t1) { d0 += dp * x0; d1 += dp * x1; d2 += dp * x2; d3 += dp * x3; }
-        x0 = x1; x1 = x2; x2 = x3;
-        a0 += w0 * dp; a1 += w1 * dp; a2 += w2 * dp; a3 += w3 * dp;
-        if (t - 3 >= t0) st(dx + (row0 + t - 3) * ldx + ch, a0);   // dx_{t−3} is complete
-        a0 = a1; a1 = a2; a2 = a3; a3 = 0.f;
+        float2 x3 = X(t), g = ld2(dy + (row0 + t) * n + ch);
+        float da = A.step(x3.x, g.x, t < t1), db = Bc.step(x3.y, g.y, t < t1);
+        if (t - 3 >= t0) st2(dx + (row0 + t - 3) * ldx + ch, da, db);   // dx_{t−3} is complete
     }
-    float rest[3] = {a0, a1, a2};                              // dx_{t_end−3..t_end−1}: complete at the sequence end
+    float ra[3] = {A.a0, A.a1, A.a2}, rb[3] = {Bc.a0, Bc.a1, Bc.a2}; // dx_{t_end−3..t_end−1}: complete at the sequence end
     for (int j = 0; j < 3; j++) {
         int tau = t_end - 3 + j;
-        if (tau >= t0 && tau < t1) st(dx + (row0 + tau) * ldx + ch, rest[j]);
+        if (tau >= t0 && tau < t1) st2(dx + (row0 + tau) * ldx + ch, ra[j], rb[j]);
     }
-    float *pp = dw_part + (size_t)tile * n * NATSL_CONV + ch * NATSL_CONV;
-    pp[0] = d0; pp[1] = d1; pp[2] = d2; pp[3] = d3;
+    float4 *pp = reinterpret_cast<float4 *>(dw_part + (size_t)tile * n * NATSL_CONV + ch * NATSL_CONV);
+    pp[0] = make_float4(A.d0, A.d1, A.d2, A.d3);
+    pp[1] = make_float4(Bc.d0, Bc.d1, Bc.d2, Bc.d3);
 }
 // WRITES dx's channels col .. col+n−1
 static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, int col, const real *w,
                                int B, int T, int n) {
     PROF_OP();
+    conv_check(__func__, ldx, col, n);
     int tiles = B * (T / CONV_TILE);
     float *part = colpart((size_t)tiles * n * NATSL_CONV);
-    dim3 grid(CEIL_DIV(n, 128), tiles);
+    dim3 grid(CEIL_DIV(n / 2, 128), tiles);
     if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx + col, part, dy, (const __nv_bfloat16 *)x + col, ldx,
                                                          w + col * NATSL_CONV, T, n);
     else conv_silu_backward_kernel<<<grid, 128>>>(dx + col, part, dy, x + col, ldx, w + col * NATSL_CONV, T, n);
@@ -4641,108 +4699,158 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 // ---- the fused gated output norm (§3.3, §5.6) ------------------------------------------------------
 // Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
 // ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
-// rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row.
+// rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row, the row held in registers (as the RMSNorm's:
+// rows_dispatch, row_load).
 // MP: the matmul-precision type of y (W_o's input), gate (W_g's output) and o2 (the softmax op's output)
-template <class MP>
-__global__ void gated_norm_forward_kernel(MP *y, float *rstd, const float *o1, const float *w1, const MP *o2,
-                                          const float *w2, const float *omega, const MP *gate, int R, int n) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+#define GN_MAXNJ 16 // widest row the gated norm kernels take: 32·16 = 512 values (d_v of the presets: 96, 256, 384)
+template <int NJ, bool V4, class MP>
+__global__ void __launch_bounds__(256) gated_norm_forward_kernel(MP *__restrict__ y, float *__restrict__ rstd,
+        const float *__restrict__ o1, const float *__restrict__ w1, const MP *__restrict__ o2,
+        const float *__restrict__ w2, const float *__restrict__ omega, const MP *__restrict__ gate, int R, int n) {
+    int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
     size_t o = (size_t)r * n;
-    float s1 = 0.f, s2 = 0.f;
-    for (int i = lane; i < n; i += 32) s1 += o1[o + i] * o1[o + i];
+    float x1[NJ], x2[NJ], gt[NJ], wv[NJ], out[NJ], s1 = 0.f, s2 = 0.f;
+    row_load<NJ, V4>(x1, o1 + o, lane, n);
+    row_load<NJ, V4>(gt, gate + o, lane, n);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) s1 += x1[j] * x1[j];
     s1 = 1.f / sqrtf(warp_sum(s1) / n + NATSL_EPS);
+    row_load_w<NJ, V4>(wv, w1, lane, n);
     if (o2) {
-        for (int i = lane; i < n; i += 32) s2 += ld(o2 + o + i) * ld(o2 + o + i);
+        row_load<NJ, V4>(x2, o2 + o, lane, n);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) s2 += x2[j] * x2[j];
         s2 = 1.f / sqrtf(warp_sum(s2) / n + NATSL_EPS);
+        const float om0 = omega[2 * r], om1 = omega[2 * r + 1];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) out[j] = om0 * x1[j] * s1 * wv[j];
+        row_load_w<NJ, V4>(wv, w2, lane, n);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) out[j] += om1 * x2[j] * s2 * wv[j];
+    } else {
+#pragma unroll
+        for (int j = 0; j < NJ; j++) out[j] = x1[j] * s1 * wv[j];
     }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) out[j] *= siluf_(gt[j]);
+    row_store<NJ, V4>(y + o, out, lane, n);
     if (lane == 0) { rstd[r] = s1; if (o2) rstd[R + r] = s2; }
-    for (int i = lane; i < n; i += 32) {
-        float nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * ld(o2 + o + i) * s2 * w2[i]
-                        : o1[o + i] * s1 * w1[i];
-        st(y + o + i, nsum * siluf_(ld(gate + o + i)));
-    }
+}
+// The gated norm's pointers as the kernels take them: o2 and gate in the matmul precision.
+template <class F> static void gated_norm_dispatch(const char *who, const GatedNormArgs *a, const void *out, F f) {
+    rows_dispatch<GN_MAXNJ>(who, a->n, [&](auto nj) {
+        constexpr int NJ = decltype(nj)::value;
+        auto aligned = [&](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
+        bool v4 = NJ % 4 == 0 && a->n % 128 == 0 && aligned(a->o1) && aligned(a->o2) && aligned(a->gate) && aligned(out);
+        auto go = [&](auto v) {
+            with_mp(a->gate, 1, [&](auto gate) { f(nj, v, (decltype(gate))a->o2, gate); });
+        };
+        if (v4) go(std::true_type());
+        else go(std::false_type());
+    });
 }
 static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
     PROF_OP();
-    const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
-    int R = a->rows, n = a->n;
-    if (g_bf16)
-        gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>((__nv_bfloat16 *)y, rstd, o1, w1, (const __nv_bfloat16 *)o2,
-                                                           w2, omega, (const __nv_bfloat16 *)gate, R, n);
-    else gated_norm_forward_kernel<<<CEIL_DIV(R, 8), 256>>>(y, rstd, o1, w1, o2, w2, omega, gate, R, n);
-    CUDA_CHECK(cudaGetLastError());
+    gated_norm_dispatch(__func__, a, y, [&](auto nj, auto v4, auto o2, auto gate) {
+        constexpr int NJ = decltype(nj)::value;
+        constexpr bool V4 = decltype(v4)::value;
+        using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
+        gated_norm_forward_kernel<NJ, V4><<<CEIL_DIV(a->rows, 8), 256>>>((MP *)y, rstd, a->o1, a->w1, o2, a->w2,
+                                                                         a->omega, gate, a->rows, a->n);
+    });
 }
 // with dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's
 // RMSNorm backward with dy_k = ω_k dn (§5.6). do1, do2, dω and dgate are written (the gated norm is their only
 // producer); the weight gradients accumulate.
-#define GN_MAXN 384 // widest row gated_norm_backward_kernel takes (d_v of the presets: 96, 256, 384; d_va: 48, 128)
-// One warp per row (rows r = blockIdx.x·8 + warp, strided by the grid). The weight gradients dw1, dw2 are summed
-// in the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
-// [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given R).
-template <class MP> // dgate (W_g's output gradient), gate and o2 in the matmul precision
-__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *do1, float *do2, float *domega, MP *dgate,
-        float *part, const float *dy, const float *rstd, const float *o1, const float *w1, const MP *o2,
-        const float *w2, const float *omega, const MP *gate, int R, int n) {
-    __shared__ float sh[8][2][GN_MAXN];
+// One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
+// the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
+// [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
+template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), gate and o2 in the matmul precision
+__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *__restrict__ do1, float *__restrict__ do2,
+        float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const float *__restrict__ dy,
+        const float *__restrict__ rstd, const float *__restrict__ o1, const float *__restrict__ w1,
+        const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
+        const MP *__restrict__ gate, int R, int n) {
+    __shared__ float sh[2][32 * NJ];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float acc1[GN_MAXN / 32], acc2[GN_MAXN / 32];
-    for (int j = 0; j < GN_MAXN / 32; j++) acc1[j] = acc2[j] = 0.f;
+    float acc1[NJ], acc2[NJ], wa[NJ], wb[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc1[j] = acc2[j] = wb[j] = 0.f;
+    row_load_w<NJ, V4>(wa, w1, lane, n);
+    if (o2) row_load_w<NJ, V4>(wb, w2, lane, n);
     for (int r = blockIdx.x * 8 + warp; r < R; r += gridDim.x * 8) {
         size_t o = (size_t)r * n;
         float s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0.f, w_1 = o2 ? omega[2 * r] : 1.f, w_2 = o2 ? omega[2 * r + 1] : 0.f;
+        float x1[NJ], x2[NJ], gt[NJ], dyv[NJ], dn[NJ], t[NJ];
         float dom1 = 0.f, dom2 = 0.f, dot1 = 0.f, dot2 = 0.f;
+        row_load<NJ, V4>(x1, o1 + o, lane, n);
+        row_load<NJ, V4>(gt, gate + o, lane, n);
+        row_load<NJ, V4>(dyv, dy + o, lane, n);
+        if (o2) row_load<NJ, V4>(x2, o2 + o, lane, n);
+        else
 #pragma unroll
-        for (int j = 0; j < GN_MAXN / 32; j++) {
-            int i = lane + 32 * j;
-            if (i >= n) break;
-            float n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? ld(o2 + o + i) * s2 * w2[i] : 0.f, gt = ld(gate + o + i);
-            float dn = dy[o + i] * siluf_(gt);
-            st(dgate + o + i, dy[o + i] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt));
-            dom1 += dn * n1; dom2 += dn * n2;
-            dot1 += n1 * w_1 * dn;
-            dot2 += n2 * w_2 * dn;
-            acc1[j] += dn * w_1 * o1[o + i] * s1;
-            if (o2) acc2[j] += dn * w_2 * ld(o2 + o + i) * s2;
+            for (int j = 0; j < NJ; j++) x2[j] = 0.f;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            float n1 = x1[j] * s1 * wa[j], n2 = x2[j] * s2 * wb[j];
+            dn[j] = dyv[j] * siluf_(gt[j]);
+            t[j] = dyv[j] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt[j]);
+            dom1 += dn[j] * n1; dom2 += dn[j] * n2;
+            dot1 += n1 * w_1 * dn[j];
+            dot2 += n2 * w_2 * dn[j];
+            acc1[j] += dn[j] * w_1 * x1[j] * s1;
+            acc2[j] += dn[j] * w_2 * x2[j] * s2;
         }
+        row_store<NJ, V4>(dgate + o, t, lane, n);
         dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
         dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
-        for (int i = lane; i < n; i += 32) {
-            float dn = dy[o + i] * siluf_(ld(gate + o + i));
-            do1[o + i] = s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
-            if (o2) do2[o + i] = s2 * (w2[i] * w_2 * dn - ld(o2 + o + i) * s2 * dot2);
-        }
-        if (o2 && lane == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
-    }
 #pragma unroll
-    for (int j = 0; j < GN_MAXN / 32; j++)
-        if (lane + 32 * j < n) { sh[warp][0][lane + 32 * j] = acc1[j]; sh[warp][1][lane + 32 * j] = acc2[j]; }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) {
-        float t = 0.f;
-        for (int w = 0; w < 8; w++) t += sh[w][i / n][i % n];
-        part[(size_t)blockIdx.x * 2 * n + i] = t;
+        for (int j = 0; j < NJ; j++) t[j] = s1 * (wa[j] * w_1 * dn[j] - x1[j] * s1 * dot1);
+        row_store<NJ, V4>(do1 + o, t, lane, n);
+        if (o2) {
+#pragma unroll
+            for (int j = 0; j < NJ; j++) t[j] = s2 * (wb[j] * w_2 * dn[j] - x2[j] * s2 * dot2);
+            row_store<NJ, V4>(do2 + o, t, lane, n);
+            if (lane == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
+        }
     }
+    for (int i = threadIdx.x; i < 2 * 32 * NJ; i += blockDim.x) sh[i / (32 * NJ)][i % (32 * NJ)] = 0.f;
+    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
+        __syncthreads();
+        if (warp == k)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const int i = row_col<V4>(lane, j);
+                if (i < n) { sh[0][i] += acc1[j]; sh[1][i] += acc2[j]; }
+            }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) part[(size_t)blockIdx.x * 2 * n + i] = sh[i / n][i % n];
 }
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
                                 const real *dy, const real *rstd, const GatedNormArgs *a) {
     PROF_OP();
-    const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
-    int R = a->rows, n = a->n;
-    if (n > GN_MAXN) { fprintf(stderr, "error: gated_norm_backward: rows of %d > %d values\n", n, GN_MAXN); exit(1); }
-    int blocks = std::min(CEIL_DIV(R, 8), num_sms() * 8);
-    float *part = colpart((size_t)blocks * 2 * n);
-    if (g_bf16)
-        gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, (__nv_bfloat16 *)dgate, part, dy, rstd, o1, w1,
-                                                    (const __nv_bfloat16 *)o2, w2, omega, (const __nv_bfloat16 *)gate, R, n);
-    else gated_norm_backward_kernel<<<blocks, 256>>>(do1, do2, domega, dgate, part, dy, rstd, o1, w1, o2, w2, omega, gate, R, n);
-    CUDA_CHECK(cudaGetLastError());
-    colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw1, part, blocks, n, 2 * n, 0);
-    CUDA_CHECK(cudaGetLastError());
-    if (o2) {
-        colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw2, part, blocks, n, 2 * n, n);
+    int R = a->rows, n = a->n, blocks = 0;
+    gated_norm_dispatch(__func__, a, dgate, [&](auto nj, auto v4, auto o2, auto gate) {
+        constexpr int NJ = decltype(nj)::value;
+        constexpr bool V4 = decltype(v4)::value;
+        using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
+        auto kernel = gated_norm_backward_kernel<NJ, V4, MP>;
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+        blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
+        float *part = colpart((size_t)blocks * 2 * n);
+        kernel<<<blocks, 256>>>(do1, do2, domega, (MP *)dgate, part, dy, rstd, a->o1, a->w1, o2, a->w2, a->omega,
+                                gate, R, n);
         CUDA_CHECK(cudaGetLastError());
-    }
+        colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw1, part, blocks, n, 2 * n, 0);
+        CUDA_CHECK(cudaGetLastError());
+        if (a->o2) {
+            colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw2, part, blocks, n, 2 * n, n);
+            CUDA_CHECK(cudaGetLastError());
+        }
+    });
 }
 
 // ================================================================================================
