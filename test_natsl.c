@@ -116,12 +116,13 @@ static void test_grad_matmul(void) {
     c.x = vec(77); c.w = vec(55); c.out = vec(35); c.R = vec(35);
     real *dx = vec(77), *dw = vec(55);
     fill_normal(c.x, 77, 1); fill_normal(c.w, 55, 1); fill_normal(c.R, 35, 1);
-    matmul_backward(dx, dw, c.R, c.x, c.w, 7, 11, 5);
+    matmul_backward(dx, dw, c.R, c.x, c.w, 7, 11, 5, 0);
     Var v[] = {{"inp", c.x, dx, 77}, {"weight", c.w, dw, 55}};
     fd_check("matmul", v, 2, matmul_loss, &c, 0);
     free(c.x); free(c.w); free(c.out); free(c.R); free(dx); free(dw);
     // the linear layer's three products (gemm, blocked) against gemm_reference, the definition: K slices (C > 256),
-    // edge tiles, transposed operands, accumulation; then the same in bf16 mode (operands rounded)
+    // edge tiles, transposed operands, accumulation (dinp written or added to); then the same in bf16 mode (operands
+    // rounded)
     int shapes[][3] = {{70, 300, 37}, {13, 520, 600}, {300, 17, 3}};
     for (int s = 0; s < 3; s++) {
         int BT = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
@@ -130,22 +131,24 @@ static void test_grad_matmul(void) {
         fill_normal(x, (size_t)BT * C, 1); fill_normal(w, (size_t)OC * C, 1); fill_normal(dy, (size_t)BT * OC, 1);
         fill_normal(gx, (size_t)BT * C, 1); fill_normal(gw, (size_t)OC * C, 1);
         real *y0 = vec((size_t)BT * OC), *gx0 = vec((size_t)BT * C), *gw0 = vec((size_t)OC * C);
-        for (int bf16 = 0; bf16 <= 1; bf16++) {
-            g_bf16 = bf16;
-            memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
-            gemm_reference(y0, OC, x, C, 1, w, 1, C, BT, OC, C, 0);
-            gemm_reference(gx0, C, dy, OC, 1, w, C, 1, BT, C, OC, 1);
-            gemm_reference(gw0, C, dy, 1, OC, x, C, 1, OC, C, BT, 1);
-            matmul_forward(y, x, w, BT, C, OC, 0);
-            matmul_backward(gx, gw, dy, x, w, BT, C, OC);
-            g_bf16 = 0;
-            double worst = 0;
-            for (size_t i = 0; i < (size_t)BT * OC; i++) worst = fmax(worst, fabs(y[i] - y0[i]));
-            for (size_t i = 0; i < (size_t)BT * C; i++) worst = fmax(worst, fabs(gx[i] - gx0[i]));
-            for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(gw[i] - gw0[i]));
-            CHECK(worst < 1e-10, "gemm %dx%dx%d%s differs from gemm_reference by %g", BT, C, OC, bf16 ? " (bf16)" : "", worst);
-            memcpy(gx, gx0, (size_t)BT * C * sizeof(real)); memcpy(gw, gw0, (size_t)OC * C * sizeof(real));
-        }
+        for (int bf16 = 0; bf16 <= 1; bf16++)
+            for (int add = 0; add <= 1; add++) {
+                g_bf16 = bf16;
+                memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
+                gemm_reference(y0, OC, x, C, 1, w, 1, C, BT, OC, C, 0);
+                gemm_reference(gx0, C, dy, OC, 1, w, C, 1, BT, C, OC, add);
+                gemm_reference(gw0, C, dy, 1, OC, x, C, 1, OC, C, BT, 1);
+                matmul_forward(y, x, w, BT, C, OC, 0);
+                matmul_backward(gx, gw, dy, x, w, BT, C, OC, add);
+                g_bf16 = 0;
+                double worst = 0;
+                for (size_t i = 0; i < (size_t)BT * OC; i++) worst = fmax(worst, fabs(y[i] - y0[i]));
+                for (size_t i = 0; i < (size_t)BT * C; i++) worst = fmax(worst, fabs(gx[i] - gx0[i]));
+                for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(gw[i] - gw0[i]));
+                CHECK(worst < 1e-10, "gemm %dx%dx%d%s, dinp %s, differs from gemm_reference by %g", BT, C, OC,
+                      bf16 ? " (bf16)" : "", add ? "added to" : "written", worst);
+                memcpy(gx, gx0, (size_t)BT * C * sizeof(real)); memcpy(gw, gw0, (size_t)OC * C * sizeof(real));
+            }
         free(x); free(w); free(y); free(dy); free(gx); free(gw); free(y0); free(gx0); free(gw0);
     }
 }
@@ -995,6 +998,41 @@ static void test_grads_layout_phases(void) {
         free(buf);
     }
     CHECK(dmax == most, "the gradient scratch is %zu reals, the larger layout %zu", dmax, most);
+}
+
+// The gradient scratch's fields that GRADS_ACC leaves out are written whole by their one producer before anything
+// reads them: a backward pass over a scratch full of garbage (and dlnf, which the classifier's backward writes) gives
+// the gradients of one over a zeroed scratch, bit for bit. Every layer kind, bf16 emulation too.
+static void test_grads_scratch_unzeroed(void) {
+    Config cf = small_config("GNASN", 0);
+    int B = 2, T = 128;
+    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
+    uint64_t r = rng_seed(11);
+    for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf.V; tg[i] = rng_u32(&r) % cf.V; }
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        g_bf16 = bf16;
+        Model M;
+        model_build(&M, &cf);
+        model_init(&M, 5);
+        for (int l = 0; l < cf.L; l++)
+            if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5); // mixed routing
+        model_alloc_acts(&M, B, T, 0);
+        real *g0 = vec(M.nparams);
+        for (int pass = 0; pass < 2; pass++) {
+            memset(M.grads, 0, M.nparams * sizeof(real));
+            for (size_t i = 0; i < M.dacts_size; i++) M.dacts[i] = pass ? (real)1e3 * (1 + (real)(i % 7)) : 0;
+            for (size_t i = 0; i < (size_t)B * T * cf.D; i++) M.dlnf[i] = pass ? (real)-1e3 : 0;
+            model_forward(&M, in, tg, B, T);
+            model_backward(&M, in, tg, B, T, (real)1 / (B * T));
+            if (!pass) memcpy(g0, M.grads, M.nparams * sizeof(real));
+        }
+        CHECK(!memcmp(g0, M.grads, M.nparams * sizeof(real)),
+              "%s: a backward pass over an unzeroed gradient scratch changes the gradients", bf16 ? "bf16" : "fp32");
+        free(g0);
+        model_free(&M);
+    }
+    g_bf16 = 0;
+    free(in); free(tg);
 }
 
 // ---- data loader and tokenizer (common/) ------------------------------------------------------------------
@@ -2483,6 +2521,7 @@ int main(int argc, char **argv) {
     RUN(test_acts_layout_bf16);
     RUN(test_acts_layout_report);
     RUN(test_grads_layout_phases);
+    RUN(test_grads_scratch_unzeroed);
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
     RUN(test_cli_bad_input);

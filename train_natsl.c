@@ -110,11 +110,11 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
         for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] = matmul_precision(out[i]);
     }
 }
-// dinp[BT][C] += dout[BT][OC] · W   (skipped if dinp == NULL)
-// dweight[OC][C] += doutᵀ · inp
+// dinp[BT][C] += dout[BT][OC] · W, or = where dinp_add is 0 (the matmul is dinp's one producer; skipped if
+// dinp == NULL);  dweight[OC][C] += doutᵀ · inp
 static void matmul_backward(real *dinp, real *dweight, const real *dout,
-                            const real *inp, const real *weight, int BT, int C, int OC) {
-    if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, 1);
+                            const real *inp, const real *weight, int BT, int C, int OC, int dinp_add) {
+    if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, dinp_add);
     gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
@@ -679,7 +679,6 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
                             const real *pool, const real *Wr, int B, int T, int D, int H, const real *dpi, real tau) {
     int Nc = T / CH;
     memset(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real));
-    memset(dpool, 0, (size_t)B * Nc * D * sizeof(real));
     for (int b = 0; b < B; b++)
         for (int c = 0; c < Nc - 1; c++) { // the last chunk's dÃ is zero: it stays 0 in dlogits
             size_t o = ((size_t)b * Nc + c) * 2 * H;
@@ -693,7 +692,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
                     dlogits[o + 2 * n + 1] -= g;
                 }
         }
-    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H);
+    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H, 0);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -872,9 +871,9 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
     conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
-    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
+    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, 1);
+    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, 1);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, 1);
 }
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
@@ -891,7 +890,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
                                const LayerActs *a, const LayerParams *p, int B, int T) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
@@ -913,10 +912,10 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, 0);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, 1);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -954,12 +953,12 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha);
+    matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 1);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1);
@@ -1108,8 +1107,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     real dpi[2] = {M->rb.dpi[0] * dloss_scale * BT, M->rb.dpi[1] * dloss_scale * BT}; // §7 terms, weighted as the mean loss
     double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                        // (7.3e), likewise
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
-    memset(M->dlnf, 0, (size_t)BT * D * sizeof(real));
-    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, 0);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
     rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
@@ -1121,9 +1119,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             else block_rebuild(M, l, B, T);
         }
         grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
-        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D);
+        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D, 0);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
-        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, 0);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);

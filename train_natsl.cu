@@ -322,11 +322,13 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
     PROF_OP();
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, inp, C, 0.f, out, OC, out_mp);
 }
-// dinp += dout W (skipped when dinp is NULL);  dweight += dout^T inp  (dout in the matmul precision)
+// dinp += dout W, or = where dinp_add is 0 (the matmul is dinp's one producer; skipped when dinp is NULL);
+// dweight += dout^T inp  (dout in the matmul precision)
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
-                            const real *weight, int BT, int C, int OC) {
+                            const real *weight, int BT, int C, int OC, int dinp_add) {
     PROF_OP();
-    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, dout, OC, 1.f, dinp, C);
+    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, dout, OC,
+                   dinp_add ? 1.f : 0.f, dinp, C);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
 }
 
@@ -4684,14 +4686,13 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
     PROF_OP();
     int Nc = T / CH;
     CUDA_CHECK(cudaMemsetAsync(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real)));
-    CUDA_CHECK(cudaMemsetAsync(dpool, 0, (size_t)B * Nc * D * sizeof(real)));
     size_t npairs = (size_t)B * Nc * H;
     if (!dpi && tau == 1) pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
     else router_dlogits_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc, dpi ? dpi[0] : 0.f,
                                                                          dpi ? dpi[1] : 0.f, tau);
     CUDA_CHECK(cudaGetLastError());
     matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, OPERAND_DOUT),
-                    operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H);
+                    operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, 0);
     router_dx_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * D, 256), 256>>>(dx, dpool, B, T, D);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -5044,9 +5045,9 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
     conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H);
-    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W);
+    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, 1);
+    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, 1);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, 1);
 }
 
 // The layers' forward passes take ops_kept (GPU only): recompute level 1 kept the token mixers' outputs and the
@@ -5067,7 +5068,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
                                const LayerActs *a, const LayerParams *p, int B, int T) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)B * T * c->D, OPERAND_DOUT), a->y, p->wo, B * T, cfg_Vt(c), c->D);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)B * T * c->D, OPERAND_DOUT), a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
@@ -5090,10 +5091,10 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D);
+    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D, 0);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D);
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D, 1);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -5136,12 +5137,12 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, OPERAND_DOUT), a->y, p->wo, BT, cfg_Vt(c), c->D);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, OPERAND_DOUT), a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha);
+    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha, 1);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1);
@@ -5293,8 +5294,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
     double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
-    CUDA_CHECK(cudaMemsetAsync(M->dlnf, 0, (size_t)BT * D * sizeof(real)));
-    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp);
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, 0);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
     rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0);
     grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
@@ -5307,9 +5307,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             else block_rebuild(M, l, B, T);
         }
         grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
-        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D);
+        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D, 0);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
-        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F);
+        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, 0);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
