@@ -158,13 +158,25 @@ __global__ void colsum_partial_kernel(float *part, int R, int n, F f) {
         part[(size_t)blockIdx.y * n + i] = s;
     }
 }
-// dw[i] += Σ_p part[p][off + i] for i < n (part rows have stride ld)
+// dw[i] += Σ_p part[p][off + i] for i < n (part rows have stride ld). A block takes 32 columns; its 8 warps sum
+// every 8th row each, then warp 0 adds the 8 sums in order.
 __global__ void colsum_finish_kernel(float *dw, const float *part, int np, int n, int ld, int off) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+    __shared__ float sh[8][33];
+    int i = blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
-    for (int p = 0; p < np; p++) s += part[(size_t)p * ld + off + i];
-    dw[i] += s;
+    if (i < n)
+        for (int p = threadIdx.y; p < np; p += 8) s += part[(size_t)p * ld + off + i];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < n) {
+        float t = 0.f;
+        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+        dw[i] += t;
+    }
+}
+static void colsum_finish(float *dw, const float *part, int np, int n, int ld, int off) {
+    colsum_finish_kernel<<<CEIL_DIV(n, 32), dim3(32, 8)>>>(dw, part, np, n, ld, off);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -505,7 +517,7 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
                 float *part = colpart((size_t)blocks * n);
                 kernel<<<blocks, 256>>>(dx, part, dy, xp, w, rstd, N, nh, n, ldx, ldy);
                 CUDA_CHECK(cudaGetLastError());
-                colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw, part, blocks, n, n, 0);
+                colsum_finish(dw, part, blocks, n, n, 0);
             });
         };
         if (row_v4<NJ>(n, x, ldx, dy, ldy) && (uintptr_t)dx % 16 == 0) go(std::true_type());
@@ -657,8 +669,7 @@ static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x
                                                          w + col * NATSL_CONV, T, n);
     else conv_silu_backward_kernel<<<grid, 128>>>(dx + col, part, dy, x + col, ldx, w + col * NATSL_CONV, T, n);
     CUDA_CHECK(cudaGetLastError());
-    colsum_finish_kernel<<<CEIL_DIV(n * NATSL_CONV, 256), 256>>>(dw + col * NATSL_CONV, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
-    CUDA_CHECK(cudaGetLastError());
+    colsum_finish(dw + col * NATSL_CONV, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
@@ -748,10 +759,8 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
     float *part = colpart((size_t)np * n);
     colsum_partial_kernel<<<dim3(CEIL_DIV(n, 32), np), dim3(32, 8)>>>(part, BT, n, f);
     CUDA_CHECK(cudaGetLastError());
-    colsum_finish_kernel<<<1, 256>>>(ddt_bias, part, np, H, n, 0);
-    CUDA_CHECK(cudaGetLastError());
-    colsum_finish_kernel<<<1, 256>>>(dA_log, part, np, H, n, H);
-    CUDA_CHECK(cudaGetLastError());
+    colsum_finish(ddt_bias, part, np, H, n, 0);
+    colsum_finish(dA_log, part, np, H, n, H);
 }
 
 // ---- RoPE (§4, (4.2a-b); §5.8): rotate-half, theta 10000, in place on nh heads of width hd ------------------
@@ -4845,12 +4854,8 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         kernel<<<blocks, 256>>>(do1, do2, domega, (MP *)dgate, part, dy, rstd, a->o1, a->w1, o2, a->w2, a->omega,
                                 gate, R, n);
         CUDA_CHECK(cudaGetLastError());
-        colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw1, part, blocks, n, 2 * n, 0);
-        CUDA_CHECK(cudaGetLastError());
-        if (a->o2) {
-            colsum_finish_kernel<<<CEIL_DIV(n, 256), 256>>>(dw2, part, blocks, n, 2 * n, n);
-            CUDA_CHECK(cudaGetLastError());
-        }
+        colsum_finish(dw1, part, blocks, n, 2 * n, 0);
+        if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);
     });
 }
 
