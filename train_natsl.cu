@@ -55,6 +55,7 @@ Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS and NCCL; make tr
 #include <dirent.h>
 #include <sys/stat.h>
 #include <algorithm>
+#include <vector>
 #include <type_traits>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -4863,6 +4864,8 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
 // 3. The model: parameters, activations, and the four layer kinds (device buffers, C layouts)
 // ================================================================================================
 
+typedef struct { size_t p, m; int n, decay; } AdamRun; // a run of AdamW: parameter and moment offsets, length,
+                                                       //   weight decay on/off (adamw_runs)
 typedef struct {
     Config cfg;
     ParamTensor tensors[NATSL_MAX_TENSORS];
@@ -4873,6 +4876,8 @@ typedef struct {
     int nbucket;                             // the gradient buckets reduced over the ranks (model_buckets, §9.4)
     size_t bucket[NATSL_MAX_LAYERS + 3];     // bucket k is [bucket[k], bucket[k+1])
     real *params, *grads, *adam_m, *adam_v; // flat device buffers
+    AdamRun *adam_runs;                      // AdamW's runs of values (adamw_runs), built at the first step
+    int adam_nruns;
     ParamPtrs p, g;                          // named device pointers into params and grads
     int B, T;                                // the largest batch the activations hold
     int recompute;                           // -k: 1, 2 rerun layers in the backward pass (model_acts_layout)
@@ -5022,7 +5027,8 @@ static void model_alloc_moments(Model *M) {
 
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gnoise}; // gdn_ws lies in logits
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gnoise,
+                  M->adam_runs}; // gdn_ws lies in logits
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
 }
 
@@ -5566,16 +5572,45 @@ static double grad_norm(const Model *M) {
     return sqrt(s);
 }
 
-__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, double lr, double decay,
-                             double grad_scale, double c1, double c2) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2;
-    double g = grads[i] * grad_scale;
-    m[i] = b1 * m[i] + (1 - b1) * g;
-    v[i] = b2 * v[i] + (1 - b2) * g * g;
-    double mh = m[i] / c1, vh = v[i] / c2;
-    params[i] -= lr * (mh / (sqrt(vh) + ADAMW_EPS) + decay * params[i]);
+// One launch updates every tensor: the parameters are cut into runs of at most ADAMW_RUN values that lie in one
+// tensor (and, under ZeRO-1, in one of this rank's slices), one block per run, listed once (adamw_runs).
+#define ADAMW_RUN 2048
+__global__ void __launch_bounds__(256) adamw_kernel(float *params, const float *grads, float *m, float *v,
+        const AdamRun *runs, double lr, double wd, double grad_scale, double c1, double c2) {
+    const AdamRun r = runs[blockIdx.x];
+    const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2, decay = r.decay ? wd : 0;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < r.n; j += blockDim.x) {
+        size_t i = r.p + j, k = r.m + j;
+        double g = grads[i] * grad_scale;
+        const float mk = b1 * m[k] + (1 - b1) * g, vk = b2 * v[k] + (1 - b2) * g * g; // stored, then used, in fp32
+        m[k] = mk; v[k] = vk;
+        double mh = mk / c1, vh = vk / c2;
+        params[i] -= lr * (mh / (sqrt(vh) + ADAMW_EPS) + decay * params[i]);
+    }
+}
+// The runs adamw_kernel takes (device), built once: of every tensor, or under ZeRO-1 of the parts of the tensors
+// in this rank's slices.
+static const AdamRun *adamw_runs(Model *M) {
+    if (M->adam_runs) return M->adam_runs;
+    std::vector<AdamRun> runs;
+    for (int k = 0; k < M->ntensors; k++) {
+        const ParamTensor *pt = &M->tensors[k];
+        size_t o = pt->offset, e = o + pt->numel;
+        for (int b = 0; b < (g_zero ? M->nbucket : 1); b++) { // the tensor, or its parts in this rank's slices
+            size_t lo = o, hi = e, mom = 0, m = o;
+            if (g_zero) {
+                size_t slo, n = zero_slice(M, b, &slo, &mom);
+                lo = std::max(o, slo); hi = std::min(e, slo + n); m = mom + (lo - slo);
+            }
+            for (size_t j = lo; j < hi; j += ADAMW_RUN)
+                runs.push_back({j, m + (j - lo), (int)std::min((size_t)ADAMW_RUN, hi - j), pt->decay});
+        }
+    }
+    M->adam_nruns = (int)runs.size();
+    M->adam_runs = (AdamRun *)xcudamalloc(std::max(runs.size(), (size_t)1) * sizeof(AdamRun));
+    CUDA_CHECK(cudaMemcpy(M->adam_runs, runs.data(), runs.size() * sizeof(AdamRun), cudaMemcpyHostToDevice));
+    return M->adam_runs;
 }
 // One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), as train_natsl.c: of
 // every tensor, or under ZeRO-1 of the parts of the tensors in this rank's slices, whose parameters are then
@@ -5584,21 +5619,10 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
     PROF_OP();
     model_alloc_moments(M);
     double c1 = 1 - pow(ADAMW_BETA1, t), c2 = 1 - pow(ADAMW_BETA2, t);
-    for (int k = 0; k < M->ntensors; k++) {
-        const ParamTensor *pt = &M->tensors[k];
-        double decay = pt->decay ? wd : 0;
-        size_t o = pt->offset, e = o + pt->numel;
-        for (int b = 0; b < (g_zero ? M->nbucket : 1); b++) { // the tensor, or its parts in this rank's slices
-            size_t lo = o, hi = e, mom = 0, m = o;
-            if (g_zero) {
-                size_t slo, n = zero_slice(M, b, &slo, &mom);
-                lo = std::max(o, slo); hi = std::min(e, slo + n); m = mom + (lo - slo);
-                if (lo >= hi) continue;
-            }
-            adamw_kernel<<<(unsigned)CEIL_DIV(hi - lo, 256), 256>>>(M->params + lo, M->grads + lo, M->adam_m + m,
-                                                                   M->adam_v + m, hi - lo, lr, decay, grad_scale, c1, c2);
-            CUDA_CHECK(cudaGetLastError());
-        }
+    const AdamRun *runs = adamw_runs(M);
+    if (M->adam_nruns) {
+        adamw_kernel<<<M->adam_nruns, 256>>>(M->params, M->grads, M->adam_m, M->adam_v, runs, lr, wd, grad_scale, c1, c2);
+        CUDA_CHECK(cudaGetLastError());
     }
     if (!g_zero) return;
     comm_after_compute();
