@@ -98,6 +98,23 @@ __device__ __forceinline__ float2 ld2(const float *p) { return *reinterpret_cast
 __device__ __forceinline__ float2 ld2(const __nv_bfloat16 *p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p)); }
 __device__ __forceinline__ void st2(float *p, float a, float b) { *reinterpret_cast<float2 *>(p) = make_float2(a, b); }
 __device__ __forceinline__ void st2(__nv_bfloat16 *p, float a, float b) { *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b); }
+__device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ float4 ld4(const __nv_bfloat16 *p) { // 8-byte aligned
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ void st4(float *p, float a, float b, float c, float d) {
+    *reinterpret_cast<float4 *>(p) = make_float4(a, b, c, d);
+}
+__device__ __forceinline__ void st4(__nv_bfloat16 *p, float a, float b, float c, float d) { // 8-byte aligned
+    __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+    uint2 u;
+    u.x = *reinterpret_cast<const unsigned *>(&lo);
+    u.y = *reinterpret_cast<const unsigned *>(&hi);
+    *reinterpret_cast<uint2 *>(p) = u;
+}
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -329,10 +346,186 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
 // The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot`, bf16 values behind a real
 // pointer. train_natsl.c has no such calls: its gemm rounds every operand as it packs it.
 static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
+// Narrow products (OC ≤ 32 outputs: the gate projection W_ab, ω's W_ow, the router's W_r) are bandwidth-bound and
+// cuBLAS runs them at 1–4% of its rate (bench_gpu gemm). Three kernels do them instead, with the same operands (the
+// weight rounded to bf16 in bf16 mode, fp32 accumulation): W sits in shared memory (OC·C floats), a warp takes
+// SK_ROWS rows at once (one pass over W's shared copy per SK_ROWS rows), lanes own runs of four columns (c = 128·j +
+// 4·lane + i). dW is summed per block over a range of rows in a fixed order, then over the blocks (colsum_finish).
+#define SK_ROWS 4
+#define SK_MAX_SMEM (96 * 1024)
+template <int OCM> __device__ __forceinline__ void skinny_stage_w(float *ws, const float *w, int n, int round) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ws[i] = round ? __bfloat162float(__float2bfloat16_rn(w[i])) : w[i];
+    __syncthreads();
+}
+// out[r][o] = Σ_c inp[r][c] W[o][c]
+template <int OCM, class X, class Y>
+__global__ void __launch_bounds__(256) skinny_forward_kernel(Y *__restrict__ out, const X *__restrict__ inp,
+        const float *__restrict__ w, int R, int C, int OC, int round) {
+    extern __shared__ float ws[];
+    skinny_stage_w<OCM>(ws, w, OC * C, round);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int r0 = (blockIdx.x * 8 + warp) * SK_ROWS; r0 < R; r0 += gridDim.x * 8 * SK_ROWS) {
+        float acc[SK_ROWS][OCM];
+#pragma unroll
+        for (int k = 0; k < SK_ROWS; k++)
+#pragma unroll
+            for (int o = 0; o < OCM; o++) acc[k][o] = 0.f;
+        for (int c = 4 * lane; c < C; c += 128) {
+            float4 x[SK_ROWS];
+#pragma unroll
+            for (int k = 0; k < SK_ROWS; k++)
+                x[k] = r0 + k < R ? ld4(inp + (size_t)(r0 + k) * C + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int o = 0; o < OCM; o++) {
+                if (o >= OC) break;
+                const float4 wv = *reinterpret_cast<const float4 *>(ws + o * C + c);
+#pragma unroll
+                for (int k = 0; k < SK_ROWS; k++)
+                    acc[k][o] += x[k].x * wv.x + x[k].y * wv.y + x[k].z * wv.z + x[k].w * wv.w;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < SK_ROWS; k++)
+#pragma unroll
+            for (int o = 0; o < OCM; o++) {
+                if (o >= OC) break;
+                float t = warp_sum(acc[k][o]);
+                if (lane == o && r0 + k < R) st(out + (size_t)(r0 + k) * OC + o, t);
+            }
+    }
+}
+// dinp[r][c] (+)= Σ_o dout[r][o] W[o][c]   (add: accumulate into dinp)
+template <int OCM, class X>
+__global__ void __launch_bounds__(256) skinny_dinp_kernel(float *__restrict__ dinp, const X *__restrict__ dout,
+        const float *__restrict__ w, int R, int C, int OC, int round, int add) {
+    extern __shared__ float ws[];
+    skinny_stage_w<OCM>(ws, w, OC * C, round);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int r0 = (blockIdx.x * 8 + warp) * SK_ROWS; r0 < R; r0 += gridDim.x * 8 * SK_ROWS) {
+        float d[SK_ROWS]; // lane o holds dout[r0 + k][o]
+#pragma unroll
+        for (int k = 0; k < SK_ROWS; k++) d[k] = r0 + k < R && lane < OC ? ld(dout + (size_t)(r0 + k) * OC + lane) : 0.f;
+        for (int c0 = 0; c0 < C; c0 += 128) { // every lane in every pass: the shuffles below need the whole warp
+            const int c = c0 + 4 * lane;
+            float4 acc[SK_ROWS];
+#pragma unroll
+            for (int k = 0; k < SK_ROWS; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int o = 0; o < OCM; o++) {
+                if (o >= OC) break;
+                const float4 wv = c < C ? *reinterpret_cast<const float4 *>(ws + o * C + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int k = 0; k < SK_ROWS; k++) {
+                    const float dk = __shfl_sync(0xffffffffu, d[k], o);
+                    acc[k].x += dk * wv.x; acc[k].y += dk * wv.y; acc[k].z += dk * wv.z; acc[k].w += dk * wv.w;
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < SK_ROWS; k++) {
+                if (r0 + k >= R || c >= C) break;
+                float *p = dinp + (size_t)(r0 + k) * C + c;
+                if (add) { const float4 o = ld4(p); acc[k].x += o.x; acc[k].y += o.y; acc[k].z += o.z; acc[k].w += o.w; }
+                st4(p, acc[k].x, acc[k].y, acc[k].z, acc[k].w);
+            }
+        }
+    }
+}
+// part[blockIdx.y][o][c] = Σ_{rows r of block row blockIdx.y} dout[r][o] inp[r][c], for the 128 columns of block
+// column blockIdx.x: each warp sums every 8th row, then the warps add in order.
+template <int OCM, class X>
+__global__ void __launch_bounds__(256) skinny_dw_kernel(float *__restrict__ part, const X *__restrict__ dout,
+        const X *__restrict__ inp, int R, int C, int OC, int rows_per_block) {
+    __shared__ float sh[OCM][128];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = blockIdx.x * 128 + 4 * lane;
+    int rlo = blockIdx.y * rows_per_block, rhi = min(R, rlo + rows_per_block);
+    float acc[OCM][4];
+#pragma unroll
+    for (int o = 0; o < OCM; o++) acc[o][0] = acc[o][1] = acc[o][2] = acc[o][3] = 0.f;
+    for (int r = rlo + warp; r < rhi; r += 8) { // every lane: the shuffles below need the whole warp
+        const float4 x = c < C ? ld4(inp + (size_t)r * C + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float d = lane < OC ? ld(dout + (size_t)r * OC + lane) : 0.f;
+#pragma unroll
+        for (int o = 0; o < OCM; o++) {
+            if (o >= OC) break;
+            const float dk = __shfl_sync(0xffffffffu, d, o);
+            acc[o][0] += dk * x.x; acc[o][1] += dk * x.y; acc[o][2] += dk * x.z; acc[o][3] += dk * x.w;
+        }
+    }
+    for (int i = threadIdx.x; i < OCM * 128; i += blockDim.x) sh[i / 128][i % 128] = 0.f;
+    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
+        __syncthreads();
+        if (warp == k)
+#pragma unroll
+            for (int o = 0; o < OCM; o++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) sh[o][4 * lane + i] += acc[o][i];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < OC * 128; i += blockDim.x) {
+        int o = i / 128, cc = blockIdx.x * 128 + i % 128;
+        if (cc < C) part[((size_t)blockIdx.y * OC + o) * C + cc] = sh[o][i % 128];
+    }
+}
+// Whether the narrow kernels take a product: OC ≤ 32, C a multiple of 4, W's shared copy within SK_MAX_SMEM, the
+// [R][C] operands (inp, and dinp where given) 16-byte aligned.
+static bool skinny_ok(int C, int OC, const void *inp, const void *dinp) {
+    return OC <= 32 && C % 4 == 0 && (size_t)OC * C * sizeof(float) <= SK_MAX_SMEM && (uintptr_t)inp % 16 == 0 &&
+           (uintptr_t)dinp % 16 == 0;
+}
+// f(OCM, X): OCM the register width for OC (8, 16 or 32), X the operands' element type
+template <class F> static void skinny_dispatch(int OC, F f) {
+    auto go = [&](auto ocm) {
+        if (g_bf16) f(ocm, (__nv_bfloat16 *)nullptr);
+        else f(ocm, (float *)nullptr);
+    };
+    if (OC <= 8) go(std::integral_constant<int, 8>());
+    else if (OC <= 16) go(std::integral_constant<int, 16>());
+    else go(std::integral_constant<int, 32>());
+}
+template <class K> static int skinny_blocks(K kernel, size_t smem, int R) {
+    int per_sm = 0;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem));
+    return std::max(1, std::min(CEIL_DIV(R, 8 * SK_ROWS), std::max(per_sm, 1) * num_sms()));
+}
+static void skinny_forward(real *out, const real *inp, const real *w, int R, int C, int OC, int out_mp) {
+    size_t smem = (size_t)OC * C * sizeof(float);
+    skinny_dispatch(OC, [&](auto ocm, auto xt) {
+        using X = std::remove_pointer_t<decltype(xt)>;
+        constexpr int OCM = decltype(ocm)::value;
+        auto launch = [&](auto *o) {
+            auto kernel = skinny_forward_kernel<OCM, X, std::remove_pointer_t<decltype(o)>>;
+            kernel<<<skinny_blocks(kernel, smem, R), 256, smem>>>(o, (const X *)inp, w, R, C, OC, g_bf16);
+        };
+        if (out_mp) launch((X *)out);
+        else launch(out);
+    });
+    CUDA_CHECK(cudaGetLastError());
+}
+static void skinny_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w, int R, int C,
+                            int OC, int dinp_add) {
+    size_t smem = (size_t)OC * C * sizeof(float);
+    skinny_dispatch(OC, [&](auto ocm, auto xt) {
+        using X = std::remove_pointer_t<decltype(xt)>;
+        constexpr int OCM = decltype(ocm)::value;
+        if (dinp) {
+            auto kernel = skinny_dinp_kernel<OCM, X>;
+            kernel<<<skinny_blocks(kernel, smem, R), 256, smem>>>(dinp, (const X *)dout, w, R, C, OC, g_bf16, dinp_add);
+            CUDA_CHECK(cudaGetLastError());
+        }
+        int rows = std::max(256, CEIL_DIV(R, std::max(1, 2 * num_sms() / CEIL_DIV(C, 128))));
+        dim3 grid(CEIL_DIV(C, 128), CEIL_DIV(R, rows));
+        float *part = colpart((size_t)grid.y * OC * C);
+        skinny_dw_kernel<OCM, X><<<grid, 256>>>(part, (const X *)dout, (const X *)inp, R, C, OC, rows);
+        CUDA_CHECK(cudaGetLastError());
+        colsum_finish(dw, part, grid.y, OC * C, OC * C, 0);
+    });
+}
 // out_mp: out is stored in the matmul precision (it feeds only kernels that read that precision: the short conv,
 // the gated norm's gate, SwiGLU, the classifier)
 static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp) {
     PROF_OP();
+    if (skinny_ok(C, OC, inp, NULL)) return skinny_forward(out, inp, weight, BT, C, OC, out_mp);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, inp, C, 0.f, out, OC, out_mp);
 }
 // dinp += dout W, or = where dinp_add is 0 (the matmul is dinp's one producer; skipped when dinp is NULL);
@@ -340,6 +533,8 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                             const real *weight, int BT, int C, int OC, int dinp_add) {
     PROF_OP();
+    if (skinny_ok(C, OC, inp, dinp))
+        return skinny_backward(dinp, dweight, dout, inp, weight, BT, C, OC, dinp_add);
     if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, dout, OC,
                    dinp_add ? 1.f : 0.f, dinp, C);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
@@ -369,13 +564,6 @@ template <int MAX_NJ = 64, class F> static void rows_dispatch(const char *who, i
 template <bool V4> __device__ __forceinline__ int row_col(int lane, int j) {
     return V4 ? (j >> 2) * 128 + 4 * lane + (j & 3) : lane + 32 * j;
 }
-__device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
-__device__ __forceinline__ float4 ld4(const __nv_bfloat16 *p) { // 8-byte aligned
-    const uint2 u = *reinterpret_cast<const uint2 *>(p);
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
-    return make_float4(a.x, a.y, b.x, b.y);
-}
 template <int NJ, bool V4, class X> __device__ __forceinline__ void row_load(float (&v)[NJ], const X *p, int lane, int n) {
 #pragma unroll
     for (int j = 0; j < NJ; j += V4 ? 4 : 1) {
@@ -390,16 +578,6 @@ template <int NJ, bool V4, class X> __device__ __forceinline__ void row_load(flo
 template <int NJ, bool V4> __device__ __forceinline__ void row_load_w(float (&v)[NJ], const float *p, int lane, int n) {
 #pragma unroll
     for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); v[j] = i < n ? p[i] : 0.f; }
-}
-__device__ __forceinline__ void st4(float *p, float a, float b, float c, float d) {
-    *reinterpret_cast<float4 *>(p) = make_float4(a, b, c, d);
-}
-__device__ __forceinline__ void st4(__nv_bfloat16 *p, float a, float b, float c, float d) { // 8-byte aligned
-    __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
-    uint2 u;
-    u.x = *reinterpret_cast<const unsigned *>(&lo);
-    u.y = *reinterpret_cast<const unsigned *>(&hi);
-    *reinterpret_cast<uint2 *>(p) = u;
 }
 template <int NJ, bool V4, class Y> __device__ __forceinline__ void row_store(Y *p, const float (&v)[NJ], int lane, int n) {
 #pragma unroll
