@@ -866,18 +866,30 @@ __device__ float block_sum(float x, float *sh) {
     for (int i = 0; i < nw; i++) r += sh[i];
     return r;
 }
+// f(i, z_i) for the block's share of the row's first n values: runs of four (one 8- or 16-byte load) where the row
+// allows (vec: Vp % 4 == 0, so every row starts aligned), then one at a time.
+template <class MP, class F> __device__ __forceinline__ void row_visit(const MP *z, int n, bool vec, F f) {
+    int n4 = vec ? n / 4 * 4 : 0;
+    for (int i = 4 * threadIdx.x; i < n4; i += 4 * blockDim.x) {
+        const float4 v = ld4(z + i);
+        f(i, v.x); f(i + 1, v.y); f(i + 2, v.z); f(i + 3, v.w);
+    }
+    for (int i = n4 + threadIdx.x; i < n; i += blockDim.x) f(i, ld(z + i));
+}
 // MP: the matmul-precision type of the logits (the head's output) and of their gradient (its backward's dout).
+// One pass over the row: each thread keeps a running maximum m and Σ exp(z − m), rescaled when m grows.
 template <class MP>
 __global__ void crossentropy_forward_kernel(float *losses, float *lse, const MP *logits, const int *targets, int V, int Vp) {
     __shared__ float sh[32];
     size_t bt = blockIdx.x;
     const MP *z = logits + bt * Vp;
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ld(z + i));
-    mx = block_max(mx, sh);
-    float s = 0.f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(ld(z + i) - mx);
-    s = block_sum(s, sh);
+    float m = -INFINITY, s = 0.f;
+    row_visit(z, V, Vp % 4 == 0, [&](int, float x) {
+        if (x > m) { s = s * expf(m - x) + 1.f; m = x; }
+        else s += expf(x - m);
+    });
+    float mx = block_max(m, sh);
+    s = block_sum(m == -INFINITY ? 0.f : s * expf(m - mx), sh);
     if (threadIdx.x == 0) {
         float l = mx + logf(s);
         lse[bt] = l;
@@ -892,18 +904,20 @@ static void crossentropy_forward(real *losses, real *lse, const real *logits, co
     CUDA_CHECK(cudaGetLastError());
 }
 // logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding; in the matmul
-// precision (the head's backward is its only reader), like the logits themselves.
+// precision (the head's backward is its only reader), like the logits themselves. Runs of four where Vp % 4 == 0.
 template <class MP>
 __global__ void crossentropy_backward_kernel(MP *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
     size_t bt = blockIdx.x;
     MP *z = logits + bt * Vp;
     float l = lse[bt];
     int tg = targets[bt];
-    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
-        float d = i < V ? dloss * expf(ld(z + i) - l) : 0.f;
-        if (i == tg) d -= dloss;
-        st(z + i, d);
+    auto d = [&](int i, float x) { return (i < V ? dloss * expf(x - l) : 0.f) - (i == tg ? dloss : 0.f); };
+    int n4 = Vp % 4 == 0 ? Vp : 0;
+    for (int i = 4 * threadIdx.x; i < n4; i += 4 * blockDim.x) {
+        const float4 v = ld4(z + i);
+        st4(z + i, d(i, v.x), d(i + 1, v.y), d(i + 2, v.z), d(i + 3, v.w));
     }
+    for (int i = n4 + threadIdx.x; i < Vp; i += blockDim.x) st(z + i, d(i, ld(z + i)));
 }
 static void crossentropy_backward(real *logits, const real *lse, const int *targets, real dloss,
                                   int BT, int V, int Vp) {
