@@ -692,7 +692,7 @@ static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int
     else l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
     CUDA_CHECK(cudaGetLastError());
 }
-// dx += ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i)
+// dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), written: the layers add the other parts of dQ, dK after it
 template <class MP> __global__ void l2norm_backward_kernel(float *dx, const float *dy, const MP *y, const float *rho, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -701,7 +701,7 @@ template <class MP> __global__ void l2norm_backward_kernel(float *dx, const floa
     float dot = 0.f;
     for (int i = lane; i < n; i += 32) dot += ld(yr + i) * dyr[i];
     dot = warp_sum(dot);
-    for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] += rho[r] * (dyr[i] - ld(yr + i) * dot);
+    for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] = rho[r] * (dyr[i] - ld(yr + i) * dot);
 }
 static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
     PROF_OP();
@@ -5061,12 +5061,12 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
-// Takes the gradients in d (of q, k, v, q̂, k̂, gate, g, β) down to dx (+=) and the parameters.
+// Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to dx (+=)
+// and the parameters.
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
                                 const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
-    l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, H, c->dk);
     conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
@@ -5096,6 +5096,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
     matmul_backward(d->y, gp->wo, operand(dout, (size_t)B * T * c->D, OPERAND_DOUT), a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
+    l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * B * T, c->H, c->dk); // writes dQ, dK
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
@@ -5166,6 +5167,8 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
+    // dQ, dK: the L2 norm's backward writes them, ω's and the softmax planes' RMSNorms add their parts
+    l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, c->H, c->dk);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha, 1);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }

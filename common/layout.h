@@ -106,8 +106,8 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // scratch), in two layouts over the same room, one after the other: with GRADS_MLP or'ed in, the MLP's (xn2, hmid,
 // gu), without it the mixer's, which the backward pass needs only once the MLP's are spent. In each: first the
 // fields it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer
-// writes whole (the conv's and SwiGLU's input gradients, the gated norm's, those of the output projection's, the
-// MLP's and the router's inputs: matmul_backward writing dinp), which need no zeroing. ACTS_BF16,
+// writes whole (the conv's and SwiGLU's input gradients, the gated norm's, the L2 norm's, those of the output
+// projection's, the MLP's and the router's inputs: matmul_backward writing dinp), which need no zeroing. ACTS_BF16,
 // or'ed into a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the room.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_SHARED = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
        ACTS_GRADS_MLP = 64, ACTS_BF16 = 128 };
@@ -141,7 +141,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         TAKE(res, BT * D, KP); TAKE(xn, BT * D, SH | G | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
-            TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | MA); // the N layer's backward reads Q, K (ω, qa, ka)
+            TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA); // N: its backward reads Q, K (ω, qa, ka)
             TAKE(v, BT * Vt, SH | G | MA);
             TAKE(gate, BT * Vt, SH | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
