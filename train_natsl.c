@@ -245,7 +245,7 @@ static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int
         rho[r] = s;
     }
 }
-// dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), written: the layers add the other parts of dQ, dK after it
+// WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i); the layers add the other parts of dQ, dK after it
 static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {

@@ -323,6 +323,7 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
 enum { OPERAND_DOUT, OPERAND_WEIGHT, OPERAND_INPUT, OPERAND_SLOTS };
 // The bf16 copy of x[n] in scratch slot `slot`.
 static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
+    PROF_OP(); // timed where no op encloses it: the output gradients copied for the layers' matmuls
     static __nv_bfloat16 *buf[OPERAND_SLOTS];
     static size_t cap[OPERAND_SLOTS];
     if (n > cap[slot]) {
@@ -692,7 +693,7 @@ static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int
     else l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
     CUDA_CHECK(cudaGetLastError());
 }
-// dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), written: the layers add the other parts of dQ, dK after it
+// WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i); the layers add the other parts of dQ, dK after it
 template <class MP> __global__ void l2norm_backward_kernel(float *dx, const float *dy, const MP *y, const float *rho, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -5248,6 +5249,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
 // block_forward computed them: the two RMSNorm outputs, the gate, the conv's V, the gated norm's output y and the
 // MLP's hidden hmid.
 static void block_rebuild(Model *M, int l, int B, int T) {
+    PROF_OP(); // its ops count here, not under their own names
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
     char kind = c->pattern[l];
