@@ -4768,7 +4768,7 @@ template <class F> static void gated_norm_dispatch(const char *who, const GatedN
     rows_dispatch<GN_MAXNJ>(who, a->n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
         auto aligned = [&](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
-        bool v4 = NJ % 4 == 0 && a->n % 128 == 0 && aligned(a->o1) && aligned(a->o2) && aligned(a->gate) && aligned(out);
+        bool v4 = row_v4<NJ>(a->n, a->o1, a->n, out, a->n) && aligned(a->o2) && aligned(a->gate);
         auto go = [&](auto v) {
             with_mp(a->gate, 1, [&](auto gate) { f(nj, v, (decltype(gate))a->o2, gate); });
         };
@@ -4857,7 +4857,7 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *__restr
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
                                 const real *dy, const real *rstd, const GatedNormArgs *a) {
     PROF_OP();
-    int R = a->rows, n = a->n, blocks = 0;
+    int R = a->rows, n = a->n;
     gated_norm_dispatch(__func__, a, dgate, [&](auto nj, auto v4, auto o2, auto gate) {
         constexpr int NJ = decltype(nj)::value;
         constexpr bool V4 = decltype(v4)::value;
@@ -4865,7 +4865,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         auto kernel = gated_norm_backward_kernel<NJ, V4, MP>;
         int per_sm = 0;
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
-        blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
+        int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
         float *part = colpart((size_t)blocks * 2 * n);
         kernel<<<blocks, 256>>>(do1, do2, domega, (MP *)dgate, part, dy, rstd, a->o1, a->w1, o2, a->w2, a->omega,
                                 gate, R, n);
