@@ -110,7 +110,7 @@ static double dot_r(const real *a, const real *b, size_t n) { return record_term
 
 // ---- primitive layers: loss = Σ R ⊙ output, backward with dout = R -----------------------------------
 typedef struct { int BT, C, OC; real *x, *w, *out, *R; } MatmulCtx;
-static double matmul_loss(void *p) { MatmulCtx *c = p; matmul_forward(c->out, c->x, c->w, c->BT, c->C, c->OC, 0); return dot_r(c->out, c->R, (size_t)c->BT * c->OC); }
+static double matmul_loss(void *p) { MatmulCtx *c = p; matmul_forward(c->out, c->x, c->w, c->BT, c->C, c->OC, 0, NULL); return dot_r(c->out, c->R, (size_t)c->BT * c->OC); }
 static void test_grad_matmul(void) {
     MatmulCtx c = {7, 11, 5, 0, 0, 0, 0};
     c.x = vec(77); c.w = vec(55); c.out = vec(35); c.R = vec(35);
@@ -138,7 +138,7 @@ static void test_grad_matmul(void) {
                 gemm_reference(y0, OC, x, C, 1, w, 1, C, BT, OC, C, 0);
                 gemm_reference(gx0, C, dy, OC, 1, w, C, 1, BT, C, OC, add);
                 gemm_reference(gw0, C, dy, 1, OC, x, C, 1, OC, C, BT, 1);
-                matmul_forward(y, x, w, BT, C, OC, 0);
+                matmul_forward(y, x, w, BT, C, OC, 0, NULL);
                 matmul_backward(gx, gw, dy, x, w, BT, C, OC, add);
                 g_bf16 = 0;
                 double worst = 0;
@@ -550,12 +550,12 @@ static void layer_run(LayerCtx *c) {
     memcpy(c->a.xn, c->x, (size_t)c->B * c->T * cf->D * sizeof(real));
     const LayerParams *p = &c->M->p.layer[c->l];
     char k = cf->pattern[c->l];
-    if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
-    else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, c->B, c->T);
+    if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T);
+    else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T);
     else if (k == 'S') {
         c->M->rb.sel[c->l] = select_gate(c->M, c->l);
-        select_layer_forward(cf, &c->a, p, c->out, c->B, c->T, &c->M->rb.sel[c->l]);
-    } else natsl_layer_forward(cf, &c->a, p, c->out, c->B, c->T, c->M->router_relaxed, NULL, 1);
+        select_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T, &c->M->rb.sel[c->l]);
+    } else natsl_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T, c->M->router_relaxed, NULL, 1);
 }
 // A relaxed S layer's loss adds g_sel_dpen·y_A, a penalty term whose gradient select_layer_backward takes as dpen
 // (7.3e); the hard one's does not depend on s_sel (its gate gradient is off).
@@ -1631,24 +1631,30 @@ static void test_cli_bad_input(void) {
 }
 // Six steps in one go equal three steps, a resume from the checkpoint, and three more: bit for bit; plain, and with
 // every §7 option on (the ST-Gumbel noise stream is part of the state file).
+// trainer with the flags common into dir/full (6 steps) and dir/split (3, a resume, 3 more; `before`: shell commands
+// run before the split run): both runs' step-6 checkpoints must be equal.
+static void check_resume(const char *trainer, const char *common, const char *dir, const char *before) {
+    char cmd[2048], msg[1024], a[600], b[600];
+    snprintf(cmd, sizeof(cmd), "%s %s -o %s/full", trainer, common, dir);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "full run failed: %s", msg);
+    snprintf(cmd, sizeof(cmd), "%s%s %s -o %s/split -n 3 && rm %s/split/model_00000006.bin %s/split/state_00000006.bin"
+             " && %s %s -o %s/split -y 1", before, trainer, common, dir, dir, dir, trainer, common, dir);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "split run failed: %s", msg);
+    snprintf(a, sizeof(a), "%s/full/model_00000006.bin", dir);
+    snprintf(b, sizeof(b), "%s/split/model_00000006.bin", dir);
+    CHECK(files_equal(a, b), "%s: resumed model differs from the uninterrupted one (%s)", trainer, common);
+    snprintf(a, sizeof(a), "%s/full/state_00000006.bin", dir);
+    snprintf(b, sizeof(b), "%s/split/state_00000006.bin", dir);
+    CHECK(files_equal(a, b), "%s: resumed optimizer state differs (%s)", trainer, common);
+}
 static void test_resume_bit_identical(void) {
     if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
     const char *opts[3] = {"", "-B 0.3 -F 0.2 -A 0.01 -G 1 -R 0.9", "-a GSNS -S 0.5 -G 1 -R 0.9"};
     for (int o = 0; o < 3; o++) {
-        char dir[] = "/tmp/natsl_resume_XXXXXX", cmd[2048], msg[1024], a[600], b[600], common[256];
+        char dir[] = "/tmp/natsl_resume_XXXXXX", cmd[2048], msg[1024], common[256];
         CHECK(mkdtemp(dir) != NULL, "mkdtemp");
         snprintf(common, sizeof(common), "-b 2 -t 128 -l 1e-3 -u 2 -x 6 -v 3 -m 2 -s 3 -g 8 %s", opts[o]);
-        snprintf(cmd, sizeof(cmd), "%s %s -o %s/full", g_trainer, common, dir);
-        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "full run failed: %s", msg);
-        snprintf(cmd, sizeof(cmd), "%s %s -o %s/split -n 3 && rm %s/split/model_00000006.bin %s/split/state_00000006.bin"
-                 " && %s %s -o %s/split -y 1", g_trainer, common, dir, dir, dir, g_trainer, common, dir);
-        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "split run failed: %s", msg);
-        snprintf(a, sizeof(a), "%s/full/model_00000006.bin", dir);
-        snprintf(b, sizeof(b), "%s/split/model_00000006.bin", dir);
-        CHECK(files_equal(a, b), "resumed model differs from the uninterrupted one (options '%s')", opts[o]);
-        snprintf(a, sizeof(a), "%s/full/state_00000006.bin", dir);
-        snprintf(b, sizeof(b), "%s/split/state_00000006.bin", dir);
-        CHECK(files_equal(a, b), "resumed optimizer state differs (options '%s')", opts[o]);
+        check_resume(g_trainer, common, dir, "");
         snprintf(cmd, sizeof(cmd), "grep -c '^s:6 trl:' %s/split/main.log | grep -q 1 && grep -q '^s:3 tel:' %s/split/main.log"
                  " && grep -q '^s:[0-9]* sfr:[12]:' %s/split/main.log", dir, dir, dir);
         CHECK(system(cmd) == 0, "main.log lacks the expected trl/tel/sfr lines");
@@ -2431,6 +2437,11 @@ static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
                              {"tiny GSNS, layer selection", "-a GSNS -S 0.5"},
                              {"760m GN", "-e 760m -a GN -b 1 -t 128 -l 3e-4 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
+    // every GPU run takes the products' algorithms that the first to meet a product chose (bf16 mode times them), so
+    // that the runs compared bit for bit (-k 1, -k 2 against -k 0) run the same products
+    const char *algos = "/tmp/natsl_gemm_algos_test.bin";
+    remove(algos);
+    setenv("NATSL_GEMM_ALGOS", algos, 1);
     for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
         Config cf;
         char msg[1024];
@@ -2470,6 +2481,26 @@ static void test_cpu_vs_gpu(void) {
     }
     remove("/tmp/natsl_cpu_fp32.bin"); remove("/tmp/natsl_cpu_bf16.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
     remove("/tmp/natsl_gpu_k2.bin"); remove("/tmp/natsl_gpu_fma.bin"); remove("/tmp/natsl_cpu_exact.bin");
+    remove(algos);
+    unsetenv("NATSL_GEMM_ALGOS");
+}
+
+// The GPU trainer in bf16 resumes bit-identically too: a run keeps the products' algorithms that it chose by timing in
+// dir/gemm_algos.bin and a resume takes them from there (the split run starts from the full run's choices, as the
+// two would otherwise time their own); a cache that does not read whole is timed again with a note, and the run
+// goes on.
+static void test_gpu_resume_bit_identical(void) {
+    char dir[] = "/tmp/natsl_gpu_resume_XXXXXX", cmd[2048], msg[1024], before[600];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    const char *common = "-b 2 -t 128 -l 1e-3 -u 2 -x 6 -v 3 -m 2 -s 3 -g 8 -a GNA";
+    snprintf(before, sizeof(before), "mkdir %s/split && cp %s/full/gemm_algos.bin %s/split/ && ", dir, dir, dir);
+    check_resume("./train_natsl_cu", common, dir, before);
+    snprintf(cmd, sizeof(cmd), "test -s %s/split/gemm_algos.bin && head -c 20 %s/split/gemm_algos.bin > %s/cut.bin && "
+             "mv %s/cut.bin %s/split/gemm_algos.bin && ./train_natsl_cu %s -o %s/split -y 1 -x 7 | grep -q "
+             "'gemm_algos.bin does not read whole: the products are timed again'", dir, dir, dir, dir, dir, common, dir);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "a cut gemm_algos.bin: %s", msg);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
 }
 
 int main(int argc, char **argv) {
@@ -2532,8 +2563,10 @@ int main(int argc, char **argv) {
     RUN(test_dist_batches);
     RUN(test_dist_zero_checkpoint);
     char why[256];
-    if (gpu_available(why, sizeof(why))) RUN(test_cpu_vs_gpu);
-    else printf("CPU vs GPU comparison: skipped (%s)\n", why);
+    if (gpu_available(why, sizeof(why))) {
+        RUN(test_gpu_resume_bit_identical);
+        RUN(test_cpu_vs_gpu);
+    } else printf("GPU tests (resume, CPU vs GPU comparison): skipped (%s)\n", why);
     printf("time: %.1f s\n", now_s() - t0);
     if (g_stdout_path[0]) { remove(g_stdout_path); remove(g_stderr_path); }
     printf("%d passed, %d failed\n", g_passed, g_failed);

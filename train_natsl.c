@@ -100,11 +100,15 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
     }
 }
 
-// ---- linear layer (§0): out[BT][OC] = inp[BT][C] Wᵀ, W[OC][C] ------------------------------------
+// ---- linear layer (§0): out[BT][OC] = inp[BT][C] Wᵀ (+ add[BT][OC]), W[OC][C] ------------------------------
 // out_bf16: in bf16 mode the GPU stores out in bf16 (it only feeds kernels that read bf16: the short conv,
-// the gated norm's gate, SwiGLU, the classifier), so it is rounded here too.
-static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_bf16) {
+// the gated norm's gate, SwiGLU, the classifier), so it is rounded here too. add (NULL: none): a residual stream
+// that the output lands on, (2.1c-d).
+static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_bf16,
+                           const real *add) {
     gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
+    if (add)
+        for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] += add[i];
     if (out_bf16 && g_bf16) {
         #pragma omp parallel for
         for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] = matmul_precision(out[i]);
@@ -655,7 +659,7 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
                 for (int i = 0; i < D; i++) p[i] += matmul_precision(x[((size_t)b * T + t) * D + i]);
             for (int i = 0; i < D; i++) p[i] /= CH;
         }
-    matmul_forward(logits, pool, Wr, B * Nc, D, 2 * H, 0);
+    matmul_forward(logits, pool, Wr, B * Nc, D, 2 * H, 0, NULL);
     if (!noise) pair_softmax_forward(pi, logits, (size_t)B * Nc * H);
     else
         for (size_t i = 0; i < (size_t)B * Nc * H; i++) { // (7.2a)
@@ -853,12 +857,12 @@ static void model_zero_grad(Model *M) { memset(M->grads, 0, M->nparams * sizeof(
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL);
     conv_silu_forward(a->q, a->proj, W, 0, p->conv, B, T, K);      // proj's columns: Q | K | V
     conv_silu_forward(a->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
-    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0);
+    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
+    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
@@ -877,14 +881,16 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
 }
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
-// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = y W_oᵀ
-static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
+// (every layer: res is the residual stream that the output lands on, (2.1c); NULL: none)
+static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                              int T) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
     gdn_inputs_forward(c, a, p, B, T);
     gdn_op_forward(a->gdn_out, a->state, &op);
     gated_norm_forward(a->y, a->norm_rstd, &norm);
-    matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
+    matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0, res);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -898,16 +904,17 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 }
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
-// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place;  o = causal softmax attention;  out = o W_oᵀ.
+// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place;  o = causal softmax attention;  out = res + o W_oᵀ.
 // proj and o are stored in the matmul precision (the GPU's bf16 mode keeps them in bf16). The q and k blocks are
 // adjacent, so one RoPE call over 2·heads heads rotates both.
-static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T) {
+static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
+                                    int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
     rope_forward(a->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, 1);
     attention_forward(a->att_out, a->lse, &op);
-    matmul_forward(out, a->att_out, p->wo, BT, D, D, 0);
+    matmul_forward(out, a->att_out, p->wo, BT, D, D, 0, res);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -924,11 +931,11 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 // (optional RoPE, §5.8); GDN op on q̂, k̂, V as in G, both driven by Ã (§5.3, §5.4). ω = pair softmax of
 // Q W_owᵀ (§5.1). Fused norm (§5.6), over the Ha rows of d_va features of each token (the GDN output
 // [H][d_v] re-viewed as [Ha][d_va]):  y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j);
-// out = y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536]; H = 6 GDN heads of 128/256, Ha = 12 softmax
+// out = res + y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536]; H = 6 GDN heads of 128/256, Ha = 12 softmax
 // heads of 64/128 (dka/dva).
 // noise, tau: ST-Gumbel routing (§7.2; noise NULL = off).
-static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                int relaxed, const real *noise, real tau) {
+static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                                int T, int relaxed, const real *noise, real tau) {
     int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
@@ -938,12 +945,12 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 1, 1);
     rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 1, 1);
     if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 1); rope_forward(a->ka, BT, T, Ha, dka, K, 1); }
-    matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0);
+    matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0, NULL);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     attention_forward(a->att_out, a->lse, &att);
     gdn_op_forward(a->gdn_out, a->state, &gdn);
     gated_norm_forward(a->y, a->norm_rstd, &norm);
-    matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
+    matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0, res);
 }
 // The softmax op's backward writes dV and dA[...][0]; the GDN op's then adds its part to dV and writes dA[...][1]:
 // together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
@@ -972,17 +979,19 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
 
 // ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------
 // Both mixers run on x: the A mixer (§4, with its own W_qkv_a, W_o_a) into sel_out's first plane, the G mixer (§3)
-// into its second; out = the one the gate chose (the value of Ã_A·A(x) + Ã_G·G(x), (7.3c)), or in relaxed mode
-// (tests) y_A·A(x) + y_G·G(x).
-static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                 const SelGate *g) {
+// into its second; out = res + the one the gate chose (the value of Ã_A·A(x) + Ã_G·G(x), (7.3c)), or in relaxed
+// mode (tests) res + y_A·A(x) + y_G·G(x).
+static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
+                                 int B, int T, const SelGate *g) {
     size_t n = (size_t)B * T * c->D;
     LayerActs aa = select_attn_acts(c, a, B, T, 0);
     LayerParams pa = select_attn_params(p);
-    attention_layer_forward(c, &aa, &pa, a->sel_out, B, T);
-    gdn_layer_forward(c, a, p, a->sel_out + n, B, T);
-    for (size_t i = 0; i < n; i++)
+    attention_layer_forward(c, &aa, &pa, a->sel_out, NULL, B, T);
+    gdn_layer_forward(c, a, p, a->sel_out + n, NULL, B, T);
+    for (size_t i = 0; i < n; i++) {
         out[i] = g->relaxed ? g->y_a * a->sel_out[i] + g->y_g * a->sel_out[n + i] : a->sel_out[(g->a ? 0 : n) + i];
+        if (res) out[i] += res[i];
+    }
 }
 // (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen (the penalty's λ_S/L, (7.3e), in the loss's scale), ∂L/∂y_G = ⟨dout, G(x)⟩,
 // to s_sel through sel_grad (none with gate_grad = 0: the tests' hard mode). The chosen mixer's backward gets dout,
@@ -1030,15 +1039,15 @@ static void block_forward(Model *M, int l, int B, int T) {
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
-    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T);
-    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T);
+    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T);
+    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T);
     else if (c->pattern[l] == 'S') {
         M->rb.sel[l] = select_gate(M, l);
-        select_layer_forward(c, a, p, a->r, B, T, &M->rb.sel[l]);
-    } else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, router_noise(M, l, B, T), M->rb.noise ? M->rb.tau : 1);
-    for (size_t i = 0; i < (size_t)BT * D; i++) a->r[i] += a->res[i];
+        select_layer_forward(c, a, p, a->r, a->res, B, T, &M->rb.sel[l]);
+    } else natsl_layer_forward(c, a, p, a->r, a->res, B, T, M->router_relaxed, router_noise(M, l, B, T),
+                             M->rb.noise ? M->rb.tau : 1);
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
-    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
+    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
@@ -1054,7 +1063,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
     if (kind != 'A') { // G, N, S (an S layer's G mixer)
         int K = cfg_K(c), Vt = cfg_Vt(c);
-        matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
+        matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
         GatedNormArgs norm = kind == 'N' ? natsl_norm_args(c, a, p->n1, p->n2, B, T)
                                          : gdn_layer_norm_args(c, a, p->o_norm, B, T);
@@ -1075,11 +1084,10 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T);
-        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0);
-        for (size_t i = 0; i < (size_t)BT * D; i++) out[i] += M->la[l].r[i];
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0, M->la[l].r);
     }
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 0, 1);
-    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1);
+    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1, NULL);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);
         double s = 0;

@@ -12,8 +12,9 @@ Before section 1: the GPU plumbing (error checks, storage-type helpers, determin
 GPU organization (see dev/cuda/README.md):
   * parameters, gradients, AdamW moments and all activations live on the GPU in flat buffers with the
     C program's layouts (config.h's parameter layout; layer_acts_layout for activations);
-  * linear layers go through cuBLAS (row-major y = x Wᵀ mapped onto column-major sgemm); in fp32 mode
-    cuBLAS runs in CUBLAS_PEDANTIC_MATH (true fp32, no TF32);
+  * linear layers go through cuBLAS (row-major y = x Wᵀ mapped onto column-major products; bf16 mode through
+    cuBLASLt with a per-shape algorithm search); in fp32 mode cuBLAS runs in CUBLAS_PEDANTIC_MATH (true fp32,
+    no TF32);
   * the softmax ops (A layers, NAtS-L softmax op) use the masked flash-attention kernels below (their
     test harness: dev/cuda/attention/masked_attention.cu), in their 3xTF32 (fp32-accurate) mode;
   * TESTING defined before including this file leaves out main (dev/bench_gpu.cu and the harnesses in
@@ -43,7 +44,7 @@ GPU organization (see dev/cuda/README.md):
     N layers; else 1xTF32), the GDN op as above; the residual stream, the op outputs, the other norms' inputs,
     master weights and AdamW stay fp32 (train_natsl -p bf16 rounds the same values on the CPU);
   * NATSL_PROFILE=1 in the environment: per-op-kind GPU times printed at the end of training.
-Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS and NCCL; make train_natsl_cu_mpi adds MPI).
+Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS, cuBLASLt and NCCL; make train_natsl_cu_mpi adds MPI).
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -56,10 +57,12 @@ Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS and NCCL; make tr
 #include <sys/stat.h>
 #include <algorithm>
 #include <vector>
+#include <deque>
 #include <type_traits>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <nccl.h>
 #ifdef USE_MPI
 #define OMPI_SKIP_MPICXX 1  // the C interface only (MPI's C++ bindings do not build warning-free)
@@ -335,23 +338,211 @@ static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
     CUDA_CHECK(cudaGetLastError());
     return buf[slot];
 }
-// C_mp: C is stored in the matmul precision (bf16 mode: bf16, rounded from the fp32 accumulator)
+// bf16 mode runs the products through cuBLASLt with, for each distinct product (shape, transposes, strides,
+// accumulate or not, output type), the fastest of the first GEMM_CANDIDATES algorithms its heuristic offers, timed
+// once on the product's own operands (dev/cuda/gemm_tune: cublasGemmEx's choice, which equals the heuristic's first,
+// is 6.8% slower over the 340m's linear layers). The choice is fixed for the run, so recompute reruns stay
+// bit-identical; a run keeps its choices in the file that NATSL_GEMM_ALGOS names or else, with -o, in
+// <dir>/gemm_algos.bin (several ranks: each its own, _rNNN), and a run that finds the file (a resume) takes them from
+// there, so that it computes the same bits as the run it continues (gemm_cache_*). cuBLASLt's algorithms may need
+// aligned pointers: the key holds the operands' alignments.
+#define GEMM_CANDIDATES 8
+#define GEMM_WORKSPACE (32u << 20)
+typedef struct {
+    int ta, tb, m, n, k, lda, ldb, ldc, accumulate, C_mp; // the product (cublasOperation_t as int)
+    int align_a, align_b, align_c;                          // its pointers' alignments in bytes (≤ 256)
+    cublasLtMatmulAlgo_t algo;
+} GemmKey;
+typedef struct {
+    GemmKey key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+} GemmPlan;
+static cublasLtHandle_t g_lt;
+static void *g_lt_ws;
+static std::deque<GemmPlan> g_plans;    // (a deque: the plans handed out stay where they are)
+static std::vector<GemmKey> g_plan_cache; // the choices read from the file
+static char g_plan_path[1100];            // where this run keeps its choices ("" = nowhere)
+static size_t g_plans_saved;              // how many of g_plans the file holds
+static int gemm_key_same(const GemmKey *x, const GemmKey *y) { // the product, not the algorithm
+    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->lda == y->lda &&
+           x->ldb == y->ldb && x->ldc == y->ldc && x->accumulate == y->accumulate && x->C_mp == y->C_mp &&
+           x->align_a == y->align_a && x->align_b == y->align_b && x->align_c == y->align_c;
+}
+static int ptr_align(const void *p) { uintptr_t u = (uintptr_t)p; return u % 256 ? (int)(u & (~u + 1)) : 256; }
+// The file: "NATSLGEMM2", the cuBLASLt version, the GPU's name, the count, the GemmKeys. A file written for another
+// GPU or cuBLASLt, or one that does not read whole, is passed over with a note (it is a cache: nothing is lost).
+static void gemm_cache_identity(size_t *version, char name[256]) {
+    cudaDeviceProp prop;
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    memset(name, 0, 256);
+    snprintf(name, 256, "%s", prop.name);
+    *version = cublasLtGetVersion();
+}
+static void gemm_cache_open(const char *dir, int rank, int world) {
+    const char *env = getenv("NATSL_GEMM_ALGOS");
+    if (!env && !dir) return;
+    const char *base = env ? env : dir, *file = env ? "" : "/gemm_algos";
+    if (world > 1) snprintf(g_plan_path, sizeof(g_plan_path), "%s%s_r%03d%s", base, file, rank, env ? "" : ".bin");
+    else snprintf(g_plan_path, sizeof(g_plan_path), "%s%s%s", base, file, env ? "" : ".bin");
+    FILE *f = fopen(g_plan_path, "rb");
+    if (!f) return;
+    char magic[10], name[256], want_name[256];
+    size_t version, want_version;
+    int n = 0, ok = fread(magic, 10, 1, f) == 1 && !memcmp(magic, "NATSLGEMM2", 10) && fread(&version, sizeof(version), 1, f) == 1 &&
+                    fread(name, 256, 1, f) == 1 && fread(&n, sizeof(n), 1, f) == 1 && n >= 0 && n < 100000;
+    gemm_cache_identity(&want_version, want_name);
+    if (ok && (version != want_version || memcmp(name, want_name, 256))) {
+        printf("note: %s was chosen on another GPU or cuBLASLt (%.60s, %zu): the products are timed again\n",
+               g_plan_path, name, version);
+        fclose(f);
+        return;
+    }
+    if (ok) {
+        g_plan_cache.resize(n);
+        ok = fread(g_plan_cache.data(), sizeof(GemmKey), n, f) == (size_t)n;
+    }
+    if (!ok) {
+        printf("note: %s does not read whole: the products are timed again\n", g_plan_path);
+        g_plan_cache.clear();
+    }
+    fclose(f);
+}
+// Writes the file when this run chose products that it does not hold yet (called between steps): this run's
+// choices and the file's others.
+static void gemm_cache_save(void) {
+    if (!g_plan_path[0] || g_plans.size() == g_plans_saved) return;
+    char tmp[1200], name[256];
+    size_t version;
+    gemm_cache_identity(&version, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", g_plan_path);
+    FILE *f = fopen(tmp, "wb");
+    std::vector<GemmKey> keys;
+    for (const GemmPlan &p : g_plans) keys.push_back(p.key);
+    for (const GemmKey &k : g_plan_cache) {
+        int used = 0;
+        for (const GemmPlan &p : g_plans) used |= gemm_key_same(&p.key, &k);
+        if (!used) keys.push_back(k);
+    }
+    int n = (int)keys.size(), ok = f != NULL;
+    ok = ok && fwrite("NATSLGEMM2", 10, 1, f) == 1 && fwrite(&version, sizeof(version), 1, f) == 1 &&
+         fwrite(name, 256, 1, f) == 1 && fwrite(&n, sizeof(n), 1, f) == 1;
+    ok = ok && fwrite(keys.data(), sizeof(GemmKey), n, f) == (size_t)n;
+    if (f && fclose(f)) ok = 0;
+    if (!ok || rename(tmp, g_plan_path)) {
+        fprintf(stderr, "error: %s: cannot write the products' algorithms: %s\n", g_plan_path, strerror(errno));
+        exit(1);
+    }
+    g_plans_saved = g_plans.size();
+}
+// The plan of a product: a known one, one read from the run directory, or a new choice, timed on its operands
+// (median of 3 after one warm-up each) into D itself where D's old values are not read, else into a scratch
+// output (the heuristic's first candidate where no scratch fits in memory).
+static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void *B, const float *Cin, void *D) {
+    for (const GemmPlan &p : g_plans)
+        if (gemm_key_same(&p.key, want)) return &p;
+    if (!g_lt) {
+        CUBLAS_CHECK(cublasLtCreate(&g_lt));
+        g_lt_ws = xcudamalloc(GEMM_WORKSPACE);
+    }
+    GemmPlan p = {*want, NULL, NULL, NULL, NULL};
+    const cublasOperation_t ta = (cublasOperation_t)want->ta, tb = (cublasOperation_t)want->tb;
+    const int m = want->m, n = want->n, k = want->k;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, want->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, want->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, want->C_mp ? CUDA_R_16BF : CUDA_R_32F, m, n, want->ldc));
+    for (size_t i = 0; i < g_plan_cache.size(); i++)
+        if (gemm_key_same(&g_plan_cache[i], want)) {
+            cublasLtMatmulHeuristicResult_t check;
+            if (cublasLtMatmulAlgoCheck(g_lt, p.op, p.a, p.b, p.c, p.c, &g_plan_cache[i].algo, &check) == CUBLAS_STATUS_SUCCESS) {
+                g_plans.push_back(p);
+                g_plans.back().key.algo = g_plan_cache[i].algo;
+                g_plans_saved++; // (the file holds it)
+                return &g_plans.back();
+            }
+        }
+    cublasLtMatmulPreference_t pref;
+    const size_t ws = GEMM_WORKSPACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t al[4] = {(uint32_t)want->align_a, (uint32_t)want->align_b, (uint32_t)want->align_c, (uint32_t)want->align_c};
+    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof(al[i])));
+    cublasLtMatmulHeuristicResult_t cand[GEMM_CANDIDATES];
+    int ncand = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p.op, p.a, p.b, p.c, p.c, pref, GEMM_CANDIDATES, cand, &ncand));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (ncand == 0) { fprintf(stderr, "error: cuBLASLt has no algorithm for a %dx%dx%d product\n", m, n, k); exit(1); }
+    p.key.algo = cand[0].algo;
+    void *out = D, *scratch = NULL;
+    if (ncand > 1 && Cin == D) { // the product reads D: time it elsewhere
+        size_t bytes = (size_t)want->ldc * n * (want->C_mp ? 2 : 4);
+        if (cudaMalloc(&scratch, bytes) == cudaSuccess) CUDA_CHECK(cudaMemset(scratch, 0, bytes));
+        else { (void)cudaGetLastError(); ncand = 1; }
+        out = scratch;
+    }
+    if (ncand > 1) {
+        cudaEvent_t e0, e1;
+        CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
+        const float one = 1.f, beta = want->accumulate ? 1.f : 0.f;
+        const void *C = Cin == D ? out : Cin;
+        float best = 1e30f;
+        for (int i = 0; i < ncand; i++) {
+            float t[3];
+            for (int r = -1; r < 3; r++) {
+                CUDA_CHECK(cudaEventRecord(e0));
+                CUBLAS_CHECK(cublasLtMatmul(g_lt, p.op, &one, A, p.a, B, p.b, &beta, C, p.c, out, p.c, &cand[i].algo,
+                                            g_lt_ws, GEMM_WORKSPACE, 0));
+                CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
+                if (r >= 0) CUDA_CHECK(cudaEventElapsedTime(&t[r], e0, e1));
+            }
+            std::sort(t, t + 3);
+            if (t[1] < best) { best = t[1]; p.key.algo = cand[i].algo; }
+        }
+        cudaEvent_t ev[] = {e0, e1};
+        for (cudaEvent_t e : ev) CUDA_CHECK(cudaEventDestroy(e));
+    }
+    if (scratch) CUDA_CHECK(cudaFree(scratch));
+    g_plans.push_back(p);
+    return &g_plans.back();
+}
+// C = op(A) op(B) + beta C (column-major, cuBLAS's convention), or with add: C = op(A) op(B) + add (bf16: in the
+// product's epilogue; fp32: a second pass). C_mp: C is stored in the matmul precision (bf16 mode: bf16, rounded
+// from the fp32 accumulator).
+static void residual_add(real *out, const real *a, size_t n);
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                 const void *B, int ldb, float beta, float *C, int ldc, int C_mp = 0) {
+                 const void *B, int ldb, float beta, float *C, int ldc, int C_mp = 0, const float *add = NULL) {
     const float one = 1.f;
-    if (g_bf16)
-        CUBLAS_CHECK(cublasGemmEx(g_cublas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
-                                  C_mp ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    else CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
+    if (g_bf16) {
+        const float b = add ? 1.f : beta;
+        const float *Cin = add ? add : C;
+        const GemmKey want = {ta, tb, m, n, k, lda, ldb, ldc, b != 0.f, C_mp, ptr_align(A), ptr_align(B),
+                              std::min(ptr_align(Cin), ptr_align(C)), {}};
+        const GemmPlan *p = gemm_plan(&want, A, B, Cin, C);
+        CUBLAS_CHECK(cublasLtMatmul(g_lt, p->op, &one, A, p->a, B, p->b, &b, Cin, p->c, C, p->c, &p->key.algo, g_lt_ws,
+                                    GEMM_WORKSPACE, 0));
+    } else {
+        CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
+        if (add) residual_add(C, add, (size_t)ldc * n);
+    }
 }
 // The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot`, bf16 values behind a real
 // pointer. train_natsl.c has no such calls: its gemm rounds every operand as it packs it.
 static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
 // out_mp: out is stored in the matmul precision (it feeds only kernels that read that precision: the short conv,
-// the gated norm's gate, SwiGLU, the classifier)
-static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp) {
+// the gated norm's gate, SwiGLU, the classifier). add (NULL: none; fp32, out_mp 0): out = inp Wᵀ + add, in the
+// product's epilogue in bf16 mode.
+static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp,
+                           const real *add) {
     PROF_OP();
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, inp, C, 0.f, out, OC, out_mp);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, inp, C, 0.f, out, OC,
+         out_mp, add);
 }
 // dinp += dout W, or = where dinp_add is 0 (the matmul is dinp's one producer; skipped when dinp is NULL);
 // dweight += dout^T inp  (dout in the matmul precision)
@@ -4679,7 +4870,7 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
     if (g_bf16) router_pool_kernel<<<g, 256>>>(pool, (const __nv_bfloat16 *)x, B, T, D); // x: RMSNorm'd, a matmul input
     else router_pool_kernel<<<g, 256>>>(pool, x, B, T, D);
     CUDA_CHECK(cudaGetLastError());
-    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, 0);
+    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, 0, NULL);
     size_t n = (size_t)B * Nc * H;
     if (!noise) pair_softmax_forward(pi, logits, n);
     else router_gumbel_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(pi, logits, noise, n, tau);
@@ -5053,12 +5244,12 @@ static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->na
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL);
     conv_silu_forward(a->q, a->proj, W, 0, p->conv, B, T, K);      // proj's columns: Q | K | V
     conv_silu_forward(a->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
-    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0);
+    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
+    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
@@ -5080,15 +5271,16 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
 // block's mixer output r, so its rerun (model_backward) skips the ops, the output projection and the residual add.
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
-// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = y W_oᵀ
-static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                              int ops_kept) {
+// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
+// (res NULL: none; bf16 mode adds it in the product's epilogue)
+static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                              int T, int ops_kept) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
     gdn_inputs_forward(c, a, p, B, T);
     if (!ops_kept) gdn_op_forward(a->gdn_out, a->state, &op);
     gated_norm_forward(a->y, a->norm_rstd, &norm);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0, res);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -5103,16 +5295,16 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
 // proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place (one call: the blocks are adjacent);
-// o = causal softmax attention;  out = o W_oᵀ. proj and o are stored in the matmul precision: in bf16 mode the
+// o = causal softmax attention;  out = res + o W_oᵀ. proj and o are stored in the matmul precision: in bf16 mode the
 // attention kernels and W_o read them as their producers wrote them.
-static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                    int ops_kept) {
+static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
+                                    int B, int T, int ops_kept) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
     rope_forward(a->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, 1);
     if (!ops_kept) attention_forward(a->att_out, a->lse, &op);
-    if (!ops_kept) matmul_forward(out, a->att_out, p->wo, BT, D, D, 0);
+    if (!ops_kept) matmul_forward(out, a->att_out, p->wo, BT, D, D, 0, res);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -5126,13 +5318,13 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
 // As train_natsl.c: router mask Ã (§5.2); softmax op on RMSNorm'd (+RoPE) qa, ka and V; GDN op on q̂, k̂, V, both
-// driven by Ã (§5.3, §5.4); ω from Q (§5.1); the fused gated norm (§5.6); out = y W_oᵀ.
+// driven by Ã (§5.3, §5.4); ω from Q (§5.1); the fused gated norm (§5.6); out = res + y W_oᵀ.
 #ifdef TESTING
 static const real *g_bench_rmask = NULL; // benchmarks (dev/bench_gpu.cu): a fixed routing mask for every N layer
 #endif
 // noise, tau: ST-Gumbel routing (§7.2; noise NULL = off)
-static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                int relaxed, int ops_kept, const real *noise, real tau) {
+static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                                int T, int relaxed, int ops_kept, const real *noise, real tau) {
     int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
@@ -5146,14 +5338,14 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 1, 1);
     rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 1, 1);
     if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 1); rope_forward(a->ka, BT, T, Ha, dka, K, 1); }
-    matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0);
+    matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0, NULL);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
     if (!ops_kept) {
         attention_forward(a->att_out, a->lse, &att);
         gdn_op_forward(a->gdn_out, a->state, &gdn);
     }
     gated_norm_forward(a->y, a->norm_rstd, &norm);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0, res);
 }
 // The softmax op's backward writes dV and dA[...,0]; the GDN op's then adds its part to dV and writes dA[...,1]:
 // together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
@@ -5182,15 +5374,17 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
 
 // ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------
 // As train_natsl.c: the A mixer (its own W_qkv_a, W_o_a) into sel_out's first plane, the G mixer into its second,
-// out = the one the gate chose. (The relaxed mode of the CPU tests does not exist here.)
-static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, int B, int T,
-                                 const SelGate *g, int ops_kept) {
+// out = res + the one the gate chose. (The relaxed mode of the CPU tests does not exist here.)
+static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
+                                 int B, int T, const SelGate *g, int ops_kept) {
     size_t n = (size_t)B * T * c->D;
     LayerActs aa = select_attn_acts(c, a, B, T, g_bf16);
     LayerParams pa = select_attn_params(p);
-    attention_layer_forward(c, &aa, &pa, a->sel_out, B, T, ops_kept);
-    gdn_layer_forward(c, a, p, a->sel_out + n, B, T, ops_kept);
-    if (!ops_kept) CUDA_CHECK(cudaMemcpyAsync(out, a->sel_out + (g->a ? 0 : n), n * sizeof(real), cudaMemcpyDeviceToDevice));
+    attention_layer_forward(c, &aa, &pa, a->sel_out, NULL, B, T, ops_kept);
+    gdn_layer_forward(c, a, p, a->sel_out + n, NULL, B, T, ops_kept);
+    if (ops_kept) return;
+    CUDA_CHECK(cudaMemcpyAsync(out, a->sel_out + (g->a ? 0 : n), n * sizeof(real), cudaMemcpyDeviceToDevice));
+    if (res) residual_add(out, res, n);
 }
 // (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen, ∂L/∂y_G = ⟨dout, G(x)⟩ (two host reads), to s_sel through sel_grad (none
 // with gate_grad = 0); the chosen mixer's backward gets dout, the other none.
@@ -5232,16 +5426,15 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
-    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, B, T, ops_kept);
-    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, B, T, ops_kept);
+    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
+    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
     else if (c->pattern[l] == 'S') {
         M->rb.sel[l] = select_gate(M, l);
-        select_layer_forward(c, a, p, a->r, B, T, &M->rb.sel[l], ops_kept);
-    } else natsl_layer_forward(c, a, p, a->r, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
+        select_layer_forward(c, a, p, a->r, a->res, B, T, &M->rb.sel[l], ops_kept);
+    } else natsl_layer_forward(c, a, p, a->r, a->res, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
                              M->rb.noise ? M->rb.tau : 1);
-    if (!ops_kept) residual_add(a->r, a->res, (size_t)BT * D);
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
-    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1);
+    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
@@ -5258,7 +5451,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
     if (kind != 'A') { // G, N, S (an S layer's G mixer)
         int K = cfg_K(c), Vt = cfg_Vt(c);
-        matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1);
+        matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
         GatedNormArgs norm = kind == 'N' ? natsl_norm_args(c, a, p->n1, p->n2, B, T)
                                          : gdn_layer_norm_args(c, a, p->o_norm, B, T);
@@ -5287,11 +5480,10 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T, 0);
-        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0);
-        residual_add(out, M->la[l].r, (size_t)BT * D);
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0, M->la[l].r);
     }
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 0, 1);
-    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1);
+    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1, NULL);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
         mean_loss_kernel<<<1, 1024>>>(M->d_scalar, M->losses, BT);
@@ -5718,9 +5910,11 @@ static void backend_start(const TrainArgs *a) {
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
     gdn_set_lowp(g_bf16);
+    if (g_bf16) gemm_cache_open(a->outdir, g_rank, g_world);
     printf("device: %s, precision: %s\n", prop.name, a->precision);
 }
 static void backend_step_timed(int first, double dt) {
+    gemm_cache_save();
     if (g_prof && first) memset(g_prof_ms, 0, sizeof(g_prof_ms)); // skip the first (warm-up) step
     else if (g_prof) { g_prof_step_ms += dt * 1e3; g_prof_steps++; }
 }
@@ -5733,6 +5927,7 @@ static void backend_step_note(const Model *M, int B, int T, int accum, double dt
     printf(" | MFU %.1f%%", 100 * accum * (linear + attention + gdn) / dt / 989e12);
 }
 static void backend_finish(void) {
+    gemm_cache_save();
     if (g_prof && g_prof_steps > 0) prof_print(g_prof_step_ms, g_prof_steps);
     if (g_rtl.summary[0]) printf("%s\n", g_rtl.summary);
     cublasDestroy(g_cublas);

@@ -25,7 +25,7 @@ Peak memory: cudaMemGetInfo's used memory after the timed steps minus before the
 buffer is allocated up front or on the first step and kept). B is lowered (halved) until the estimated
 footprint fits the free memory; the printed B is the one that ran.
 
-build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublas -lnccl
+build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl
 run:   ./bench_gpu [step|layer|gemm|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
                    [-k 0|1|2] [-p bf16|fp32|both]
        defaults: all (layer, step, gemm), -e 340m, -V 32000, -B 8, -T 4096, -n 10,
@@ -243,9 +243,9 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     std::vector<float> tf, tb;
     for (int it = 0; it < iters + 2; it++) {
         CUDA_CHECK(cudaEventRecord(e0));
-        if (kind == 'G') gdn_layer_forward(&c, a, p, a->r, B, T, 0);
-        else if (kind == 'A') attention_layer_forward(&c, a, p, a->r, B, T, 0);
-        else natsl_layer_forward(&c, a, p, a->r, B, T, 0, 0, NULL, 1);
+        if (kind == 'G') gdn_layer_forward(&c, a, p, a->r, NULL, B, T, 0);
+        else if (kind == 'A') attention_layer_forward(&c, a, p, a->r, NULL, B, T, 0);
+        else natsl_layer_forward(&c, a, p, a->r, NULL, B, T, 0, 0, NULL, 1);
         CUDA_CHECK(cudaEventRecord(e1));
         LayerActs d;
         grads_scratch(&M, &d, kind, B, T, 0);
@@ -305,7 +305,7 @@ static void bench_gemm(int BT, int iters) {
         for (auto &q : sh) {
             double fl = 2.0 * BT * q.C * q.OC;
             const real *xs = (const real *)xb; // the trainer's matmul inputs are stored in bf16 (matmul_forward)
-            float f = timed([&] { matmul_forward(y, xs, w, BT, q.C, q.OC, 0); });
+            float f = timed([&] { matmul_forward(y, xs, w, BT, q.C, q.OC, 0, NULL); });
             float b = timed([&] { matmul_backward(dx, dw, y, xs, w, BT, q.C, q.OC, 1); });
             float fb = timed([&] { gemm(CUBLAS_OP_T, CUBLAS_OP_N, q.OC, BT, q.C, wb, q.C, xb, q.C, 0.f, y, q.OC); });
             float bb = timed([&] {

@@ -28,11 +28,11 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | t
 NV="nvcc -O3 -arch=sm_90 -std=c++17 -I."
 t0=$(date +%s)
 make -j8 train_natsl test_natsl train_natsl_cu > $O/build.log 2>&1 &
-$NV dev/bench_gpu.cu -o bench_gpu -lcublas -lnccl >> $O/build_bench.log 2>&1 &
-{ has gdn || has gdnsan; } && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
-has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
+$NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 &
+{ has gdn || has gdnsan; } && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
+has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has tune && { $NV dev/cuda/gemm_tune.cu -o /tmp/gemm_tune -lcublasLt -lcublas >> $O/build_bench.log 2>&1 & }
-has flash && { $NV -Xcompiler -fopenmp dev/cuda/attention/flash_bf16.cu -o /tmp/flash_bf16 -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
+has flash && { $NV -Xcompiler -fopenmp dev/cuda/attention/flash_bf16.cu -o /tmp/flash_bf16 -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 wait
 echo "build: $(( $(date +%s) - t0 )) s"; tail -3 $O/build.log; cat $O/build_bench.log
 if has test; then timeout 400 make test > $O/test.log 2>&1; echo "make test rc=$?"; grep -iE "^  (tiny|760m)|passed|fail|error" $O/test.log | tail -50; fi
