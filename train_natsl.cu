@@ -5784,21 +5784,32 @@ static double grad_norm(const Model *M) {
 }
 
 // One launch updates every tensor: the parameters are cut into runs of at most ADAMW_RUN values that lie in one
-// tensor (and, under ZeRO-1, in one of this rank's slices), one block per run, listed once (adamw_runs).
+// tensor (and, under ZeRO-1, in one of this rank's slices), one block per run, listed once (adamw_runs). A run whose
+// parameter and moment offsets are multiples of 4 moves float4s (the kernel is bound by its 28 bytes a parameter).
 #define ADAMW_RUN 2048
+struct AdamStep { double lr, decay, grad_scale, c1, c2; };
+__device__ __forceinline__ void adamw_one(float &w, float g32, float &m, float &v, const AdamStep &s) {
+    const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2, g = g32 * s.grad_scale;
+    m = b1 * m + (1 - b1) * g; // stored, then used, in fp32
+    v = b2 * v + (1 - b2) * g * g;
+    const double mh = m / s.c1, vh = v / s.c2;
+    w -= s.lr * (mh / (sqrt(vh) + ADAMW_EPS) + s.decay * w);
+}
 __global__ void __launch_bounds__(256) adamw_kernel(float *params, const float *grads, float *m, float *v,
         const AdamRun *runs, double lr, double wd, double grad_scale, double c1, double c2) {
     const AdamRun r = runs[blockIdx.x];
-    const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2, decay = r.decay ? wd : 0;
-#pragma unroll 4
-    for (int j = threadIdx.x; j < r.n; j += blockDim.x) {
-        size_t i = r.p + j, k = r.m + j;
-        double g = grads[i] * grad_scale;
-        const float mk = b1 * m[k] + (1 - b1) * g, vk = b2 * v[k] + (1 - b2) * g * g; // stored, then used, in fp32
-        m[k] = mk; v[k] = vk;
-        double mh = mk / c1, vh = vk / c2;
-        params[i] -= lr * (mh / (sqrt(vh) + ADAMW_EPS) + decay * params[i]);
+    const AdamStep s = {lr, r.decay ? wd : 0, grad_scale, c1, c2};
+    float *w = params + r.p, *mm = m + r.m, *vv = v + r.m;
+    const float *g = grads + r.p;
+    const int n4 = r.p % 4 == 0 && r.m % 4 == 0 ? r.n / 4 : 0;
+    for (int j = threadIdx.x; j < n4; j += blockDim.x) {
+        float4 w4 = ((float4 *)w)[j], m4 = ((float4 *)mm)[j], v4 = ((float4 *)vv)[j];
+        const float4 g4 = ((const float4 *)g)[j];
+        adamw_one(w4.x, g4.x, m4.x, v4.x, s); adamw_one(w4.y, g4.y, m4.y, v4.y, s);
+        adamw_one(w4.z, g4.z, m4.z, v4.z, s); adamw_one(w4.w, g4.w, m4.w, v4.w, s);
+        ((float4 *)w)[j] = w4; ((float4 *)mm)[j] = m4; ((float4 *)vv)[j] = v4;
     }
+    for (int j = 4 * n4 + threadIdx.x; j < r.n; j += blockDim.x) adamw_one(w[j], g[j], mm[j], vv[j], s);
 }
 // The runs adamw_kernel takes (device), built once: of every tensor, or under ZeRO-1 of the parts of the tensors
 // in this rank's slices.
