@@ -324,19 +324,39 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
 }
 // The scratch slots of the bf16 operand copies: one per operand of a product, so the three can coexist.
 enum { OPERAND_DOUT, OPERAND_WEIGHT, OPERAND_INPUT, OPERAND_SLOTS };
-// The bf16 copy of x[n] in scratch slot `slot`.
+static struct {
+    __nv_bfloat16 *buf;
+    size_t cap;
+    const float *ready; // the producer of `ready` wrote its copy here (operand_claim): the next to_bf16 of it takes it
+    size_t ready_n;
+} g_operand[OPERAND_SLOTS];
+static __nv_bfloat16 *operand_buf(size_t n, int slot) {
+    if (n > g_operand[slot].cap) {
+        if (g_operand[slot].buf) CUDA_CHECK(cudaFree(g_operand[slot].buf));
+        g_operand[slot].buf = (__nv_bfloat16 *)xcudamalloc(n * sizeof(__nv_bfloat16));
+        g_operand[slot].cap = n;
+    }
+    return g_operand[slot].buf;
+}
+// The bf16 copy of x[n] in scratch slot `slot` (made here unless x's producer made it: operand_claim).
 static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
     PROF_OP(); // timed where no op encloses it: the output gradients copied for the layers' matmuls
-    static __nv_bfloat16 *buf[OPERAND_SLOTS];
-    static size_t cap[OPERAND_SLOTS];
-    if (n > cap[slot]) {
-        if (buf[slot]) CUDA_CHECK(cudaFree(buf[slot]));
-        buf[slot] = (__nv_bfloat16 *)xcudamalloc(n * sizeof(__nv_bfloat16));
-        cap[slot] = n;
-    }
-    to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16), 256>>>(buf[slot], x, n);
+    __nv_bfloat16 *buf = operand_buf(n, slot);
+    const int ready = g_operand[slot].ready == x && g_operand[slot].ready_n == n;
+    g_operand[slot].ready = NULL;
+    if (ready) return buf;
+    to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16), 256>>>(buf, x, n);
     CUDA_CHECK(cudaGetLastError());
-    return buf[slot];
+    return buf;
+}
+// bf16 mode: where x's producer is to write the bf16 copy of its final values x[n] that the next to_bf16(x, n,
+// slot) then takes as it is (x must not change in between; any other copy into the slot drops it); fp32: NULL.
+static __nv_bfloat16 *operand_claim(const float *x, size_t n, int slot) {
+    if (!g_bf16) return NULL;
+    __nv_bfloat16 *buf = operand_buf(n, slot);
+    g_operand[slot].ready = x;
+    g_operand[slot].ready_n = n;
+    return buf;
 }
 // bf16 mode runs the products through cuBLASLt with, for each distinct product (shape, transposes, strides,
 // accumulate or not, output type), the fastest of the first GEMM_CANDIDATES algorithms its heuristic offers, timed
@@ -656,9 +676,9 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
 // a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
 // reproducible for a given grid).
 template <int NJ, bool V4, class X>
-__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict__ dx, float *__restrict__ part,
-        const float *__restrict__ dy, const X *__restrict__ x, const float *__restrict__ w, const float *__restrict__ rstd,
-        int N, int nh, int n, int ldx, int ldy) {
+__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict__ dx, __nv_bfloat16 *__restrict__ dx_mp,
+        float *__restrict__ part, const float *__restrict__ dy, const X *__restrict__ x, const float *__restrict__ w,
+        const float *__restrict__ rstd, int N, int nh, int n, int ldx, int ldy) {
     __shared__ float sh[32 * NJ];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float acc[NJ];
@@ -684,6 +704,7 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict
             dxv[j] = dxv[j] + s * ((i < n ? w[i] : 0.f) * dyv[j] - xv[j] * s * dot);
         }
         row_store<NJ, V4>(dx + ox, dxv, lane, n);
+        if (dx_mp) row_store<NJ, V4>(dx_mp + ox, dxv, lane, n);
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 0.f;
     for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
@@ -695,8 +716,10 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) part[(size_t)blockIdx.x * n + i] = sh[i];
 }
+// dx_mp (GPU only, NULL: none): also dx's final values rounded to bf16, [N][ldx] (operand_claim)
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp) {
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp,
+                             __nv_bfloat16 *dx_mp = NULL) {
     PROF_OP();
     rows_dispatch(__func__, n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
@@ -708,7 +731,7 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
                 CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
                 blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
                 float *part = colpart((size_t)blocks * n);
-                kernel<<<blocks, 256>>>(dx, part, dy, xp, w, rstd, N, nh, n, ldx, ldy);
+                kernel<<<blocks, 256>>>(dx, dx_mp, part, dy, xp, w, rstd, N, nh, n, ldx, ldy);
                 CUDA_CHECK(cudaGetLastError());
                 colsum_finish(dw, part, blocks, n, n, 0);
             });
@@ -5518,7 +5541,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, 0);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0);
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0,
+                     operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT));
     grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
@@ -5532,7 +5556,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D, 0);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, 0);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0,
+                         operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT));
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
@@ -5540,7 +5565,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0,
+                         l > 0 ? operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT) : NULL);
         grads_ready(M, l + 1);
     }
     encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);
