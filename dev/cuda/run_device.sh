@@ -20,6 +20,9 @@
 #   tune : dev/cuda/gemm_tune (cublasGemmEx vs cuBLASLt's best candidate for each linear product of the 340m)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
 #   ncu  : Nsight Compute speed-of-light of the heaviest kernels in one 340m B=1 T=4096 step
+#   cmp  : ./bench_gpu step $STEP_ARGS in this tree, then in the tree at ${CMP_DIR:-_cmp} (another commit, to compare
+#          on the same machine: `rm -rf _cmp && mkdir _cmp && git archive <ref> | tar -x -C _cmp`; _cmp is ignored,
+#          so the device tool's run needs carry ["_cmp"])
 set -o pipefail
 O=${OUT:-/tmp/natsl_out}; mkdir -p $O
 WHAT="$*"; [ -z "$WHAT" ] && WHAT="test gdn att layer step"
@@ -33,6 +36,8 @@ $NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl >> $O/build_bench.l
 has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has tune && { $NV dev/cuda/gemm_tune.cu -o /tmp/gemm_tune -lcublasLt -lcublas >> $O/build_bench.log 2>&1 & }
 has flash && { $NV -Xcompiler -fopenmp dev/cuda/attention/flash_bf16.cu -o /tmp/flash_bf16 -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
+CMP=${CMP_DIR:-_cmp}
+has cmp && { (cd $CMP && $NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl) >> $O/build_cmp.log 2>&1 & }
 wait
 echo "build: $(( $(date +%s) - t0 )) s"; tail -3 $O/build.log; cat $O/build_bench.log
 if has test; then timeout 400 make test > $O/test.log 2>&1; echo "make test rc=$?"; grep -iE "^  (tiny|760m)|passed|fail|error" $O/test.log | tail -50; fi
@@ -65,4 +70,8 @@ if has ncu; then timeout 200 ncu --section SpeedOfLight -k regex:"bwd_final|fwd_
     -c 16 ./train_natsl_cu -e 340m -b 1 -t 4096 -x 1 -v 0 -s 0 > $O/ncu.log 2>&1; echo "ncu rc=$?"; \
     grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|Compute \(SM\) Throughput" $O/ncu.log | head -60; fi
 if has step; then timeout 240 ./bench_gpu step $STEP_ARGS > $O/bench_step.log 2>&1; echo "bench step rc=$?"; grep -vE "^$" $O/bench_step.log; fi
+if has cmp; then
+    cat $O/build_cmp.log
+    for t in . $CMP; do n=$([ $t = . ] && echo this || echo cmp); (cd $t && timeout 200 ./bench_gpu step $STEP_ARGS) > $O/cmp_$n.log 2>&1
+        echo "bench step ($n tree) rc=$?"; grep -E "RESULT" $O/cmp_$n.log; done; fi
 echo "total: $(( $(date +%s) - t0 )) s"
