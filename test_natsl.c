@@ -121,8 +121,8 @@ static void test_grad_matmul(void) {
     fd_check("matmul", v, 2, matmul_loss, &c, 0);
     free(c.x); free(c.w); free(c.out); free(c.R); free(dx); free(dw);
     // the linear layer's three products (gemm, blocked) against gemm_reference, the definition: K slices (C > 256),
-    // edge tiles, transposed operands, accumulation (dinp written or added to); then the same in bf16 mode (operands
-    // rounded)
+    // edge tiles, transposed operands, accumulation (dinp written or added to; with it, the forward's output landing
+    // on a residual); then the same in bf16 mode (operands rounded)
     int shapes[][3] = {{70, 300, 37}, {13, 520, 600}, {300, 17, 3}};
     for (int s = 0; s < 3; s++) {
         int BT = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
@@ -135,10 +135,11 @@ static void test_grad_matmul(void) {
             for (int add = 0; add <= 1; add++) {
                 g_bf16 = bf16;
                 memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
-                gemm_reference(y0, OC, x, C, 1, w, 1, C, BT, OC, C, 0);
+                if (add) memcpy(y0, dy, (size_t)BT * OC * sizeof(real)); // dy as the residual
+                gemm_reference(y0, OC, x, C, 1, w, 1, C, BT, OC, C, add);
                 gemm_reference(gx0, C, dy, OC, 1, w, C, 1, BT, C, OC, add);
                 gemm_reference(gw0, C, dy, 1, OC, x, C, 1, OC, C, BT, 1);
-                matmul_forward(y, x, w, BT, C, OC, 0, NULL);
+                matmul_forward(y, x, w, BT, C, OC, 0, add ? dy : NULL);
                 matmul_backward(gx, gw, dy, x, w, BT, C, OC, add);
                 g_bf16 = 0;
                 double worst = 0;
@@ -146,7 +147,7 @@ static void test_grad_matmul(void) {
                 for (size_t i = 0; i < (size_t)BT * C; i++) worst = fmax(worst, fabs(gx[i] - gx0[i]));
                 for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(gw[i] - gw0[i]));
                 CHECK(worst < 1e-10, "gemm %dx%dx%d%s, dinp %s, differs from gemm_reference by %g", BT, C, OC,
-                      bf16 ? " (bf16)" : "", add ? "added to" : "written", worst);
+                      bf16 ? " (bf16)" : "", add ? "added to (and out on a residual)" : "written", worst);
                 memcpy(gx, gx0, (size_t)BT * C * sizeof(real)); memcpy(gw, gw0, (size_t)OC * C * sizeof(real));
             }
         free(x); free(w); free(y); free(dy); free(gx); free(gw); free(y0); free(gx0); free(gw0);
