@@ -1630,8 +1630,6 @@ static void test_cli_bad_input(void) {
     snprintf(args, sizeof(args), "rm -rf %s", dir);
     CHECK(system(args) == 0, "cleanup");
 }
-// Six steps in one go equal three steps, a resume from the checkpoint, and three more: bit for bit; plain, and with
-// every §7 option on (the ST-Gumbel noise stream is part of the state file).
 // trainer with the flags common into dir/full (6 steps) and dir/split (3, a resume, 3 more; `before`: shell commands
 // run before the split run): both runs' step-6 checkpoints must be equal.
 static void check_resume(const char *trainer, const char *common, const char *dir, const char *before) {
@@ -1648,6 +1646,8 @@ static void check_resume(const char *trainer, const char *common, const char *di
     snprintf(b, sizeof(b), "%s/split/state_00000006.bin", dir);
     CHECK(files_equal(a, b), "%s: resumed optimizer state differs (%s)", trainer, common);
 }
+// Six steps in one go equal three steps, a resume from the checkpoint, and three more: bit for bit; plain, and with
+// every §7 option on (the ST-Gumbel noise stream is part of the state file).
 static void test_resume_bit_identical(void) {
     if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
     const char *opts[3] = {"", "-B 0.3 -F 0.2 -A 0.01 -G 1 -R 0.9", "-a GSNS -S 0.5 -G 1 -R 0.9"};
