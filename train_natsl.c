@@ -107,8 +107,10 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
 static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_bf16,
                            const real *add) {
     gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
-    if (add)
+    if (add) {
+        #pragma omp parallel for
         for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] += add[i];
+    }
     if (out_bf16 && g_bf16) {
         #pragma omp parallel for
         for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] = matmul_precision(out[i]);
