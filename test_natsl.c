@@ -116,13 +116,14 @@ static void test_grad_matmul(void) {
     c.x = vec(77); c.w = vec(55); c.out = vec(35); c.R = vec(35);
     real *dx = vec(77), *dw = vec(55);
     fill_normal(c.x, 77, 1); fill_normal(c.w, 55, 1); fill_normal(c.R, 35, 1);
-    matmul_backward(dx, dw, c.R, c.x, c.w, 7, 11, 5, 0);
+    matmul_backward(dx, dw, c.R, c.x, c.w, 7, 11, 5, DINP_WRITE);
     Var v[] = {{"inp", c.x, dx, 77}, {"weight", c.w, dw, 55}};
     fd_check("matmul", v, 2, matmul_loss, &c, 0);
     free(c.x); free(c.w); free(c.out); free(c.R); free(dx); free(dw);
     // the linear layer's three products (gemm, blocked) against gemm_reference, the definition: K slices (C > 256),
-    // edge tiles, transposed operands, accumulation (dinp written or added to; with it, the forward's output landing
-    // on a residual); then the same in bf16 mode (operands rounded)
+    // edge tiles, transposed operands, accumulation (dinp written, added to, or written rounded to the matmul
+    // precision; with DINP_ADD, the forward's output landing on a residual); then the same in bf16 mode (operands
+    // rounded, and dinp with DINP_WRITE_MP)
     int shapes[][3] = {{70, 300, 37}, {13, 520, 600}, {300, 17, 3}};
     for (int s = 0; s < 3; s++) {
         int BT = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
@@ -132,22 +133,26 @@ static void test_grad_matmul(void) {
         fill_normal(gx, (size_t)BT * C, 1); fill_normal(gw, (size_t)OC * C, 1);
         real *y0 = vec((size_t)BT * OC), *gx0 = vec((size_t)BT * C), *gw0 = vec((size_t)OC * C);
         for (int bf16 = 0; bf16 <= 1; bf16++)
-            for (int add = 0; add <= 1; add++) {
+            for (int mode = DINP_WRITE; mode <= DINP_WRITE_MP; mode++) {
                 g_bf16 = bf16;
                 memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
+                const int add = mode == DINP_ADD;
                 if (add) memcpy(y0, dy, (size_t)BT * OC * sizeof(real)); // dy as the residual
                 gemm_reference(y0, OC, x, C, 1, w, 1, C, BT, OC, C, add);
                 gemm_reference(gx0, C, dy, OC, 1, w, C, 1, BT, C, OC, add);
+                if (mode == DINP_WRITE_MP && bf16)
+                    for (size_t i = 0; i < (size_t)BT * C; i++) gx0[i] = matmul_precision(gx0[i]);
                 gemm_reference(gw0, C, dy, 1, OC, x, C, 1, OC, C, BT, 1);
                 matmul_forward(y, x, w, BT, C, OC, 0, add ? dy : NULL);
-                matmul_backward(gx, gw, dy, x, w, BT, C, OC, add);
+                matmul_backward(gx, gw, dy, x, w, BT, C, OC, mode);
                 g_bf16 = 0;
                 double worst = 0;
                 for (size_t i = 0; i < (size_t)BT * OC; i++) worst = fmax(worst, fabs(y[i] - y0[i]));
                 for (size_t i = 0; i < (size_t)BT * C; i++) worst = fmax(worst, fabs(gx[i] - gx0[i]));
                 for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(gw[i] - gw0[i]));
+                const char *how[] = {"written", "added to (and out on a residual)", "written in the matmul precision"};
                 CHECK(worst < 1e-10, "gemm %dx%dx%d%s, dinp %s, differs from gemm_reference by %g", BT, C, OC,
-                      bf16 ? " (bf16)" : "", add ? "added to (and out on a residual)" : "written", worst);
+                      bf16 ? " (bf16)" : "", how[mode], worst);
                 memcpy(gx, gx0, (size_t)BT * C * sizeof(real)); memcpy(gw, gw0, (size_t)OC * C * sizeof(real));
             }
         free(x); free(w); free(y); free(dy); free(gx); free(gw); free(y0); free(gx0); free(gw0);
@@ -161,7 +166,7 @@ static void test_grad_rmsnorm(void) { // 3 rows × 2 heads of width 4, input row
     real *dx = vec(30), *dw = vec(4);
     fill_normal(c.x, 30, 1); fill_normal(c.w, 4, 1); fill_normal(c.R, 24, 1);
     rmsnorm_loss(&c);
-    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, 3, 2, 4, 10, 8, 0);
+    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, 3, 2, 4, 10, 8, 0, 0);
     for (int i = 0; i < 3; i++) CHECK(dx[i * 10 + 8] == 0 && dx[i * 10 + 9] == 0, "rmsnorm touched a gap column");
     Var v[] = {{"x", c.x, dx, 30}, {"w", c.w, dw, 4}};
     fd_check("rmsnorm (heads, strides)", v, 2, rmsnorm_loss, &c, 0);

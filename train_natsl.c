@@ -116,11 +116,15 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
         for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] = matmul_precision(out[i]);
     }
 }
-// dinp[BT][C] += dout[BT][OC] · W, or = where dinp_add is 0 (the matmul is dinp's one producer; skipped if
-// dinp == NULL);  dweight[OC][C] += doutᵀ · inp
+// dinp[BT][C] = dout[BT][OC] · W, += with dinp_mode DINP_ADD, rounded to the matmul precision with DINP_WRITE_MP
+// (skipped if dinp == NULL);  dweight[OC][C] += doutᵀ · inp
 static void matmul_backward(real *dinp, real *dweight, const real *dout,
-                            const real *inp, const real *weight, int BT, int C, int OC, int dinp_add) {
-    if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, dinp_add);
+                            const real *inp, const real *weight, int BT, int C, int OC, int dinp_mode) {
+    if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, dinp_mode == DINP_ADD);
+    if (dinp && dinp_mode == DINP_WRITE_MP && g_bf16) {
+        #pragma omp parallel for
+        for (size_t i = 0; i < (size_t)BT * C; i++) dinp[i] = matmul_precision(dinp[i]);
+    }
     gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
@@ -143,10 +147,11 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, i
         rstd[r] = s;
     }
 }
-// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j);  x_mp as in the forward
+// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j);  x_mp as in the forward, dy_mp likewise (dy stored
+// in the matmul precision: matmul_backward's DINP_WRITE_MP rounded it)
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp) {
-    (void)x_mp;
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp, int dy_mp) {
+    (void)x_mp; (void)dy_mp;
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
         size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
@@ -698,7 +703,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
                     dlogits[o + 2 * n + 1] -= g;
                 }
         }
-    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H, 0);
+    matmul_backward(dpool, dWr, dlogits, pool, Wr, B * Nc, D, 2 * H, DINP_WRITE);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -877,9 +882,9 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
     conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, 1);
-    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, 1);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, 1);
+    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_ADD);
+    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, DINP_ADD);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, DINP_ADD);
 }
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
@@ -898,7 +903,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
                                const LayerActs *a, const LayerParams *p, int B, int T) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D, DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
     l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * B * T, c->H, c->dk); // writes dQ, dK
@@ -922,10 +927,10 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, 0);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, 1);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, DINP_ADD);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -963,17 +968,17 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D, DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     // dQ, dK: the L2 norm's backward writes them, ω's and the softmax planes' RMSNorms add their parts
     l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, c->H, c->dk);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 1);
+    matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha, DINP_ADD);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
-    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1);
-    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1);
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0);
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
@@ -1120,9 +1125,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     real dpi[2] = {M->rb.dpi[0] * dloss_scale * BT, M->rb.dpi[1] * dloss_scale * BT}; // §7 terms, weighted as the mean loss
     double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                        // (7.3e), likewise
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
-    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, 0);
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0);
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0, 1);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
@@ -1132,10 +1137,10 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             else block_rebuild(M, l, B, T);
         }
         grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
-        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D, 0);
+        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D, DINP_WRITE_MP);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
-        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, 0);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0);
+        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0, 1);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
@@ -1143,7 +1148,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0, 0);
     }
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }

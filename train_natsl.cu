@@ -564,13 +564,13 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, inp, C, 0.f, out, OC,
          out_mp, add);
 }
-// dinp += dout W, or = where dinp_add is 0 (the matmul is dinp's one producer; skipped when dinp is NULL);
+// dinp = dout W, += with DINP_ADD, stored in the matmul precision with DINP_WRITE_MP (skipped when dinp is NULL);
 // dweight += dout^T inp  (dout in the matmul precision)
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
-                            const real *weight, int BT, int C, int OC, int dinp_add) {
+                            const real *weight, int BT, int C, int OC, int dinp_mode) {
     PROF_OP();
     if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, dout, OC,
-                   dinp_add ? 1.f : 0.f, dinp, C);
+                   dinp_mode == DINP_ADD ? 1.f : 0.f, dinp, C, dinp_mode == DINP_WRITE_MP);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
 }
 
@@ -675,9 +675,9 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
 // Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
 // a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
 // reproducible for a given grid).
-template <int NJ, bool V4, class X>
+template <int NJ, bool V4, class X, class DY>
 __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict__ dx, __nv_bfloat16 *__restrict__ dx_mp,
-        float *__restrict__ part, const float *__restrict__ dy, const X *__restrict__ x, const float *__restrict__ w,
+        float *__restrict__ part, const DY *__restrict__ dy, const X *__restrict__ x, const float *__restrict__ w,
         const float *__restrict__ rstd, int N, int nh, int n, int ldx, int ldy) {
     __shared__ float sh[32 * NJ];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -718,23 +718,24 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict
 }
 // dx_mp (GPU only, NULL: none): also dx's final values rounded to bf16, [N][ldx] (operand_claim)
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp,
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp, int dy_mp,
                              __nv_bfloat16 *dx_mp = NULL) {
     PROF_OP();
     rows_dispatch(__func__, n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
         auto go = [&](auto v4) {
             constexpr bool V4 = decltype(v4)::value;
-            with_mp(x, x_mp, [&](auto xp) {
-                auto kernel = rmsnorm_backward_kernel<NJ, V4, std::remove_const_t<std::remove_pointer_t<decltype(xp)>>>;
+            with_mp(x, x_mp, [&](auto xp) { with_mp(dy, dy_mp, [&](auto dyp) {
+                auto kernel = rmsnorm_backward_kernel<NJ, V4, std::remove_const_t<std::remove_pointer_t<decltype(xp)>>,
+                                                      std::remove_const_t<std::remove_pointer_t<decltype(dyp)>>>;
                 int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
                 CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
                 blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
                 float *part = colpart((size_t)blocks * n);
-                kernel<<<blocks, 256>>>(dx, dx_mp, part, dy, xp, w, rstd, N, nh, n, ldx, ldy);
+                kernel<<<blocks, 256>>>(dx, dx_mp, part, dyp, xp, w, rstd, N, nh, n, ldx, ldy);
                 CUDA_CHECK(cudaGetLastError());
                 colsum_finish(dw, part, blocks, n, n, 0);
-            });
+            }); });
         };
         if (row_v4<NJ>(n, x, ldx, dy, ldy) && (uintptr_t)dx % 16 == 0) go(std::true_type());
         else go(std::false_type());
@@ -759,7 +760,7 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
 }
 // dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer)
 template <class MP>
-__global__ void swiglu_backward_kernel(MP *__restrict__ dgu, const float *__restrict__ dh, const MP *__restrict__ gu, int F) {
+__global__ void swiglu_backward_kernel(MP *__restrict__ dgu, const MP *__restrict__ dh, const MP *__restrict__ gu, int F) {
     size_t bt = blockIdx.x;
     const MP *row = gu + bt * 2 * F;
     MP *dg = dgu + bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
@@ -771,7 +772,7 @@ __global__ void swiglu_backward_kernel(MP *__restrict__ dgu, const float *__rest
 }
 static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
     PROF_OP();
-    if (g_bf16) swiglu_backward_kernel<<<BT, 256>>>((__nv_bfloat16 *)dgu, dh, (const __nv_bfloat16 *)gu, F);
+    if (g_bf16) swiglu_backward_kernel<<<BT, 256>>>((__nv_bfloat16 *)dgu, (const __nv_bfloat16 *)dh, (const __nv_bfloat16 *)gu, F);
     else swiglu_backward_kernel<<<BT, 256>>>(dgu, dh, gu, F);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -4931,7 +4932,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
                                                                          dpi ? dpi[1] : 0.f, tau);
     CUDA_CHECK(cudaGetLastError());
     matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, OPERAND_DOUT),
-                    operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, 0);
+                    operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, DINP_WRITE);
     router_dx_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * D, 256), 256>>>(dx, dpool, B, T, D);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -5006,9 +5007,10 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 // One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
 // the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
 // [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
-template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), gate and o2 in the matmul precision
+template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate and o2 in the
+                                     // matmul precision
 __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *__restrict__ do1, float *__restrict__ do2,
-        float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const float *__restrict__ dy,
+        float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
         const float *__restrict__ rstd, const float *__restrict__ o1, const float *__restrict__ w1,
         const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
         const MP *__restrict__ gate, int R, int n) {
@@ -5081,7 +5083,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
         int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
         float *part = colpart((size_t)blocks * 2 * n);
-        kernel<<<blocks, 256>>>(do1, do2, domega, (MP *)dgate, part, dy, rstd, a->o1, a->w1, o2, a->w2, a->omega,
+        kernel<<<blocks, 256>>>(do1, do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, a->o1, a->w1, o2, a->w2, a->omega,
                                 gate, R, n);
         CUDA_CHECK(cudaGetLastError());
         colsum_finish(dw1, part, blocks, n, 2 * n, 0);
@@ -5285,9 +5287,9 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
     conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, 1);
-    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, 1);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, 1);
+    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_ADD);
+    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, DINP_ADD);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, DINP_ADD);
 }
 
 // The layers' forward passes take ops_kept (GPU only): recompute level 1 kept the token mixers' outputs and the
@@ -5309,7 +5311,8 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
                                const LayerActs *a, const LayerParams *p, int B, int T) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)B * T * c->D, OPERAND_DOUT), a->y, p->wo, B * T, cfg_Vt(c), c->D, 0);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)B * T * c->D, OPERAND_DOUT), a->y, p->wo, B * T, cfg_Vt(c), c->D,
+                    DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
     l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * B * T, c->H, c->dk); // writes dQ, dK
@@ -5333,10 +5336,11 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D, 0);
+    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D, DINP_WRITE);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D, 1);
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,
+                    DINP_ADD);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -5379,17 +5383,19 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, OPERAND_DOUT), a->y, p->wo, BT, cfg_Vt(c), c->D, 0);
+    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, OPERAND_DOUT), a->y, p->wo, BT, cfg_Vt(c), c->D,
+                    DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
     gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     // dQ, dK: the L2 norm's backward writes them, ω's and the softmax planes' RMSNorms add their parts
     l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, c->H, c->dk);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha, 1);
+    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha,
+                    DINP_ADD);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
-    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1);
-    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1);
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0);
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
@@ -5539,9 +5545,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
     double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
-    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, 0);
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0,
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0, 1,
                      operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT));
     grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
@@ -5553,10 +5559,11 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             else block_rebuild(M, l, B, T);
         }
         grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
-        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D, 0);
+        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D,
+                        DINP_WRITE_MP);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
-        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, 0);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0,
+        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0, 1,
                          operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT));
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
@@ -5565,7 +5572,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0,
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0, 0,
                          l > 0 ? operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT) : NULL);
         grads_ready(M, l + 1);
     }

@@ -15,6 +15,10 @@
 #define NATSL_CONV 4          // short-conv kernel (§3.1)
 #define NATSL_EPS 1e-6f       // every norm eps (§1)
 #define NATSL_ATTN_HEAD 64    // head dim of the plain softmax layer A (§4)
+// matmul_backward's input gradient: written (the product is its one producer), added to, or written in the matmul
+// precision (bf16 mode: bf16; the gradients that feed only one elementwise backward: SwiGLU's, the gated norm's, the
+// MLP's RMSNorm's and the final norm's)
+enum { DINP_WRITE, DINP_ADD, DINP_WRITE_MP };
 #define GPT2_VOCAB 50257      // the ids of llm.c's shards (§1): the vocabulary where the data has no table of its own
 #define GPT2_EOT 50256
 

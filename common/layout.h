@@ -147,7 +147,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
             TAKE(qk_hat, 2 * BT * K, R | G | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
-            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, SH | G | WH | MA);
+            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, SH | G | WH | MA | MG);
         }
         if (kind == 'N') {
             TAKE(qka, 2 * BT * K, R | G | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
@@ -160,8 +160,8 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | MA);
         if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | WH | MA); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
-        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, SH | G | WH | ML | MA); TAKE(rstd2, BT, R);
-        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG | ML); TAKE(hmid, BT * c->F, SH | G | WH | ML | MA);
+        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, SH | G | WH | ML | MA | MG); TAKE(rstd2, BT, R);
+        TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG | ML); TAKE(hmid, BT * c->F, SH | G | WH | ML | MA | MG);
 #undef TAKE
     }
     if (base) layer_planes(a, c, kind, B, T, half && !grads);

@@ -306,7 +306,7 @@ static void bench_gemm(int BT, int iters) {
             double fl = 2.0 * BT * q.C * q.OC;
             const real *xs = (const real *)xb; // the trainer's matmul inputs are stored in bf16 (matmul_forward)
             float f = timed([&] { matmul_forward(y, xs, w, BT, q.C, q.OC, 0, NULL); });
-            float b = timed([&] { matmul_backward(dx, dw, y, xs, w, BT, q.C, q.OC, 1); });
+            float b = timed([&] { matmul_backward(dx, dw, y, xs, w, BT, q.C, q.OC, DINP_ADD); });
             float fb = timed([&] { gemm(CUBLAS_OP_T, CUBLAS_OP_N, q.OC, BT, q.C, wb, q.C, xb, q.C, 0.f, y, q.OC); });
             float bb = timed([&] {
                 gemm(CUBLAS_OP_N, CUBLAS_OP_N, q.C, BT, q.OC, wb, q.C, yb, q.OC, 1.f, dx, q.C);
