@@ -501,7 +501,7 @@ static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void 
     if (ncand == 0) { fprintf(stderr, "error: cuBLASLt has no algorithm for a %dx%dx%d product\n", m, n, k); exit(1); }
     p.key.algo = cand[0].algo;
     void *out = D, *scratch = NULL;
-    if (ncand > 1 && Cin == D) { // the product reads D: time it elsewhere
+    if (ncand > 1 && want->accumulate && Cin == D) { // the product reads D: time it elsewhere
         size_t bytes = (size_t)want->ldc * n * (want->C_mp ? 2 : 4);
         if (cudaMalloc(&scratch, bytes) == cudaSuccess) CUDA_CHECK(cudaMemset(scratch, 0, bytes));
         else { (void)cudaGetLastError(); ncand = 1; }
