@@ -107,7 +107,8 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // gu), without it the mixer's, which the backward pass needs only once the MLP's are spent. In each: first the
 // fields it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer
 // writes whole (the conv's and SwiGLU's input gradients, the gated norm's, the L2 norm's, those of the output
-// projection's, the MLP's and the router's inputs: matmul_backward writing dinp), which need no zeroing. ACTS_BF16,
+// projection's, the MLP's and the router's inputs: matmul_backward writing dinp; the two ops' input gradients but
+// a G layer's dV, to which the GDN op adds), which need no zeroing. ACTS_BF16,
 // or'ed into a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the room.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_SHARED = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
        ACTS_GRADS_MLP = 64, ACTS_BF16 = 128 };
@@ -142,22 +143,22 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
             TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA); // N: its backward reads Q, K (ω, qa, ka)
-            TAKE(v, BT * Vt, SH | G | MA);
+            TAKE(v, BT * Vt, SH | G | MA | (kind == 'N' ? WH : 0)); // N: the softmax op writes dV, the GDN op adds
             TAKE(gate, BT * Vt, SH | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
-            TAKE(g, BT * H, R | G); TAKE(beta, BT * H, R | G);
-            TAKE(qk_hat, 2 * BT * K, R | G | MA); TAKE(qk_rho, 2 * BT * H, R);
+            TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
+            TAKE(qk_hat, 2 * BT * K, R | G | WH | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
             TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, SH | G | WH | MA | MG);
         }
         if (kind == 'N') {
-            TAKE(qka, 2 * BT * K, R | G | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
+            TAKE(qka, 2 * BT * K, R | G | WH | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
             TAKE(att_out, BT * Vt, OP | G | WH | MA); TAKE(lse, (size_t)B * Ha * T, OP);
             TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G | WH);
             TAKE(pool, B * Nc * D, KP | G | WH); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
             TAKE(rmask, B * Nc * 2 * H, KP | G);
         }
-        if (kind == 'A') TAKE(proj, BT * 3 * D, R | G | MA);
-        if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | MA);
+        if (kind == 'A') TAKE(proj, BT * 3 * D, R | G | WH | MA);
+        if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | WH | MA);
         if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | WH | MA); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
         TAKE(r, BT * D, OP); TAKE(xn2, BT * D, SH | G | WH | ML | MA | MG); TAKE(rstd2, BT, R);
