@@ -549,8 +549,8 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
 // starting from dZ_last = m_c dS. Then dS_c = dZ_start + (1 − m_c) Dec_c dS; the decay-only path adds
 // (1 − m_c) Dec_c ⟨dS, S_c⟩ to every dg_t of the chunk; and the router gradient where m_c ≠ 0 is
 // dA[b][c][h][1] = ⟨dS, Z_last − Dec_c S_c⟩ (the chunk's own update ΔS_c, §6.4).
-// WRITES dq, dk (their heads' columns), dg, dβ and dA[...][1]; ACCUMULATES into dv (in an N layer the softmax
-// op has written its part of dv first).
+// WRITES dq, dk (their heads' columns), dg, dβ and dA[...][1]; dv WRITTEN likewise, or ACCUMULATED into with
+// a->dv_add (an N layer: the softmax op has written its part of dv first).
 static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
                             const real *state, const GdnArgs *a) {
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
@@ -570,6 +570,7 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
                     size_t row = (size_t)b * T + t;
                     memset(dq + row * ldqk + h * dkh, 0, dkh * sizeof(real));
                     memset(dk + row * ldqk + h * dkh, 0, dkh * sizeof(real));
+                    if (!a->dv_add) memset(dv + row * ldv + h * dvh, 0, dvh * sizeof(real));
                     dg[row * H + h] = dbeta[row * H + h] = 0;
                 }
                 if (m) for (int c = 0; c < Nc; c++) dA[(((size_t)b * Nc + c) * H + h) * 2 + 1] = 0;

@@ -1213,7 +1213,7 @@ __global__ void add_scalar_kernel(float *x, double v) { *x = (float)((double)*x 
 //   * softmax op: attention_forward / attention_backward (masked flash attention, 3xTF32 or TF32); the
 //     backward WRITES dq, dk, dv and dA[...,0].
 //   * GDN op: the chunked kernels (token-recurrence fallback); the backward WRITES dq, dk, dg, dβ, dA[...,1]
-//     and ACCUMULATES into dv (after the softmax op wrote dv).
+//     and dv, or ACCUMULATES into dv with dv_add (an N layer's, after the softmax op wrote dv).
 // ================================================================================================
 
 
@@ -2843,7 +2843,7 @@ static size_t gdn_tokens_ws_floats(int B, int H, int dkh, int dvh) {
 static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
                                 const real *dout, const real *state, const real *q, const real *k, int ldqk,
                                 const real *v, int ldv, const real *g, const real *beta, const real *m,
-                                int B, int T, int H, int dkh, int dvh, real *zs) {
+                                int B, int T, int H, int dkh, int dvh, real *zs, int dv_add) {
     int P = gdn_lanes_per_column(dkh);
     dim3 grid(B * H, CEIL_DIV(dvh, 32 / P));
     float scale = 1.f / sqrtf((float)dkh);
@@ -2851,6 +2851,7 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
     const size_t BT = (size_t)B * T, nA = (size_t)B * (T / CH) * H;
     CUDA_CHECK(cudaMemset2DAsync(dq, (size_t)ldqk * sizeof(float), 0, (size_t)H * dkh * sizeof(float), BT));
     CUDA_CHECK(cudaMemset2DAsync(dk, (size_t)ldqk * sizeof(float), 0, (size_t)H * dkh * sizeof(float), BT));
+    if (!dv_add) CUDA_CHECK(cudaMemset2DAsync(dv, (size_t)ldv * sizeof(float), 0, (size_t)H * dvh * sizeof(float), BT));
     CUDA_CHECK(cudaMemsetAsync(dg, 0, BT * H * sizeof(float)));
     CUDA_CHECK(cudaMemsetAsync(dbeta, 0, BT * H * sizeof(float)));
     if (dA) CUDA_CHECK(cudaMemset2DAsync(dA + 1, 2 * sizeof(float), 0, sizeof(float), nA)); // dA[...,1]
@@ -2875,7 +2876,8 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // bwd_local, the vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead (bwd_rhs folded into
 // bwd_state). Needs T % 64 == 0 and dk ∈ {32, 48, 64, 128} with dv % 32 == 0, or (bf16 mode only: dk = 192 has no
 // fp32 kernels) dk = 192 with dv % 64 == 0 (gdnc::supported); other shapes take the token recurrence above.
-// Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); ACCUMULATES dv.
+// Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); dv written, or ACCUMULATED
+// into with dv_add.
 // Workspace: an explicit buffer of gdnc::ws_floats(...) floats (the model owns it, M->gdn_ws).
 #ifndef GDN_KERNEL_MARK
 #define GDN_KERNEL_MARK(name) do { } while (0) // test harness hook: per-kernel timing (dev/cuda/gdn)
@@ -2898,6 +2900,7 @@ struct GA {
     int st16; // state holds bf16 values (bf16 mode: st_put / st_get / ld_state)
     int ds16; // the workspace's dstate holds bf16 values (written by the bf16 state kernel)
     int bwd;  // the backward pass (prep stores T for it)
+    int dv_add; // the backward adds its dV to dv (GdnArgs.dv_add), else writes it
     float scale;
     // workspace
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
@@ -4119,8 +4122,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
             const float2 vv = ld2(vsrc + (size_t)r * a.ldv + vt * 64 + col);
             float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col);
-            const float2 o = *dvp, y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
-            *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // accumulates (the softmax op wrote dV first)
+            const float2 o = a.dv_add ? *dvp : make_float2(0.f, 0.f), y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
+            *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // dv_add: the softmax op wrote dV first
             const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
             if (hh) dbv1 += d; else dbv0 += d;
         });
@@ -4201,7 +4204,8 @@ __global__ void __launch_bounds__(GC_NT) bwd_vloop_kernel(GA a) {
         if (PART == 1) {
             for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) {
                 const int i = idx / GC_BV, j = idx % GC_BV;
-                a.dv[(tok0 + i) * a.ldv + (size_t)h * dv + v0 + j] += bsm[i] * T3[i * GC_LBV + j];  // accumulates (the softmax op wrote dV first)
+                float *dvp = a.dv + (tok0 + i) * a.ldv + (size_t)h * dv + v0 + j;
+                *dvp = (a.dv_add ? *dvp : 0.f) + bsm[i] * T3[i * GC_LBV + j];  // dv_add: the softmax op wrote dV first
             }
             if (tid < CH) {
                 float s = 0.f;
@@ -4768,9 +4772,10 @@ static void forward(float *o, float *state, const float *q, const float *k, int 
 static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
                      const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
                      const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws,
-                     bool in16) {
+                     bool in16, int dv_add) {
     GA a = make_ga(B, T, H, dkd, dvd, ws);
     a.bwd = 1;
+    a.dv_add = dv_add;
     a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA; a.dout = dout;
     a.state = (float *)state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     if (in16) {
@@ -4796,8 +4801,8 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
 // ---- the GDN op (§5.4, §6.1, §6.4): the chunked kernels where the shape allows, else the token recurrence --
 // Same semantics and layouts as train_natsl.c's gdn_op_forward/backward, plus ws: an explicit device
 // workspace of gdn_op_workspace_floats(B, T, H, dk, dv) floats (owned by the caller; M->gdn_ws in the
-// model). gdn_op_backward writes dq, dk, dg, dβ, dA[...,1] and accumulates into dv (the softmax op of an
-// N layer has written dv and dA[...,0] before). NATSL_GDN_TOKENS=1 in the environment forces the token
+// model). gdn_op_backward writes dq, dk, dg, dβ, dA[...,1] and dv, or accumulates into dv with dv_add (the softmax
+// op of an N layer has written dv and dA[...,0] before). NATSL_GDN_TOKENS=1 in the environment forces the token
 // recurrence everywhere (comparisons, timings).
 static int g_gdn_tokens = -1;
 static int gdn_use_chunked(int dk, int dv) {
@@ -4840,7 +4845,7 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *args) {
     if (gdn_use_chunked(dk, dv)) gdnc::forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws, in16);
     else gdn_tokens_forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
 }
-// WRITES dq, dk, dg, dβ, dA[...,1]; ACCUMULATES into dv.
+// WRITES dq, dk, dg, dβ, dA[...,1] and dv; with args->dv_add ACCUMULATES into dv.
 static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
                             const real *state, const GdnArgs *args) {
     PROF_OP();
@@ -4851,9 +4856,11 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
     real *ws = a->ws;
     if (gdn_use_chunked(dkh, dvh))
-        gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws, in16);
+        gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws, in16,
+                       a->dv_add);
     else
-        gdn_tokens_backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws);
+        gdn_tokens_backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws,
+                            a->dv_add);
 }
 
 // ---- the router (Attention Score Layer, §5.2: (5.2a-f)) ------------------------------------------------------

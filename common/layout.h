@@ -107,8 +107,8 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // gu), without it the mixer's, which the backward pass needs only once the MLP's are spent. In each: first the
 // fields it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer
 // writes whole (the conv's and SwiGLU's input gradients, the gated norm's, the L2 norm's, those of the output
-// projection's, the MLP's and the router's inputs: matmul_backward writing dinp; the two ops' input gradients but
-// a G layer's dV, to which the GDN op adds), which need no zeroing. ACTS_BF16,
+// projection's, the MLP's and the router's inputs: matmul_backward writing dinp; the two ops' input gradients),
+// which need no zeroing. ACTS_BF16,
 // or'ed into a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the room.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_SHARED = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
        ACTS_GRADS_MLP = 64, ACTS_BF16 = 128 };
@@ -143,7 +143,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
             TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA); // N: its backward reads Q, K (ω, qa, ka)
-            TAKE(v, BT * Vt, SH | G | MA | (kind == 'N' ? WH : 0)); // N: the softmax op writes dV, the GDN op adds
+            TAKE(v, BT * Vt, SH | G | WH | MA); // the GDN op (G) or the softmax op (N: the GDN op adds) writes dV
             TAKE(gate, BT * Vt, SH | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
             TAKE(qk_hat, 2 * BT * K, R | G | WH | MA); TAKE(qk_rho, 2 * BT * H, R);
@@ -228,6 +228,7 @@ typedef struct {
     const real *g, *beta, *mask;
     int B, T, H, head_k, head_v;
     real *ws;
+    int dv_add; // the backward adds its dV to dv (an N layer: the softmax op wrote its part first); 0: writes it
 } GdnArgs;
 
 // The gated output norm (§3.3, §5.6) over `rows` rows of width n: one input o1 (G layer: o2, w2, omega NULL)
@@ -256,13 +257,14 @@ static inline LayerParams select_attn_params(const LayerParams *p) {
 
 // The G layer's GDN op: every chunk commits.
 static inline GdnArgs gdn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
-    GdnArgs o = {a->q_hat, a->k_hat, a->v, cfg_K(c), cfg_Vt(c), a->g, a->beta, NULL, B, T, c->H, c->dk, c->dv, a->gdn_ws};
+    GdnArgs o = {a->q_hat, a->k_hat, a->v, cfg_K(c), cfg_Vt(c), a->g, a->beta, NULL, B, T, c->H, c->dk, c->dv, a->gdn_ws, 0};
     return o;
 }
 // The N layer's two ops, both driven by the router's mask (§5.3, §5.4).
 static inline GdnArgs natsl_gdn_args(const Config *c, const LayerActs *a, int B, int T) {
     GdnArgs o = gdn_layer_op_args(c, a, B, T);
     o.mask = a->rmask;
+    o.dv_add = 1;
     return o;
 }
 static inline AttnArgs natsl_attn_args(const Config *c, const LayerActs *a, int B, int T) {

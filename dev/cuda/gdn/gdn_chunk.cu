@@ -8,7 +8,8 @@
 //   A second argument fp32 or bf16 runs that mode only (./gdn_chunk time bf16: for ncu).
 // (NATSL_GDN_TOKENS=1 ./gdn_chunk runs the same checks and timings on the token-recurrence fallback.)
 // Semantics checked: out, state, dq, dk, dg, dbeta and dA[...,1] written (dA exactly 0 where m == 0 and at the
-// last chunk, dA[...,0] untouched); dv ACCUMULATED (the harness zeroes it first; padding columns untouched).
+// last chunk, dA[...,0] untouched); dv written (the unmasked cases, a G layer's: over poison) or ACCUMULATED (the masked
+// cases, an N layer's dv_add: the harness zeroes it first); padding columns untouched.
 
 #include <vector>
 #include <algorithm>
@@ -204,16 +205,18 @@ static const float *k_of(const Prob &p, const Dev &d) {
 }
 static void run_fwd(const Prob &p, Dev &d) {
     const float *mm_ = p.use_m ? d.m : nullptr;
-    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws};
+    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, 0};
     gdn_op_forward(d.o, d.state, &a);
 }
-static void run_bwd(const Prob &p, Dev &d, bool zero = true) {  // dv accumulates: zero its data columns first
-    const float *mm_ = p.use_m ? d.m : nullptr;                    // (the padding keeps its poison)
-    if (zero) CUDA_CHECK(cudaMemset2D(d.dv, (size_t)p.ldv * 4, 0, (size_t)p.H * p.dv * 4, (size_t)p.B * p.T));
-    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws};
+// dv_add 0: the op writes dv (a G layer's; test_case poisons it first); 1: it accumulates, as in an N layer (its data
+// columns zeroed first unless `zero` is false: the timing loop)
+static void run_bwd(const Prob &p, Dev &d, int dv_add = 0, bool zero = true) {
+    const float *mm_ = p.use_m ? d.m : nullptr; // (the padding keeps its poison)
+    if (dv_add && zero) CUDA_CHECK(cudaMemset2D(d.dv, (size_t)p.ldv * 4, 0, (size_t)p.H * p.dv * 4, (size_t)p.B * p.T));
+    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, dv_add};
     gdn_op_backward(d.dqk, d.dqk + (size_t)p.H * p.dk, d.dv, d.dg, d.dbeta, d.dA, d.dout, d.state, &a);
 }
-static void run_op(const Prob &p, Dev &d) { run_fwd(p, d); run_bwd(p, d); }
+static void run_op(const Prob &p, Dev &d, int dv_add = 0) { run_fwd(p, d); run_bwd(p, d, dv_add); }
 
 static double relerr(const std::vector<float> &a, const std::vector<double> &r) {
     double n = 0, dd = 0;
@@ -244,7 +247,7 @@ static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int
     CUDA_CHECK(cudaMemset(d.o, 0xFF, p.dout.size() * 4)); CUDA_CHECK(cudaMemset(d.state, 0xFF, (size_t)B * H * p.Nc * dk * dv * 4));
     CUDA_CHECK(cudaMemset(d.dqk, 0xFF, BT * p.ldqk * 4)); CUDA_CHECK(cudaMemset(d.dv, 0xFF, BT * p.ldv * 4));
     CUDA_CHECK(cudaMemset(d.dg, 0xFF, BT * H * 4)); CUDA_CHECK(cudaMemset(d.dbeta, 0xFF, BT * H * 4)); CUDA_CHECK(cudaMemset(d.dA, 0xFF, p.m.size() * 4));
-    run_op(p, d);
+    run_op(p, d, p.use_m); // masked: dv accumulated (an N layer's, zeroed first); unmasked: written into the poison
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> o(p.dout.size()), dqk(BT * p.ldqk), dvv(BT * p.ldv), dg(BT * H), db(BT * H), dA(p.m.size());
     CUDA_CHECK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
@@ -309,7 +312,7 @@ static void time_size(int B, int T, int H, int dk, int dv) {
             CUDA_CHECK(cudaEventRecord(e0));
             run_fwd(p, d);
             CUDA_CHECK(cudaEventRecord(e1));
-            run_bwd(p, d, false);
+            run_bwd(p, d, 1, false);
             CUDA_CHECK(cudaEventRecord(e2));
             CUDA_CHECK(cudaEventSynchronize(e2));
             float a, b2; CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1)); CUDA_CHECK(cudaEventElapsedTime(&b2, e1, e2));
