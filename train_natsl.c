@@ -874,8 +874,8 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
-// Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to dx (+=)
-// and the parameters.
+// Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
+// parameters and dx, which it WRITES (the W_ab product writes, the other two add).
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
                                 const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
@@ -883,10 +883,12 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
     conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_ADD);
+    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_WRITE);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, DINP_ADD);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, DINP_ADD);
 }
+
+// Every layer's _backward WRITES dx, the gradient of its normalized input x (no other op produces it).
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
 // o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
@@ -931,7 +933,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
     matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, DINP_ADD);
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, DINP_WRITE);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -980,9 +982,9 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0);
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T); // writes dx, the router adds its part
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
-    gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
 // ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------
@@ -1018,12 +1020,17 @@ static void select_layer_backward(const Config *c, real *dx, const real *dout, L
         for (size_t i = 0; i < n; i++) { d->sel_out[i] = g->y_a * dout[i]; d->sel_out[n + i] = g->y_g * dout[i]; }
         da = d->sel_out; dg = d->sel_out + n;
     }
-    if (g->relaxed || g->a) {
+    if (g->relaxed || !g->a) gdn_layer_backward(c, dx, dg, d, gp, a, p, B, T);
+    if (g->relaxed || g->a) { // relaxed: the A mixer's part of dx is written aside, then added
         LayerActs aa = select_attn_acts(c, a, B, T, 0), dd = select_attn_acts(c, d, B, T, 0);
         LayerParams pa = select_attn_params(p), ga = select_attn_params(gp);
-        attention_layer_backward(c, dx, da, &dd, &ga, &aa, &pa, B, T);
+        real *dxa = g->relaxed ? xcalloc(n, sizeof(real)) : dx;
+        attention_layer_backward(c, dxa, da, &dd, &ga, &aa, &pa, B, T);
+        if (g->relaxed) {
+            for (size_t i = 0; i < n; i++) dx[i] += dxa[i];
+            free(dxa);
+        }
     }
-    if (g->relaxed || !g->a) gdn_layer_backward(c, dx, dg, d, gp, a, p, B, T);
 }
 
 // ---- §7: the router's auxiliary terms need the statistics of the whole forward pass, an S layer's gate its

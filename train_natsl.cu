@@ -5285,8 +5285,8 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
-// Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to dx (+=)
-// and the parameters.
+// Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
+// parameters and dx, which it WRITES (the W_ab product writes, the other two add).
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
                                 const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
@@ -5294,13 +5294,15 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
     conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
     conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_ADD);
+    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_WRITE);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, DINP_ADD);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, DINP_ADD);
 }
 
 // The layers' forward passes take ops_kept (GPU only): recompute level 1 kept the token mixers' outputs and the
 // block's mixer output r, so its rerun (model_backward) skips the ops, the output projection and the residual add.
+
+// Every layer's _backward WRITES dx, the gradient of its normalized input x (no other op produces it).
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
 // o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
@@ -5347,7 +5349,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
     matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,
-                    DINP_ADD);
+                    DINP_WRITE);
 }
 
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
@@ -5403,9 +5405,9 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0);
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T); // writes dx, the router adds its part
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
-    gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
 // ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------

@@ -107,8 +107,8 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // gu), without it the mixer's, which the backward pass needs only once the MLP's are spent. In each: first the
 // fields it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer
 // writes whole (the conv's and SwiGLU's input gradients, the gated norm's, the L2 norm's, those of the output
-// projection's, the MLP's and the router's inputs: matmul_backward writing dinp; the two ops' input gradients),
-// which need no zeroing. ACTS_BF16,
+// projection's, the MLP's and the router's inputs: matmul_backward writing dinp; the two ops' input gradients; the
+// mixers' dx), which need no zeroing. ACTS_BF16,
 // or'ed into a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the room.
 enum { ACTS_KEPT = 1, ACTS_OPS = 2, ACTS_REST = 4, ACTS_SHARED = 8, ACTS_ALL = 15, ACTS_GRADS = 16, ACTS_GRADS_ACC = 32,
        ACTS_GRADS_MLP = 64, ACTS_BF16 = 128 };
@@ -139,7 +139,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             size_t n_ = half && ((cls) & (grads ? MG : MA)) ? ((size_t)(n) + 1) / 2 : (size_t)(n); \
             a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; \
             if (g_layout_report && !grads) g_layout_report(#field, (n_ + 63) / 64 * 64); } } while (0)
-        TAKE(res, BT * D, KP); TAKE(xn, BT * D, SH | G | MA); TAKE(rstd1, BT, R);
+        TAKE(res, BT * D, KP); TAKE(xn, BT * D, SH | G | WH | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
             TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA); // N: its backward reads Q, K (ω, qa, ka)
