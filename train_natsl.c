@@ -243,6 +243,21 @@ static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x
     }
 }
 
+// The G and N layers' Q, K, V (K, K and Vt channels) from the projection's columns Q | K | V (rows of stride ldx), and
+// the backward that WRITES dx's columns Q | K | V (the GPU takes the three runs in one launch).
+static void conv_silu_qkv_forward(real *q, real *k, real *v, const real *x, int ldx, const real *w, int B, int T, int K,
+                                  int Vt) {
+    conv_silu_forward(q, x, ldx, 0, w, B, T, K);
+    conv_silu_forward(k, x, ldx, K, w, B, T, K);
+    conv_silu_forward(v, x, ldx, 2 * K, w, B, T, Vt);
+}
+static void conv_silu_qkv_backward(real *dx, real *dw, const real *dq, const real *dk, const real *dv, const real *x,
+                                   int ldx, const real *w, int B, int T, int K, int Vt) {
+    conv_silu_backward(dx, dw, dq, x, ldx, 0, w, B, T, K);
+    conv_silu_backward(dx, dw, dk, x, ldx, K, w, B, T, K);
+    conv_silu_backward(dx, dw, dv, x, ldx, 2 * K, w, B, T, Vt);
+}
+
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
 // y (q̂, k̂: the GDN op's operands) is stored in the matmul precision, as x (the conv's output) is.
 static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
@@ -866,9 +881,7 @@ static void model_zero_grad(Model *M) { memset(M->grads, 0, M->nparams * sizeof(
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL);
-    conv_silu_forward(a->q, a->proj, W, 0, p->conv, B, T, K);      // proj's columns: Q | K | V
-    conv_silu_forward(a->k, a->proj, W, K, p->conv, B, T, K);
-    conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
+    conv_silu_qkv_forward(a->q, a->k, a->v, a->proj, W, p->conv, B, T, K, Vt); // proj's columns: Q | K | V
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
@@ -880,9 +893,7 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
                                 const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
-    conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
-    conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
-    conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
+    conv_silu_qkv_backward(d->proj, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_WRITE);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, DINP_ADD);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, DINP_ADD);

@@ -782,14 +782,27 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
 // stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
 // (pair of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
 // window x_{t−3..t} in registers (each x read once, two channels in one load), and form pre_t in the same order.
-// y (Q, K, V: the token mixers' operands) is stored in the matmul precision.
+// y (Q, K, V: the token mixers' operands) is stored in the matmul precision. One launch takes consecutive runs of
+// channels that go to (come from) separate tensors: the G and N layers' Q | K | V in one pass over the projection's
+// whole rows (three launches over a third of each row ran at 45% of the bandwidth their bytes allow).
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "the conv kernels assume 4 taps and whole tiles");
+struct ConvRuns { // up to 3 runs of consecutive channels: run r's n[r] channels are y[r]'s columns (row stride n[r])
+    void *y[3];   // the forward's outputs (matmul precision), or the backward's dy (fp32)
+    int n[3], nr;
+    __device__ int find(int &c) const { // channel c (from the first run's first) -> its run, c -> its column there
+        int r = 0;
+        while (r + 1 < nr && c >= n[r]) c -= n[r++];
+        return r;
+    }
+};
 template <class MP> // x: the projection, y: the conv's output, both in the matmul precision
-__global__ void conv_silu_forward_kernel(MP *__restrict__ y, const MP *__restrict__ x, int ldx,
-                                         const float *__restrict__ w, int T, int n) {
+__global__ void conv_silu_forward_kernel(ConvRuns o, const MP *__restrict__ x, int ldx, const float *__restrict__ w,
+                                         int T, int n) {
     int ch = 2 * (blockIdx.x * blockDim.x + threadIdx.x), tile = blockIdx.y;
     if (ch >= n) return;
+    int col = ch, r = o.find(col), ny = o.n[r];
+    MP *__restrict__ y = reinterpret_cast<MP *>(o.y[r]) + col;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
     const float4 wa = make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]);
@@ -802,25 +815,39 @@ __global__ void conv_silu_forward_kernel(MP *__restrict__ y, const MP *__restric
         float pa = 0.f, pb = 0.f;
         pa += wa.x * x0.x; pa += wa.y * x1.x; pa += wa.z * x2.x; pa += wa.w * x3.x;
         pb += wb.x * x0.y; pb += wb.y * x1.y; pb += wb.z * x2.y; pb += wb.w * x3.y;
-        st2(y + (row0 + t) * n + ch, siluf_(pa), siluf_(pb));
+        st2(y + (row0 + t) * ny, siluf_(pa), siluf_(pb));
         x0 = x1; x1 = x2; x2 = x3;
     }
 }
-// the pairs of channels the kernels take: n, ldx and col even (config_check: d_k, d_v even)
-static void conv_check(const char *who, int ldx, int col, int n) {
-    if (n % 2 || ldx % 2 || col % 2) {
-        fprintf(stderr, "error: %s: channels %d of %d from %d not in pairs\n", who, n, ldx, col);
+// the pairs of channels the kernels take: the runs' lengths, ldx and col even (config_check: d_k, d_v even)
+static void conv_check(const char *who, int ldx, int col, const ConvRuns &o) {
+    int odd = ldx % 2 || col % 2;
+    for (int r = 0; r < o.nr; r++) odd |= o.n[r] % 2;
+    if (odd) {
+        fprintf(stderr, "error: %s: channels of rows of %d from %d not in pairs\n", who, ldx, col);
         exit(1);
     }
 }
-// channels col .. col+n−1 of x (rows of stride ldx) and of w [.][4]
+static int conv_channels(const ConvRuns &o) { int n = 0; for (int r = 0; r < o.nr; r++) n += o.n[r]; return n; }
+// the runs' channels from col of x (rows of stride ldx) and of w [.][4], in one launch
+static void conv_silu_forward_runs(const ConvRuns &o, const real *x, int ldx, int col, const real *w, int B, int T) {
+    conv_check(__func__, ldx, col, o);
+    int n = conv_channels(o);
+    dim3 grid(CEIL_DIV(n / 2, 128), B * (T / CONV_TILE));
+    if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>(o, (const __nv_bfloat16 *)x + col, ldx, w + col * NATSL_CONV, T, n);
+    else conv_silu_forward_kernel<<<grid, 128>>>(o, x + col, ldx, w + col * NATSL_CONV, T, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+// channels col .. col+n−1 of x into y (row stride n)
 static void conv_silu_forward(real *y, const real *x, int ldx, int col, const real *w, int B, int T, int n) {
     PROF_OP();
-    conv_check(__func__, ldx, col, n);
-    dim3 grid(CEIL_DIV(n / 2, 128), B * (T / CONV_TILE));
-    if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>((__nv_bfloat16 *)y, (const __nv_bfloat16 *)x + col, ldx, w + col * NATSL_CONV, T, n);
-    else conv_silu_forward_kernel<<<grid, 128>>>(y, x + col, ldx, w + col * NATSL_CONV, T, n);
-    CUDA_CHECK(cudaGetLastError());
+    conv_silu_forward_runs(ConvRuns{{y}, {n}, 1}, x, ldx, col, w, B, T);
+}
+// the G and N layers' Q, K, V (K, K and Vt channels) from the projection's columns Q | K | V (rows of stride ldx)
+static void conv_silu_qkv_forward(real *q, real *k, real *v, const real *x, int ldx, const real *w, int B, int T, int K,
+                                  int Vt) {
+    PROF_OP();
+    conv_silu_forward_runs(ConvRuns{{q, k, v}, {K, K, Vt}, 3}, x, ldx, 0, w, B, T);
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
 // dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
@@ -846,11 +873,13 @@ struct ConvChannel { // one channel's state in conv_silu_backward_kernel
         return done;
     }
 };
-template <class MP> // dx and x in the matmul precision
-__global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict__ dw_part, const float *__restrict__ dy,
+template <class MP> // dx and x in the matmul precision; the runs' dy in fp32
+__global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict__ dw_part, ConvRuns o,
                                           const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int n) {
     int ch = 2 * (blockIdx.x * blockDim.x + threadIdx.x), tile = blockIdx.y;
     if (ch >= n) return;
+    int col = ch, r = o.find(col), ny = o.n[r];
+    const float *__restrict__ dy = reinterpret_cast<const float *>(o.y[r]) + col;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
     int t_end = min(t1 + NATSL_CONV - 1, T);
@@ -861,7 +890,7 @@ __global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict
     Bc.init(make_float4(w[ch * 4 + 4], w[ch * 4 + 5], w[ch * 4 + 6], w[ch * 4 + 7]), xm3.y, xm2.y, xm1.y);
 #pragma unroll 4
     for (int t = t0; t < t_end; t++) {
-        float2 x3 = X(t), g = ld2(dy + (row0 + t) * n + ch);
+        float2 x3 = X(t), g = ld2(dy + (row0 + t) * ny);
         float da = A.step(x3.x, g.x, t < t1), db = Bc.step(x3.y, g.y, t < t1);
         if (t - 3 >= t0) st2(dx + (row0 + t - 3) * ldx + ch, da, db);   // dx_{t−3} is complete
     }
@@ -874,19 +903,24 @@ __global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict
     pp[0] = make_float4(A.d0, A.d1, A.d2, A.d3);
     pp[1] = make_float4(Bc.d0, Bc.d1, Bc.d2, Bc.d3);
 }
-// WRITES dx's channels col .. col+n−1
-static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, int col, const real *w,
-                               int B, int T, int n) {
-    PROF_OP();
-    conv_check(__func__, ldx, col, n);
-    int tiles = B * (T / CONV_TILE);
+// WRITES dx's channels of the runs (from col), adds to dw's, in one launch (and the partial sums' one)
+static void conv_silu_backward_runs(real *dx, real *dw, const ConvRuns &o, const real *x, int ldx, int col, const real *w,
+                                    int B, int T) {
+    conv_check(__func__, ldx, col, o);
+    int tiles = B * (T / CONV_TILE), n = conv_channels(o);
     float *part = colpart((size_t)tiles * n * NATSL_CONV);
     dim3 grid(CEIL_DIV(n / 2, 128), tiles);
-    if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx + col, part, dy, (const __nv_bfloat16 *)x + col, ldx,
+    if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx + col, part, o, (const __nv_bfloat16 *)x + col, ldx,
                                                          w + col * NATSL_CONV, T, n);
-    else conv_silu_backward_kernel<<<grid, 128>>>(dx + col, part, dy, x + col, ldx, w + col * NATSL_CONV, T, n);
+    else conv_silu_backward_kernel<<<grid, 128>>>(dx + col, part, o, x + col, ldx, w + col * NATSL_CONV, T, n);
     CUDA_CHECK(cudaGetLastError());
     colsum_finish(dw + col * NATSL_CONV, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
+}
+// the backward of conv_silu_qkv_forward: WRITES dx's columns Q | K | V from dq, dk, dv
+static void conv_silu_qkv_backward(real *dx, real *dw, const real *dq, const real *dk, const real *dv, const real *x,
+                                   int ldx, const real *w, int B, int T, int K, int Vt) {
+    PROF_OP();
+    conv_silu_backward_runs(dx, dw, ConvRuns{{(void *)dq, (void *)dk, (void *)dv}, {K, K, Vt}, 3}, x, ldx, 0, w, B, T);
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
@@ -5277,9 +5311,7 @@ static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->na
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL);
-    conv_silu_forward(a->q, a->proj, W, 0, p->conv, B, T, K);      // proj's columns: Q | K | V
-    conv_silu_forward(a->k, a->proj, W, K, p->conv, B, T, K);
-    conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
+    conv_silu_qkv_forward(a->q, a->k, a->v, a->proj, W, p->conv, B, T, K, Vt); // proj's columns: Q | K | V
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
@@ -5291,9 +5323,7 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
                                 const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
-    conv_silu_backward(d->proj, gp->conv, d->q, a->proj, W, 0, p->conv, B, T, K);
-    conv_silu_backward(d->proj, gp->conv, d->k, a->proj, W, K, p->conv, B, T, K);
-    conv_silu_backward(d->proj, gp->conv, d->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
+    conv_silu_qkv_backward(d->proj, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_WRITE);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, DINP_ADD);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, DINP_ADD);
