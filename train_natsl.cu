@@ -2908,7 +2908,8 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
 // dk ∈ {64, 128, 192} and dv % 64 == 0 (the 340m and 760m presets), every kernel (prep, the state passes, fwd_out,
 // bwd_local, the vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead (bwd_rhs folded into
-// bwd_state). Needs T % 64 == 0 and dk ∈ {32, 48, 64, 128} with dv % 32 == 0, or (bf16 mode only: dk = 192 has no
+// bwd_state, vloop part 0 into bwd_local).
+// Needs T % 64 == 0 and dk ∈ {32, 48, 64, 128} with dv % 32 == 0, or (bf16 mode only: dk = 192 has no
 // fp32 kernels) dk = 192 with dv % 64 == 0 (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); dv written, or ACCUMULATED
 // into with dv_add.
@@ -2940,8 +2941,6 @@ struct GA {
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
     bf16 *Wb;            // bf16 W for the bf16 kernels (nullptr: the fp32 kernels run)
     bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
-    bf16 *Vnb, *dOb;     // backward with the bf16 kernels: Vn and dO in bf16, [BH*T][dv] (in the Rc region, unused then:
-                         // its BH·Nc·dk·dv floats hold both for dk >= 64)
     bf16 *Tb, *dWb;      // backward with the bf16 kernels: T [BH*Nc][CH][CH] and dWm [BH*T][dk] in bf16 (in the Tm, dWm regions)
 };
 
@@ -3585,7 +3584,8 @@ __device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const floa
 }
 // The d_k each kernel family is compiled for: the bf16 tensor-core kernels 64, 128 and 192 (the 760m preset); the fp32
 // ones 32 .. 128 (their shared tiles of fp32 rows outgrow an SM at 192, so the 760m's fp32 mode takes the token
-// recurrence). The 8-warp bf16 kernels keep two blocks per SM (128 registers a thread) up to d_k = 128, one at 192.
+// recurrence). The 8-warp bf16 kernels keep two blocks per SM (128 registers a thread) up to d_k = 128, one at 192
+// (bwd_local_bf16: one at every d_k).
 template <int DK> __host__ __device__ constexpr bool dk_bf16() { return DK == 64 || DK == 128 || DK == 192; }
 template <int DK> __host__ __device__ constexpr bool dk_fp32() { return DK <= 128; }
 template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128 ? 2 : 1; }
@@ -3941,15 +3941,18 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
 template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
 
 // B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps; warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and
-// one half (w >> 2) of each 64 value columns: Vn = U − W S0 (its tokens; fp32, over U, and a bf16 copy) and
-// dVn_local = s Pᵀ dO (its keys; fp32), with Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from Q and K; dO is rounded
-// to bf16 on its way into shared memory (and kept so for the later passes).
+// one half (w >> 2) of each 64 value columns: Vn = U − W S0 (its tokens; fp32, over U, and a bf16 tile in shared
+// memory) and dVn_local = s Pᵀ dO (its keys; fp32), with Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from Q and K; dO is
+// rounded to bf16 on its way into shared memory. With the tiles at hand it sums B3 part 0 over the value tiles:
+// dQ1 = dO S0ᵀ (its rows, half hf of the d_k columns) and dPm = s dO Vnᵀ (its rows, half hf of the keys). One block
+// an SM at every d_k: at two (128 registers a thread) those sums spill (340m: 0.796 ms against 0.713 at one).
 template <int DK>
-__global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a) {
+__global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_local_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ws = Ks + CH * DK, *Ss = Ws + CH * DK, *Os = Ss + 2 * DK * 64;
-    float *Gs = reinterpret_cast<float *>(Os + CH * 64);
+    bf16 *Ns = Os + CH * 64, *Ps = Ns + CH * 64;  // the Vn tile; Pᵀ
+    float *Gs = reinterpret_cast<float *>(Ps + CH * 64);
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3, hf = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
@@ -3967,7 +3970,6 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a
     };
     issue(0);
     if (nvt > 1) issue(1);
-    uint32_t fw[DK / 16][4], fpt[4][4];
     // the dO tile: thread tid holds 8 values of rows tid/8 + 32 e (e < 2), loaded one tile ahead into registers
     float xo[2][8];
     auto load_do = [&](int vt) {
@@ -3975,63 +3977,84 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a
         for (int e = 0; e < 2; e++) ld8(xo[e], dO + (size_t)((tid >> 3) + 32 * e) * ldo + vt * 64 + (tid & 7) * 8, 1.f);
     };
     load_do(0);
+    if (nvt > 1) fa_wait<1>(); else fa_wait<0>();  // Q, K, G (and the first S0 tile)
+    __syncthreads();
+    {  // Pᵀ into shared memory (both warps of a row strip make its rows, each stores one half)
+        uint32_t fk[DK / 16][4];
+        lds_a<DK, DK>(fk, Ks, R0);
+        float P[8][4];  // Pᵀ rows j = r0 (+8), columns i
+        acc_zero(P);
+        mma_x<DK, CH, DK, true>(P, fk, Qs);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int i = 8 * j + 2 * t + (q & 1), jj = r0 + 8 * (q >> 1);
+                P[j][q] = i >= jj ? a.scale * expf(Gs[i] - Gs[jj]) * P[j][q] : 0.f;
+            }
+        acc_pairs<64>(R0, 0, [&](int j, int hh, int r, int col) {
+            if ((col >> 5) == hf) st_pair<64>(Ps, r, col, P[j][2 * hh], P[j][2 * hh + 1]);
+        });
+        __syncthreads();
+    }
+    float Q1[DK / 16][4], P1[4][4];  // dQ1 (d_k columns hf·DK/2 ..), dO Vnᵀ (keys 32 hf ..)
+    acc_zero(Q1);
+    acc_zero(P1);
     for (int vt = 0; vt < nvt; vt++) {
 #pragma unroll
-        for (int e = 0; e < 2; e++) {  // rounded to bf16, into shared memory and the copy for the later passes
+        for (int e = 0; e < 2; e++) {  // rounded to bf16, into shared memory
             const int r = (tid >> 3) + 32 * e, ch = tid & 7;
-            const uint4 y = pack8(xo[e]);
-            *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = y;
-            *reinterpret_cast<uint4 *>(a.dOb + (row0 + r) * dv + vt * 64 + ch * 8) = y;
+            *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = pack8(xo[e]);
         }
-        if (vt + 1 < nvt) load_do(vt + 1);
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
-        if (vt == 0) {  // (both warps of a row strip make its Pᵀ rows: the A operand spans all 64 keys' columns i)
-            uint32_t fk[DK / 16][4];
-            lds_a<DK, DK>(fw, Ws, R0);
-            lds_a<DK, DK>(fk, Ks, R0);
-            float P[8][4];  // Pᵀ rows j = r0 (+8), columns i
-            acc_zero(P);
-            mma_x<DK, CH, DK, true>(P, fk, Qs);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int i = 8 * j + 2 * t + (q & 1), jj = r0 + 8 * (q >> 1);
-                    P[j][q] = i >= jj ? a.scale * expf(Gs[i] - Gs[jj]) * P[j][q] : 0.f;
-                }
-            acc_to_a<4>(fpt, P, 1.f);
-        }
+        const bf16 *S0 = Ss + (vt & 1) * DK * 64;
         float V[4][4], D[4][4];
         acc_zero(V);
         acc_zero(D);
-        mma_x<DK, 32, 64, false>(V, fw, Ss + (vt & 1) * DK * 64, 32 * hf);  // W S0
-        mma_x<CH, 32, 64, false>(D, fpt, Os, 32 * hf);                      // s Pᵀ dO
+#pragma unroll
+        for (int k0 = 0; k0 < DK; k0 += 64) {  // W S0, 64 rows of S0 at a time (fewer live registers)
+            uint32_t fw[4][4];
+            lds_a<64, DK>(fw, Ws + k0, R0);  // (column offsets of 64 keep the swizzle)
+            mma_x<64, 32, 64, false>(V, fw, S0 + k0 * 64, 32 * hf);
+        }
+        {
+            uint32_t fpt[4][4];
+            lds_a<64, 64>(fpt, Ps, R0);
+            mma_x<CH, 32, 64, false>(D, fpt, Os, 32 * hf);  // s Pᵀ dO
+        }
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
             const size_t o = (row0 + r) * dv + vt * 64 + col;
             float2 *u = reinterpret_cast<float2 *>(a.U + o);
             const float2 uv = *u, vn = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
             *u = vn;
-            *reinterpret_cast<uint32_t *>(a.Vnb + o) = pack_bf16(vn.x, vn.y);
+            st_pair<64>(Ns, r, col, vn.x, vn.y);
             *reinterpret_cast<float2 *>(a.dVn + o) = make_float2(D[j][2 * hh], D[j][2 * hh + 1]);
         });
-        __syncthreads();  // Os and buffer vt & 1 are free
+        if (vt + 1 < nvt) load_do(vt + 1);  // (here, where fewer registers are live)
+        uint32_t fo[4][4];  // dO rows R0 .., all 64 columns of the tile
+        lds_a<64, 64>(fo, Os, R0);
+        mma_x<64, DK / 2, 64, true>(Q1, fo, S0, hf * DK / 2);  // dQ1 += dO S0ᵀ
+        __syncthreads();  // the Vn tile is whole
+        mma_x<64, 32, 64, true>(P1, fo, Ns, 32 * hf);  // dPm += dO Vnᵀ
+        __syncthreads();  // Os, Ns and buffer vt & 1 are free
         if (vt + 2 < nvt) issue(vt + 2);
     }
+    store_acc<DK / 2>(a.dQ1 + (row0 + r0) * DK + hf * DK / 2, DK, Q1, 1.f, 1.f);
+    store_acc<32>(a.dPm + cc * CH * CH + r0 * CH + 32 * hf, CH, P1, a.scale, a.scale);
 }
-template <int DK> constexpr size_t bwd_local_bf16_smem() { return (3 * CH * DK + 2 * DK * 64 + CH * 64) * sizeof(bf16) + CH * sizeof(float); }
+template <int DK> constexpr size_t bwd_local_bf16_smem() { return (3 * CH * DK + 2 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + CH * sizeof(float); }
 
-// B3 parts 0 and 2 in bf16 mode, grid (Nc, B*H), 4 warps (16 rows i each), over the value dim in tiles of 64:
-//   PART 0: dQ1 = dO S0ᵀ, dPm = s dO Vnᵀ;   PART 2: X = diag(λ) Vn dSeᵀ, sdot = ⟨dSe, S0⟩
-// (dO, Vn: bwd_local's bf16 copies; S0, dSe: the bf16 snapshots; double-buffered cp.async, fp32 accumulation). PART 2
-// takes Vn in fp32 and splits it into two bf16 operands (hi + lo): X feeds the router gradient dA = Σ_j k_j·X_j, a sum
-// with cancellation, which a bf16 Vn moves by ~1e-2 (dev/cuda/gdn/NOTES.md).
-template <int DK, int PART>
-__global__ void __launch_bounds__(128) bwd_vloop_bf16_kernel(GA a) {
+// B3 part 2 in bf16 mode (part 0 is bwd_local_bf16's), grid (Nc, B*H), 4 warps (16 rows i each), over the value dim
+// in tiles of 64: X = diag(λ) Vn dSeᵀ, sdot = ⟨dSe, S0⟩ (S0, dSe: the bf16 snapshots; double-buffered cp.async, fp32
+// accumulation). Vn comes in fp32 and is split into two bf16 operands (hi + lo): X feeds the router gradient
+// dA = Σ_j k_j·X_j, a sum with cancellation, which a bf16 Vn moves by ~1e-2 (dev/cuda/gdn/NOTES.md).
+template <int DK>
+__global__ void __launch_bounds__(128) bwd_vloop2_bf16_kernel(GA a) {
     extern __shared__ __align__(128) unsigned char smraw[];
-    constexpr int LV = 68;                                    // PART 2: fp32 Vn rows, padded
-    constexpr int ROWB = PART == 0 ? CH * 64 : CH * LV * 2;   // the row tile in bf16 units (dO; or fp32 Vn)
-    constexpr int TILE = ROWB + 2 * DK * 64;                  // per buffer: the row tile, S0 [DK][64], Vn [CH][64] or dSe [DK][64]
+    constexpr int LV = 68;                     // fp32 Vn rows, padded
+    constexpr int ROWB = CH * LV * 2;          // the Vn tile in bf16 units
+    constexpr int TILE = ROWB + 2 * DK * 64;   // per buffer: the Vn tile, S0 [DK][64], dSe [DK][64]
     bf16 *buf = reinterpret_cast<bf16 *>(smraw);
     float *Gs = reinterpret_cast<float *>(buf + 2 * TILE), *red = Gs + CH;
     const int c = blockIdx.x, bh = blockIdx.y;
@@ -4040,78 +4063,58 @@ __global__ void __launch_bounds__(128) bwd_vloop_bf16_kernel(GA a) {
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
     const bf16 *ds = reinterpret_cast<const bf16 *>(a.dstate) + cc * DK * dv;
-    if (PART == 2 && tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
+    if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
     auto issue = [&](int vt) {
         bf16 *b = buf + (vt & 1) * TILE;
-        if (PART == 0) {
-            load_tile<64, CH, 128>(b, a.dOb + row0 * dv + vt * 64, dv, tid);
-            load_tile<64, CH, 128>(b + ROWB + DK * 64, a.Vnb + row0 * dv + vt * 64, dv, tid);
-        } else {
-            float *vf = reinterpret_cast<float *>(b);
-            for (int e = tid; e < CH * 16; e += 128) fa_cp16(vf + (e >> 4) * LV + (e & 15) * 4, a.U + (row0 + (e >> 4)) * dv + vt * 64 + (e & 15) * 4);
-            load_tile<64, DK, 128>(b + ROWB + DK * 64, ds + vt * 64, dv, tid);
-        }
+        float *vf = reinterpret_cast<float *>(b);
+        for (int e = tid; e < CH * 16; e += 128) fa_cp16(vf + (e >> 4) * LV + (e & 15) * 4, a.U + (row0 + (e >> 4)) * dv + vt * 64 + (e & 15) * 4);
+        load_tile<64, DK, 128>(b + ROWB + DK * 64, ds + vt * 64, dv, tid);
         load_tile<64, DK, 128>(b + ROWB, st + vt * 64, dv, tid);
         fa_commit();
     };
     issue(0);
     if (nvt > 1) issue(1);
-    float A1[DK / 8][4], A2[8][4], part = 0.f;
+    float A1[DK / 8][4], part = 0.f;
     acc_zero(A1);
-    acc_zero(A2);
     for (int vt = 0; vt < nvt; vt++) {
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
         const bf16 *b = buf + (vt & 1) * TILE, *S0 = b + ROWB, *X2 = S0 + DK * 64;
-        if (PART == 0) {
-            uint32_t fr[4][4];
-            lds_a<64, 64>(fr, b, 16 * w);
-            mma_x<64, DK, 64, true>(A1, fr, S0);  // dO S0ᵀ
-            mma_x<64, CH, 64, true>(A2, fr, X2);  // dO Vnᵀ
-        } else {
-            uint32_t fh[4][4], fl[4][4];  // Vn rows 16w.. = hi + lo
-            const float *vf = reinterpret_cast<const float *>(b) + (16 * w + g) * LV + 2 * t;
+        uint32_t fh[4][4], fl[4][4];  // Vn rows 16w.. = hi + lo
+        const float *vf = reinterpret_cast<const float *>(b) + (16 * w + g) * LV + 2 * t;
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++)
+        for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const float2 x = *reinterpret_cast<const float2 *>(vf + (q & 1) * 8 * LV + 16 * kk + (q >> 1) * 8);
-                    const __nv_bfloat162 hi = __floats2bfloat162_rn(x.x, x.y);
-                    const float2 hf = __bfloat1622float2(hi);
-                    fh[kk][q] = *reinterpret_cast<const uint32_t *>(&hi);
-                    fl[kk][q] = pack_bf16(x.x - hf.x, x.y - hf.y);
-                }
-            mma_x<64, DK, 64, true>(A1, fh, X2);  // Vn dSeᵀ
-            mma_x<64, DK, 64, true>(A1, fl, X2);
-            for (int e = tid; e < DK * 64 / 8; e += 128) {  // ⟨dSe, S0⟩ (both tiles swizzled alike)
-                const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(X2)[e];
-                const __nv_bfloat162 *xs = reinterpret_cast<const __nv_bfloat162 *>(&x), *ys = reinterpret_cast<const __nv_bfloat162 *>(&y);
+            for (int q = 0; q < 4; q++) {
+                const float2 x = *reinterpret_cast<const float2 *>(vf + (q & 1) * 8 * LV + 16 * kk + (q >> 1) * 8);
+                const __nv_bfloat162 hi = __floats2bfloat162_rn(x.x, x.y);
+                const float2 hf = __bfloat1622float2(hi);
+                fh[kk][q] = *reinterpret_cast<const uint32_t *>(&hi);
+                fl[kk][q] = pack_bf16(x.x - hf.x, x.y - hf.y);
+            }
+        mma_x<64, DK, 64, true>(A1, fh, X2);  // Vn dSeᵀ
+        mma_x<64, DK, 64, true>(A1, fl, X2);
+        for (int e = tid; e < DK * 64 / 8; e += 128) {  // ⟨dSe, S0⟩ (both tiles swizzled alike)
+            const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(X2)[e];
+            const __nv_bfloat162 *xs = reinterpret_cast<const __nv_bfloat162 *>(&x), *ys = reinterpret_cast<const __nv_bfloat162 *>(&y);
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const float2 u = __bfloat1622float2(xs[q]), v = __bfloat1622float2(ys[q]);
-                    part = fmaf(u.x, v.x, fmaf(u.y, v.y, part));
-                }
+            for (int q = 0; q < 4; q++) {
+                const float2 u = __bfloat1622float2(xs[q]), v = __bfloat1622float2(ys[q]);
+                part = fmaf(u.x, v.x, fmaf(u.y, v.y, part));
             }
         }
         __syncthreads();
         if (vt + 2 < nvt) issue(vt + 2);
     }
     const int r0 = 16 * w + g;
-    if (PART == 0) {
-        store_acc<DK>(a.dQ1 + (row0 + r0) * DK, DK, A1, 1.f, 1.f);
-        store_acc<CH>(a.dPm + cc * CH * CH + r0 * CH, CH, A2, a.scale, a.scale);
-    } else {
-        const float GL = Gs[CH - 1];
-        store_acc<DK>(a.X + (row0 + r0) * DK, DK, A1, expf(GL - Gs[r0]), expf(GL - Gs[r0 + 8]));  // times λ_i
-        for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-        if (lane == 0) red[w] = part;
-        __syncthreads();
-        if (tid == 0) a.sdot[cc] = red[0] + red[1] + red[2] + red[3];
-    }
+    const float GL = Gs[CH - 1];
+    store_acc<DK>(a.X + (row0 + r0) * DK, DK, A1, expf(GL - Gs[r0]), expf(GL - Gs[r0 + 8]));  // times λ_i
+    for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+    if (lane == 0) red[w] = part;
+    __syncthreads();
+    if (tid == 0) a.sdot[cc] = red[0] + red[1] + red[2] + red[3];
 }
-template <int DK, int PART> constexpr size_t bwd_vloop_bf16_smem() {
-    return 2 * ((PART == 0 ? CH * 64 : CH * 68 * 2) + 2 * DK * 64) * sizeof(bf16) + (CH + 4) * sizeof(float);
-}
+template <int DK> constexpr size_t bwd_vloop2_bf16_smem() { return 2 * (CH * 68 * 2 + 2 * DK * 64) * sizeof(bf16) + (CH + 4) * sizeof(float); }
 
 // B3 part 1 in bf16 mode, grid (Nc, B*H), 8 warps, over 64-column value tiles: dWm = dVn S0ᵀ, dTV = dVn Vᵀ diag(β),
 // dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). Warp w owns rows R0 = 16(w & 3) .. +15 and one half (w >> 2) of the
@@ -4667,8 +4670,7 @@ template <int DK> static void set_attrs() {
         }
         smem_attr(fwd_out_bf16_kernel<DK>, fwd_out_bf16_smem<DK>());
         smem_attr(bwd_local_bf16_kernel<DK>, bwd_local_bf16_smem<DK>());
-        smem_attr(bwd_vloop_bf16_kernel<DK, 0>, bwd_vloop_bf16_smem<DK, 0>());
-        smem_attr(bwd_vloop_bf16_kernel<DK, 2>, bwd_vloop_bf16_smem<DK, 2>());
+        smem_attr(bwd_vloop2_bf16_kernel<DK>, bwd_vloop2_bf16_smem<DK>());
         smem_attr(bwd_vloop1_bf16_kernel<DK>, bwd_vloop1_bf16_smem<DK>());
         smem_attr(bwd_final_bf16_kernel<DK>, bwd_final_bf16_smem<DK>());
         smem_attr(prep_bf16_kernel<DK>, prep_bf16_smem<DK>());
@@ -4743,9 +4745,8 @@ template <int DK> static void bwd_impl(const GA &a) {
         if (a.Wb) {
             bwd_local_bf16_kernel<DK><<<g2, 256, bwd_local_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
             state_pass<DK, false>(a); GDN_KERNEL_MARK("bwd_state");
-            bwd_vloop_bf16_kernel<DK, 0><<<g2, 128, bwd_vloop_bf16_smem<DK, 0>()>>>(a); GDN_KERNEL_MARK("vloop0");
             bwd_vloop1_bf16_kernel<DK><<<g2, 256, bwd_vloop1_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("vloop1");
-            bwd_vloop_bf16_kernel<DK, 2><<<g2, 128, bwd_vloop_bf16_smem<DK, 2>()>>>(a); GDN_KERNEL_MARK("vloop2");
+            bwd_vloop2_bf16_kernel<DK><<<g2, 128, bwd_vloop2_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("vloop2");
             bwd_final_bf16_kernel<DK><<<g2, 256, bwd_final_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_final");
         }
     if constexpr (dk_fp32<DK>())
@@ -4815,7 +4816,6 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
     if (in16) {
         a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v;
         a.vec = 1;
-        a.Vnb = reinterpret_cast<bf16 *>(a.Rc); a.dOb = a.Vnb + (size_t)B * H * T * dvd;
         a.Tb = reinterpret_cast<bf16 *>(a.Tm); a.dWb = reinterpret_cast<bf16 *>(a.dWm);
     } else {
         a.q = q; a.k = k; a.v = v;
