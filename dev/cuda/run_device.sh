@@ -20,6 +20,8 @@
 #   tune : dev/cuda/gemm_tune (cublasGemmEx vs cuBLASLt's best candidate for each linear product of the 340m)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
 #   ncu  : Nsight Compute speed-of-light of the heaviest kernels in one 340m B=1 T=4096 step
+#   ncuconv: Nsight Compute of the short conv's kernels (speed of light, memory workload, occupancy, warp stalls) in a
+#          340m B=8 T=4096 step: why they run at about 45% of their byte floor
 #   cmp  : ./bench_gpu step $STEP_ARGS in this tree, then in the tree at ${CMP_DIR:-_cmp} (another commit, to compare
 #          on the same machine: `rm -rf _cmp && mkdir _cmp && git archive <ref> | tar -x -C _cmp`; _cmp is ignored,
 #          so the device tool's run needs carry ["_cmp"])
@@ -69,6 +71,9 @@ if has main; then timeout 120 ./train_natsl_cu > $O/main.log 2>&1; echo "main jo
 if has ncu; then timeout 200 ncu --section SpeedOfLight -k regex:"bwd_final|fwd_state|fwd_out|bwd_local|bwd_state|bwd_vloop|prep|fa_bwd|attn_bwd|gated_norm_backward|rmsnorm_backward" \
     -c 16 ./train_natsl_cu -e 340m -b 1 -t 4096 -x 1 -v 0 -s 0 > $O/ncu.log 2>&1; echo "ncu rc=$?"; \
     grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|Compute \(SM\) Throughput" $O/ncu.log | head -60; fi
+if has ncuconv; then timeout 200 ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+    --section WarpStateStats -k regex:"conv_silu" -c 4 ./train_natsl_cu -e 340m -b 8 -t 4096 -x 1 -v 0 -s 0 > $O/ncu_conv.log 2>&1
+    echo "ncu conv rc=$?"; grep -E "^  [a-z_]+.*\(|Duration|Throughput|Achieved Occupancy|Stall|L2 Hit|Mem Busy" $O/ncu_conv.log | head -60; fi
 if has step; then timeout 240 ./bench_gpu step $STEP_ARGS > $O/bench_step.log 2>&1; echo "bench step rc=$?"; grep -vE "^$" $O/bench_step.log; fi
 if has cmp; then
     cat $O/build_cmp.log
