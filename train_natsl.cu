@@ -797,10 +797,17 @@ static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0, "the conv kernels
 struct ConvRuns { // up to 3 runs of consecutive channels: run r's n[r] channels are y[r]'s columns (row stride n[r])
     void *y[3];   // the forward's outputs (matmul precision), or the backward's dy (fp32)
     int n[3], nr;
-    __device__ int find(int &c) const { // channel c (from the first run's first) -> its run, c -> its column there
-        int r = 0;
-        while (r + 1 < nr && c >= n[r]) c -= n[r++];
-        return r;
+    // channel c (from the first run's first) -> its run's tensor and row stride ny, c -> its column there (by selects:
+    // an indexed read of y or n would copy the struct to local memory, 40 bytes a thread)
+    __device__ void *find(int &c, int &ny) const {
+        if (nr > 1 && c >= n[0]) {
+            c -= n[0];
+            if (nr > 2 && c >= n[1]) { c -= n[1]; ny = n[2]; return y[2]; }
+            ny = n[1];
+            return y[1];
+        }
+        ny = n[0];
+        return y[0];
     }
 };
 template <class MP> // x: the projection, y: the conv's output, both in the matmul precision
@@ -808,8 +815,8 @@ __global__ void conv_silu_forward_kernel(ConvRuns o, const MP *__restrict__ x, i
                                          int T, int n) {
     int ch = 2 * (blockIdx.x * blockDim.x + threadIdx.x), tile = blockIdx.y;
     if (ch >= n) return;
-    int col = ch, r = o.find(col), ny = o.n[r];
-    MP *__restrict__ y = reinterpret_cast<MP *>(o.y[r]) + col;
+    int col = ch, ny;
+    MP *__restrict__ y = reinterpret_cast<MP *>(o.find(col, ny)) + col;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
     const float4 wa = make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]);
@@ -885,8 +892,8 @@ __global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict
                                           const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int n) {
     int ch = 2 * (blockIdx.x * blockDim.x + threadIdx.x), tile = blockIdx.y;
     if (ch >= n) return;
-    int col = ch, r = o.find(col), ny = o.n[r];
-    const float *__restrict__ dy = reinterpret_cast<const float *>(o.y[r]) + col;
+    int col = ch, ny;
+    const float *__restrict__ dy = reinterpret_cast<const float *>(o.find(col, ny)) + col;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
     int t_end = min(t1 + NATSL_CONV - 1, T);
