@@ -17,6 +17,7 @@
 #          before something wrote it (the GDN op's workspace shares the logits' buffer, which nothing clears)
 #   gdnsan: compute-sanitizer memcheck and racecheck of dev/cuda/gdn/gdn_chunk test bf16 (every bf16 GDN kernel,
 #          each d_k; the racecheck takes about 300 s)
+#   conv : dev/cuda/conv/conv_bench (the short conv's kernels and batched-load variants vs a double oracle, timed)
 #   tune : dev/cuda/gemm_tune (cublasGemmEx vs cuBLASLt's best candidate for each linear product of the 340m)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
 #   ncu  : Nsight Compute speed-of-light of the heaviest kernels in one 340m B=1 T=4096 step
@@ -36,6 +37,7 @@ make -j8 train_natsl test_natsl train_natsl_cu > $O/build.log 2>&1 &
 $NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 &
 { has gdn || has gdnsan; } && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
+has conv && { $NV dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has tune && { $NV dev/cuda/gemm_tune.cu -o /tmp/gemm_tune -lcublasLt -lcublas >> $O/build_bench.log 2>&1 & }
 has flash && { $NV -Xcompiler -fopenmp dev/cuda/attention/flash_bf16.cu -o /tmp/flash_bf16 -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 CMP=${CMP_DIR:-_cmp}
@@ -66,6 +68,7 @@ if has gdnsan; then
     grep -E "ERROR SUMMARY|CORRECTNESS" $O/gdn_memcheck.log
     timeout 420 compute-sanitizer --tool racecheck --racecheck-report hazard /tmp/gdn_chunk test bf16 > $O/gdn_racecheck.log 2>&1
     echo "gdn racecheck rc=$?"; grep -E "RACECHECK SUMMARY|CORRECTNESS" $O/gdn_racecheck.log; fi
+if has conv; then timeout 120 /tmp/conv_bench > $O/conv.log 2>&1; echo "conv_bench rc=$?"; grep -E "PASS|FAIL|TIME|==" $O/conv.log; fi
 if has tune; then timeout 120 /tmp/gemm_tune > $O/gemm_tune.log 2>&1; echo "gemm_tune rc=$?"; grep RESULT $O/gemm_tune.log; fi
 if has main; then timeout 120 ./train_natsl_cu > $O/main.log 2>&1; echo "main job rc=$?"; grep -E "val loss|step  300|precision" $O/main.log; fi
 if has ncu; then timeout 200 ncu --section SpeedOfLight -k regex:"bwd_final|fwd_state|fwd_out|bwd_local|bwd_state|bwd_vloop|prep|fa_bwd|attn_bwd|gated_norm_backward|rmsnorm_backward" \
