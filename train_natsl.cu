@@ -3968,7 +3968,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     bf16 *Ns = Os + CH * 64, *Ps = Ns + CH * 64;  // the Vn tile; Pᵀ
     float *Gs = reinterpret_cast<float *>(Ps + CH * 64);
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3, hf = w >> 2;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, hf = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
     const int R0 = 16 * (w & 3), r0 = R0 + g;  // this thread's rows r0 and r0 + 8
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, ldo = (size_t)a.H * dv;
@@ -3993,21 +3993,16 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     load_do(0);
     if (nvt > 1) fa_wait<1>(); else fa_wait<0>();  // Q, K, G (and the first S0 tile)
     __syncthreads();
-    {  // Pᵀ into shared memory (both warps of a row strip make its rows, each stores one half)
+    {  // Pᵀ into shared memory: warp w its rows j, half hf of the columns i
         uint32_t fk[DK / 16][4];
         lds_a<DK, DK>(fk, Ks, R0);
-        float P[8][4];  // Pᵀ rows j = r0 (+8), columns i
+        float P[4][4];
         acc_zero(P);
-        mma_x<DK, CH, DK, true>(P, fk, Qs);
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int i = 8 * j + 2 * t + (q & 1), jj = r0 + 8 * (q >> 1);
-                P[j][q] = i >= jj ? a.scale * expf(Gs[i] - Gs[jj]) * P[j][q] : 0.f;
-            }
-        acc_pairs<64>(R0, 0, [&](int j, int hh, int r, int col) {
-            if ((col >> 5) == hf) st_pair<64>(Ps, r, col, P[j][2 * hh], P[j][2 * hh + 1]);
+        mma_x<DK, 32, DK, true>(P, fk, Qs, 32 * hf);
+        acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
+            const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * P[j][2 * hh] : 0.f;
+            const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * P[j][2 * hh + 1] : 0.f;
+            st_pair<64>(Ps, r, col, p0, p1);
         });
         __syncthreads();
     }
