@@ -4,7 +4,9 @@
 // oracle and timed at the 340m size (B=8, T=4096, one launch over Q | K | V = 768 | 768 | 1536 channels).
 // Why: in the 340m step both passes run at about 45% of the bandwidth their bytes allow (dev/RESULTS.md, session 11's
 // floors); one launch over whole rows instead of three (session 13) changed little. If the loads of a thread's
-// time tile are not in flight together (each output row waits for its x row), batching them pays.
+// time tile are not in flight together (each output row waits for its x row), batching them pays. It did for the
+// forward (0.257 -> 0.155 ms, session 14), which the trainer now does; its "batched 2 ch, tile 32" row is kept as
+// the measured form. The backward's batched variants were slower than the trainer's (0.54-0.60 against 0.49 ms).
 //
 // Build + run (device):  nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench
