@@ -367,6 +367,8 @@ int main(int argc, char **argv) {
             ok &= test_case("B1 T256 H2 dk192 dv384 m=NULL", 1, 256, 2, 192, 384, 0);
             ok &= test_case("B1 T4096 H1 dk192 dv384 m01", 1, 4096, 1, 192, 384, 1);
             ok &= test_case("B4 T128 H6 dk192 dv384 m01 (8-warp bwd state)", 4, 128, 6, 192, 384, 1);
+            ok &= test_case("B2 T2048 H3 dk192 dv384 m-real", 2, 2048, 3, 192, 384, 2);
+            ok &= test_case("B2 T4096 H2 dk64 dv64 m-real (one value tile)", 2, 4096, 2, 64, 64, 2);
             printf("(fp32 state kernels: 16-column tiles unless B·H·dv/32 >= the SM count; bf16 state kernels: 1, 2, 4 or 8\n"
                    " warps (16 value columns each) per block, the fewest of those that need the fewest waves)\n");
             printf("CORRECTNESS %s\n", ok ? "PASS" : "FAIL");
