@@ -3966,14 +3966,16 @@ template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2
 // memory) and dVn_local = s Pᵀ dO (its keys; fp32), with Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from Q and K; dO is
 // rounded to bf16 on its way into shared memory. With the tiles at hand it sums B3 part 0 over the value tiles:
 // dQ1 = dO S0ᵀ (its rows, half hf of the d_k columns) and dPm = s dO Vnᵀ (its rows, half hf of the keys). One block
-// an SM at every d_k: at two (128 registers a thread) those sums spill (340m: 0.796 ms against 0.713 at one).
+// an SM at every d_k: at two (128 registers a thread) those sums spill (340m: 0.796 ms against 0.713 at one). The U
+// tiles come by cp.async with the S0 tiles, a tile ahead (read from global in the epilogue, their latency showed).
 template <int DK>
 __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_local_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ws = Ks + CH * DK, *Ss = Ws + CH * DK, *Os = Ss + 2 * DK * 64;
     bf16 *Ns = Os + CH * 64, *Ps = Ns + CH * 64;  // the Vn tile; Pᵀ
-    float *Gs = reinterpret_cast<float *>(Ps + CH * 64);
+    float *Gs = reinterpret_cast<float *>(Ps + CH * 64), *Us = Gs + CH;  // Us: 2 U tiles [CH][LU] (fp32, padded rows)
+    constexpr int LU = 72;
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, hf = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
@@ -3985,8 +3987,10 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 256>(Ws, a.Wb + row0 * DK, DK, tid);
     if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
-    auto issue = [&](int vt) {
+    auto issue = [&](int vt) {  // the S0 and U tiles of value columns 64 vt ..
         load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
+        for (int e = tid; e < CH * 16; e += 256)
+            fa_cp16(Us + (vt & 1) * CH * LU + (e >> 4) * LU + (e & 15) * 4, a.U + (row0 + (e >> 4)) * dv + vt * 64 + (e & 15) * 4);
         fa_commit();
     };
     issue(0);
@@ -4041,9 +4045,9 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
         }
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
             const size_t o = (row0 + r) * dv + vt * 64 + col;
-            float2 *u = reinterpret_cast<float2 *>(a.U + o);
-            const float2 uv = *u, vn = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
-            *u = vn;
+            const float2 uv = *reinterpret_cast<const float2 *>(Us + (vt & 1) * CH * LU + r * LU + col);
+            const float2 vn = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
+            *reinterpret_cast<float2 *>(a.U + o) = vn;
             st_pair<64>(Ns, r, col, vn.x, vn.y);
             *reinterpret_cast<float2 *>(a.dVn + o) = make_float2(D[j][2 * hh], D[j][2 * hh + 1]);
         });
@@ -4059,7 +4063,9 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     store_acc<DK / 2>(a.dQ1 + (row0 + r0) * DK + hf * DK / 2, DK, Q1, 1.f, 1.f);
     store_acc<32>(a.dPm + cc * CH * CH + r0 * CH + 32 * hf, CH, P1, a.scale, a.scale);
 }
-template <int DK> constexpr size_t bwd_local_bf16_smem() { return (3 * CH * DK + 2 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + CH * sizeof(float); }
+template <int DK> constexpr size_t bwd_local_bf16_smem() {
+    return (3 * CH * DK + 2 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + (CH + 2 * CH * 72) * sizeof(float);
+}
 
 // B3 part 2 in bf16 mode (part 0 is bwd_local_bf16's), grid (Nc, B*H), 4 warps (16 rows i each), over the value dim
 // in tiles of 64: X = diag(λ) Vn dSeᵀ, sdot = ⟨dSe, S0⟩ (S0, dSe: the bf16 snapshots; double-buffered cp.async, fp32
