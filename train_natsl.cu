@@ -4140,15 +4140,17 @@ template <int DK> constexpr size_t bwd_vloop2_bf16_smem() { return 2 * (CH * 68 
 
 // B3 part 1 in bf16 mode, grid (Nc, B*H), 8 warps, over 64-column value tiles: dWm = dVn S0ᵀ, dTV = dVn Vᵀ diag(β),
 // dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). Warp w owns rows R0 = 16(w & 3) .. +15 and one half (w >> 2) of the
-// columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). dVn is rounded
-// to bf16 on its way into shared memory; T (the inverse (I + A)⁻¹, stored in bf16 by prep, as fla stores it), V (as
-// stored) and the S0 tiles come by cp.async. dWm is stored in bf16 (bwd_final reads it so).
+// columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). T (the inverse
+// (I + A)⁻¹, stored in bf16 by prep, as fla stores it) and, a tile ahead, the S0, V (as stored) and fp32 dVn tiles come
+// by cp.async; dVn is rounded to bf16 from shared memory (loaded tile by tile from global, their latency showed).
+// dWm is stored in bf16 (bwd_final reads it so).
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_vloop1_bf16: dk 64, 128 or 192");
+    constexpr int LF = 68;  // the fp32 dVn tiles' padded rows
     extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Ts = reinterpret_cast<bf16 *>(smraw), *Ds = Ts + CH * CH, *Vs = Ds + CH * 64, *Ss = Vs + CH * 64;  // Ss: 2 × [DK][64]
-    float *bs = reinterpret_cast<float *>(Ss + 2 * DK * 64), *dbv = bs + CH;
+    bf16 *Ts = reinterpret_cast<bf16 *>(smraw), *Ds = Ts + CH * CH, *Vs = Ds + CH * 64, *Ss = Vs + 2 * CH * 64;  // Vs: 2 × [CH][64], Ss: 2 × [DK][64]
+    float *Df = reinterpret_cast<float *>(Ss + 2 * DK * 64), *bs = Df + 2 * CH * LF, *dbv = bs + CH;  // Df: 2 × [CH][LF]
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, hf = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
@@ -4156,7 +4158,13 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
     const bf16 *vsrc = a.v16 + tok0 * a.ldv + (size_t)h * dv;
-    auto issue = [&](int vt) { load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); fa_commit(); };
+    auto issue = [&](int vt) {  // the value columns 64 vt .. of S0, V and dVn
+        load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
+        load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vsrc + vt * 64, a.ldv, tid);
+        for (int e = tid; e < CH * 16; e += 256)
+            fa_cp16(Df + (vt & 1) * CH * LF + (e >> 4) * LF + (e & 15) * 4, a.dVn + (row0 + (e >> 4)) * dv + vt * 64 + (e & 15) * 4);
+        fa_commit();
+    };
     load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);  // in the first group
     issue(0);
     if (nvt > 1) issue(1);
@@ -4166,27 +4174,35 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     acc_zero(P2);
     uint32_t ftt[4][4];  // Tᵀ rows R0.. (A operand from T's columns: ldmatrix.trans)
     for (int vt = 0; vt < nvt; vt++) {
-        tile_to_bf16<64, 256>(Ds, a.dVn + row0 * dv + vt * 64, dv);
-        tile_to_bf16<64, 256>(Vs, vsrc + vt * 64, a.ldv);
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+        __syncthreads();
+        const bf16 *Vt = Vs + (vt & 1) * CH * 64;
+        for (int idx = tid; idx < CH * 8; idx += 256) {  // dVn to bf16
+            const int r = idx >> 3, ch = idx & 7;
+            float x[8];
+            const float4 *f = reinterpret_cast<const float4 *>(Df + (vt & 1) * CH * LF + r * LF + ch * 8);
+            const float4 f0 = f[0], f1 = f[1];
+            x[0] = f0.x; x[1] = f0.y; x[2] = f0.z; x[3] = f0.w; x[4] = f1.x; x[5] = f1.y; x[6] = f1.z; x[7] = f1.w;
+            *reinterpret_cast<uint4 *>(Ds + swz<64>(r, ch)) = pack8(x);
+        }
         __syncthreads();
         if (vt == 0) lds_at<CH, CH>(ftt, Ts, R0);
         uint32_t fd[4][4];
         lds_a<64, 64>(fd, Ds, R0);
         mma_x<64, DK / 2, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64, hf * DK / 2);  // dVn S0ᵀ
-        mma_x<64, 32, 64, true>(P2, fd, Vs, 32 * hf);                               // dVn Vᵀ
+        mma_x<64, 32, 64, true>(P2, fd, Vt, 32 * hf);                               // dVn Vᵀ
         float Y[4][4];
         acc_zero(Y);
         mma_x<CH, 32, 64, false>(Y, ftt, Ds, 32 * hf);  // Tᵀ dVn
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
-            const float2 vv = ld2(vsrc + (size_t)r * a.ldv + vt * 64 + col);
+            const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vt + swz<64>(r, col >> 3) + (col & 7)));
             float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col);
             const float2 o = a.dv_add ? *dvp : make_float2(0.f, 0.f), y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
             *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // dv_add: the softmax op wrote dV first
             const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
             if (hh) dbv1 += d; else dbv0 += d;
         });
-        __syncthreads();  // Ds, Vs and buffer vt & 1 are free
+        __syncthreads();  // Ds and buffers vt & 1 are free
         if (vt + 2 < nvt) issue(vt + 2);
     }
     dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
@@ -4201,7 +4217,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     __syncthreads();
     if (tid < CH) a.dbv[row0 + tid] = dbv[tid];
 }
-template <int DK> constexpr size_t bwd_vloop1_bf16_smem() { return (CH * CH + 2 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + 2 * CH * sizeof(float); }
+template <int DK> constexpr size_t bwd_vloop1_bf16_smem() {
+    return (CH * CH + 3 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + (2 * CH * 68 + 2 * CH) * sizeof(float);
+}
 #undef GC_ACC_ROW
 #undef GC_ACC_COL
 
