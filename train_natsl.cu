@@ -3474,6 +3474,12 @@ __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, co
     load_tile<DK, CH, NT>(Ksm, chunk_rows<DK>(a.k16, a, row0), a.ldqk, threadIdx.x);
     if (threadIdx.x < CH / 4) fa_cp16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
 }
+// bwd_state_bf16's per-warp slices: a warp's 16 value columns of a chunk's CH rows (row stride ld floats) -> [CH][LW]
+// fp32 in shared memory by cp.async (rows padded to LW = 20: the accumulator-order reads hit 32 distinct banks)
+#define GC_LW 20
+__device__ __forceinline__ void warp_slice(float *dst, const float *src, size_t ld) {
+    for (int e = threadIdx.x & 31; e < CH * 4; e += 32) fa_cp16(dst + (e >> 2) * GC_LW + (e & 3) * 4, src + (size_t)(e >> 2) * ld + (e & 3) * 4);
+}
 // acc (16 × 8·2·NK accumulator tiles) -> A fragments (bf16, times sgn) of NK k-steps of 16
 template <int NK>
 __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&acc)[2 * NK][4], float sgn) {
@@ -3817,7 +3823,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         __syncthreads();  // buffer s and Fs are free for chunk c + 1
     }
 }
-template <int DK> constexpr size_t fwd_state_bf16_smem() { return 4 * CH * DK * sizeof(bf16) + 3 * CH * sizeof(float); }
+template <int DK> constexpr size_t fwd_state_bf16_smem(int) { return 4 * CH * DK * sizeof(bf16) + 3 * CH * sizeof(float); }
 
 template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
@@ -3829,46 +3835,54 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h, ldo = (size_t)a.H * dv;
+    float *Ds = Es + CH + w * 2 * CH * GC_LW, *Ob = Ds + CH * GC_LW;  // this warp's dVn and dO slices
     auto issue = [&](int c) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
         state_issue<DK, NT>(Wsm + s * CH * DK, Ksm + s * CH * DK, Gsm + s * CH, a, row0);
         load_tile<DK, CH, NT>(Qsm + s * CH * DK, chunk_rows<DK>(a.q16, a, row0), a.ldqk, threadIdx.x);
-        fa_commit();
+    };
+    auto issue_slices = [&](int c) {
+        warp_slice(Ds, a.dVn + (bh * T + (size_t)c * CH) * dv + v0, dv);
+        warp_slice(Ob, a.dout + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0, ldo);
     };
     float dS[DK / 8][4];
     acc_zero(dS);
+    // cp.async groups: W, K, G, Q of chunk c − 1, then (once chunk c's slices are in registers) its dVn and dO slices;
+    // one group each (empty before the first chunk), so every wait is wait_group 1
     issue(Nc - 1);
+    fa_commit();
+    issue_slices(Nc - 1);
+    fa_commit();
     for (int c = Nc - 1; c >= 0; c--) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
         if (c > 0) issue(c - 1);
+        fa_commit();
+        fa_wait<1>();  // chunk c's W, K, G, Q and slices
+        __syncwarp();
+        float D[8][4], P[8][4], O[8][4];  // dVnᵀ (from the local part), dSᵀ Kᵀ, dOᵀ
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                D[j][q] = Ds[GC_ACC_COL(j, q) * GC_LW + GC_ACC_ROW(q)];
+                O[j][q] = Ob[GC_ACC_COL(j, q) * GC_LW + GC_ACC_ROW(q)];
+                P[j][q] = 0.f;
+            }
+        __syncwarp();
+        if (c > 0) issue_slices(c - 1);
+        fa_commit();
         const size_t dst0 = (bh * Nc + c) * (size_t)DK * dv + v0;  // dS^end_c, [dk][dv], bf16
 #pragma unroll
         for (int j = 0; j < DK / 8; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) st_put(a.dstate, dst0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), dS[j][q], 1);
         float *dV = a.dVn + row0 * dv + v0;
-        const float *dO = a.dout + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0;
-        if (c > 0)  // the next chunk's dVn and dO rows (this warp's 64 bytes of each) into L2
-            for (int i = lane; i < CH; i += 32) {
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(dV - (size_t)(CH - i) * dv));
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(dO - (size_t)(CH - i) * ldo));
-            }
-        float D[8][4], P[8][4], O[8][4];  // dVnᵀ (from the local part), dSᵀ Kᵀ, dOᵀ
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                D[j][q] = dV[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)];
-                O[j][q] = dO[(size_t)GC_ACC_COL(j, q) * ldo + GC_ACC_ROW(q)];
-                P[j][q] = 0.f;
-            }
         {
             uint32_t fa[DK / 16][4];
             acc_to_a<DK / 16>(fa, dS, 1.f);
-            if (c > 0) fa_wait<1>(); else fa_wait<0>();
-            __syncthreads();
+            __syncthreads();  // chunk c's W, K, G, Q are whole
             mma_x<DK, CH, DK, true>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
         }
         const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
@@ -3898,7 +3912,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         __syncthreads();
     }
 }
-template <int DK> constexpr size_t bwd_state_bf16_smem() { return 6 * CH * DK * sizeof(bf16) + 4 * CH * sizeof(float); }
+template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) { return 6 * CH * DK * sizeof(bf16) + (4 * CH + nw * 2 * CH * GC_LW) * sizeof(float); }
 
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
 // 16w .. 16w+15: Pw = s (Q Kᵀ ⊙ Γ ⊙ [i ≥ j]) once (bf16 A operand), then per 64 value columns
@@ -4691,6 +4705,8 @@ template <int DK, bool FWD> static void (*state_kernel(int nw))(GA) {
     if constexpr (FWD) return nw == 8 ? fwd_state_bf16_kernel<DK, 8> : nw == 4 ? fwd_state_bf16_kernel<DK, 4> : nw == 2 ? fwd_state_bf16_kernel<DK, 2> : fwd_state_bf16_kernel<DK, 1>;
     else return nw == 8 ? bwd_state_bf16_kernel<DK, 8> : nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>;
 }
+// its shared memory (the chunk tiles, double-buffered; the backward's also each warp's slices)
+template <int DK, bool FWD> static size_t state_smem(int nw) { return FWD ? fwd_state_bf16_smem<DK>(nw) : bwd_state_bf16_smem<DK>(nw); }
 template <int DK> static void set_attrs() {
     static bool done = false;
     if (done) return;
@@ -4711,8 +4727,8 @@ template <int DK> static void set_attrs() {
     }
     if constexpr (dk_bf16<DK>()) {
         for (int nw = 1; nw <= 8; nw *= 2) {
-            smem_attr(state_kernel<DK, true>(nw), fwd_state_bf16_smem<DK>());
-            smem_attr(state_kernel<DK, false>(nw), bwd_state_bf16_smem<DK>());
+            smem_attr(state_kernel<DK, true>(nw), state_smem<DK, true>(nw));
+            smem_attr(state_kernel<DK, false>(nw), state_smem<DK, false>(nw));
         }
         smem_attr(fwd_out_bf16_kernel<DK>, fwd_out_bf16_smem<DK>());
         smem_attr(bwd_local_bf16_kernel<DK>, bwd_local_bf16_smem<DK>());
@@ -4731,13 +4747,13 @@ static int state_tile(const GA &a) { return a.B * a.H * (a.dvd / 32) < num_sms()
 // memory), and of those the fewest (the most parallel loads of the chunk tiles). The 760m's backward at B = 4 takes 8:
 // its 147 KB of tiles leave one block per SM, and 4-warp blocks would need two waves. The blocks per SM of each
 // kernel (fixed registers and shared memory) are asked once, not at every op call.
-template <int DK, bool FWD> static int state_warps(const GA &a, size_t smem) {
+template <int DK, bool FWD> static int state_warps(const GA &a) {
     static int per_sm[4];  // of 1, 2, 4, 8 warps
     int best = 1;
     long best_waves = -1;
     for (int k = 0, nw = 1; nw <= 8 && a.dvd % (16 * nw) == 0; k++, nw *= 2) {
         if (!per_sm[k])
-            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[k], state_kernel<DK, FWD>(nw), 32 * nw, smem));
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[k], state_kernel<DK, FWD>(nw), 32 * nw, state_smem<DK, FWD>(nw)));
         const long slots = (long)std::max(per_sm[k], 1) * num_sms(), blocks = (long)a.B * a.H * (a.dvd / (16 * nw));
         const long waves = (blocks + slots - 1) / slots;
         if (best_waves < 0 || waves < best_waves) { best = nw; best_waves = waves; }
@@ -4748,9 +4764,8 @@ template <int DK, bool FWD> static int state_warps(const GA &a, size_t smem) {
 template <int DK, bool FWD> static void state_pass(const GA &a) {
     if constexpr (dk_bf16<DK>())
         if (a.Wb) {
-            const size_t sm = FWD ? fwd_state_bf16_smem<DK>() : bwd_state_bf16_smem<DK>();
-            const int nw = state_warps<DK, FWD>(a, sm);
-            state_kernel<DK, FWD>(nw)<<<dim3(a.dvd / (16 * nw), a.H, a.B), 32 * nw, sm>>>(a);
+            const int nw = state_warps<DK, FWD>(a);
+            state_kernel<DK, FWD>(nw)<<<dim3(a.dvd / (16 * nw), a.H, a.B), 32 * nw, state_smem<DK, FWD>(nw)>>>(a);
             return;
         }
     if constexpr (dk_fp32<DK>()) {
