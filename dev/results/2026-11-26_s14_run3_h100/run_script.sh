@@ -1,0 +1,24 @@
+#!/bin/bash
+# session 14 run 3: bwd_local_bf16 persistent (prefetching the next chunk's tiles) and the conv forward's unconditional
+# batched loads, against HEAD 2f863c2 in _cmp: gdn_chunk (all cases, bf16; timing on both trees), conv_bench, the
+# 340m step with its profile on both trees, compute-sanitizer memcheck of gdn_chunk test bf16. Logs in logs.tgz.
+O=${OUT:-/tmp/o}; mkdir -p $O/logs; L=$O/logs
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee $L/device.txt
+NV="nvcc -O3 -arch=sm_90 -std=c++17 -I."
+t0=$(date +%s)
+left() { echo $(( 585 - ($(date +%s) - t0) )); }
+$NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl > $L/build_bench.log 2>&1 &
+$NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublasLt -lcublas -lnccl > $L/build_gdn.log 2>&1 &
+$NV dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench -lcublasLt -lcublas -lnccl > $L/build_conv.log 2>&1 &
+(cd _cmp && $NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl && $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_old -lcublasLt -lcublas -lnccl) > $L/build_cmp.log 2>&1 &
+wait; echo "build: $(( $(date +%s) - t0 )) s"; tail -n 2 $L/build*.log
+timeout 60 /tmp/conv_bench > $L/conv.log 2>&1; echo "conv_bench rc=$?"; grep -E "FAIL|TIME|CORRECT" $L/conv.log
+timeout 150 /tmp/gdn_chunk all bf16 > $L/gdn.log 2>&1; echo "gdn rc=$?"; grep -E "PASS|FAIL|TIME|kernels" $L/gdn.log | cut -c1-200
+timeout 60 /tmp/gdn_old time bf16 > $L/gdn_old.log 2>&1; echo "gdn_old rc=$?"; grep -E "TIME|kernels" $L/gdn_old.log
+for t in . _cmp; do n=$([ $t = . ] && echo this || echo cmp)
+  (cd $t && NATSL_PROFILE=1 timeout 100 ./bench_gpu step -a natsl-hybrid -p bf16 -n 5) > $L/step_$n.log 2>&1; echo "step $n rc=$?"
+  grep RESULT $L/step_$n.log; sed -n '/^profile/,$p' $L/step_$n.log | grep -E "profile|gdn_op|conv|everything"; done
+timeout $(left) compute-sanitizer --tool memcheck /tmp/gdn_chunk test bf16 > $L/gdn_memcheck.log 2>&1; echo "gdn memcheck rc=$?"
+grep -E "ERROR SUMMARY|CORRECTNESS" $L/gdn_memcheck.log
+echo "total: $(( $(date +%s) - t0 )) s"
+tar -czf $O/logs.tgz -C $O logs && rm -rf $L
