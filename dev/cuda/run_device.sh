@@ -17,6 +17,9 @@
 #          before something wrote it (the GDN op's workspace shares the logits' buffer, which nothing clears)
 #   gdnsan: compute-sanitizer memcheck and racecheck of dev/cuda/gdn/gdn_chunk test bf16 (every bf16 GDN kernel,
 #          each d_k; the racecheck takes about 300 s)
+#   gdncmp: gdn_chunk all bf16 in this tree and in each tree of $GDN_TREES (folders holding train_natsl.cu, common/ and
+#          dev/cuda/gdn/, e.g. `mkdir -p _cmp/x && git archive <branch> | tar -x -C _cmp/x`; carry ["_cmp"]): every
+#          case and the kernels' times of each, side by side
 #   conv : dev/cuda/conv/conv_bench (the short conv's kernels and batched-load variants vs a double oracle, timed)
 #   tune : dev/cuda/gemm_tune (cublasGemmEx vs cuBLASLt's best candidate for each linear product of the 340m)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
@@ -35,7 +38,9 @@ NV="nvcc -O3 -arch=sm_90 -std=c++17 -I."
 t0=$(date +%s)
 make -j8 train_natsl test_natsl train_natsl_cu > $O/build.log 2>&1 &
 $NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 &
-{ has gdn || has gdnsan; } && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
+{ has gdn || has gdnsan || has gdncmp; } && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
+if has gdncmp; then for t in $GDN_TREES; do
+    $NV $t/dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_$(basename $t) -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & done; fi
 has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has conv && { $NV dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has tune && { $NV dev/cuda/gemm_tune.cu -o /tmp/gemm_tune -lcublasLt -lcublas >> $O/build_bench.log 2>&1 & }
@@ -46,6 +51,9 @@ wait
 echo "build: $(( $(date +%s) - t0 )) s"; tail -3 $O/build.log; cat $O/build_bench.log
 if has test; then timeout 400 make test > $O/test.log 2>&1; echo "make test rc=$?"; grep -iE "^  (tiny|760m)|passed|fail|error" $O/test.log | tail -50; fi
 if has gdn; then timeout 300 /tmp/gdn_chunk > $O/gdn.log 2>&1; echo "gdn_chunk rc=$?"; cat $O/gdn.log; fi
+if has gdncmp; then for n in chunk $(for t in $GDN_TREES; do basename $t; done); do
+    timeout 200 /tmp/gdn_$n all bf16 > $O/gdncmp_$n.log 2>&1; echo "gdn_chunk ($n) rc=$?"
+    grep -E "FAIL|CORRECTNESS|TIME|kernels" $O/gdncmp_$n.log | cut -c1-200; done; fi
 if has att; then timeout 60 /tmp/masked_attention check > $O/att.log 2>&1; echo "masked_attention rc=$?"; grep -E "PASS|FAIL|CORRECT" $O/att.log | tail -12; fi
 if has flash; then OMP_NUM_THREADS=16 timeout 120 /tmp/flash_bf16 check > $O/flash.log 2>&1; echo "flash_bf16 rc=$?"; grep -E "PASS|FAIL" $O/flash.log | tail -24; fi
 if has layer; then timeout 150 ./bench_gpu layer $LAYER_ARGS > $O/bench_layer.log 2>&1; echo "bench layer rc=$?"; grep -E "RESULT|device|error" $O/bench_layer.log; fi
