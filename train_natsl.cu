@@ -3474,12 +3474,9 @@ __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, co
     load_tile<DK, CH, NT>(Ksm, chunk_rows<DK>(a.k16, a, row0), a.ldqk, threadIdx.x);
     if (threadIdx.x < CH / 4) fa_cp16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
 }
-// bwd_state_bf16's per-warp slices: a warp's 16 value columns of a chunk's CH rows (row stride ld floats) -> [CH][LW]
-// fp32 in shared memory by cp.async (rows padded to LW = 20: the accumulator-order reads hit 32 distinct banks)
+// bwd_state_bf16's per-warp slices (a warp's 16 value columns of a chunk's CH rows, fp32) have rows padded to GC_LW
+// floats: the accumulator-order reads hit 32 distinct banks
 #define GC_LW 20
-__device__ __forceinline__ void warp_slice(float *dst, const float *src, size_t ld) {
-    for (int e = threadIdx.x & 31; e < CH * 4; e += 32) fa_cp16(dst + (e >> 2) * GC_LW + (e & 3) * 4, src + (size_t)(e >> 2) * ld + (e & 3) * 4);
-}
 // acc (16 × 8·2·NK accumulator tiles) -> A fragments (bf16, times sgn) of NK k-steps of 16
 template <int NK>
 __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&acc)[2 * NK][4], float sgn) {
@@ -3573,6 +3570,7 @@ __device__ __forceinline__ void tile_to_bf16(bf16 *dst, const bf16 *src, size_t 
 template <int LD> __device__ __forceinline__ void st_pair(bf16 *X, int r, int c, float x0, float x1) {
     *reinterpret_cast<uint32_t *>(X + swz<LD>(r, c >> 3) + (c & 7)) = pack_bf16(x0, x1);
 }
+template <int LD> __device__ __forceinline__ float2 ld_pair(const bf16 *X, int r, int c) { return ld2(X + swz<LD>(r, c >> 3) + (c & 7)); }
 // f(j, hh, i, col) for each pair of this thread's accumulator elements acc[j][2hh], acc[j][2hh + 1] of a 16 × NN tile
 // whose rows start at r0 and columns at c0: they hold (row i, columns col, col + 1)
 template <int NN, class F> __device__ __forceinline__ void acc_pairs(int r0, int c0, F f) {
@@ -3823,7 +3821,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         __syncthreads();  // buffer s and Fs are free for chunk c + 1
     }
 }
-template <int DK> constexpr size_t fwd_state_bf16_smem(int) { return 4 * CH * DK * sizeof(bf16) + 3 * CH * sizeof(float); }
+template <int DK> constexpr size_t fwd_state_bf16_smem() { return 4 * CH * DK * sizeof(bf16) + 3 * CH * sizeof(float); }
 
 template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
@@ -3842,9 +3840,9 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         state_issue<DK, NT>(Wsm + s * CH * DK, Ksm + s * CH * DK, Gsm + s * CH, a, row0);
         load_tile<DK, CH, NT>(Qsm + s * CH * DK, chunk_rows<DK>(a.q16, a, row0), a.ldqk, threadIdx.x);
     };
-    auto issue_slices = [&](int c) {
-        warp_slice(Ds, a.dVn + (bh * T + (size_t)c * CH) * dv + v0, dv);
-        warp_slice(Ob, a.dout + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0, ldo);
+    auto issue_slices = [&](int c) {  // (by this warp's lanes alone)
+        load_tile<16, GC_LW, 32>(Ds, a.dVn + (bh * T + (size_t)c * CH) * dv + v0, dv, lane);
+        load_tile<16, GC_LW, 32>(Ob, a.dout + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0, (int)ldo, lane);
     };
     float dS[DK / 8][4];
     acc_zero(dS);
@@ -4003,8 +4001,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
     auto issue = [&](int vt) {  // the S0 and U tiles of value columns 64 vt ..
         load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
-        for (int e = tid; e < CH * 16; e += 256)
-            fa_cp16(Us + (vt & 1) * CH * LU + (e >> 4) * LU + (e & 15) * 4, a.U + (row0 + (e >> 4)) * dv + vt * 64 + (e & 15) * 4);
+        load_tile<64, LU, 256>(Us + (vt & 1) * CH * LU, a.U + row0 * dv + vt * 64, dv, tid);
         fa_commit();
     };
     issue(0);
@@ -4102,8 +4099,7 @@ __global__ void __launch_bounds__(128) bwd_vloop2_bf16_kernel(GA a) {
     if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
     auto issue = [&](int vt) {
         bf16 *b = buf + (vt & 1) * TILE;
-        float *vf = reinterpret_cast<float *>(b);
-        for (int e = tid; e < CH * 16; e += 128) fa_cp16(vf + (e >> 4) * LV + (e & 15) * 4, a.U + (row0 + (e >> 4)) * dv + vt * 64 + (e & 15) * 4);
+        load_tile<64, LV, 128>(reinterpret_cast<float *>(b), a.U + row0 * dv + vt * 64, dv, tid);
         load_tile<64, DK, 128>(b + ROWB + DK * 64, ds + vt * 64, dv, tid);
         load_tile<64, DK, 128>(b + ROWB, st + vt * 64, dv, tid);
         fa_commit();
@@ -4175,8 +4171,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     auto issue = [&](int vt) {  // the value columns 64 vt .. of S0, V and dVn
         load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
         load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vsrc + vt * 64, a.ldv, tid);
-        for (int e = tid; e < CH * 16; e += 256)
-            fa_cp16(Df + (vt & 1) * CH * LF + (e >> 4) * LF + (e & 15) * 4, a.dVn + (row0 + (e >> 4)) * dv + vt * 64 + (e & 15) * 4);
+        load_tile<64, LF, 256>(Df + (vt & 1) * CH * LF, a.dVn + row0 * dv + vt * 64, dv, tid);
         fa_commit();
     };
     load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);  // in the first group
@@ -4209,7 +4204,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
         acc_zero(Y);
         mma_x<CH, 32, 64, false>(Y, ftt, Ds, 32 * hf);  // Tᵀ dVn
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
-            const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vt + swz<64>(r, col >> 3) + (col & 7)));
+            const float2 vv = ld_pair<64>(Vt, r, col);
             float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col);
             const float2 o = a.dv_add ? *dvp : make_float2(0.f, 0.f), y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
             *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // dv_add: the softmax op wrote dV first
@@ -4561,7 +4556,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             mma_x<CH, NH / 2, DK, false>(dQ, fm, Ks, N0 + hf * NH / 2);
             acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) {
                 const float se = scale * es[i];
-                const float2 d1 = dq1[j][hh], qv = ld2(Qs + swz<DK>(i, col >> 3) + (col & 7));
+                const float2 d1 = dq1[j][hh], qv = ld_pair<DK>(Qs, i, col);
                 *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
                     make_float2(fmaf(se, d1.x, dQ[j][2 * hh]), fmaf(se, d1.y, dQ[j][2 * hh + 1]));
                 const float s = fmaf(qv.x, d1.x, qv.y * d1.y);
@@ -4607,7 +4602,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         lds_at<CH, CH>(fm, Ts, R0);
         mma_x<CH, NH, DK, false>(dK, fm, Ds, N0);
         acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
-            const float2 kv = ld2(Ks + swz<DK>(i, col >> 3) + (col & 7));
+            const float2 kv = ld_pair<DK>(Ks, i, col);
             const float mbe = -bs[i] * es[i], x0 = dK[j][2 * hh], x1 = dK[j][2 * hh + 1];
             const float s = -fmaf(kv.x, x0, kv.y * x1);
             if (hh) k1s += s; else k0s += s;
@@ -4623,7 +4618,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         mma_x<CH, NH, DK, false>(dK, fm, Ks, N0);
         acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
             const float2 x = *reinterpret_cast<const float2 *>(a.X + (row0 + i) * DK + col);
-            const float2 kv = ld2(Ks + swz<DK>(i, col >> 3) + (col & 7));
+            const float2 kv = ld_pair<DK>(Ks, i, col);
             *reinterpret_cast<float2 *>(a.dk + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
                 make_float2(fmaf(mv, x.x, dK[j][2 * hh]), fmaf(mv, x.y, dK[j][2 * hh + 1]));
             const float s = fmaf(kv.x, x.x, kv.y * x.y);
@@ -4706,7 +4701,7 @@ template <int DK, bool FWD> static void (*state_kernel(int nw))(GA) {
     else return nw == 8 ? bwd_state_bf16_kernel<DK, 8> : nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>;
 }
 // its shared memory (the chunk tiles, double-buffered; the backward's also each warp's slices)
-template <int DK, bool FWD> static size_t state_smem(int nw) { return FWD ? fwd_state_bf16_smem<DK>(nw) : bwd_state_bf16_smem<DK>(nw); }
+template <int DK, bool FWD> static size_t state_smem(int nw) { return FWD ? fwd_state_bf16_smem<DK>() : bwd_state_bf16_smem<DK>(nw); }
 template <int DK> static void set_attrs() {
     static bool done = false;
     if (done) return;
