@@ -3630,13 +3630,20 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     extern __shared__ __align__(128) unsigned char smraw[];
     float *As = reinterpret_cast<float *>(smraw), *Tf = As + CH * LA, *Xs = Tf + CH * LA, *Gs = Xs + 3 * 256, *bs = Gs + CH, *es = bs + CH;
     bf16 *Ks = reinterpret_cast<bf16 *>(es + CH), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: diag(γ) K
-    bf16 *Vs = reinterpret_cast<bf16 *>(As);  // two V tiles [CH][64] where A was
+    bf16 *Vs = Tl + CH * CH;  // two V tiles [CH][64]
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int H = a.H, dv = a.dvd, nvt = dv / 64;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * a.Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
     const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
     const bf16 *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
+    // cp.async groups: K, then the first two V tiles (of 64 columns), all in flight from the start
+    const bf16 *vg = a.v16 + tok0 * a.ldv + (size_t)h * dv;
+    auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); fa_commit(); };
+    load_tile<DK, CH, 256>(Ks, kg, a.ldqk, tid);
+    fa_commit();
+    issue_v(0);
+    if (nvt > 1) issue_v(1);
 
     if (w == 0) {  // G = cumulative log gate over the chunk (lane: tokens lane, lane + 32), γ = exp(G), β
         float g0 = a.g[(tok0 + lane) * H + h], g1 = a.g[(tok0 + lane + 32) * H + h];
@@ -3650,10 +3657,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         bs[lane] = a.beta[(tok0 + lane) * H + h]; bs[lane + 32] = a.beta[(tok0 + lane + 32) * H + h];
         a.Gc[row0 + lane] = g0; a.Gc[row0 + lane + 32] = g1;
     }
-    for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // K to shared
-        const int r = idx / (DK / 8), ch = idx % (DK / 8);
-        *reinterpret_cast<uint4 *>(Ks + swz<DK>(r, ch)) = *reinterpret_cast<const uint4 *>(kg + r * a.ldqk + 8 * ch);
-    }
+    if (nvt > 1) fa_wait<2>(); else fa_wait<1>();  // K
     __syncthreads();
     {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
         uint32_t fa[DK / 16][4];
@@ -3711,11 +3715,6 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         }
         __syncthreads();
     }
-    // V tiles of 64 columns by cp.async into two buffers where A was (free now), in flight during the split below
-    const bf16 *vg = a.v16 + tok0 * a.ldv + (size_t)h * dv;
-    auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); fa_commit(); };
-    issue_v(0);
-    if (nvt > 1) issue_v(1);
     for (int idx = tid; idx < CH * CH / 8; idx += 256) {  // T diag(β) (hi, lo) in bf16; T in bf16 to global for the backward
         const int r = idx >> 3, ch = idx & 7;
         float x[8];
@@ -3754,7 +3753,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     }
 }
 template <int DK> constexpr size_t prep_bf16_smem() {
-    return sizeof(float) * (2 * CH * GC_L64 + 3 * 256 + 3 * CH) + sizeof(bf16) * (2 * CH * DK + 2 * CH * CH);
+    return sizeof(float) * (2 * CH * GC_L64 + 3 * 256 + 3 * CH) + sizeof(bf16) * (2 * CH * DK + 2 * CH * CH + 2 * CH * 64);
 }
 
 // element (row r of the warp's 16 value columns, column e of n-tile j) of an accumulator tile: r = g (+8), e = 2t (+1)
