@@ -20,11 +20,11 @@ train_natsl: train_natsl.c $(HEADERS)
 test_natsl: test_natsl.c train_natsl.c $(HEADERS)
 	$(CC) $(CFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
 
-# the GPU trainer (CUDA 12+/13, sm_90 = H100/H200); needs nvcc, cuBLAS and NCCL (several GPUs). NCCL is looked for
+# the GPU trainer (CUDA 12+/13, sm_90a = H100/H200); needs nvcc, cuBLAS and NCCL (several GPUs). NCCL is looked for
 # in NCCL_HOME, the system (/usr) and the CUDA toolkit, in that order; USE_MPI=1 adds mpirun's rank discovery and
 # -pi mpi (MPI's flags from mpicc --showme).
 NVCC ?= nvcc
-NVCCFLAGS ?= -O3 -arch=sm_90 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-format-truncation
+NVCCFLAGS ?= -O3 -arch=compute_90a -code=sm_90a -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-format-truncation
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
 NCCL_PAIRS = $(if $(NCCL_HOME),$(NCCL_HOME)/include:$(NCCL_HOME)/lib) /usr/include:/usr/lib/x86_64-linux-gnu \
              /usr/include:/usr/lib/aarch64-linux-gnu $(CUDA_HOME)/include:$(CUDA_HOME)/lib $(CUDA_HOME)/include:$(CUDA_HOME)/lib64

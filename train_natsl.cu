@@ -44,7 +44,7 @@ GPU organization (see dev/cuda/README.md):
     N layers; else 1xTF32), the GDN op as above; the residual stream, the op outputs, the other norms' inputs,
     master weights and AdamW stay fp32 (train_natsl -p bf16 rounds the same values on the CPU);
   * NATSL_PROFILE=1 in the environment: per-op-kind GPU times printed at the end of training.
-Build: make train_natsl_cu (nvcc -O3 -arch=sm_90, links cuBLAS, cuBLASLt and NCCL; make train_natsl_cu_mpi adds MPI).
+Build: make train_natsl_cu (nvcc -O3 -arch=compute_90a -code=sm_90a (Hopper: the attention forward uses wgmma), links cuBLAS, cuBLASLt and NCCL; make train_natsl_cu_mpi adds MPI).
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -2090,6 +2090,238 @@ fa_fwd_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__res
 }
 
 // ------------------------------------------------------------------------------------------------------------------
+// forward on Hopper's warpgroup MMA (wgmma, sm_90a): block = the same 128 queries (chunks A = 2qb, B = 2qb+1) and
+// key list as fa_fwd_kernel, as 2 warpgroups of 4 warps: warpgroup w owns the 64 rows of chunk A + w (warp w·4 + i
+// rows 16i..16i+15 of it). Per key tile: S = Q Kᵀ by wgmma m64n64k16 with Q and K read by the tensor cores from the
+// shared tiles, the online softmax on S's accumulators (their layout per warp is the m16n8 layout of fa_fwd_kernel),
+// O += P V by wgmma m64n(DV)k16 with P in registers and V read transposed from shared memory. The tiles are the same
+// XOR-swizzled rows of 64 bf16 (128 bytes: chunk c of row r at c ^ (r & 7)) that the wgmma descriptors call 128-byte
+// swizzling; V's DV columns are stored as DV/64 tiles of [64 keys][64 columns]. Tiles arrive by cp.async (double
+// buffered), then fence.proxy.async makes them visible to the tensor cores' (async proxy) reads.
+// ------------------------------------------------------------------------------------------------------------------
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "train_natsl.cu is built for sm_90a (nvcc -arch=sm_90a): the attention forward runs on Hopper's wgmma"
+#endif
+#define WG_REGS32 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" "," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define WG_REGS64 WG_REGS32 "," \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47" "," \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_D32 WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24)
+#define WG_D64 WG_D32, WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
+// d(64×64) = d·[acc != 0] + A(64×16) B(16×64): A and B K-major (rows of 64 bf16) in 128B-swizzled shared memory
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WG_D32 : "l"(da), "l"(db), "r"(acc));
+}
+// d(64×N) += A(64×16) B(16×N): A in registers (per warp the m16n8k16 A fragments of its 16 rows), B MN-major (stored
+// [k][n]) in 128B-swizzled shared memory
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+                 : WG_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_REGS64 "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+                 : WG_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+#undef WG_D64
+#undef WG_D32
+#undef WG_D8
+#undef WG_REGS64
+#undef WG_REGS32
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// the accumulators are registers the asm statements above name: the compiler must not move their reads and writes
+// across the wait
+template <int N> __device__ __forceinline__ void wgmma_keep(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// descriptor of a 128B-swizzled operand at shared address `addr` (1024-aligned tile + an offset along K inside its
+// 128-byte rows): 8-row groups 1024 bytes apart (SBO); LBO = the distance between 64-column tiles (MN-major only)
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
+}
+
+// ROWS × DV bf16 tile -> DV/64 swizzled [ROWS][64] tiles, one after the other (the MN-major layout of wgmma's B)
+template <int DV, int ROWS, int NT>
+__device__ __forceinline__ void load_tile_cols64(bf16 *s, const bf16 *g, int ld, int tid) {
+    constexpr int CPR = DV / 8;
+#pragma unroll
+    for (int it = 0; it < ROWS * CPR / NT; ++it) {
+        const int i = tid + it * NT, r = i / CPR, c = i % CPR;
+        fa_cp16(s + (c >> 3) * ROWS * 64 + swz<64>(r, c & 7), g + (size_t)r * ld + c * 8);
+    }
+}
+
+template <int DV>
+__global__ void __launch_bounds__(256, DV == 64 ? 2 : 1)
+fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q,
+                    const bf16 *__restrict__ k, int ldqk, const bf16 *__restrict__ v, int ldv,
+                    const float *__restrict__ m, int T, int NH, int NHm, float sl2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the host pass compiles no body)
+    constexpr int DQ = 64, NT = 256;
+    extern __shared__ uint4 fa_smem[];
+    // tiles at 1024-byte boundaries (the swizzle pattern repeats every 8 rows of 128 bytes)
+    bf16 *sQ = reinterpret_cast<bf16 *>(((uintptr_t)fa_smem + 1023) & ~(uintptr_t)1023);   // [2][64 × 64]
+    bf16 *sK = sQ + 128 * DQ;                                                               // [2][64 × 64]
+    bf16 *sV = sK + 2 * 64 * DQ;                                                            // [2][DV/64][64 × 64]
+    const int Nc = T / 64, nQB = (Nc + 1) / 2;
+    int *sList = reinterpret_cast<int *>(sV + 2 * 64 * DV);   // [Nc]
+    float *sWA = reinterpret_cast<float *>(sList + Nc);       // [Nc]
+    float *sWB = sWA + Nc;                                    // [Nc]
+    int *sN = reinterpret_cast<int *>(sWB + Nc);
+
+    const int L = blockIdx.x, nBH = gridDim.x / nQB;
+    const int bh = L % nBH, b = bh / NH, h = bh - b * NH;
+    const int qb = nQB - 1 - L / nBH;   // heavy (late) query blocks first
+    const int qcA = 2 * qb, qcB = 2 * qb + 1;
+    const bool hasB = qcB < Nc;
+    const int last = hasB ? qcB : qcA;
+    const int n = h / (NH / NHm);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int wg = warp >> 2, rloc = (warp & 3) * 16;   // warpgroup (chunk A + wg), the warp's first row in it
+
+    // ---- compacted list of the key chunks this block needs, with each chunk's weight for A and B (0 = skip)
+    if (warp == 0) {
+        int cnt = 0;
+        for (int base = 0; base <= last; base += 32) {
+            const int c = base + lane;
+            float wa = 0.f, wb = 0.f;
+            if (c < qcA) {
+                wa = m ? __ldg(m + ((size_t)(b * Nc + c) * NHm + n) * 2) : 1.f;
+                wb = hasB ? wa : 0.f;
+            } else if (c == qcA) {
+                wa = 1.f;
+                wb = hasB ? (m ? __ldg(m + ((size_t)(b * Nc + c) * NHm + n) * 2) : 1.f) : 0.f;
+            } else if (c == qcB && hasB) {
+                wb = 1.f;
+            }
+            const bool act = (wa != 0.f) || (wb != 0.f);
+            const unsigned bal = __ballot_sync(0xffffffffu, act);
+            if (act) {
+                const int pos = cnt + __popc(bal & ((1u << lane) - 1u));
+                sList[pos] = c; sWA[pos] = wa; sWB[pos] = wb;
+            }
+            cnt += __popc(bal);
+        }
+        if (lane == 0) *sN = cnt;
+    }
+    const bf16 *qbase = q + ((size_t)b * T + (size_t)qcA * 64) * ldqk + h * DQ;
+    if (hasB) load_tile<DQ, 128, NT>(sQ, qbase, ldqk, tid);
+    else load_tile<DQ, 64, NT>(sQ, qbase, ldqk, tid);
+    fa_commit();
+    __syncthreads();
+    const int nact = *sN;
+
+    const bf16 *kbase = k + (size_t)b * T * ldqk + h * DQ;
+    const bf16 *vbase = v + (size_t)b * T * ldv + h * DV;
+    auto issue = [&](int it) {
+        const int kc = sList[it], st = it & 1;
+        load_tile<DQ, 64, NT>(sK + st * 64 * DQ, kbase + (size_t)kc * 64 * ldqk, ldqk, tid);
+        load_tile_cols64<DV, 64, NT>(sV + st * 64 * DV, vbase + (size_t)kc * 64 * ldv, ldv, tid);
+        fa_commit();
+    };
+    issue(0);
+
+    float o[DV / 2], s[32];
+#pragma unroll
+    for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    const uint32_t qaddr = fa_smem_u32(sQ + wg * 64 * DQ);
+    const int myc = qcA + wg;
+
+    for (int it = 0; it < nact; ++it) {
+        if (it + 1 < nact) { issue(it + 1); fa_wait<1>(); } else { fa_wait<0>(); }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const int kc = sList[it];
+        const float w = wg ? sWB[it] : sWA[it];
+        if (w != 0.f) {
+            const uint32_t kaddr = fa_smem_u32(sK + (it & 1) * 64 * DQ), vaddr = fa_smem_u32(sV + (it & 1) * 64 * DV);
+            // ---- S = Q Kᵀ (the warpgroup's 64 rows × 64 keys): 4 k-steps of 16 dims (32 bytes along the rows)
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < DQ / 16; ++ks) wgmma_ss_n64(s, wgmma_desc(qaddr + 32 * ks, 16), wgmma_desc(kaddr + 32 * ks, 16), ks);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_keep(s);
+            // ---- online softmax (as fa_fwd_tile: raw-score max, exponent s·sl2 − max·sl2); s[4nt + e]: row rloc + g +
+            // 8(e >> 1), key 8nt + 2t + (e & 1)
+            if (kc == myc) {
+#pragma unroll
+                for (int i = 0; i < 32; ++i)
+                    if (((i >> 2) << 3) + 2 * t + (i & 1) > rloc + g + ((i >> 1) & 1) * 8) s[i] = -INFINITY;
+            }
+            float mx[2] = {mrow[0], mrow[1]};
+#pragma unroll
+            for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+            float alpha[2], ms[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                alpha[r] = fa_ex2((mrow[r] - mx[r]) * sl2);
+                mrow[r] = mx[r];
+                ms[r] = mx[r] * sl2;
+            }
+            float ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const float p = fa_ex2(fmaf(s[i], sl2, -ms[(i >> 1) & 1]));
+                ps[(i >> 1) & 1] += p;
+                s[i] = p * w;
+            }
+            lrow[0] = fmaf(lrow[0], alpha[0], w * ps[0]);
+            lrow[1] = fmaf(lrow[1], alpha[1], w * ps[1]);
+#pragma unroll
+            for (int i = 0; i < DV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+            // ---- O += P V: k-step kk = keys 16kk..16kk+15 (P's n-tiles 2kk, 2kk+1 as an A fragment; V rows 16kk.. at
+            // 16 · 128 bytes)
+            uint32_t pa[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+                pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+                pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+                pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], wgmma_desc(vaddr + kk * 16 * 128, 64 * 64 * 2));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_keep(o);
+        }
+        __syncthreads();
+    }
+    // ---- finalize: out = O / l (bf16), lse = (max·sl2 + log2 l)·ln2
+    if (myc < Nc) {
+        const size_t ldo = (size_t)NH * DV;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float l = lrow[r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = 1.f / l;
+            const int row = myc * 64 + rloc + g + 8 * r;
+            bf16 *op = out + ((size_t)b * T + row) * ldo + h * DV + 2 * t;
+#pragma unroll
+            for (int nv = 0; nv < DV / 8; ++nv)
+                *reinterpret_cast<uint32_t *>(op + nv * 8) = pack_bf16(o[4 * nv + 2 * r] * inv, o[4 * nv + 2 * r + 1] * inv);
+            if (t == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[r] * sl2 + log2f(l)) * FA_LN2;
+        }
+    }
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------------------------
 // backward pre-pass: δ = dO·O (bf16 in, fp32), lse2 = lse·log2e, zero dq head columns (unless accumulating), zero dA[..,0]
 // ------------------------------------------------------------------------------------------------------------------
 __global__ void fa_bwd_pre_kernel(float *__restrict__ delta, float *__restrict__ lse2, float *__restrict__ dq, int lddq,
@@ -2363,6 +2595,7 @@ static int g_fa_fwd_minb = -1;   // -1: default (2), 3: launch bound 3 blocks/SM
 static int g_fa_bwd_kvreg = -1;  // -1: default (0: from smem), 0 / 1 force K/V A-fragments in registers
 static int g_fa_bwd_minb = -1;   // -1: default (2), 2 / 3 force
 static int g_fa_bhmajor = -1;    // block order (see the kernels); -1: default (forward 0, backward 1; measured best)
+static int g_fa_fwd_wgmma = -1;  // -1: default (the wgmma forward), 0: the mma.sync forward (fa_fwd_kernel)
 
 static bool flash_bf16_supported(int dq, int dv) { return dq == 64 && (dv == 64 || dv == 128); }
 
@@ -2395,11 +2628,32 @@ static void fa_launch_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, i
     CUDA_CHECK(cudaGetLastError());
 }
 
+template <int DV>
+static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
+                                const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
+    const int Nc = T / 64, nQB = (Nc + 1) / 2;
+    // 1024 bytes to align the tiles, Q [128][64], K [2][64][64], V [2][64][DV], the key list (3 words a chunk), its length
+    const size_t smem = 1024 + (size_t)(128 * 64 + 2 * 64 * 64 + 2 * 64 * DV) * sizeof(bf16) + (size_t)Nc * 12 + 4;
+    static size_t set = 0;
+    if (smem > set) {
+        smem_attr(fa_fwd_wgmma_kernel<DV>, smem);
+        set = smem;
+    }
+    const float sl2 = 0.125f * FA_LOG2E; // 1/sqrt(64)
+    fa_fwd_wgmma_kernel<DV><<<B * NH * nQB, 256, smem, st>>>(out, lse, q, k, ldqk, v, ldv, m, T, NH, NHm, sl2);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 // Forward. out [B*T][NH*dv] bf16 (written), lse [B][NH][T] fp32 (written, natural log). m: see top of file.
 static void flash_bf16_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
                         const float *m, int B, int T, int NH, int NHm, int dq, int dv, cudaStream_t st) {
     if (!m) NHm = NH;
     fa_check_args("flash_bf16_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dv);
+    if (g_fa_fwd_wgmma != 0) {
+        if (dv == 64) fa_launch_fwd_wgmma<64>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
+        else fa_launch_fwd_wgmma<128>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
+        return;
+    }
     const bool qreg = g_fa_fwd_qreg < 0 ? false : (g_fa_fwd_qreg != 0);
     const int mt = g_fa_fwd_mt > 0 ? g_fa_fwd_mt : 2;
     const int mb = g_fa_fwd_minb > 0 ? g_fa_fwd_minb : 2;

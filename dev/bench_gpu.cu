@@ -25,7 +25,7 @@ Peak memory: cudaMemGetInfo's used memory after the timed steps minus before the
 buffer is allocated up front or on the first step and kept). B is lowered (halved) until the estimated
 footprint fits the free memory; the printed B is the one that ran.
 
-build: nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl
+build: nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl
 run:   ./bench_gpu [step|layer|gemm|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
                    [-k 0|1|2] [-p bf16|fp32|both]
        defaults: all (layer, step, gemm), -e 340m, -V 32000, -B 8, -T 4096, -n 10,

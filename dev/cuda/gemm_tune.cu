@@ -3,7 +3,7 @@
 // input gradient and the weight gradient of each). Prints, per product, the time of cublasGemmEx (what the trainer
 // calls), of cuBLASLt's first heuristic choice and of the fastest of its first 16 candidates, and the TFLOP/s.
 // Decides whether an algorithm search in the trainer would pay. Random bf16 operands, fp32 output.
-//   nvcc -O3 -arch=sm_90 -std=c++17 dev/cuda/gemm_tune.cu -o gemm_tune -lcublasLt -lcublas && ./gemm_tune
+//   nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 dev/cuda/gemm_tune.cu -o gemm_tune -lcublasLt -lcublas && ./gemm_tune
 #include <cstdio>
 #include <cstdlib>
 #include <vector>

@@ -2,7 +2,7 @@
 // the N layer's routed softmax op (doc/model.md §5.3, §6.2, §6.3, §8). Test harness of the kernels in
 // train_natsl.cu (included with TESTING defined): double-precision CPU oracle, checks and timings. Notes: FLASH_BF16.md.
 //
-// Build (repo root):  nvcc -O3 -arch=sm_90 -std=c++17 -lineinfo -Xcompiler -fopenmp -I. -o flash_bf16 dev/cuda/attention/flash_bf16.cu -lcublasLt -lcublas -lnccl
+// Build (repo root):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -lineinfo -Xcompiler -fopenmp -I. -o flash_bf16 dev/cuda/attention/flash_bf16.cu -lcublasLt -lcublas -lnccl
 // Run:    ./flash_bf16 [all|check|time|sweep|small|prof]   (all = checks then timings; sweep = timings of the kernel
 //         variants, then the default timings; small = short checks for the sanitizers; prof = one fwd+bwd of the A
 //         shape for ncu). Device script: dev/cuda/attention/run_flash_bf16.sh [mode]
@@ -455,6 +455,10 @@ int main(int argc, char **argv) {
         ok &= run_check({"[var qreg1 mt1 kvreg0 minb3] routed 64/128", 2, 512, 12, 6, 64, 128, 1, 0.5, 0, 0, 0});
         ok &= run_check({"[var qreg1 mt1 kvreg0 minb3] causal 64/64", 2, 256, 4, 4, 64, 64, 0, 0, 0, 0, 0});
         g_fa_fwd_qreg = -1; g_fa_fwd_mt = -1; g_fa_fwd_minb = -1; g_fa_bwd_kvreg = -1; g_fa_bwd_minb = -1; g_fa_bhmajor = -1;
+        g_fa_fwd_wgmma = 0;   // the mma.sync forward (the default is the wgmma one)
+        ok &= run_check({"[var mma.sync fwd] routed 64/128", 2, 512, 12, 6, 64, 128, 1, 0.5, 0, 0, 0});
+        ok &= run_check({"[var mma.sync fwd] causal 64/64", 2, 256, 4, 4, 64, 64, 0, 0, 0, 0, 0});
+        g_fa_fwd_wgmma = -1;
         printf("CORRECTNESS %s\n", ok ? "ALL PASS" : "SOME FAIL");
     }
     if (strcmp(mode, "check")) {
@@ -474,6 +478,11 @@ int main(int argc, char **argv) {
             time_case(nm, 8, 4096, 12, 6, 64, 128, 1.0, 0);
         }
         g_fa_fwd_qreg = -1; g_fa_fwd_mt = -1; g_fa_fwd_minb = -1; g_fa_bwd_kvreg = -1; g_fa_bwd_minb = -1; g_fa_bhmajor = -1;
+        g_fa_fwd_wgmma = 0;
+        time_case("[mma.sync fwd] A causal B8 T4096 16x64", 8, 4096, 16, 16, 64, 64, -1.0, 0);
+        time_case("[mma.sync fwd] N B8 T4096 12x64/128 frac 1.0", 8, 4096, 12, 6, 64, 128, 1.0, 0);
+        time_case("[mma.sync fwd] N B1 T32768 12x64/128 frac 0.25", 1, 32768, 12, 6, 64, 128, 0.25, 0);
+        g_fa_fwd_wgmma = -1;
         printf("--- default kernels\n");
         time_case("A causal B8 T4096 16x64", 8, 4096, 16, 16, 64, 64, -1.0, 0);
         time_case("A causal B8 T4096 16x64 (bf16 dk/dv)", 8, 4096, 16, 16, 64, 64, -1.0, 1);

@@ -8,7 +8,7 @@
 // forward (0.257 -> 0.155 ms, session 14), which the trainer now does; its "batched 2 ch, tile 32" row is kept as
 // the measured form. The backward's batched variants were slower than the trainer's (0.54-0.60 against 0.49 ms).
 //
-// Build + run (device):  nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
+// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench
 // Prints per variant: the error against the oracle (small problem), whether it matches the trainer's kernels bit for
 // bit (340m problem), forward and backward times (median of 20) and the bandwidth their bytes imply.
