@@ -2111,11 +2111,13 @@ fa_fwd_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__res
     "+f"(d[i + 6]), "+f"(d[i + 7])
 #define WG_D32 WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24)
 #define WG_D64 WG_D32, WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
-// d(64×64) = d·[acc != 0] + A(64×16) B(16×64): A and B K-major (rows of 64 bf16) in 128B-swizzled shared memory
+// d(64×64) = d·[acc != 0] + A(64×16) B(16×64): A and B in 128B-swizzled shared memory, K-major (rows of 64 bf16
+// along k) or, with TA / TB = 1, MN-major (stored [k][m] / [k][n])
+template <int TA, int TB>
 __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : WG_D32 : "l"(da), "l"(db), "r"(acc));
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                 : WG_D32 : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 // d(64×N) += A(64×16) B(16×N): A in registers (per warp the m16n8k16 A fragments of its 16 rows), B MN-major (stored
 // [k][n]) in 128B-swizzled shared memory
@@ -2248,7 +2250,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
             // ---- S = Q Kᵀ (the warpgroup's 64 rows × 64 keys): 4 k-steps of 16 dims (32 bytes along the rows)
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < DQ / 16; ++ks) wgmma_ss_n64(s, wgmma_desc(qaddr + 32 * ks, 16), wgmma_desc(kaddr + 32 * ks, 16), ks);
+            for (int ks = 0; ks < DQ / 16; ++ks) wgmma_ss_n64<0, 0>(s, wgmma_desc(qaddr + 32 * ks, 16), wgmma_desc(kaddr + 32 * ks, 16), ks);
             wgmma_commit();
             wgmma_wait<0>();
             wgmma_keep(s);
@@ -2586,6 +2588,189 @@ fa_bwd_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int lddk, G
 }
 
 // ------------------------------------------------------------------------------------------------------------------
+// backward on wgmma: the block, key chunk, query-chunk loop, pre-pass values and outputs of fa_bwd_kernel, as one
+// warpgroup (warp w: keys 16w..16w+15 of the accumulators' rows). Per query tile:
+//   S^T = K Q^T and dP^T = V dO^T (wgmma m64n64k16, all four operands K-major from the shared tiles),
+//   P^T, dS^T and the router partial on the accumulators (their layout is fa_bwd_kernel's),
+//   dV += P^T dO and dK += dS^T Q (P^T, dS^T from registers; dO, Q read MN-major: stored [query][column]),
+//   dS^T -> shared memory (bf16), dQ = dS K (wgmma with both operands MN-major: dS^T is stored [key][query], K
+//   [key][dim]) -> fp32 vector atomics.
+// V and dO are stored as DV/64 tiles of [64 rows][64 columns] (the MN-major layout of dO for dV's product).
+// ------------------------------------------------------------------------------------------------------------------
+template <int DV, typename GT>
+__global__ void __launch_bounds__(128, 2)
+fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv,
+                    float *__restrict__ dA, const bf16 *__restrict__ dout, const float *__restrict__ lse2,
+                    const float *__restrict__ delta, const bf16 *__restrict__ q, const bf16 *__restrict__ k, int ldqk,
+                    const bf16 *__restrict__ v, int ldv, const float *__restrict__ m, int T, int NH, int NHm, float scale,
+                    float sl2, int accum) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the host pass compiles no body)
+    constexpr int DQ = 64, NT = 128;
+    extern __shared__ uint4 fa_smem[];
+    bf16 *sK = reinterpret_cast<bf16 *>(((uintptr_t)fa_smem + 1023) & ~(uintptr_t)1023);   // 64 × 64
+    bf16 *sS = sK + 64 * DQ;                         // 64 × 64, dS^T [key][query]
+    bf16 *sV = sS + 64 * 64;                         // [DV/64][64 × 64]
+    bf16 *sQ = sV + 64 * DV;                         // [2][64 × 64]
+    bf16 *sO = sQ + 2 * 64 * DQ;                     // [2][DV/64][64 × 64]   (dO)
+    float *sL = reinterpret_cast<float *>(sO + 2 * 64 * DV);   // [2][64] lse2
+    float *sD = sL + 2 * 64;                                   // [2][64] delta
+    float *sRed = sD + 2 * 64;                                 // [4]
+
+    const int Nc = T / 64;
+    // block L -> (bh = L / Nc, kc = L % Nc) (fa_bwd_kernel's measured best order)
+    const int L = blockIdx.x, bh = L / Nc, b = bh / NH, h = bh - b * NH, kc = L % Nc;
+    const int n = h / (NH / NHm);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const float wkc = m ? __ldg(m + ((size_t)(b * Nc + kc) * NHm + n) * 2) : 1.f;
+    const bool act = (wkc != 0.f);
+    const int nq = act ? (Nc - kc) : 1;
+
+    const size_t ldo = (size_t)NH * DV;
+    load_tile<DQ, 64, NT>(sK, k + ((size_t)b * T + (size_t)kc * 64) * ldqk + h * DQ, ldqk, tid);
+    load_tile_cols64<DV, 64, NT>(sV, v + ((size_t)b * T + (size_t)kc * 64) * ldv + h * DV, ldv, tid);
+    const bf16 *qb = q + (size_t)b * T * ldqk + h * DQ;
+    const bf16 *ob = dout + (size_t)b * T * ldo + h * DV;
+    const float *lb = lse2 + ((size_t)b * NH + h) * T, *db = delta + ((size_t)b * NH + h) * T;
+    auto issue = [&](int it) {
+        const int qc = kc + it, st = it & 1;
+        load_tile<DQ, 64, NT>(sQ + st * 64 * DQ, qb + (size_t)qc * 64 * ldqk, ldqk, tid);
+        load_tile_cols64<DV, 64, NT>(sO + st * 64 * DV, ob + (size_t)qc * 64 * ldo, (int)ldo, tid);
+        if (tid < 16) fa_cp16(sL + st * 64 + tid * 4, lb + qc * 64 + tid * 4);
+        else if (tid < 32) fa_cp16(sD + st * 64 + (tid - 16) * 4, db + qc * 64 + (tid - 16) * 4);
+        fa_commit();
+    };
+    issue(0);
+
+    float dKa[32], dVa[DV / 2];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dKa[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DV / 2; ++i) dVa[i] = 0.f;
+    float dAacc = 0.f;
+    const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), saddr = fa_smem_u32(sS);
+    constexpr uint32_t SUB = 64 * 64 * 2;   // bytes of one [64][64] tile
+
+    for (int it = 0; it < nq; ++it) {
+        if (it + 1 < nq) { issue(it + 1); fa_wait<1>(); } else { fa_wait<0>(); }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const int qc = kc + it;
+        const bool diag = (it == 0);
+        const float w = diag ? 1.f : wkc;
+        const float *cL = sL + (it & 1) * 64, *cD = sD + (it & 1) * 64;
+        const uint32_t qaddr = fa_smem_u32(sQ + (it & 1) * 64 * DQ), oaddr = fa_smem_u32(sO + (it & 1) * 64 * DV);
+
+        // ---- S^T = K Q^T, dP^T = V dO^T (k-steps of 16 columns: 32 bytes along a 128-byte row, then the next tile)
+        float s[32], dp[32];
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < DQ / 16; ++ks)
+            wgmma_ss_n64<0, 0>(s, wgmma_desc(kaddr + 32 * ks, 16), wgmma_desc(qaddr + 32 * ks, 16), ks);
+#pragma unroll
+        for (int ks = 0; ks < DV / 16; ++ks) {
+            const uint32_t off = (ks >> 2) * SUB + 32 * (ks & 3);
+            wgmma_ss_n64<0, 0>(dp, wgmma_desc(vaddr + off, 16), wgmma_desc(oaddr + off, 16), ks);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_keep(s);
+        wgmma_keep(dp);
+        // ---- P^T, dS^T, router gradient (s[4nt + e]: key 16w + g + 8(e >> 1), query 8nt + 2t + (e & 1))
+        const int ki0 = warp * 16 + g;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            const float2 L2 = *reinterpret_cast<const float2 *>(cL + nt * 8 + 2 * t);
+            const float2 D2 = *reinterpret_cast<const float2 *>(cD + nt * 8 + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = 4 * nt + e;
+                const float lq = (e & 1) ? L2.y : L2.x, dq_ = (e & 1) ? D2.y : D2.x;
+                float pe = fa_ex2(fmaf(s[i], sl2, -lq));
+                if (diag && (ki0 + ((e >> 1) << 3) > nt * 8 + 2 * t + (e & 1))) pe = 0.f;
+                const float dd = dp[i] - dq_;
+                dAacc = fmaf(pe, dd, dAacc);
+                const float P = w * pe;
+                s[i] = P;
+                dp[i] = P * dd;
+            }
+        }
+        if (diag) dAacc = 0.f;   // the own chunk's pairs carry no router gradient (only chunks c < chunk(i))
+        // ---- dV += P^T dO, dK += dS^T Q (k-step kk = queries 16kk..16kk+15: rows 16kk.. of the tiles, 2048 bytes on)
+        uint32_t pa[4][4], sa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                pa[kk][x] = pack_bf16(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]);
+                sa[kk][x] = pack_bf16(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
+            }
+            // dS^T (bf16) to shared memory: rows = keys ki0, ki0+8; columns = queries of n-tiles 2kk, 2kk+1
+            *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0, 2 * kk) + 2 * t) = sa[kk][0];
+            *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0 + 8, 2 * kk) + 2 * t) = sa[kk][1];
+            *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0, 2 * kk + 1) + 2 * t) = sa[kk][2];
+            *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0 + 8, 2 * kk + 1) + 2 * t) = sa[kk][3];
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            wgmma_rs(dVa, pa[kk], wgmma_desc(oaddr + kk * 2048, SUB));
+            wgmma_rs(dKa, sa[kk], wgmma_desc(qaddr + kk * 2048, SUB));
+        }
+        wgmma_commit();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();   // dS^T is in shared memory
+        // ---- dQ (the tile's 64 queries × 64 dims) = dS K: A = dS^T [key][query] read MN-major, B = K [key][dim] likewise
+        float acc[32];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            wgmma_ss_n64<1, 1>(acc, wgmma_desc(saddr + kk * 2048, SUB), wgmma_desc(kaddr + kk * 2048, SUB), kk);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_keep(dVa);
+        wgmma_keep(dKa);
+        wgmma_keep(acc);
+        // float4 atomics: lanes t, t^1 pair up; even lane: row g, cols 2t..2t+3; odd lane: row g+8, cols 2t-2..2t+1
+        const bool odd = (t & 1);
+        const size_t qrow0 = (size_t)b * T + (size_t)qc * 64 + warp * 16 + g + (odd ? 8 : 0);
+        float *dqp = dq + qrow0 * lddq + h * DQ + 2 * (t & ~1);
+#pragma unroll
+        for (int nd = 0; nd < DQ / 8; ++nd) {
+            const float x0 = acc[4 * nd] * scale, x1 = acc[4 * nd + 1] * scale, x2 = acc[4 * nd + 2] * scale,
+                        x3 = acc[4 * nd + 3] * scale;
+            const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);
+            const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : x3, 1);
+            const float4 val = odd ? make_float4(r0, r1, x2, x3) : make_float4(x0, x1, r0, r1);
+            atomicAdd(reinterpret_cast<float4 *>(dqp + nd * 8), val);
+        }
+    }
+    // ---- write dK (scaled), dV; dA block reduction
+    {
+        const size_t row0 = (size_t)b * T + (size_t)kc * 64 + warp * 16 + g;
+        GT *dkp = dk + row0 * lddk + h * DQ + 2 * t;
+        GT *dvp = dv + row0 * lddv + h * DV + 2 * t;
+#pragma unroll
+        for (int nd = 0; nd < DQ / 8; ++nd) {
+            store_pair<GT>(dkp + nd * 8, dKa[4 * nd] * scale, dKa[4 * nd + 1] * scale, accum);
+            store_pair<GT>(dkp + (size_t)8 * lddk + nd * 8, dKa[4 * nd + 2] * scale, dKa[4 * nd + 3] * scale, accum);
+        }
+#pragma unroll
+        for (int nv = 0; nv < DV / 8; ++nv) {
+            store_pair<GT>(dvp + nv * 8, dVa[4 * nv], dVa[4 * nv + 1], accum);
+            store_pair<GT>(dvp + (size_t)8 * lddv + nv * 8, dVa[4 * nv + 2], dVa[4 * nv + 3], accum);
+        }
+    }
+    if (m && dA && act && kc < Nc - 1) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) dAacc += __shfl_xor_sync(0xffffffffu, dAacc, o);
+        if (lane == 0) sRed[warp] = dAacc;
+        __syncthreads();
+        if (tid == 0) atomicAdd(dA + ((size_t)(b * Nc + kc) * NHm + n) * 2, sRed[0] + sRed[1] + sRed[2] + sRed[3]);
+    }
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------------------------
 // host entry points
 // ------------------------------------------------------------------------------------------------------------------
 // Kernel variants (for the harness's timing table; defaults are what the entry points use)
@@ -2596,6 +2781,7 @@ static int g_fa_bwd_kvreg = -1;  // -1: default (0: from smem), 0 / 1 force K/V 
 static int g_fa_bwd_minb = -1;   // -1: default (2), 2 / 3 force
 static int g_fa_bhmajor = -1;    // block order (see the kernels); -1: default (forward 0, backward 1; measured best)
 static int g_fa_fwd_wgmma = -1;  // -1: default (the wgmma forward), 0: the mma.sync forward (fa_fwd_kernel)
+static int g_fa_bwd_wgmma = -1;  // -1: default (the wgmma backward), 0: the mma.sync backward (fa_bwd_kernel)
 
 static bool flash_bf16_supported(int dq, int dv) { return dq == 64 && (dv == 64 || dv == 128); }
 
@@ -2685,10 +2871,34 @@ static void fa_launch_bwd(float *dq, int lddq, GT *dk, int lddk, GT *dv, int ldd
     CUDA_CHECK(cudaGetLastError());
 }
 
+template <int DV, typename GT>
+static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, int lddv, float *dA, const bf16 *dout,
+                                const float *lse2, const float *delta, const bf16 *q, const bf16 *k, int ldqk,
+                                const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int accum,
+                                cudaStream_t st) {
+    const int Nc = T / 64;
+    // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], lse2 and δ [2][64], sRed
+    const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) + (4 * 64 + 4) * sizeof(float);
+    static bool set = false;
+    if (!set) {
+        smem_attr(fa_bwd_wgmma_kernel<DV, GT>, smem);
+        set = true;
+    }
+    const float scale = 0.125f; // 1/sqrt(64)
+    fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k,
+                                                                ldqk, v, ldv, m, T, NH, NHm, scale, scale * FA_LOG2E, accum);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 template <int DQ, int DV, typename GT>
 static void fa_bwd_dispatch(float *dq, int lddq, GT *dk, int lddk, GT *dv, int lddv, float *dA, const bf16 *dout,
                             const float *lse2, const float *delta, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v,
                             int ldv, const float *m, int B, int T, int NH, int NHm, int accum, cudaStream_t st) {
+    if (g_fa_bwd_wgmma != 0) {
+        fa_launch_bwd_wgmma<DV, GT>(dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, B, T, NH,
+                                    NHm, accum, st);
+        return;
+    }
     const bool kvreg = g_fa_bwd_kvreg > 0;
 #define FA_B(KV, MB) fa_launch_bwd<DQ, DV, KV, MB, GT>(dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k, ldqk, v, \
                                                        ldv, m, B, T, NH, NHm, accum, st)

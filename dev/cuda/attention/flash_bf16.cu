@@ -455,10 +455,11 @@ int main(int argc, char **argv) {
         ok &= run_check({"[var qreg1 mt1 kvreg0 minb3] routed 64/128", 2, 512, 12, 6, 64, 128, 1, 0.5, 0, 0, 0});
         ok &= run_check({"[var qreg1 mt1 kvreg0 minb3] causal 64/64", 2, 256, 4, 4, 64, 64, 0, 0, 0, 0, 0});
         g_fa_fwd_qreg = -1; g_fa_fwd_mt = -1; g_fa_fwd_minb = -1; g_fa_bwd_kvreg = -1; g_fa_bwd_minb = -1; g_fa_bhmajor = -1;
-        g_fa_fwd_wgmma = 0;   // the mma.sync forward (the default is the wgmma one)
-        ok &= run_check({"[var mma.sync fwd] routed 64/128", 2, 512, 12, 6, 64, 128, 1, 0.5, 0, 0, 0});
-        ok &= run_check({"[var mma.sync fwd] causal 64/64", 2, 256, 4, 4, 64, 64, 0, 0, 0, 0, 0});
-        g_fa_fwd_wgmma = -1;
+        g_fa_fwd_wgmma = 0; g_fa_bwd_wgmma = 0;   // the mma.sync kernels (the defaults are the wgmma ones)
+        ok &= run_check({"[var mma.sync] routed 64/128", 2, 512, 12, 6, 64, 128, 1, 0.5, 0, 0, 0});
+        ok &= run_check({"[var mma.sync] causal 64/64", 2, 256, 4, 4, 64, 64, 0, 0, 0, 0, 0});
+        ok &= run_check({"[var mma.sync] real w bf16 acc B1 T192 NH2 G2 64/128", 1, 192, 2, 1, 64, 128, 2, 0, 1, 1, 0});
+        g_fa_fwd_wgmma = -1; g_fa_bwd_wgmma = -1;
         printf("CORRECTNESS %s\n", ok ? "ALL PASS" : "SOME FAIL");
     }
     if (strcmp(mode, "check")) {
@@ -478,11 +479,11 @@ int main(int argc, char **argv) {
             time_case(nm, 8, 4096, 12, 6, 64, 128, 1.0, 0);
         }
         g_fa_fwd_qreg = -1; g_fa_fwd_mt = -1; g_fa_fwd_minb = -1; g_fa_bwd_kvreg = -1; g_fa_bwd_minb = -1; g_fa_bhmajor = -1;
-        g_fa_fwd_wgmma = 0;
-        time_case("[mma.sync fwd] A causal B8 T4096 16x64", 8, 4096, 16, 16, 64, 64, -1.0, 0);
-        time_case("[mma.sync fwd] N B8 T4096 12x64/128 frac 1.0", 8, 4096, 12, 6, 64, 128, 1.0, 0);
-        time_case("[mma.sync fwd] N B1 T32768 12x64/128 frac 0.25", 1, 32768, 12, 6, 64, 128, 0.25, 0);
-        g_fa_fwd_wgmma = -1;
+        g_fa_fwd_wgmma = 0; g_fa_bwd_wgmma = 0;
+        time_case("[mma.sync] A causal B8 T4096 16x64", 8, 4096, 16, 16, 64, 64, -1.0, 0);
+        time_case("[mma.sync] N B8 T4096 12x64/128 frac 1.0", 8, 4096, 12, 6, 64, 128, 1.0, 0);
+        time_case("[mma.sync] N B1 T32768 12x64/128 frac 0.25", 1, 32768, 12, 6, 64, 128, 0.25, 0);
+        g_fa_fwd_wgmma = -1; g_fa_bwd_wgmma = -1;
         printf("--- default kernels\n");
         time_case("A causal B8 T4096 16x64", 8, 4096, 16, 16, 64, 64, -1.0, 0);
         time_case("A causal B8 T4096 16x64 (bf16 dk/dv)", 8, 4096, 16, 16, 64, 64, -1.0, 1);
