@@ -2096,8 +2096,8 @@ fa_fwd_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__res
 // shared tiles, the online softmax on S's accumulators (their layout per warp is the m16n8 layout of fa_fwd_kernel),
 // O += P V by wgmma m64n(DV)k16 with P in registers and V read transposed from shared memory. The tiles are the same
 // XOR-swizzled rows of 64 bf16 (128 bytes: chunk c of row r at c ^ (r & 7)) that the wgmma descriptors call 128-byte
-// swizzling; V's DV columns are stored as DV/64 tiles of [64 keys][64 columns]. Tiles arrive by cp.async (double
-// buffered), then fence.proxy.async makes them visible to the tensor cores' (async proxy) reads.
+// swizzling; V's DV columns are stored as DV/64 tiles of [64 keys][64 columns]. Tiles arrive by cp.async (three
+// buffers), then fence.proxy.async makes them visible to the tensor cores' (async proxy) reads.
 // ------------------------------------------------------------------------------------------------------------------
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "train_natsl.cu is built for sm_90a (nvcc -arch=sm_90a): the attention forward runs on Hopper's wgmma"
@@ -2172,10 +2172,10 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
     extern __shared__ uint4 fa_smem[];
     // tiles at 1024-byte boundaries (the swizzle pattern repeats every 8 rows of 128 bytes)
     bf16 *sQ = reinterpret_cast<bf16 *>(((uintptr_t)fa_smem + 1023) & ~(uintptr_t)1023);   // [2][64 × 64]
-    bf16 *sK = sQ + 128 * DQ;                                                               // [2][64 × 64]
-    bf16 *sV = sK + 2 * 64 * DQ;                                                            // [2][DV/64][64 × 64]
+    bf16 *sK = sQ + 128 * DQ;                                                               // [3][64 × 64]
+    bf16 *sV = sK + 3 * 64 * DQ;                                                            // [3][DV/64][64 × 64]
     const int Nc = T / 64, nQB = (Nc + 1) / 2;
-    int *sList = reinterpret_cast<int *>(sV + 2 * 64 * DV);   // [Nc]
+    int *sList = reinterpret_cast<int *>(sV + 3 * 64 * DV);   // [Nc]
     float *sWA = reinterpret_cast<float *>(sList + Nc);       // [Nc]
     float *sWB = sWA + Nc;                                    // [Nc]
     int *sN = reinterpret_cast<int *>(sWB + Nc);
@@ -2225,7 +2225,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
     const bf16 *kbase = k + (size_t)b * T * ldqk + h * DQ;
     const bf16 *vbase = v + (size_t)b * T * ldv + h * DV;
     auto issue = [&](int it) {
-        const int kc = sList[it], st = it & 1;
+        const int kc = sList[it], st = it % 3;
         load_tile<DQ, 64, NT>(sK + st * 64 * DQ, kbase + (size_t)kc * 64 * ldqk, ldqk, tid);
         load_tile_cols64<DV, 64, NT>(sV + st * 64 * DV, vbase + (size_t)kc * 64 * ldv, ldv, tid);
         fa_commit();
@@ -2239,21 +2239,25 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
     const uint32_t qaddr = fa_smem_u32(sQ + wg * 64 * DQ);
     const int myc = qcA + wg;
 
+    // three tile buffers: tile it+1 loads while tile it is read and tile it-1's P V may still run; after the barrier of
+    // iteration it, every thread has waited for tile it-2's products, so its buffer takes tile it+1
     for (int it = 0; it < nact; ++it) {
-        if (it + 1 < nact) { issue(it + 1); fa_wait<1>(); } else { fa_wait<0>(); }
+        fa_wait<0>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
+        if (it + 1 < nact) issue(it + 1);
         const int kc = sList[it];
         const float w = wg ? sWB[it] : sWA[it];
         if (w != 0.f) {
-            const uint32_t kaddr = fa_smem_u32(sK + (it & 1) * 64 * DQ), vaddr = fa_smem_u32(sV + (it & 1) * 64 * DV);
+            const uint32_t kaddr = fa_smem_u32(sK + (it % 3) * 64 * DQ), vaddr = fa_smem_u32(sV + (it % 3) * 64 * DV);
             // ---- S = Q Kᵀ (the warpgroup's 64 rows × 64 keys): 4 k-steps of 16 dims (32 bytes along the rows)
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < DQ / 16; ++ks) wgmma_ss_n64<0, 0>(s, wgmma_desc(qaddr + 32 * ks, 16), wgmma_desc(kaddr + 32 * ks, 16), ks);
             wgmma_commit();
-            wgmma_wait<0>();
+            wgmma_wait<0>();   // this S, and the last tile's P V
             wgmma_keep(s);
+            wgmma_keep(o);
             // ---- online softmax (as fa_fwd_tile: raw-score max, exponent s·sl2 − max·sl2); s[4nt + e]: row rloc + g +
             // 8(e >> 1), key 8nt + 2t + (e & 1)
             if (kc == myc) {
@@ -2297,12 +2301,11 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], wgmma_desc(vaddr + kk * 16 * 128, 64 * 64 * 2));
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_keep(o);
+            wgmma_commit();   // waited for with the next tile's S, or after the loop
         }
-        __syncthreads();
     }
+    wgmma_wait<0>();
+    wgmma_keep(o);
     // ---- finalize: out = O / l (bf16), lse = (max·sl2 + log2 l)·ln2
     if (myc < Nc) {
         const size_t ldo = (size_t)NH * DV;
@@ -2818,8 +2821,8 @@ template <int DV>
 static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
                                 const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
     const int Nc = T / 64, nQB = (Nc + 1) / 2;
-    // 1024 bytes to align the tiles, Q [128][64], K [2][64][64], V [2][64][DV], the key list (3 words a chunk), its length
-    const size_t smem = 1024 + (size_t)(128 * 64 + 2 * 64 * 64 + 2 * 64 * DV) * sizeof(bf16) + (size_t)Nc * 12 + 4;
+    // 1024 bytes to align the tiles, Q [128][64], K [3][64][64], V [3][64][DV], the key list (3 words a chunk), its length
+    const size_t smem = 1024 + (size_t)(128 * 64 + 3 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) + (size_t)Nc * 12 + 4;
     static size_t set = 0;
     if (smem > set) {
         smem_attr(fa_fwd_wgmma_kernel<DV>, smem);
