@@ -1039,20 +1039,22 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
 // Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1). The (cos, sin) of
 // the angles t·10000^(−2i/hd) come from a table computed in double on the host (rope_table), as train_natsl.c
 // computes them. x_mp: x is stored in the matmul precision (bf16 in bf16 mode: the A layer's q, k).
-// One block per row (position t = row mod T); its threads take the nh·hd/2 pairs (head h, index i) of the row.
-template <class X>
-__global__ void rope_rotate_kernel(X *x, const float2 *cs, int T, int nh, int hd, int ldx, float sign) {
+// One block per row (position t = row mod T); its threads take the nh·hd/2 pairs (head h, index i) of the row, then
+// copy the row's columns nh·hd..ncol−1 (y ≠ x: the backward's bf16 copy of the A layer's whole dq | dk | dv rows).
+template <class X, class Y>
+__global__ void rope_rotate_kernel(Y *y, const X *x, const float2 *cs, int T, int nh, int hd, int ldx, int ncol, float sign) {
     const int half = hd / 2, row = blockIdx.x;
     const float2 *c_t = cs + (size_t)(row % T) * half;
-    X *xr = x + (size_t)row * ldx;
+    const X *xr = x + (size_t)row * ldx;
+    Y *yr = y + (size_t)row * ldx;
     for (int j = threadIdx.x; j < nh * half; j += blockDim.x) {
         const int h = j / half, i = j - h * half;
-        X *v = xr + h * hd;
         const float2 a = c_t[i];
-        const float c = a.x, s = sign * a.y, x1 = ld(v + i), x2 = ld(v + i + half);
-        st(v + i, x1 * c - x2 * s);
-        st(v + i + half, x2 * c + x1 * s);
+        const float c = a.x, s = sign * a.y, x1 = ld(xr + h * hd + i), x2 = ld(xr + h * hd + i + half);
+        st(yr + h * hd + i, x1 * c - x2 * s);
+        st(yr + h * hd + i + half, x2 * c + x1 * s);
     }
+    for (int j = nh * hd + threadIdx.x; j < ncol; j += blockDim.x) st(yr + j, ld(xr + j));
 }
 // The device table [T][hd/2] of (cos, sin) for head width hd, kept per width for the longest T asked so far.
 static const float2 *rope_table(int T, int hd) {
@@ -1075,16 +1077,22 @@ static const float2 *rope_table(int T, int hd) {
     tab[e].hd = hd; tab[e].T = T;
     return tab[e].p;
 }
-static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp) {
+// copy (bf16 mode, fp32 x): x is left as it is and the whole rows [N][ld], rotated, go to copy in bf16 instead
+static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp, __nv_bfloat16 *copy) {
     PROF_OP();
     const float2 *cs = rope_table(T, hd);
     const int threads = std::min(512, CEIL_DIV(nh * (hd / 2), 32) * 32);
-    if (x_mp && g_bf16) rope_rotate_kernel<<<N, threads>>>((__nv_bfloat16 *)x, cs, T, nh, hd, ld, (float)sign);
-    else rope_rotate_kernel<<<N, threads>>>(x, cs, T, nh, hd, ld, (float)sign);
+    const __nv_bfloat16 *xh = (const __nv_bfloat16 *)x;
+    if (copy) rope_rotate_kernel<<<N, threads>>>(copy, (const float *)x, cs, T, nh, hd, ld, ld, (float)sign);
+    else if (x_mp && g_bf16) rope_rotate_kernel<<<N, threads>>>((__nv_bfloat16 *)x, xh, cs, T, nh, hd, ld, nh * hd, (float)sign);
+    else rope_rotate_kernel<<<N, threads>>>(x, (const float *)x, cs, T, nh, hd, ld, nh * hd, (float)sign);
     CUDA_CHECK(cudaGetLastError());
 }
-static void rope_forward(real *x, int N, int T, int nh, int hd, int ld, int x_mp) { rope_rotate(x, N, T, nh, hd, ld, 1, x_mp); }
-static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld) { rope_rotate(dx, N, T, nh, hd, ld, -1, 0); }
+static void rope_forward(real *x, int N, int T, int nh, int hd, int ld, int x_mp) { rope_rotate(x, N, T, nh, hd, ld, 1, x_mp, NULL); }
+// copy: see rope_rotate (the A layer's dq, dk with dv, as the bf16 operand of W_qkv's product: operand_claim)
+static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld, __nv_bfloat16 *copy) {
+    rope_rotate(dx, N, T, nh, hd, ld, -1, 0, copy);
+}
 
 // ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π (5.2c), output weights ω (5.1e)) --
 __global__ void pair_softmax_forward_kernel(float *y, const float *x, size_t npairs) {
@@ -5899,7 +5907,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
     AttnArgs op = attn_layer_op_args(c, a, B, T);
     matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D, DINP_WRITE);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
-    rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
+    rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, operand_claim(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT));
     matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,
                     DINP_WRITE);
 }
@@ -5954,7 +5962,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha,
                     DINP_ADD);
-    if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
+    if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K, NULL); rope_backward(d->ka, BT, T, Ha, dka, K, NULL); }
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T); // writes dx, the router adds its part
