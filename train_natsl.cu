@@ -1796,8 +1796,10 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 // accumulation, ldmatrix from XOR-swizzled shared memory, cp.async double-buffered tiles, online softmax in the exp2
 // domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile decision. Forward: block = 128 queries
 // (2 chunks) x 4 warps x 32 rows; backward: block = 64 keys (one chunk) x 4 warps x 16 keys, looping over the query
-// chunks that see it; dQ through shared dS and fp32 vector atomics. Their test harness, notes and measurements:
-// dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md.
+// chunks that see it; dQ through shared dS and fp32 vector atomics. The same blocks on Hopper's warpgroup MMA
+// (fa_fwd_wgmma_kernel, fa_bwd_wgmma_kernel, below those) are what the entry points run; the mma.sync pair stays
+// selectable (g_fa_fwd_wgmma, g_fa_bwd_wgmma = 0) for the harness's comparison. Their test harness, notes and
+// measurements: dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md.
 typedef __nv_bfloat16 bf16;
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
