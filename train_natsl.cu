@@ -1792,14 +1792,12 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 #define ATT_SHAPES(X) X(24, 48) X(64, 128) X(64, 64)
 
 // ---- the bf16 tensor-core kernels (-p bf16, head dims (64,64) and (64,128)) ---------------------------------------
-// The same op on bf16 q, k, v, out, dout (fp32 lse, dq, dA; dk, dv fp32 or bf16): mma.sync.m16n8k16 bf16 with fp32
-// accumulation, ldmatrix from XOR-swizzled shared memory, cp.async double-buffered tiles, online softmax in the exp2
+// The same op on bf16 q, k, v, out, dout (fp32 lse, dq, dA; dk, dv fp32 or bf16) on Hopper's warpgroup MMA (wgmma,
+// bf16 in, fp32 accumulation) reading XOR-swizzled shared tiles that cp.async fills, online softmax in the exp2
 // domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile decision. Forward: block = 128 queries
-// (2 chunks) x 4 warps x 32 rows; backward: block = 64 keys (one chunk) x 4 warps x 16 keys, looping over the query
-// chunks that see it; dQ through shared dS and fp32 vector atomics. The same blocks on Hopper's warpgroup MMA
-// (fa_fwd_wgmma_kernel, fa_bwd_wgmma_kernel, below those) are what the entry points run; the mma.sync pair stays
-// selectable (g_fa_fwd_wgmma, g_fa_bwd_wgmma = 0) for the harness's comparison. Their test harness, notes and
-// measurements: dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md.
+// (2 chunks) x 2 warpgroups; backward: block = 64 keys (one chunk) x 1 warpgroup, looping over the query chunks that
+// see it; dQ through shared dS and fp32 vector atomics. Their test harness, notes and measurements:
+// dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md (which also has the mma.sync m16n8k16 pair these replaced).
 typedef __nv_bfloat16 bf16;
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
@@ -1854,258 +1852,13 @@ __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, int ld, int ti
 }
 
 // ------------------------------------------------------------------------------------------------------------------
-// forward: block = (b·NH + h, query block qb of 128 queries = chunks qcA = 2qb, qcB = 2qb+1); 4 warps; warp w owns
-// rows 16w..16w+15 of chunk A (m-tile 0) and of chunk B (m-tile 1). Key tiles = active chunks (compacted list).
-// ------------------------------------------------------------------------------------------------------------------
-template <int DQ, int DV, bool QREG, bool DA, bool DB>
-__device__ __forceinline__ void fwd_tile(const bf16 *cK, const bf16 *cV, const bf16 *sQ, const uint32_t (&qf)[2][DQ / 16][4],
-                                         float (&o)[2][DV / 8][4], float (&mrow)[2][2], float (&lrow)[2][2],
-                                         float wA, float wB, bool diagA, bool diagB, int rA, int rB, int rloc, int lane,
-                                         float sl2) {
-    constexpr int KS = DQ / 16;
-    const int g = lane >> 2, t = lane & 3;
-    float s[2][8][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
-    const uint32_t kbase = fa_smem_u32(cK);
-    // ---- S = Q K^T (32 rows × 64 keys per warp)
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-        uint32_t a[2][4];
-        if (QREG) {
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int x = 0; x < 4; ++x) a[mt][x] = qf[mt][ks][x];
-        } else {
-            if (DA) ldsm4(a[0], fa_smem_u32(sQ + swz<DQ>(rA + (lane & 15), 2 * ks + (lane >> 4))));
-            if (DB) ldsm4(a[1], fa_smem_u32(sQ + swz<DQ>(rB + (lane & 15), 2 * ks + (lane >> 4))));
-        }
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-            uint32_t bb[4];
-            ldsm4(bb, kbase + 2 * swz<DQ>(np * 16 + ((lane >> 4) << 3) + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
-            if (DA) { mma16816(s[0][2 * np], a[0], bb[0], bb[1]); mma16816(s[0][2 * np + 1], a[0], bb[2], bb[3]); }
-            if (DB) { mma16816(s[1][2 * np], a[1], bb[0], bb[1]); mma16816(s[1][2 * np + 1], a[1], bb[2], bb[3]); }
-        }
-    }
-    // ---- online softmax (raw-score max; exponent = s·sl2 − max·sl2)
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-        if (mt == 0 ? !DA : !DB) continue;
-        const bool diag = mt == 0 ? diagA : diagB;
-        const float w = mt == 0 ? wA : wB;
-        if (diag) {
-            const int r0 = rloc + g;
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (nt * 8 + 2 * t + (e & 1) > r0 + ((e >> 1) << 3)) s[mt][nt][e] = -INFINITY;
-        }
-        float mx[2] = {mrow[mt][0], mrow[mt][1]};
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[mt][nt][0], s[mt][nt][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[mt][nt][2], s[mt][nt][3]));
-        }
-        float alpha[2], ms[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            alpha[r] = fa_ex2((mrow[mt][r] - mx[r]) * sl2);   // mrow = -inf on the first tile: ex2(-inf) = 0
-            mrow[mt][r] = mx[r];
-            ms[r] = mx[r] * sl2;
-        }
-        float ps[2] = {0.f, 0.f};
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float p = fa_ex2(fmaf(s[mt][nt][e], sl2, -ms[e >> 1]));
-                ps[e >> 1] += p;
-                s[mt][nt][e] = p;
-            }
-        if (w != 1.f) {
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[mt][nt][e] *= w;
-        }
-        lrow[mt][0] = fmaf(lrow[mt][0], alpha[0], w * ps[0]);
-        lrow[mt][1] = fmaf(lrow[mt][1], alpha[1], w * ps[1]);
-#pragma unroll
-        for (int i = 0; i < DV / 8; ++i) {
-            o[mt][i][0] *= alpha[0]; o[mt][i][1] *= alpha[0];
-            o[mt][i][2] *= alpha[1]; o[mt][i][3] *= alpha[1];
-        }
-    }
-    // ---- O += P V  (P from the S accumulators: k-step kk = keys 16kk..16kk+15 = n-tiles 2kk, 2kk+1)
-    const uint32_t vbase = fa_smem_u32(cV);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-        uint32_t pa[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-            pa[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-            pa[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-            pa[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-            pa[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int np = 0; np < DV / 16; ++np) {
-            uint32_t bb[4];
-            ldsm4t(bb, vbase + 2 * swz<DV>(kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7), 2 * np + (lane >> 4)));
-            if (DA) { mma16816(o[0][2 * np], pa[0], bb[0], bb[1]); mma16816(o[0][2 * np + 1], pa[0], bb[2], bb[3]); }
-            if (DB) { mma16816(o[1][2 * np], pa[1], bb[0], bb[1]); mma16816(o[1][2 * np + 1], pa[1], bb[2], bb[3]); }
-        }
-    }
-}
-
-// MT = 2: 4 warps, each 32 rows (16 of chunk A + 16 of chunk B); MT = 1: 8 warps, each 16 rows (warps 0-3 chunk A,
-// 4-7 chunk B): half the registers, twice the smem fragment traffic per FLOP
-// 1-D grid; bhmajor = 1: block L -> (bh = L / nQB, query block nQB-1 - L % nQB): the blocks in flight cover a few heads
-// (their K/V stay in L2); bhmajor = 0: bh fastest (all heads of one query block at a time)
-template <int DQ, int DV, bool QREG, int MT, int MINB>
-__global__ void __launch_bounds__(MT == 2 ? 128 : 256, MINB)
-fa_fwd_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q, const bf16 *__restrict__ k,
-              int ldqk, const bf16 *__restrict__ v, int ldv, const float *__restrict__ m, int T, int NH, int NHm,
-              float sl2, int bhmajor) {
-    extern __shared__ uint4 fa_smem[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(fa_smem);   // 128 × DQ
-    bf16 *sK = sQ + 128 * DQ;                        // [2][64 × DQ]
-    bf16 *sV = sK + 2 * 64 * DQ;                     // [2][64 × DV]
-    const int Nc = T / 64, nQB = (Nc + 1) / 2;
-    int *sList = reinterpret_cast<int *>(sV + 2 * 64 * DV);   // [Nc]
-    float *sWA = reinterpret_cast<float *>(sList + Nc);       // [Nc]
-    float *sWB = sWA + Nc;                                    // [Nc]
-    __shared__ int sN;
-
-    const int L = blockIdx.x, nBH = gridDim.x / nQB;
-    const int bh = bhmajor ? L / nQB : L % nBH, b = bh / NH, h = bh - b * NH;
-    const int qb = nQB - 1 - (bhmajor ? L % nQB : L / nBH);   // heavy (late) query blocks first
-    const int qcA = 2 * qb, qcB = 2 * qb + 1;
-    const bool hasB = qcB < Nc;
-    const int last = hasB ? qcB : qcA;
-    const int n = h / (NH / NHm);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    constexpr int NT = MT == 2 ? 128 : 256;
-    const int rloc = (MT == 2 ? warp : (warp & 3)) * 16;          // local row (in its chunk) of this warp's strip
-    const int mych = MT == 2 ? 0 : (warp >> 2);                    // MT = 1: the warp's chunk (0 = A, 1 = B)
-    const int rA = MT == 2 ? rloc : mych * 64 + rloc, rB = 64 + rloc;   // sQ rows of m-tiles 0 / 1
-
-    // ---- compacted list of the key chunks this block needs, with the weight of each m-tile (0 = skip)
-    if (warp == 0) {
-        int cnt = 0;
-        for (int base = 0; base <= last; base += 32) {
-            const int c = base + lane;
-            float wa = 0.f, wb = 0.f;
-            if (c < qcA) {
-                wa = m ? __ldg(m + ((size_t)(b * Nc + c) * NHm + n) * 2) : 1.f;
-                wb = hasB ? wa : 0.f;
-            } else if (c == qcA) {
-                wa = 1.f;
-                wb = hasB ? (m ? __ldg(m + ((size_t)(b * Nc + c) * NHm + n) * 2) : 1.f) : 0.f;
-            } else if (c == qcB && hasB) {
-                wb = 1.f;
-            }
-            const bool act = (wa != 0.f) || (wb != 0.f);
-            const unsigned bal = __ballot_sync(0xffffffffu, act);
-            if (act) {
-                const int pos = cnt + __popc(bal & ((1u << lane) - 1u));
-                sList[pos] = c; sWA[pos] = wa; sWB[pos] = wb;
-            }
-            cnt += __popc(bal);
-        }
-        if (lane == 0) sN = cnt;
-    }
-    // ---- Q tile (128 or 64 rows)
-    const bf16 *qbase = q + ((size_t)b * T + (size_t)qcA * 64) * ldqk + h * DQ;
-    if (hasB) load_tile<DQ, 128, NT>(sQ, qbase, ldqk, tid);
-    else load_tile<DQ, 64, NT>(sQ, qbase, ldqk, tid);
-    fa_commit();
-    __syncthreads();
-    const int nact = sN;
-
-    const bf16 *kbase = k + (size_t)b * T * ldqk + h * DQ;
-    const bf16 *vbase = v + (size_t)b * T * ldv + h * DV;
-    auto issue = [&](int it) {
-        const int kc = sList[it], st = it & 1;
-        load_tile<DQ, 64, NT>(sK + st * 64 * DQ, kbase + (size_t)kc * 64 * ldqk, ldqk, tid);
-        load_tile<DV, 64, NT>(sV + st * 64 * DV, vbase + (size_t)kc * 64 * ldv, ldv, tid);
-        fa_commit();
-    };
-    issue(0);
-
-    uint32_t qf[2][DQ / 16][4];
-    float o[2][DV / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int i = 0; i < DV / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-    float mrow[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, lrow[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-
-    for (int it = 0; it < nact; ++it) {
-        if (it + 1 < nact) { issue(it + 1); fa_wait<1>(); } else { fa_wait<0>(); }
-        __syncthreads();
-        if (QREG && it == 0) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int ks = 0; ks < DQ / 16; ++ks)
-                    ldsm4(qf[mt][ks], fa_smem_u32(sQ + swz<DQ>((mt == 0 ? rA : rB) + (lane & 15), 2 * ks + (lane >> 4))));
-        }
-        const int kc = sList[it];
-        const float wA = sWA[it], wB = sWB[it];
-        const bf16 *cK = sK + (it & 1) * 64 * DQ, *cV = sV + (it & 1) * 64 * DV;
-        if (MT == 1) {
-            const float w = mych ? wB : wA;
-            if (w != 0.f)
-                fwd_tile<DQ, DV, QREG, true, false>(cK, cV, sQ, qf, o, mrow, lrow, w, 0.f, kc == qcA + mych, false, rA, rB,
-                                                    rloc, lane, sl2);
-        } else if (wA != 0.f && wB != 0.f)
-            fwd_tile<DQ, DV, QREG, true, true>(cK, cV, sQ, qf, o, mrow, lrow, wA, wB, kc == qcA, kc == qcB, rA, rB, rloc,
-                                               lane, sl2);
-        else if (wA != 0.f)
-            fwd_tile<DQ, DV, QREG, true, false>(cK, cV, sQ, qf, o, mrow, lrow, wA, wB, kc == qcA, false, rA, rB, rloc,
-                                                lane, sl2);
-        else
-            fwd_tile<DQ, DV, QREG, false, true>(cK, cV, sQ, qf, o, mrow, lrow, wA, wB, false, kc == qcB, rA, rB, rloc,
-                                                lane, sl2);
-        __syncthreads();
-    }
-    // ---- finalize: out = O / l (bf16), lse = (max·sl2 + log2 l)·ln2
-    const size_t ldo = (size_t)NH * DV;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        const int chunk = qcA + mt + mych;
-        if (chunk >= Nc) break;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float l = lrow[mt][r];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = 1.f / l;
-            const int row = chunk * 64 + rloc + g + 8 * r;
-            bf16 *op = out + ((size_t)b * T + row) * ldo + h * DV + 2 * t;
-#pragma unroll
-            for (int nv = 0; nv < DV / 8; ++nv)
-                *reinterpret_cast<uint32_t *>(op + nv * 8) = pack_bf16(o[mt][nv][2 * r] * inv, o[mt][nv][2 * r + 1] * inv);
-            if (t == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[mt][r] * sl2 + log2f(l)) * FA_LN2;
-        }
-    }
-}
-
-// ------------------------------------------------------------------------------------------------------------------
-// forward on Hopper's warpgroup MMA (wgmma, sm_90a): block = the same 128 queries (chunks A = 2qb, B = 2qb+1) and
-// key list as fa_fwd_kernel, as 2 warpgroups of 4 warps: warpgroup w owns the 64 rows of chunk A + w (warp w·4 + i
-// rows 16i..16i+15 of it). Per key tile: S = Q Kᵀ by wgmma m64n64k16 with Q and K read by the tensor cores from the
-// shared tiles, the online softmax on S's accumulators (their layout per warp is the m16n8 layout of fa_fwd_kernel),
-// O += P V by wgmma m64n(DV)k16 with P in registers and V read transposed from shared memory. The tiles are the same
-// XOR-swizzled rows of 64 bf16 (128 bytes: chunk c of row r at c ^ (r & 7)) that the wgmma descriptors call 128-byte
+// forward on Hopper's warpgroup MMA (wgmma, sm_90a): block = (b·NH + h, query block qb of 128 queries = chunks
+// A = 2qb, B = 2qb+1) as 2 warpgroups of 4 warps: warpgroup w owns the 64 rows of chunk A + w (warp w·4 + i rows
+// 16i..16i+15 of it). Key tiles = the chunks the block needs (a compacted list with each chunk's weight for A and B).
+// Per key tile: S = Q Kᵀ by wgmma m64n64k16 with Q and K read by the tensor cores from the shared tiles, the online
+// softmax (exp2 domain) on S's accumulators (per warp: 16 rows in the m16n8 accumulator layout of mma.sync),
+// O += P V by wgmma m64n(DV)k16 with P in registers and V read transposed from shared memory. The tiles are
+// XOR-swizzled rows of 64 bf16 (128 bytes: chunk c of row r at c ^ (r & 7)), which the wgmma descriptors call 128-byte
 // swizzling; V's DV columns are stored as DV/64 tiles of [64 keys][64 columns]. Tiles arrive by cp.async (three
 // buffers), then fence.proxy.async makes them visible to the tensor cores' (async proxy) reads.
 // ------------------------------------------------------------------------------------------------------------------
@@ -2268,7 +2021,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
             wgmma_wait<0>();   // this S, and the last tile's P V
             wgmma_keep(s);
             wgmma_keep(o);
-            // ---- online softmax (as fa_fwd_tile: raw-score max, exponent s·sl2 − max·sl2); s[4nt + e]: row rloc + g +
+            // ---- online softmax (raw-score max, exponent s·sl2 − max·sl2; p = w·exp2(…)); s[4nt + e]: row rloc + g +
             // 8(e >> 1), key 8nt + 2t + (e & 1)
             if (kc == myc) {
 #pragma unroll
@@ -2371,12 +2124,7 @@ __global__ void fa_bwd_pre_kernel(float *__restrict__ delta, float *__restrict__
     if (dA && lane == 0 && gw < (long)B * (T / 64) * NHm) dA[gw * 2] = 0.f;
 }
 
-// ------------------------------------------------------------------------------------------------------------------
-// backward: block = (b·NH + h, key chunk kc); 4 warps, warp w owns keys 16w..16w+15 (dK, dV in registers).
-// Query chunks qc = kc .. Nc−1 if m[kc] != 0 (or m == NULL), else only qc = kc. Per query tile:
-//   S^T = K Q^T, dP^T = V dO^T (16 keys × 64 queries per warp), P^T = w·exp2(S·sl2 − lse2), dS^T = P^T(dP^T − δ),
-//   dV += P^T dO, dK += dS^T Q (register A operands), dS^T -> smem, dQ(16 queries per warp) = dS K -> fp32 atomics.
-// ------------------------------------------------------------------------------------------------------------------
+// dK, dV pairs out: written, or added (acc)
 template <typename GT> __device__ __forceinline__ void store_pair(GT *p, float a, float b, bool acc);
 template <> __device__ __forceinline__ void store_pair<float>(float *p, float a, float b, bool acc) {
     float2 v = make_float2(a, b);
@@ -2388,223 +2136,12 @@ template <> __device__ __forceinline__ void store_pair<bf16>(bf16 *p, float a, f
     *reinterpret_cast<uint32_t *>(p) = pack_bf16(a, b);
 }
 
-template <int DQ, int DV, bool KVREG, int MINB, typename GT>
-__global__ void __launch_bounds__(128, MINB)
-fa_bwd_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv,
-              float *__restrict__ dA, const bf16 *__restrict__ dout, const float *__restrict__ lse2,
-              const float *__restrict__ delta, const bf16 *__restrict__ q, const bf16 *__restrict__ k, int ldqk,
-              const bf16 *__restrict__ v, int ldv, const float *__restrict__ m, int T, int NH, int NHm, float scale,
-              float sl2, int accum, int bhmajor) {
-    constexpr int KSQ = DQ / 16, KSV = DV / 16;
-    extern __shared__ uint4 fa_smem[];
-    bf16 *sK = reinterpret_cast<bf16 *>(fa_smem);   // 64 × DQ
-    bf16 *sV = sK + 64 * DQ;                         // 64 × DV
-    bf16 *sQ = sV + 64 * DV;                         // [2][64 × DQ]
-    bf16 *sO = sQ + 2 * 64 * DQ;                     // [2][64 × DV]   (dO)
-    bf16 *sS = sO + 2 * 64 * DV;                     // 64 × 64, dS^T [key][query]
-    float *sL = reinterpret_cast<float *>(sS + 64 * 64);   // [2][64] lse2
-    float *sD = sL + 2 * 64;                               // [2][64] delta
-    __shared__ float sRed[4];
-
-    const int Nc = T / 64;
-    // 1-D grid; bhmajor = 1: block L -> (bh = L / Nc, kc = L % Nc): the blocks in flight cover a few heads, so their
-    // Q, dO tiles and dq accumulators stay in L2; bhmajor = 0: bh fastest. Heavy (early) key chunks first either way.
-    const int L = blockIdx.x, nBH = gridDim.x / Nc;
-    const int bh = bhmajor ? L / Nc : L % nBH, b = bh / NH, h = bh - b * NH;
-    const int kc = bhmajor ? L % Nc : L / nBH;
-    const int n = h / (NH / NHm);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const float wkc = m ? __ldg(m + ((size_t)(b * Nc + kc) * NHm + n) * 2) : 1.f;
-    const bool act = (wkc != 0.f);
-    const int nq = act ? (Nc - kc) : 1;
-
-    const size_t ldo = (size_t)NH * DV;
-    load_tile<DQ, 64, 128>(sK, k + ((size_t)b * T + (size_t)kc * 64) * ldqk + h * DQ, ldqk, tid);
-    load_tile<DV, 64, 128>(sV, v + ((size_t)b * T + (size_t)kc * 64) * ldv + h * DV, ldv, tid);
-    const bf16 *qb = q + (size_t)b * T * ldqk + h * DQ;
-    const bf16 *ob = dout + (size_t)b * T * ldo + h * DV;
-    const float *lb = lse2 + ((size_t)b * NH + h) * T, *db = delta + ((size_t)b * NH + h) * T;
-    auto issue = [&](int it) {
-        const int qc = kc + it, st = it & 1;
-        load_tile<DQ, 64, 128>(sQ + st * 64 * DQ, qb + (size_t)qc * 64 * ldqk, ldqk, tid);
-        load_tile<DV, 64, 128>(sO + st * 64 * DV, ob + (size_t)qc * 64 * ldo, (int)ldo, tid);
-        if (tid < 16) fa_cp16(sL + st * 64 + tid * 4, lb + qc * 64 + tid * 4);
-        else if (tid < 32) fa_cp16(sD + st * 64 + (tid - 16) * 4, db + qc * 64 + (tid - 16) * 4);
-        fa_commit();
-    };
-    issue(0);
-
-    uint32_t kf[KVREG ? KSQ : 1][4], vf[KVREG ? KSV : 1][4];
-    float dKa[DQ / 8][4], dVa[DV / 8][4];
-#pragma unroll
-    for (int i = 0; i < DQ / 8; ++i) dKa[i][0] = dKa[i][1] = dKa[i][2] = dKa[i][3] = 0.f;
-#pragma unroll
-    for (int i = 0; i < DV / 8; ++i) dVa[i][0] = dVa[i][1] = dVa[i][2] = dVa[i][3] = 0.f;
-    float dAacc = 0.f;
-    const int krow = warp * 16 + (lane & 15), kch = lane >> 4;   // A-operand ldmatrix address of this lane
-
-    for (int it = 0; it < nq; ++it) {
-        if (it + 1 < nq) { issue(it + 1); fa_wait<1>(); } else { fa_wait<0>(); }
-        __syncthreads();
-        if (KVREG && it == 0) {
-#pragma unroll
-            for (int ks = 0; ks < KSQ; ++ks) ldsm4(kf[KVREG ? ks : 0], fa_smem_u32(sK + swz<DQ>(krow, 2 * ks + kch)));
-#pragma unroll
-            for (int ks = 0; ks < KSV; ++ks) ldsm4(vf[KVREG ? ks : 0], fa_smem_u32(sV + swz<DV>(krow, 2 * ks + kch)));
-        }
-        const int qc = kc + it;
-        const bool diag = (it == 0);
-        const float w = diag ? 1.f : wkc;
-        const bf16 *cQ = sQ + (it & 1) * 64 * DQ, *cO = sO + (it & 1) * 64 * DV;
-        const float *cL = sL + (it & 1) * 64, *cD = sD + (it & 1) * 64;
-        const uint32_t qaddr = fa_smem_u32(cQ), oaddr = fa_smem_u32(cO);
-
-        float s[8][4], dp[8][4];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-            dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
-        }
-        // ---- S^T = K Q^T
-#pragma unroll
-        for (int ks = 0; ks < KSQ; ++ks) {
-            uint32_t a[4];
-            if (KVREG) { a[0] = kf[KVREG ? ks : 0][0]; a[1] = kf[KVREG ? ks : 0][1]; a[2] = kf[KVREG ? ks : 0][2]; a[3] = kf[KVREG ? ks : 0][3]; }
-            else ldsm4(a, fa_smem_u32(sK + swz<DQ>(krow, 2 * ks + kch)));
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                uint32_t bb[4];
-                ldsm4(bb, qaddr + 2 * swz<DQ>(np * 16 + ((lane >> 4) << 3) + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
-                mma16816(s[2 * np], a, bb[0], bb[1]);
-                mma16816(s[2 * np + 1], a, bb[2], bb[3]);
-            }
-        }
-        // ---- dP^T = V dO^T
-#pragma unroll
-        for (int ks = 0; ks < KSV; ++ks) {
-            uint32_t a[4];
-            if (KVREG) { a[0] = vf[KVREG ? ks : 0][0]; a[1] = vf[KVREG ? ks : 0][1]; a[2] = vf[KVREG ? ks : 0][2]; a[3] = vf[KVREG ? ks : 0][3]; }
-            else ldsm4(a, fa_smem_u32(sV + swz<DV>(krow, 2 * ks + kch)));
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                uint32_t bb[4];
-                ldsm4(bb, oaddr + 2 * swz<DV>(np * 16 + ((lane >> 4) << 3) + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
-                mma16816(dp[2 * np], a, bb[0], bb[1]);
-                mma16816(dp[2 * np + 1], a, bb[2], bb[3]);
-            }
-        }
-        // ---- P^T, dS^T, router gradient
-        const int ki0 = warp * 16 + g;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-            const float2 L2 = *reinterpret_cast<const float2 *>(cL + nt * 8 + 2 * t);
-            const float2 D2 = *reinterpret_cast<const float2 *>(cD + nt * 8 + 2 * t);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float lq = (e & 1) ? L2.y : L2.x, dq_ = (e & 1) ? D2.y : D2.x;
-                float pe = fa_ex2(fmaf(s[nt][e], sl2, -lq));
-                if (diag && (ki0 + ((e >> 1) << 3) > nt * 8 + 2 * t + (e & 1))) pe = 0.f;
-                const float dd = dp[nt][e] - dq_;
-                dAacc = fmaf(pe, dd, dAacc);
-                const float P = w * pe;
-                s[nt][e] = P;
-                dp[nt][e] = P * dd;
-            }
-        }
-        if (diag) dAacc = 0.f;   // the own chunk's pairs carry no router gradient (only chunks c < chunk(i))
-        // ---- dV += P^T dO ; dK += dS^T Q   (k-steps over 16 queries; A from the accumulators)
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            uint32_t pa[4], sa[4];
-            pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);         pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]); pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            sa[0] = pack_bf16(dp[2 * kk][0], dp[2 * kk][1]);         sa[1] = pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
-            sa[2] = pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]); sa[3] = pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-            const int qrow = kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7);
-#pragma unroll
-            for (int np = 0; np < DV / 16; ++np) {
-                uint32_t bb[4];
-                ldsm4t(bb, oaddr + 2 * swz<DV>(qrow, 2 * np + (lane >> 4)));
-                mma16816(dVa[2 * np], pa, bb[0], bb[1]);
-                mma16816(dVa[2 * np + 1], pa, bb[2], bb[3]);
-            }
-#pragma unroll
-            for (int np = 0; np < DQ / 16; ++np) {
-                uint32_t bb[4];
-                ldsm4t(bb, qaddr + 2 * swz<DQ>(qrow, 2 * np + (lane >> 4)));
-                mma16816(dKa[2 * np], sa, bb[0], bb[1]);
-                mma16816(dKa[2 * np + 1], sa, bb[2], bb[3]);
-            }
-            // dS^T (bf16) to smem: rows = keys ki0, ki0+8; columns = queries of n-tiles 2kk, 2kk+1
-            *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0, 2 * kk) + 2 * t) = sa[0];
-            *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0 + 8, 2 * kk) + 2 * t) = sa[1];
-            *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0, 2 * kk + 1) + 2 * t) = sa[2];
-            *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0 + 8, 2 * kk + 1) + 2 * t) = sa[3];
-        }
-        __syncthreads();
-        // ---- dQ (queries 16w..16w+15 × DQ) = dS K  (A = dS from dS^T via ldmatrix.trans, B = K via .trans)
-        {
-            float acc[DQ / 8][4];
-#pragma unroll
-            for (int i = 0; i < DQ / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-            const uint32_t saddr = fa_smem_u32(sS), kaddr = fa_smem_u32(sK);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                uint32_t a[4];
-                ldsm4t(a, saddr + 2 * swz<64>(kk * 16 + ((lane >> 4) << 3) + (lane & 7), warp * 2 + ((lane >> 3) & 1)));
-                const int krow2 = kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7);
-#pragma unroll
-                for (int np = 0; np < DQ / 16; ++np) {
-                    uint32_t bb[4];
-                    ldsm4t(bb, kaddr + 2 * swz<DQ>(krow2, 2 * np + (lane >> 4)));
-                    mma16816(acc[2 * np], a, bb[0], bb[1]);
-                    mma16816(acc[2 * np + 1], a, bb[2], bb[3]);
-                }
-            }
-            // float4 atomics: lanes t, t^1 pair up; even lane: row g, cols 2t..2t+3; odd lane: row g+8, cols 2t-2..2t+1
-            const bool odd = (t & 1);
-            const size_t qrow0 = (size_t)b * T + (size_t)qc * 64 + warp * 16 + g + (odd ? 8 : 0);
-            float *dqp = dq + qrow0 * lddq + h * DQ + 2 * (t & ~1);
-#pragma unroll
-            for (int nd = 0; nd < DQ / 8; ++nd) {
-                const float x0 = acc[nd][0] * scale, x1 = acc[nd][1] * scale, x2 = acc[nd][2] * scale, x3 = acc[nd][3] * scale;
-                const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);
-                const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : x3, 1);
-                const float4 val = odd ? make_float4(r0, r1, x2, x3) : make_float4(x0, x1, r0, r1);
-                atomicAdd(reinterpret_cast<float4 *>(dqp + nd * 8), val);
-            }
-        }
-    }
-    // ---- write dK (scaled), dV; dA block reduction
-    {
-        const size_t row0 = (size_t)b * T + (size_t)kc * 64 + warp * 16 + g;
-        GT *dkp = dk + row0 * lddk + h * DQ + 2 * t;
-        GT *dvp = dv + row0 * lddv + h * DV + 2 * t;
-#pragma unroll
-        for (int nd = 0; nd < DQ / 8; ++nd) {
-            store_pair<GT>(dkp + nd * 8, dKa[nd][0] * scale, dKa[nd][1] * scale, accum);
-            store_pair<GT>(dkp + (size_t)8 * lddk + nd * 8, dKa[nd][2] * scale, dKa[nd][3] * scale, accum);
-        }
-#pragma unroll
-        for (int nv = 0; nv < DV / 8; ++nv) {
-            store_pair<GT>(dvp + nv * 8, dVa[nv][0], dVa[nv][1], accum);
-            store_pair<GT>(dvp + (size_t)8 * lddv + nv * 8, dVa[nv][2], dVa[nv][3], accum);
-        }
-    }
-    if (m && dA && act && kc < Nc - 1) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) dAacc += __shfl_xor_sync(0xffffffffu, dAacc, o);
-        if (lane == 0) sRed[warp] = dAacc;
-        __syncthreads();
-        if (tid == 0) atomicAdd(dA + ((size_t)(b * Nc + kc) * NHm + n) * 2, sRed[0] + sRed[1] + sRed[2] + sRed[3]);
-    }
-}
-
 // ------------------------------------------------------------------------------------------------------------------
-// backward on wgmma: the block, key chunk, query-chunk loop, pre-pass values and outputs of fa_bwd_kernel, as one
-// warpgroup (warp w: keys 16w..16w+15 of the accumulators' rows). Per query tile:
+// backward on wgmma: block = (b·NH + h, key chunk kc) as one warpgroup (warp w: keys 16w..16w+15 of the
+// accumulators' rows; dK, dV in registers). Query chunks qc = kc .. Nc−1 if m[kc] != 0 (or m == NULL), else only
+// qc = kc. Per query tile:
 //   S^T = K Q^T and dP^T = V dO^T (wgmma m64n64k16, all four operands K-major from the shared tiles),
-//   P^T, dS^T and the router partial on the accumulators (their layout is fa_bwd_kernel's),
+//   P^T = w·exp2(S·sl2 − lse2), dS^T = P^T(dP^T − δ) and the router partial on the accumulators,
 //   dV += P^T dO and dK += dS^T Q (P^T, dS^T from registers; dO, Q read MN-major: stored [query][column]),
 //   dS^T -> shared memory (bf16), dQ = dS K (wgmma with both operands MN-major: dS^T is stored [key][query], K
 //   [key][dim]) -> fp32 vector atomics.
@@ -2630,7 +2167,9 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     float *sRed = sD + 2 * 64;                                 // [4]
 
     const int Nc = T / 64;
-    // block L -> (bh = L / Nc, kc = L % Nc) (fa_bwd_kernel's measured best order)
+    // block L -> (bh = L / Nc, kc = L % Nc): the blocks in flight cover a few heads, so their Q, dO tiles and dq
+    // accumulators stay in L2 (with heads fastest the mma.sync kernels of 2026-11-23 ran at 122, head-major 165-197
+    // TFLOP/s)
     const int L = blockIdx.x, bh = L / Nc, b = bh / NH, h = bh - b * NH, kc = L % Nc;
     const int n = h / (NH / NHm);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -2786,16 +2325,6 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
 // ------------------------------------------------------------------------------------------------------------------
 // host entry points
 // ------------------------------------------------------------------------------------------------------------------
-// Kernel variants (for the harness's timing table; defaults are what the entry points use)
-static int g_fa_fwd_qreg = -1;   // -1: default (Q in registers when dv == 64), 0 / 1 force
-static int g_fa_fwd_mt = -1;     // -1: default (2 m-tiles per warp), 1 / 2 force
-static int g_fa_fwd_minb = -1;   // -1: default (2), 3: launch bound 3 blocks/SM (MT = 2 only)
-static int g_fa_bwd_kvreg = -1;  // -1: default (0: from smem), 0 / 1 force K/V A-fragments in registers
-static int g_fa_bwd_minb = -1;   // -1: default (2), 2 / 3 force
-static int g_fa_bhmajor = -1;    // block order (see the kernels); -1: default (forward 0, backward 1; measured best)
-static int g_fa_fwd_wgmma = -1;  // -1: default (the wgmma forward), 0: the mma.sync forward (fa_fwd_kernel)
-static int g_fa_bwd_wgmma = -1;  // -1: default (the wgmma backward), 0: the mma.sync backward (fa_bwd_kernel)
-
 static bool flash_bf16_supported(int dq, int dv) { return dq == 64 && (dv == 64 || dv == 128); }
 
 static void fa_check_args(const char *who, const void *q, const void *k, int ldqk, const void *v, int ldv, int T,
@@ -2809,22 +2338,6 @@ static void fa_check_args(const char *who, const void *q, const void *k, int ldq
                 NH, NHm, dq, dv);
         exit(1);
     }
-}
-
-template <int DQ, int DV, bool QREG, int MT, int MINB>
-static void fa_launch_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
-                          const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
-    const int Nc = T / 64, nQB = (Nc + 1) / 2;
-    const size_t smem = (size_t)(128 * DQ + 2 * 64 * DQ + 2 * 64 * DV) * sizeof(bf16) + (size_t)Nc * 12;
-    static size_t set = 0;
-    if (smem > set) {
-        smem_attr(fa_fwd_kernel<DQ, DV, QREG, MT, MINB>, smem);
-        set = smem;
-    }
-    const float sl2 = (1.0f / sqrtf((float)DQ)) * FA_LOG2E;
-    fa_fwd_kernel<DQ, DV, QREG, MT, MINB><<<B * NH * nQB, MT == 2 ? 128 : 256, smem, st>>>(out, lse, q, k, ldqk, v, ldv, m,
-                                                                                        T, NH, NHm, sl2, g_fa_bhmajor == 1);
-    CUDA_CHECK(cudaGetLastError());
 }
 
 template <int DV>
@@ -2848,40 +2361,8 @@ static void flash_bf16_forward(bf16 *out, float *lse, const bf16 *q, const bf16 
                         const float *m, int B, int T, int NH, int NHm, int dq, int dv, cudaStream_t st) {
     if (!m) NHm = NH;
     fa_check_args("flash_bf16_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dv);
-    if (g_fa_fwd_wgmma != 0) {
-        if (dv == 64) fa_launch_fwd_wgmma<64>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
-        else fa_launch_fwd_wgmma<128>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
-        return;
-    }
-    const bool qreg = g_fa_fwd_qreg < 0 ? false : (g_fa_fwd_qreg != 0);
-    const int mt = g_fa_fwd_mt > 0 ? g_fa_fwd_mt : 2;
-    const int mb = g_fa_fwd_minb > 0 ? g_fa_fwd_minb : 2;
-#define FA_F(DV_, QR, MT_, MB_) fa_launch_fwd<64, DV_, QR, MT_, MB_>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st)
-#define FA_F2(DV_)                                                                                                    \
-    if (mt == 1) { if (qreg) FA_F(DV_, true, 1, 2); else FA_F(DV_, false, 1, 2); }                                   \
-    else if (mb == 3) { if (qreg) FA_F(DV_, true, 2, 3); else FA_F(DV_, false, 2, 3); }                              \
-    else { if (qreg) FA_F(DV_, true, 2, 2); else FA_F(DV_, false, 2, 2); }
-    if (dv == 64) { FA_F2(64) } else { FA_F2(128) }
-#undef FA_F2
-#undef FA_F
-}
-
-template <int DQ, int DV, bool KVREG, int MINB, typename GT>
-static void fa_launch_bwd(float *dq, int lddq, GT *dk, int lddk, GT *dv, int lddv, float *dA, const bf16 *dout,
-                          const float *lse2, const float *delta, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v,
-                          int ldv, const float *m, int B, int T, int NH, int NHm, int accum, cudaStream_t st) {
-    const int Nc = T / 64;
-    const size_t smem = (size_t)(3 * 64 * DQ + 3 * 64 * DV + 64 * 64) * sizeof(bf16) + 4 * 64 * sizeof(float);
-    static bool set = false;
-    if (!set) {
-        smem_attr(fa_bwd_kernel<DQ, DV, KVREG, MINB, GT>, smem);
-        set = true;
-    }
-    const float scale = 1.0f / sqrtf((float)DQ);
-    fa_bwd_kernel<DQ, DV, KVREG, MINB, GT><<<B * NH * Nc, 128, smem, st>>>(
-        dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, T, NH, NHm, scale,
-        scale * FA_LOG2E, accum, g_fa_bhmajor != 0);
-    CUDA_CHECK(cudaGetLastError());
+    if (dv == 64) fa_launch_fwd_wgmma<64>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
+    else fa_launch_fwd_wgmma<128>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
 }
 
 template <int DV, typename GT>
@@ -2901,24 +2382,6 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
     fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k,
                                                                 ldqk, v, ldv, m, T, NH, NHm, scale, scale * FA_LOG2E, accum);
     CUDA_CHECK(cudaGetLastError());
-}
-
-template <int DQ, int DV, typename GT>
-static void fa_bwd_dispatch(float *dq, int lddq, GT *dk, int lddk, GT *dv, int lddv, float *dA, const bf16 *dout,
-                            const float *lse2, const float *delta, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v,
-                            int ldv, const float *m, int B, int T, int NH, int NHm, int accum, cudaStream_t st) {
-    if (g_fa_bwd_wgmma != 0) {
-        fa_launch_bwd_wgmma<DV, GT>(dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, B, T, NH,
-                                    NHm, accum, st);
-        return;
-    }
-    const bool kvreg = g_fa_bwd_kvreg > 0;
-#define FA_B(KV, MB) fa_launch_bwd<DQ, DV, KV, MB, GT>(dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k, ldqk, v, \
-                                                       ldv, m, B, T, NH, NHm, accum, st)
-    const int minb = g_fa_bwd_minb > 0 ? g_fa_bwd_minb : 2;
-    if (minb == 3) { if (kvreg) FA_B(true, 3); else FA_B(false, 3); }
-    else { if (kvreg) FA_B(true, 2); else FA_B(false, 2); }
-#undef FA_B
 }
 
 static float *g_fa_scratch = nullptr;
@@ -2959,7 +2422,7 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
     const float *mm = m;
     float *dAp = m ? dA : nullptr;
 #define FA_BD(DV_, GT)                                                                                                \
-    fa_bwd_dispatch<64, DV_, GT>(dq, lddq, (GT *)dk, lddk, (GT *)dv, lddv, dAp, dout, lse2, delta, q, k, ldqk, v, ldv, \
+    fa_launch_bwd_wgmma<DV_, GT>(dq, lddq, (GT *)dk, lddk, (GT *)dv, lddv, dAp, dout, lse2, delta, q, k, ldqk, v, ldv, \
                                  mm, B, T, NH, NHm, accumulate, st)
     if (dvh == 64) { if (grads_bf16) FA_BD(64, bf16); else FA_BD(64, float); }
     else { if (grads_bf16) FA_BD(128, bf16); else FA_BD(128, float); }

@@ -3,9 +3,8 @@
 // train_natsl.cu (included with TESTING defined): double-precision CPU oracle, checks and timings. Notes: FLASH_BF16.md.
 //
 // Build (repo root):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -lineinfo -Xcompiler -fopenmp -I. -o flash_bf16 dev/cuda/attention/flash_bf16.cu -lcublasLt -lcublas -lnccl
-// Run:    ./flash_bf16 [all|check|time|sweep|small|prof]   (all = checks then timings; sweep = timings of the kernel
-//         variants, then the default timings; small = short checks for the sanitizers; prof = one fwd+bwd of the A
-//         shape for ncu). Device script: dev/cuda/attention/run_flash_bf16.sh [mode]
+// Run:    ./flash_bf16 [all|check|time|small|prof]   (all = checks then timings; small = short checks for the
+//         sanitizers; prof = one fwd+bwd of the A shape for ncu). Device script: dev/cuda/attention/run_flash_bf16.sh [mode]
 //
 // Semantics (identical to attention_forward/attention_backward of train_natsl.cu / train_natsl.c):
 //   q, k: rows of stride ldqk (elements), head j at columns j*dq; v: stride ldv, head j at j*dv; out [B*T][NH*dv];
@@ -15,10 +14,10 @@
 //   Backward: exact dq, dk, dv over the allowed pairs; router gradient dA[b][c][n][0] = Σ_{G heads of n} Σ_{queries in
 //   chunks > c} Σ_{keys of c} exp(e − lse)(dP − δ) (0 where m == 0 and at the last chunk; dA[...,1] untouched).
 //
-// Kernels: mma.sync.m16n8k16 bf16 (fp32 accumulate), ldmatrix (+.trans) from XOR-swizzled smem, cp.async
-// double-buffered tiles, online softmax in the exp2 domain. Tiles are NAtS chunks (64 tokens), so routing is a
-// per-tile decision. Forward: block = 128 queries (2 chunks) × 4 warps × 32 rows; backward: block = 64 keys (one
-// chunk) × 4 warps × 16 keys, looping over query chunks; dQ through smem dS and fp32 vector atomics.
+// Kernels: Hopper wgmma (bf16 in, fp32 accumulate) on XOR-swizzled (= wgmma's 128-byte swizzle) shared tiles filled
+// by cp.async, online softmax in the exp2 domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile
+// decision. Forward: block = 128 queries (2 chunks) × 2 warpgroups; backward: block = 64 keys (one chunk) × 1
+// warpgroup, looping over query chunks; dQ through smem dS and fp32 vector atomics.
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -445,46 +444,12 @@ int main(int argc, char **argv) {
         printf("SMALL %s\n", ok ? "ALL PASS" : "SOME FAIL");
         return ok ? 0 : 1;
     }
-    if (strcmp(mode, "time") && strcmp(mode, "sweep")) {
+    if (strcmp(mode, "time")) {
         ok = run_checks(false);
-        // variants: the same checks on the non-default kernel choices (Q/K/V fragments from smem or registers)
-        g_fa_fwd_qreg = 1; g_fa_fwd_mt = 2; g_fa_fwd_minb = 3; g_fa_bwd_kvreg = 1; g_fa_bwd_minb = 2; g_fa_bhmajor = 0;
-        ok &= run_check({"[var qreg1 mt2 fminb3 kvreg1 bminb2 bh-fastest] routed 64/128", 2, 512, 12, 6, 64, 128, 1, 0.5, 0, 0, 0});
-        ok &= run_check({"[var qreg1 mt2 fminb3 kvreg1 bminb2 bh-fastest] causal 64/64", 2, 256, 4, 4, 64, 64, 0, 0, 0, 0, 0});
-        g_fa_fwd_qreg = 1; g_fa_fwd_mt = 1; g_fa_fwd_minb = -1; g_fa_bwd_kvreg = 0; g_fa_bwd_minb = 3; g_fa_bhmajor = 1;
-        ok &= run_check({"[var qreg1 mt1 kvreg0 minb3] routed 64/128", 2, 512, 12, 6, 64, 128, 1, 0.5, 0, 0, 0});
-        ok &= run_check({"[var qreg1 mt1 kvreg0 minb3] causal 64/64", 2, 256, 4, 4, 64, 64, 0, 0, 0, 0, 0});
-        g_fa_fwd_qreg = -1; g_fa_fwd_mt = -1; g_fa_fwd_minb = -1; g_fa_bwd_kvreg = -1; g_fa_bwd_minb = -1; g_fa_bhmajor = -1;
-        g_fa_fwd_wgmma = 0; g_fa_bwd_wgmma = 0;   // the mma.sync kernels (the defaults are the wgmma ones)
-        ok &= run_check({"[var mma.sync] routed 64/128", 2, 512, 12, 6, 64, 128, 1, 0.5, 0, 0, 0});
-        ok &= run_check({"[var mma.sync] causal 64/64", 2, 256, 4, 4, 64, 64, 0, 0, 0, 0, 0});
-        ok &= run_check({"[var mma.sync] real w bf16 acc B1 T192 NH2 G2 64/128", 1, 192, 2, 1, 64, 128, 2, 0, 1, 1, 0});
-        g_fa_fwd_wgmma = -1; g_fa_bwd_wgmma = -1;
         printf("CORRECTNESS %s\n", ok ? "ALL PASS" : "SOME FAIL");
     }
     if (strcmp(mode, "check")) {
         printf("--- timings (median of %d after 3 warm-ups; useful pairs only; fwd 2(dq+dv), bwd 2(3dq+2dv) FLOP/pair)\n", g_reps);
-        // variant sweep on the two main shapes
-        // sweep: {fwd qreg, fwd mt, fwd minb, bwd kvreg, bwd minb, bhmajor} (-1 = default)
-        const int cfg[][6] = {{-1, -1, -1, -1, -1, 1}, {-1, -1, -1, -1, -1, 0}, {-1, -1, 3, 0, 2, 1}, {1, -1, 3, 1, 2, 1},
-                              {1, -1, -1, 0, 3, 1}, {0, 1, -1, 1, 3, 1}};
-        for (auto &c : cfg) {
-            if (strcmp(mode, "sweep")) break;   // the variant sweep of run 2 (RESULTS): ./flash_bf16 sweep
-            g_fa_fwd_qreg = c[0]; g_fa_fwd_mt = c[1]; g_fa_fwd_minb = c[2]; g_fa_bwd_kvreg = c[3]; g_fa_bwd_minb = c[4];
-            g_fa_bhmajor = c[5];
-            char nm[128];
-            snprintf(nm, sizeof nm, "[f q%d mt%d mb%d | b kv%d mb%d | bhmaj %d] A", c[0], c[1], c[2], c[3], c[4], c[5]);
-            time_case(nm, 8, 4096, 16, 16, 64, 64, -1.0, 0);
-            snprintf(nm, sizeof nm, "[f q%d mt%d mb%d | b kv%d mb%d | bhmaj %d] N", c[0], c[1], c[2], c[3], c[4], c[5]);
-            time_case(nm, 8, 4096, 12, 6, 64, 128, 1.0, 0);
-        }
-        g_fa_fwd_qreg = -1; g_fa_fwd_mt = -1; g_fa_fwd_minb = -1; g_fa_bwd_kvreg = -1; g_fa_bwd_minb = -1; g_fa_bhmajor = -1;
-        g_fa_fwd_wgmma = 0; g_fa_bwd_wgmma = 0;
-        time_case("[mma.sync] A causal B8 T4096 16x64", 8, 4096, 16, 16, 64, 64, -1.0, 0);
-        time_case("[mma.sync] N B8 T4096 12x64/128 frac 1.0", 8, 4096, 12, 6, 64, 128, 1.0, 0);
-        time_case("[mma.sync] N B1 T32768 12x64/128 frac 0.25", 1, 32768, 12, 6, 64, 128, 0.25, 0);
-        g_fa_fwd_wgmma = -1; g_fa_bwd_wgmma = -1;
-        printf("--- default kernels\n");
         time_case("A causal B8 T4096 16x64", 8, 4096, 16, 16, 64, 64, -1.0, 0);
         time_case("A causal B8 T4096 16x64 (bf16 dk/dv)", 8, 4096, 16, 16, 64, 64, -1.0, 1);
         time_case("N B8 T4096 12x64/128 frac 1.0", 8, 4096, 12, 6, 64, 128, 1.0, 0);
