@@ -1913,6 +1913,13 @@ template <int N> __device__ __forceinline__ void wgmma_keep(float (&d)[N]) {
 __device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
 }
+constexpr uint32_t FA_TILE_BYTES = 64 * 64 * 2; // one [64][64] bf16 tile (the LBO of an MN-major operand)
+constexpr uint32_t FA_KSTEP_BYTES = 16 * 128;   // 16 rows: one k-step of an MN-major operand
+// the A fragment of k-step kk (columns 16kk..16kk+15: n-tiles 2kk, 2kk+1) from a 64×64 fp32 accumulator, in bf16
+__device__ __forceinline__ void wgmma_afrag(uint32_t (&a)[4], const float (&d)[32], int kk) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x) a[x] = pack_bf16(d[8 * kk + 2 * x], d[8 * kk + 2 * x + 1]);
+}
 
 // ROWS × DV bf16 tile -> DV/64 swizzled [ROWS][64] tiles, one after the other (the MN-major layout of wgmma's B)
 template <int DV, int ROWS, int NT>
@@ -2055,15 +2062,10 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
             // 16 · 128 bytes)
             uint32_t pa[4][4];
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-                pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-                pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-                pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-            }
+            for (int kk = 0; kk < 4; ++kk) wgmma_afrag(pa[kk], s, kk);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], wgmma_desc(vaddr + kk * 16 * 128, 64 * 64 * 2));
+            for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], wgmma_desc(vaddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES));
             wgmma_commit();   // waited for with the next tile's S, or after the loop
         }
     }
@@ -2200,7 +2202,6 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     for (int i = 0; i < DV / 2; ++i) dVa[i] = 0.f;
     float dAacc = 0.f;
     const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), saddr = fa_smem_u32(sS);
-    constexpr uint32_t SUB = 64 * 64 * 2;   // bytes of one [64][64] tile
 
     for (int it = 0; it < nq; ++it) {
         if (it + 1 < nq) { issue(it + 1); fa_wait<1>(); } else { fa_wait<0>(); }
@@ -2220,7 +2221,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
             wgmma_ss_n64<0, 0>(s, wgmma_desc(kaddr + 32 * ks, 16), wgmma_desc(qaddr + 32 * ks, 16), ks);
 #pragma unroll
         for (int ks = 0; ks < DV / 16; ++ks) {
-            const uint32_t off = (ks >> 2) * SUB + 32 * (ks & 3);
+            const uint32_t off = (ks >> 2) * FA_TILE_BYTES + 32 * (ks & 3);
             wgmma_ss_n64<0, 0>(dp, wgmma_desc(vaddr + off, 16), wgmma_desc(oaddr + off, 16), ks);
         }
         wgmma_commit();
@@ -2251,11 +2252,8 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         uint32_t pa[4][4], sa[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-                pa[kk][x] = pack_bf16(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]);
-                sa[kk][x] = pack_bf16(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
-            }
+            wgmma_afrag(pa[kk], s, kk);
+            wgmma_afrag(sa[kk], dp, kk);
             // dS^T (bf16) to shared memory: rows = keys ki0, ki0+8; columns = queries of n-tiles 2kk, 2kk+1
             *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0, 2 * kk) + 2 * t) = sa[kk][0];
             *reinterpret_cast<uint32_t *>(sS + swz<64>(ki0 + 8, 2 * kk) + 2 * t) = sa[kk][1];
@@ -2265,8 +2263,8 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-            wgmma_rs(dVa, pa[kk], wgmma_desc(oaddr + kk * 2048, SUB));
-            wgmma_rs(dKa, sa[kk], wgmma_desc(qaddr + kk * 2048, SUB));
+            wgmma_rs(dVa, pa[kk], wgmma_desc(oaddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES));
+            wgmma_rs(dKa, sa[kk], wgmma_desc(qaddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES));
         }
         wgmma_commit();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -2276,7 +2274,8 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-            wgmma_ss_n64<1, 1>(acc, wgmma_desc(saddr + kk * 2048, SUB), wgmma_desc(kaddr + kk * 2048, SUB), kk);
+            wgmma_ss_n64<1, 1>(acc, wgmma_desc(saddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES),
+                               wgmma_desc(kaddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES), kk);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_keep(dVa);
