@@ -792,7 +792,8 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
 // channels that go to (come from) separate tensors: the G and N layers' Q | K | V in one pass over the projection's
 // whole rows (against three launches over a third of each row: 5.79 → 5.69 ms forward and 11.62 → 11.03 ms backward
 // in a 340m step). The forward loads eight rows before using any (dev/cuda/conv: 2600 GB/s at the 340m size, against
-// 1570 one row at a time); the backward runs at about 1650 GB/s, half its floor (batching its loads was slower).
+// 1570 one row at a time). The backward's dw partial sums are per block of CONV_BWD_WARPS tiles: one per tile
+// (session 15 and before) moved as many bytes as dy, twice (written, then summed).
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0 && CONV_TILE % 8 == 0,
               "the conv kernels assume 4 taps and whole tiles of 8-row batches");
@@ -873,8 +874,8 @@ static void conv_silu_qkv_forward(real *q, real *k, real *v, const real *x, int 
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
 // dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
 // Per thread as in the forward: pre_t is recomputed from the window, dpre_t is added to the four dx_τ it feeds
-// (kept in registers until complete, then stored once) and to dw. dw's per-tile partial sums are then added in a
-// fixed order (bitwise reproducible).
+// (kept in registers until complete, then stored once) and to dw. A block's warps take consecutive tiles of the
+// same 64 channels; their dw sums are added per block, then over the blocks, in a fixed order (bitwise reproducible).
 struct ConvChannel { // one channel's state in conv_silu_backward_kernel
     float w0, w1, w2, w3, x0, x1, x2, a0, a1, a2, a3, d0, d1, d2, d3;
     __device__ void init(float4 w, float xm3, float xm2, float xm1) {
@@ -894,48 +895,67 @@ struct ConvChannel { // one channel's state in conv_silu_backward_kernel
         return done;
     }
 };
+#define CONV_BWD_WARPS 8 // time tiles a block takes (a warp each), its dw summed over them before it is stored
 template <class MP> // dx and x in the matmul precision; the runs' dy in fp32
-__global__ void conv_silu_backward_kernel(MP *__restrict__ dx, float *__restrict__ dw_part, ConvRuns o,
-                                          const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int n) {
-    int ch = 2 * (blockIdx.x * blockDim.x + threadIdx.x), tile = blockIdx.y;
-    if (ch >= n) return;
-    int col = ch, ny;
-    const float *__restrict__ dy = reinterpret_cast<const float *>(o.find(col, ny)) + col;
-    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
-    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
-    int t_end = min(t1 + NATSL_CONV - 1, T);
-    auto X = [&](int t) { return t >= 0 ? ld2(x + (row0 + t) * ldx + ch) : make_float2(0.f, 0.f); };
-    float2 xm3 = X(t0 - 3), xm2 = X(t0 - 2), xm1 = X(t0 - 1); // the window x_{t−3..t−1}
-    ConvChannel A, Bc;
-    A.init(make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]), xm3.x, xm2.x, xm1.x);
-    Bc.init(make_float4(w[ch * 4 + 4], w[ch * 4 + 5], w[ch * 4 + 6], w[ch * 4 + 7]), xm3.y, xm2.y, xm1.y);
+__global__ void __launch_bounds__(32 * CONV_BWD_WARPS) conv_silu_backward_kernel(MP *__restrict__ dx,
+        float *__restrict__ dw_part, ConvRuns o, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T,
+        int n, int tiles) {
+    __shared__ float4 sh[CONV_BWD_WARPS][32][2];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int ch = 2 * (blockIdx.x * 32 + lane), tile = blockIdx.y * CONV_BWD_WARPS + warp;
+    float4 dwa = make_float4(0.f, 0.f, 0.f, 0.f), dwb = dwa;
+    if (ch < n && tile < tiles) {
+        int col = ch, ny;
+        const float *__restrict__ dy = reinterpret_cast<const float *>(o.find(col, ny)) + col;
+        int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
+        size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
+        int t_end = min(t1 + NATSL_CONV - 1, T);
+        auto X = [&](int t) { return t >= 0 ? ld2(x + (row0 + t) * ldx + ch) : make_float2(0.f, 0.f); };
+        float2 xm3 = X(t0 - 3), xm2 = X(t0 - 2), xm1 = X(t0 - 1); // the window x_{t−3..t−1}
+        ConvChannel A, Bc;
+        A.init(make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]), xm3.x, xm2.x, xm1.x);
+        Bc.init(make_float4(w[ch * 4 + 4], w[ch * 4 + 5], w[ch * 4 + 6], w[ch * 4 + 7]), xm3.y, xm2.y, xm1.y);
 #pragma unroll 4
-    for (int t = t0; t < t_end; t++) {
-        float2 x3 = X(t), g = ld2(dy + (row0 + t) * ny);
-        float da = A.step(x3.x, g.x, t < t1), db = Bc.step(x3.y, g.y, t < t1);
-        if (t - 3 >= t0) st2(dx + (row0 + t - 3) * ldx + ch, da, db);   // dx_{t−3} is complete
+        for (int t = t0; t < t_end; t++) {
+            float2 x3 = X(t), g = ld2(dy + (row0 + t) * ny);
+            float da = A.step(x3.x, g.x, t < t1), db = Bc.step(x3.y, g.y, t < t1);
+            if (t - 3 >= t0) st2(dx + (row0 + t - 3) * ldx + ch, da, db);   // dx_{t−3} is complete
+        }
+        float ra[3] = {A.a0, A.a1, A.a2}, rb[3] = {Bc.a0, Bc.a1, Bc.a2}; // dx_{t_end−3..t_end−1}: complete at the sequence end
+        for (int j = 0; j < 3; j++) {
+            int tau = t_end - 3 + j;
+            if (tau >= t0 && tau < t1) st2(dx + (row0 + tau) * ldx + ch, ra[j], rb[j]);
+        }
+        dwa = make_float4(A.d0, A.d1, A.d2, A.d3);
+        dwb = make_float4(Bc.d0, Bc.d1, Bc.d2, Bc.d3);
     }
-    float ra[3] = {A.a0, A.a1, A.a2}, rb[3] = {Bc.a0, Bc.a1, Bc.a2}; // dx_{t_end−3..t_end−1}: complete at the sequence end
-    for (int j = 0; j < 3; j++) {
-        int tau = t_end - 3 + j;
-        if (tau >= t0 && tau < t1) st2(dx + (row0 + tau) * ldx + ch, ra[j], rb[j]);
+    sh[warp][lane][0] = dwa;
+    sh[warp][lane][1] = dwb;
+    __syncthreads();
+    if (warp || ch >= n) return;
+    for (int k = 1; k < CONV_BWD_WARPS; k++) { // the block's time tiles in a fixed order
+        float4 a = sh[k][lane][0], b = sh[k][lane][1];
+        dwa.x += a.x; dwa.y += a.y; dwa.z += a.z; dwa.w += a.w;
+        dwb.x += b.x; dwb.y += b.y; dwb.z += b.z; dwb.w += b.w;
     }
-    float4 *pp = reinterpret_cast<float4 *>(dw_part + (size_t)tile * n * NATSL_CONV + ch * NATSL_CONV);
-    pp[0] = make_float4(A.d0, A.d1, A.d2, A.d3);
-    pp[1] = make_float4(Bc.d0, Bc.d1, Bc.d2, Bc.d3);
+    float4 *pp = reinterpret_cast<float4 *>(dw_part + (size_t)blockIdx.y * n * NATSL_CONV + ch * NATSL_CONV);
+    pp[0] = dwa;
+    pp[1] = dwb;
 }
 // WRITES dx's channels of the runs (from col), adds to dw's, in one launch (and the partial sums' one)
 static void conv_silu_backward_runs(real *dx, real *dw, const ConvRuns &o, const real *x, int ldx, int col, const real *w,
                                     int B, int T) {
     conv_check(__func__, ldx, col, o);
-    int tiles = B * (T / CONV_TILE), n = conv_channels(o);
-    float *part = colpart((size_t)tiles * n * NATSL_CONV);
-    dim3 grid(CEIL_DIV(n / 2, 128), tiles);
-    if (g_bf16) conv_silu_backward_kernel<<<grid, 128>>>((__nv_bfloat16 *)dx + col, part, o, (const __nv_bfloat16 *)x + col, ldx,
-                                                         w + col * NATSL_CONV, T, n);
-    else conv_silu_backward_kernel<<<grid, 128>>>(dx + col, part, o, x + col, ldx, w + col * NATSL_CONV, T, n);
+    int tiles = B * (T / CONV_TILE), n = conv_channels(o), parts = CEIL_DIV(tiles, CONV_BWD_WARPS);
+    float *part = colpart((size_t)parts * n * NATSL_CONV);
+    dim3 grid(CEIL_DIV(n / 2, 32), parts);
+    if (g_bf16) conv_silu_backward_kernel<<<grid, 32 * CONV_BWD_WARPS>>>((__nv_bfloat16 *)dx + col, part, o,
+                                                                          (const __nv_bfloat16 *)x + col, ldx,
+                                                                          w + col * NATSL_CONV, T, n, tiles);
+    else conv_silu_backward_kernel<<<grid, 32 * CONV_BWD_WARPS>>>(dx + col, part, o, x + col, ldx, w + col * NATSL_CONV,
+                                                                   T, n, tiles);
     CUDA_CHECK(cudaGetLastError());
-    colsum_finish(dw + col * NATSL_CONV, part, tiles, n * NATSL_CONV, n * NATSL_CONV, 0);
+    colsum_finish(dw + col * NATSL_CONV, part, parts, n * NATSL_CONV, n * NATSL_CONV, 0);
 }
 // the backward of conv_silu_qkv_forward: WRITES dx's columns Q | K | V from dq, dk, dv
 static void conv_silu_qkv_backward(real *dx, real *dw, const real *dq, const real *dk, const real *dv, const real *x,

@@ -7,6 +7,10 @@
 // time tile are not in flight together (each output row waits for its x row), batching them pays. It did for the
 // forward (0.257 -> 0.155 ms, session 14), which the trainer now does; its "batched 2 ch, tile 32" row is kept as
 // the measured form. The backward's batched variants were slower than the trainer's (0.54-0.60 against 0.49 ms).
+// Session 16: the trainer's backward sums dw per block of 8 tiles before storing it (one partial per tile had moved
+// 400 MB twice at this size): 0.488 -> 0.467 ms (same H100). ncu then: DRAM 54%, 3 blocks of 256 an SM (registers),
+// 12.4 cycles between a warp's instructions: latency-bound. A copy with silu' from __expf / __fdividef was slower
+// (0.618 ms), so the instructions of silu' are not what binds it.
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench
