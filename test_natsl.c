@@ -321,7 +321,7 @@ static AttnArgs op_attn_args(const OpCtx *c, const real *m) {
     return a;
 }
 static GdnArgs op_gdn_args(const OpCtx *c, const real *m) {
-    GdnArgs a = {c->q, c->k, c->v, OLD, OLD, c->g, c->beta, m, OB, OT, OH, ODK, ODV, NULL, (c->which & 1) != 0};
+    GdnArgs a = {c->q, c->k, c->v, OLD, OLD, c->g, c->beta, m, OB, OT, OH, ODK, ODV, NULL, (c->which & 1) != 0, 0};
     return a;
 }
 static double op_loss(void *p) {

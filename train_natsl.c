@@ -556,6 +556,8 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
             }
         free(S); free(Z); free(kz);
     }
+    if (a->out_mp) // the layers' output, stored in the matmul precision (it feeds only the gated norm)
+        for (size_t i = 0; i < (size_t)B * T * H * dv; i++) out[i] = matmul_precision(out[i]);
 }
 // Exact backward (§3.4 (3.4a-h), §6.1 (6.1a-c), §6.4 (6.4b)), chunk by chunk in reverse, carrying dS = dL/dS_{c+1}.
 // Inside a chunk the run is recomputed from the saved S_c and back-propagated token by token:
@@ -1296,9 +1298,9 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 // every operand to bf16 (round to nearest even) as it packs it, and accumulates in fp32. The GPU also stores in bf16
 // a few matmul outputs (matmul_forward's out_bf16), the RMSNorm outputs that feed matmuls or the softmax op
 // (rmsnorm_forward's y_mp), the token mixers' operands (the conv's Q, K, V, the L2 norm's q̂, k̂, the N layer's RoPE'd
-// qa, ka) and the GDN op's chunk-start states (gdn_op_forward, (5.4h)): those are rounded with matmul_precision() where
-// they are stored; and its bf16 attention kernels read bf16 copies of dout and out and store a bf16 output
-// (attention_operands_bf16 below).
+// qa, ka), the GDN op's chunk-start states (gdn_op_forward, (5.4h)) and its output (GdnArgs.out_mp): those are rounded
+// with matmul_precision() where they are stored; and its bf16 attention kernels read bf16 copies of dout and out and
+// store a bf16 output (attention_operands_bf16 below).
 static real round_bf16(real x) {
     float f = (float)x;
     uint32_t u;

@@ -2477,7 +2477,7 @@ static void rows_from_bf16(float *y, int ldy, const bf16 *x, int ldx, size_t row
     CUDA_CHECK(cudaGetLastError());
 }
 // A grow-only device scratch per use (slot), reused by every call.
-enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_SLOTS };
+enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_GDN_OUT, SCRATCH_SLOTS };
 static void *device_scratch(int slot, size_t bytes) {
     static void *buf[SCRATCH_SLOTS];
     static size_t cap[SCRATCH_SLOTS];
@@ -2909,6 +2909,7 @@ struct GA {
     const float *q, *k, *v, *g, *beta, *m, *dout;  // q, k, v: the fp32 kernels' (fp32 mode, or fp32 copies: gdn_op_forward)
     const bf16 *q16, *k16, *v16;                   // the bf16 kernels': q̂, k̂, v as stored in bf16 mode
     float *o, *state;
+    bf16 *o16;                                     // the bf16 kernels' output where it is stored in bf16 (else o)
     float *dq, *dk, *dv, *dg, *dbeta, *dA;
     int ldqk, ldv, B, T, H, dvd, Nc;
     int vec;  // all user tensors 16-byte aligned (rows and bases) -> 16B cp.async, else scalar copies
@@ -3544,14 +3545,14 @@ template <int N> __device__ __forceinline__ void acc_zero(float (&acc)[N][4]) {
     for (auto &x : acc) x[0] = x[1] = x[2] = x[3] = 0.f;
 }
 // Rows r0 and r0 + 8 of a 16 × NN accumulator tile (this thread's columns 8j + 2t, + 1), row r0's times s0 and
-// row r0 + 8's times s1, to fp32 rows of stride ld; dst points at row r0, column 0.
-template <int NN>
-__device__ __forceinline__ void store_acc(float *dst, size_t ld, const float (&acc)[NN / 8][4], float s0, float s1) {
+// row r0 + 8's times s1, to rows of stride ld (fp32, or bf16: OT); dst points at row r0, column 0.
+template <int NN, class OT>
+__device__ __forceinline__ void store_acc(OT *dst, size_t ld, const float (&acc)[NN / 8][4], float s0, float s1) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int j = 0; j < NN / 8; j++) {
-        *reinterpret_cast<float2 *>(dst + 8 * j + 2 * t) = make_float2(s0 * acc[j][0], s0 * acc[j][1]);
-        *reinterpret_cast<float2 *>(dst + 8 * ld + 8 * j + 2 * t) = make_float2(s1 * acc[j][2], s1 * acc[j][3]);
+        st2(dst + 8 * j + 2 * t, s0 * acc[j][0], s0 * acc[j][1]);
+        st2(dst + 8 * ld + 8 * j + 2 * t, s1 * acc[j][2], s1 * acc[j][3]);
     }
 }
 // A[16 × CH] = rows of acc scaled per token (column) by f(token): bf16 fragments
@@ -3897,7 +3898,7 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
     uint32_t fq[DK / 16][4], fp[4][4];
     float e0 = 0.f, e1 = 0.f;
     const int i0 = 16 * w + g;
-    float *out = a.o + ((size_t)b * a.T + (size_t)c * CH + i0) * (size_t)(a.H * dv) + (size_t)h * dv;
+    const size_t out0 = ((size_t)b * a.T + (size_t)c * CH + i0) * (size_t)(a.H * dv) + (size_t)h * dv;
     for (int vt = 0; vt < nvt; vt++) {
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
@@ -3924,7 +3925,8 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
 #pragma unroll
         for (int j = 0; j < 8; j++) { O[j][0] *= e0; O[j][1] *= e0; O[j][2] *= e1; O[j][3] *= e1; }
         mma_x<CH, 64, 64, true>(O, fp, Vs + (vt & 1) * 64 * CH);  // + Pw Vn
-        store_acc<64>(out + vt * 64, (size_t)a.H * dv, O, 1.f, 1.f);
+        if (a.o16) store_acc<64>(a.o16 + out0 + vt * 64, (size_t)a.H * dv, O, 1.f, 1.f);
+        else store_acc<64>(a.o + out0 + vt * 64, (size_t)a.H * dv, O, 1.f, 1.f);
         __syncthreads();  // buffer vt & 1 is free
         if (vt + 2 < nvt) issue(vt + 2);
     }
@@ -4801,12 +4803,14 @@ static void fp32_kernels(GA &a, int dk, bool vec) {
     a.vec = vec;
 }
 
-// in16: q, k, v are bf16 (takes_bf16 said so) and the bf16 kernels run; else they are fp32 and the fp32 kernels run
+// in16: q, k, v are bf16 (takes_bf16 said so) and the bf16 kernels run, storing o in bf16 with o16; else they are
+// fp32 and the fp32 kernels run (o fp32)
 static void forward(float *o, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
                     const float *g, const float *beta, const float *m, int B, int T, int H, int dk, int dv, float *ws,
-                    bool in16) {
+                    bool in16, bool o16) {
     GA a = make_ga(B, T, H, dk, dv, ws);
     a.o = o; a.state = state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
+    a.o16 = in16 && o16 ? reinterpret_cast<bf16 *>(o) : nullptr;
     if (in16) {
         a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v;
         a.vec = 1;
@@ -4882,6 +4886,8 @@ static bool gdn_operands(GdnArgs *w, const GdnArgs *a, std::initializer_list<con
     w->q = x[0]; w->k = x[1]; w->v = x[2];
     return false;
 }
+// In bf16 mode the layers' output is stored in bf16 (GdnArgs.out_mp): the bf16 kernels store it so; the others write
+// fp32 into a scratch, rounded into out here.
 static void gdn_op_forward(real *out, real *state, const GdnArgs *args) {
     PROF_OP();
     GdnArgs w;
@@ -4890,8 +4896,12 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *args) {
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v;
     real *ws = a->ws;
-    if (gdn_use_chunked(dk, dv)) gdnc::forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws, in16);
-    else gdn_tokens_forward(out, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
+    const bool chunked = gdn_use_chunked(dk, dv), o16 = g_gdn_st16 && a->out_mp;
+    const size_t BT = (size_t)B * T;
+    real *o = o16 && !(chunked && in16) ? (real *)device_scratch(SCRATCH_GDN_OUT, BT * H * dv * sizeof(float)) : out;
+    if (chunked) gdnc::forward(o, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws, in16, o16);
+    else gdn_tokens_forward(o, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
+    if (o != out) rows_to_bf16((bf16 *)out, o, H * dv, BT, H * dv);
 }
 // WRITES dq, dk, dg, dβ, dA[...,1] and dv; with args->dv_add ACCUMULATES into dv.
 static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
@@ -4997,11 +5007,11 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 // ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
 // rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row, the row held in registers (as the RMSNorm's:
 // rows_dispatch, row_load).
-// MP: the matmul-precision type of y (W_o's input), gate (W_g's output) and o2 (the softmax op's output)
+// MP: the matmul-precision type of y (W_o's input), gate (W_g's output) and the two ops' outputs o1, o2
 #define GN_MAXNJ 16 // widest row the gated norm kernels take: 32·16 = 512 values (d_v of the presets: 96, 256, 384)
 template <int NJ, bool V4, class MP>
 __global__ void __launch_bounds__(256) gated_norm_forward_kernel(MP *__restrict__ y, float *__restrict__ rstd,
-        const float *__restrict__ o1, const float *__restrict__ w1, const MP *__restrict__ o2,
+        const MP *__restrict__ o1, const float *__restrict__ w1, const MP *__restrict__ o2,
         const float *__restrict__ w2, const float *__restrict__ omega, const MP *__restrict__ gate, int R, int n) {
     int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -5033,14 +5043,14 @@ __global__ void __launch_bounds__(256) gated_norm_forward_kernel(MP *__restrict_
     row_store<NJ, V4>(y + o, out, lane, n);
     if (lane == 0) { rstd[r] = s1; if (o2) rstd[R + r] = s2; }
 }
-// The gated norm's pointers as the kernels take them: o2 and gate in the matmul precision.
+// The gated norm's pointers as the kernels take them: o1, o2 and gate in the matmul precision.
 template <class F> static void gated_norm_dispatch(const char *who, const GatedNormArgs *a, const void *out, F f) {
     rows_dispatch<GN_MAXNJ>(who, a->n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
         auto aligned = [&](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
-        bool v4 = row_v4<NJ>(a->n, a->o1, a->n, out, a->n) && aligned(a->o2) && aligned(a->gate);
+        bool v4 = row_v4<NJ>(a->n, out, a->n, out, a->n) && aligned(a->o1) && aligned(a->o2) && aligned(a->gate);
         auto go = [&](auto v) {
-            with_mp(a->gate, 1, [&](auto gate) { f(nj, v, (decltype(gate))a->o2, gate); });
+            with_mp(a->gate, 1, [&](auto gate) { f(nj, v, (decltype(gate))a->o1, (decltype(gate))a->o2, gate); });
         };
         if (v4) go(std::true_type());
         else go(std::false_type());
@@ -5048,11 +5058,11 @@ template <class F> static void gated_norm_dispatch(const char *who, const GatedN
 }
 static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
     PROF_OP();
-    gated_norm_dispatch(__func__, a, y, [&](auto nj, auto v4, auto o2, auto gate) {
+    gated_norm_dispatch(__func__, a, y, [&](auto nj, auto v4, auto o1, auto o2, auto gate) {
         constexpr int NJ = decltype(nj)::value;
         constexpr bool V4 = decltype(v4)::value;
         using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
-        gated_norm_forward_kernel<NJ, V4><<<CEIL_DIV(a->rows, 8), 256>>>((MP *)y, rstd, a->o1, a->w1, o2, a->w2,
+        gated_norm_forward_kernel<NJ, V4><<<CEIL_DIV(a->rows, 8), 256>>>((MP *)y, rstd, o1, a->w1, o2, a->w2,
                                                                          a->omega, gate, a->rows, a->n);
     });
 }
@@ -5062,11 +5072,11 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 // One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
 // the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
 // [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
-template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate and o2 in the
-                                     // matmul precision
+template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate, o1 and o2 in
+                                     // the matmul precision
 __global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *__restrict__ do1, float *__restrict__ do2,
         float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
-        const float *__restrict__ rstd, const float *__restrict__ o1, const float *__restrict__ w1,
+        const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
         const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
         const MP *__restrict__ gate, int R, int n) {
     __shared__ float sh[2][32 * NJ];
@@ -5129,7 +5139,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
                                 const real *dy, const real *rstd, const GatedNormArgs *a) {
     PROF_OP();
     int R = a->rows, n = a->n;
-    gated_norm_dispatch(__func__, a, dgate, [&](auto nj, auto v4, auto o2, auto gate) {
+    gated_norm_dispatch(__func__, a, dgate, [&](auto nj, auto v4, auto o1, auto o2, auto gate) {
         constexpr int NJ = decltype(nj)::value;
         constexpr bool V4 = decltype(v4)::value;
         using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
@@ -5138,7 +5148,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
         int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
         float *part = colpart((size_t)blocks * 2 * n);
-        kernel<<<blocks, 256>>>(do1, do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, a->o1, a->w1, o2, a->w2, a->omega,
+        kernel<<<blocks, 256>>>(do1, do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2, a->omega,
                                 gate, R, n);
         CUDA_CHECK(cudaGetLastError());
         colsum_finish(dw1, part, blocks, n, 2 * n, 0);

@@ -147,7 +147,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(gate, BT * Vt, SH | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
             TAKE(qk_hat, 2 * BT * K, R | G | WH | MA); TAKE(qk_rho, 2 * BT * H, R);
-            TAKE(gdn_out, BT * Vt, OP | G | WH); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
+            TAKE(gdn_out, BT * Vt, OP | G | WH | MA); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
             TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, SH | G | WH | MA | MG);
         }
         if (kind == 'N') {
@@ -229,6 +229,8 @@ typedef struct {
     int B, T, H, head_k, head_v;
     real *ws;
     int dv_add; // the backward adds its dV to dv (an N layer: the softmax op wrote its part first); 0: writes it
+    int out_mp; // the output is stored in the matmul precision (the layers': it feeds only the gated norm); 0: fp32
+                // (the tests' oracles)
 } GdnArgs;
 
 // The gated output norm (§3.3, §5.6) over `rows` rows of width n: one input o1 (G layer: o2, w2, omega NULL)
@@ -257,7 +259,7 @@ static inline LayerParams select_attn_params(const LayerParams *p) {
 
 // The G layer's GDN op: every chunk commits.
 static inline GdnArgs gdn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
-    GdnArgs o = {a->q_hat, a->k_hat, a->v, cfg_K(c), cfg_Vt(c), a->g, a->beta, NULL, B, T, c->H, c->dk, c->dv, a->gdn_ws, 0};
+    GdnArgs o = {a->q_hat, a->k_hat, a->v, cfg_K(c), cfg_Vt(c), a->g, a->beta, NULL, B, T, c->H, c->dk, c->dv, a->gdn_ws, 0, 1};
     return o;
 }
 // The N layer's two ops, both driven by the router's mask (§5.3, §5.4).

@@ -205,7 +205,7 @@ static const float *k_of(const Prob &p, const Dev &d) {
 }
 static void run_fwd(const Prob &p, Dev &d) {
     const float *mm_ = p.use_m ? d.m : nullptr;
-    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, 0};
+    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, 0, g_gdn_st16};
     gdn_op_forward(d.o, d.state, &a);
 }
 // dv_add 0: the op writes dv (a G layer's; test_case poisons it first); 1: it accumulates, as in an N layer (its data
@@ -213,7 +213,7 @@ static void run_fwd(const Prob &p, Dev &d) {
 static void run_bwd(const Prob &p, Dev &d, int dv_add = 0, bool zero = true) {
     const float *mm_ = p.use_m ? d.m : nullptr; // (the padding keeps its poison)
     if (dv_add && zero) CUDA_CHECK(cudaMemset2D(d.dv, (size_t)p.ldv * 4, 0, (size_t)p.H * p.dv * 4, (size_t)p.B * p.T));
-    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, dv_add};
+    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, dv_add, g_gdn_st16};
     gdn_op_backward(d.dqk, d.dqk + (size_t)p.H * p.dk, d.dv, d.dg, d.dbeta, d.dA, d.dout, d.state, &a);
 }
 static void run_op(const Prob &p, Dev &d, int dv_add = 0) { run_fwd(p, d); run_bwd(p, d, dv_add); }
@@ -230,7 +230,8 @@ static double relerr(const std::vector<float> &a, const std::vector<double> &r) 
 // the chunk-start states in
 // bf16 (each chunk runs from its rounded start state, doc/model.md (5.4h); the oracle does not round), runs the block
 // matmuls in TF32 (10-bit mantissas) and, for dk ∈ {64, 128, 192}, the state recurrences on bf16 operands (8-bit mantissas:
-// unit roundoff 2^-9 ≈ 2e-3 per rounded operand; the state, W, Vn, dVn and dO are each rounded once per chunk).
+// unit roundoff 2^-9 ≈ 2e-3 per rounded operand; the state, W, Vn, dVn and dO are each rounded once per chunk), and
+// stores its output in bf16 (as the layers ask: GdnArgs.out_mp).
 // Bar 1e-2: 5x the unit roundoff, the errors of a few independently rounded operands adding in quadrature; the long-T
 // cases show that they do not grow with the number of chunks (the carried state stays fp32).
 static double case_bar(int, int) { return gdnc::g_lowp ? 1e-2 : 1e-4; }
@@ -250,7 +251,11 @@ static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int
     run_op(p, d, p.use_m); // masked: dv accumulated (an N layer's, zeroed first); unmasked: written into the poison
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> o(p.dout.size()), dqk(BT * p.ldqk), dvv(BT * p.ldv), dg(BT * H), db(BT * H), dA(p.m.size());
-    CUDA_CHECK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
+    if (g_gdn_st16) { // bf16 mode: the op stores its output in bf16 (GdnArgs.out_mp, as the layers ask)
+        std::vector<__nv_bfloat16> ob(o.size());
+        CUDA_CHECK(cudaMemcpy(ob.data(), d.o, ob.size() * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < o.size(); i++) o[i] = __bfloat162float(ob[i]);
+    } else CUDA_CHECK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(dqk.data(), d.dqk, dqk.size() * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(dvv.data(), d.dv, dvv.size() * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(dg.data(), d.dg, dg.size() * 4, cudaMemcpyDeviceToHost));
