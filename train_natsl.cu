@@ -5531,8 +5531,8 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
 }
 
 // Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
-// block_forward computed them: the two RMSNorm outputs, the gate, the conv's V, the gated norm's output y and the
-// MLP's hidden hmid.
+// block_forward computed them: the two RMSNorm outputs, the conv's V, the gated norm's output y and the MLP's hidden
+// hmid.
 static void block_rebuild(Model *M, int l, int B, int T) {
     PROF_OP(); // its ops count here, not under their own names
     const Config *c = &M->cfg;
@@ -5543,7 +5543,6 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
     if (kind != 'A') { // G, N, S (an S layer's G mixer)
         int K = cfg_K(c), Vt = cfg_Vt(c);
-        matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
         GatedNormArgs norm = kind == 'N' ? natsl_norm_args(c, a, p->n1, p->n2, B, T)
                                          : gdn_layer_norm_args(c, a, p->o_norm, B, T);

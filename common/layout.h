@@ -100,8 +100,8 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // and level 2 reruns; REST is what any recompute level rebuilds; SHARED is what no layer keeps, so all layers
 // share one copy: what only the layer's forward reads (a G layer's conv outputs Q and K: the L2 norm's backward
 // works from q̂, k̂), and what one cheap pass rebuilds from what the layer keeps before its backward
-// (block_rebuild): the two RMSNorm outputs xn and xn2, the gate (x W_gᵀ: one matmul of the layer's smallest), the
-// conv's output V, the gated norm's output y and the MLP's hidden hmid.
+// (block_rebuild): the two RMSNorm outputs xn and xn2, the conv's output V, the gated norm's output y and the MLP's
+// hidden hmid.
 // GRADS, a layout of its own, holds only the fields whose gradients the backward pass computes (the gradient
 // scratch), in two layouts over the same room, one after the other: with GRADS_MLP or'ed in, the MLP's (xn2, hmid,
 // gu), without it the mixer's, which the backward pass needs only once the MLP's are spent. In each: first the
@@ -144,7 +144,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
             TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA); // N: its backward reads Q, K (ω, qa, ka)
             TAKE(v, BT * Vt, SH | G | WH | MA); // the GDN op (G) or the softmax op (N: the GDN op adds) writes dV
-            TAKE(gate, BT * Vt, SH | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
+            TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
             TAKE(qk_hat, 2 * BT * K, R | G | WH | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH | MA); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
