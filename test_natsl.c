@@ -396,15 +396,15 @@ static void test_attention_bf16_operands(void) {
     CHECK(!memcmp(o1, o2, B * T * LV * sizeof(real)) && !memcmp(l1, l2, B * NH * T * sizeof(real)),
           "bf16 attention output differs from the fp32 op on rounded operands");
     CHECK(!memcmp(g1, g2, 3 * B * T * LV * sizeof(real)), "bf16 attention gradients differ from the fp32 op on rounded operands");
-    // operands stored in bf16 (the A layer) on the TF32 kernels (NATSL_ATTN_BF16=0): q, k, v and the output
-    // rounded as stored, the gradient dout not (those kernels read it in fp32)
+    // operands stored in bf16 (the layers': AttnArgs.out_mp) on the TF32 kernels (NATSL_ATTN_BF16=0): q, k, v, the
+    // output and its gradient dout rounded as stored
     a.out_mp = 1;
     setenv("NATSL_ATTN_BF16", "0", 1);
     g_bf16 = 1;
     attention_forward(o1, l1, &a);
     attention_backward(g1, g1 + B * T * LV, g1 + 2 * B * T * LV, NULL, dout, o1, l1, &a);
     g_bf16 = 0;
-    attention_backward(g2, g2 + B * T * LV, g2 + 2 * B * T * LV, NULL, dout, o2, l2, &ar);
+    attention_backward(g2, g2 + B * T * LV, g2 + 2 * B * T * LV, NULL, doutr, o2, l2, &ar);
     unsetenv("NATSL_ATTN_BF16");
     CHECK(!memcmp(o1, o2, B * T * LV * sizeof(real)), "bf16-stored attention output (TF32 path) is not the rounded fp32 op");
     CHECK(!memcmp(g1, g2, 3 * B * T * LV * sizeof(real)), "bf16-stored attention gradients (TF32 path) differ");

@@ -928,8 +928,8 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
 // proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place;  o = causal softmax attention;  out = res + o W_oᵀ.
-// proj and o are stored in the matmul precision (the GPU's bf16 mode keeps them in bf16). The q and k blocks are
-// adjacent, so one RoPE call over 2·heads heads rotates both.
+// proj, o and o's gradient are stored in the matmul precision (the GPU's bf16 mode keeps them in bf16). The q and k
+// blocks are adjacent, so one RoPE call over 2·heads heads rotates both.
 static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
                                     int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
@@ -943,7 +943,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, DINP_WRITE);
@@ -1311,11 +1311,12 @@ static real round_bf16(real x) {
 static real matmul_precision(real x) { return g_bf16 ? round_bf16(x) : x; }
 
 // The GPU runs the softmax op on its bf16 tensor-core kernels where they take the head dims ((64,64): the A layer;
-// (64,128): the 340m/760m N layers), on q, k, v as stored (bf16 in bf16 mode: their producers write them so) and bf16
-// copies of dout and out in the backward, and stores the output in bf16 (widened to fp32 where AttnArgs.out_mp is 0,
-// as in the tests). Elsewhere (other head dims, or NATSL_ATTN_BF16=0 in the environment, as on the GPU) it runs the TF32
-// kernels on the fp32 values of the bf16 operands, the fp32 gradient dout, and rounds the output where it is stored
-// in bf16 (AttnArgs.out_mp). In bf16 mode attention_forward/backward read rounded copies of q, k, v (the model's are
+// (64,128): the 340m/760m N layers), on q, k, v as stored (bf16 in bf16 mode: their producers write them so) and on
+// dout and out in bf16 in the backward (as stored where AttnArgs.out_mp says so, else bf16 copies), and stores the
+// output in bf16 (widened to fp32 where AttnArgs.out_mp is 0, as in the tests). Elsewhere (other head dims, or
+// NATSL_ATTN_BF16=0 in the environment, as on the GPU) it runs the TF32 kernels on the fp32 values of the bf16
+// operands and of dout (bf16 where it is stored so, AttnArgs.out_mp, else fp32), and rounds the output where it is
+// stored in bf16. In bf16 mode attention_forward/backward read rounded copies of q, k, v (the model's are
 // rounded already; the tests' need not be) and of what the GPU reads in bf16: r gets the args with q, k, v pointing
 // into them, *dout and *out (when given) are pointed at their copies where the GPU reads them in bf16; returns the
 // buffer holding them all (free it), or NULL in fp32 mode. *rounds_out: the op's output is rounded (stored in bf16).
@@ -1323,8 +1324,7 @@ static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real 
     int flash = env_flag("NATSL_ATTN_BF16", 1) && a->head_k == 64 && (a->head_v == 64 || a->head_v == 128);
     *rounds_out = g_bf16 && (flash || a->out_mp);
     if (!g_bf16) return NULL;
-    if (!flash) dout = NULL; // the TF32 kernels read the fp32 gradient
-    if (!*rounds_out) out = NULL;
+    if (!*rounds_out) dout = out = NULL; // (out_mp: the GPU stores the gradient in bf16 too; the bf16 kernels read it so)
     size_t rows = (size_t)a->B * a->T, nqk = (rows - 1) * a->ldqk + (size_t)a->heads * a->head_k;
     size_t nv = (rows - 1) * a->ldv + (size_t)a->heads * a->head_v, no = rows * a->heads * a->head_v;
     real *buf = xcalloc(2 * nqk + nv + 2 * no, sizeof(real)), *p = buf;

@@ -2512,15 +2512,15 @@ static AttnBf16 attention_bf16_operands(const AttnArgs *a, real *out) {
                   buf + nv};
     return c;
 }
-// For the TF32 kernels in bf16 mode: *a gets the fp32 values of q, k, v; *out, when given and stored in bf16, is widened
-// too (packed) and pointed at its copy.
-static void attention_widen(AttnArgs *a, const real **out) {
-    const real *x[4] = {a->q, a->k, a->v, out ? *out : NULL};
+// For the TF32 kernels in bf16 mode: *a gets the fp32 values of q, k, v; *out and *dout, when given and stored in bf16,
+// are widened too (packed) and pointed at their copies.
+static void attention_widen(AttnArgs *a, const real **out, const real **dout) {
+    const real *x[5] = {a->q, a->k, a->v, out ? *out : NULL, dout ? *dout : NULL};
     const int hk = a->heads * a->head_k, hv = a->heads * a->head_v;
-    const int ld[4] = {a->ldqk, a->ldqk, a->ldv, hv}, cols[4] = {hk, hk, hv, hv};
-    widen_operands(SCRATCH_ATTN_WIDE, x, ld, cols, out && attention_out_bf16(a) ? 4 : 3, (size_t)a->B * a->T);
+    const int ld[5] = {a->ldqk, a->ldqk, a->ldv, hv, hv}, cols[5] = {hk, hk, hv, hv, hv};
+    widen_operands(SCRATCH_ATTN_WIDE, x, ld, cols, out && attention_out_bf16(a) ? 5 : 3, (size_t)a->B * a->T);
     a->q = x[0]; a->k = x[1]; a->v = x[2];
-    if (out) *out = x[3];
+    if (out) { *out = x[3]; *dout = x[4]; }
 }
 
 // Operands in AttnArgs (common/layout.h); out [B*T][heads*head_v], lse [B][heads][T].
@@ -2538,7 +2538,7 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     }
     AttnArgs w = *args;
     float *o = out;
-    if (g_bf16) attention_widen(&w, NULL);
+    if (g_bf16) attention_widen(&w, NULL, NULL);
     if (attention_out_bf16(args)) o = (float *)device_scratch(SCRATCH_ATTN_BF16, BT * NH * dvh * sizeof(float));
     const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
     int ldqk = w.ldqk, ldv = w.ldv;
@@ -2559,7 +2559,8 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
 static float *g_att_scratch = nullptr;
 static size_t g_att_scratch_n = 0;
 
-// WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given).
+// WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given). dout is stored in bf16 where the
+// output is (AttnArgs.out_mp): the bf16 kernels read it as it is (else a bf16 copy), the TF32 ones an fp32 copy.
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
                                const real *lse, const AttnArgs *args) {
     PROF_OP();
@@ -2569,14 +2570,18 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
     cudaStream_t st = 0;
     if (attention_in_bf16(args)) {
         AttnBf16 c = attention_bf16_operands(args, (real *)out);
-        if (!attention_out_bf16(args)) rows_to_bf16(c.out, out, NH * dvh, BT, NH * dvh);
-        rows_to_bf16(c.dout, dout, NH * dvh, BT, NH * dvh);
-        flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, c.dout, c.out, lse, c.q, c.k, args->ldqk,
+        const bf16 *d16 = (const bf16 *)dout;
+        if (!attention_out_bf16(args)) {
+            rows_to_bf16(c.out, out, NH * dvh, BT, NH * dvh);
+            rows_to_bf16(c.dout, dout, NH * dvh, BT, NH * dvh);
+            d16 = c.dout;
+        }
+        flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, d16, c.out, lse, c.q, c.k, args->ldqk,
                             c.v, args->ldv, args->mask, B, T, NH, NHm, dq_, dvh, st);
         return;
     }
     AttnArgs w = *args;
-    if (g_bf16) attention_widen(&w, &out);
+    if (g_bf16) attention_widen(&w, &out, &dout);
     const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
     int ldqk = w.ldqk, ldv = w.ldv;
     attn_check_args("attention_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
@@ -5072,9 +5077,9 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 // One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
 // the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
 // [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
-template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate, o1 and o2 in
-                                     // the matmul precision
-__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *__restrict__ do1, float *__restrict__ do2,
+template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate, o1, o2 and do2
+                                     // (the softmax op's dout) in the matmul precision
+__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *__restrict__ do1, MP *__restrict__ do2,
         float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
         const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
         const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
@@ -5148,7 +5153,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
         int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
         float *part = colpart((size_t)blocks * 2 * n);
-        kernel<<<blocks, 256>>>(do1, do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2, a->omega,
+        kernel<<<blocks, 256>>>(do1, (MP *)do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2, a->omega,
                                 gate, R, n);
         CUDA_CHECK(cudaGetLastError());
         colsum_finish(dw1, part, blocks, n, 2 * n, 0);
@@ -5384,8 +5389,8 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
 // proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place (one call: the blocks are adjacent);
-// o = causal softmax attention;  out = res + o W_oᵀ. proj and o are stored in the matmul precision: in bf16 mode the
-// attention kernels and W_o read them as their producers wrote them.
+// o = causal softmax attention;  out = res + o W_oᵀ. proj, o and o's gradient are stored in the matmul precision: in
+// bf16 mode the attention kernels and W_o read them as their producers wrote them.
 static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
                                     int B, int T, int ops_kept) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
@@ -5399,7 +5404,8 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D, DINP_WRITE);
+    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D,
+                    DINP_WRITE_MP);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, operand_claim(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT));
     matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,

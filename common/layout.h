@@ -152,14 +152,14 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         }
         if (kind == 'N') {
             TAKE(qka, 2 * BT * K, R | G | WH | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
-            TAKE(att_out, BT * Vt, OP | G | WH | MA); TAKE(lse, (size_t)B * Ha * T, OP);
+            TAKE(att_out, BT * Vt, OP | G | WH | MA | MG); TAKE(lse, (size_t)B * Ha * T, OP);
             TAKE(omega_raw, BT * 2 * Ha, R | G); TAKE(omega, BT * 2 * Ha, R | G | WH);
             TAKE(pool, B * Nc * D, KP | G | WH); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
             TAKE(rmask, B * Nc * 2 * H, KP | G);
         }
         if (kind == 'A') TAKE(proj, BT * 3 * D, R | G | WH | MA);
         if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | WH | MA);
-        if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | WH | MA); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
+        if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | WH | MA | MG); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
         TAKE(r, BT * D, OP); TAKE(xn2, BT * D, SH | G | WH | ML | MA | MG); TAKE(rstd2, BT, R);
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG | ML); TAKE(hmid, BT * c->F, SH | G | WH | ML | MA | MG);
@@ -208,8 +208,8 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
 // ldqk, value head j at j*head_v of rows of stride ldv. mask: the routing mask [B][Nc][mask_heads][2], of which
 // op 0 (softmax) is read, heads/mask_heads heads sharing one mask head; NULL: plain causal attention (an A layer).
 // In bf16 mode q, k and v are stored in the matmul precision (bf16 on the GPU: their producers write them so, the
-// CPU's -p bf16 rounds them). out_mp: the output is too (both layers': it feeds the A layer's output projection, the
-// N layer's gated norm); 0: fp32 (the tests' oracles).
+// CPU's -p bf16 rounds them). out_mp: the output and its gradient dout are too (both layers': the output feeds the A
+// layer's output projection, the N layer's gated norm, whose backward passes write dout); 0: fp32 (the tests' oracles).
 typedef struct {
     const real *q, *k, *v;
     int ldqk, ldv;
