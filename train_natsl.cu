@@ -792,11 +792,12 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
 // channels that go to (come from) separate tensors: the G and N layers' Q | K | V in one pass over the projection's
 // whole rows (against three launches over a third of each row: 5.79 → 5.69 ms forward and 11.62 → 11.03 ms backward
 // in a 340m step). The forward loads eight rows before using any (dev/cuda/conv: 2600 GB/s at the 340m size, against
-// 1570 one row at a time). The backward's dw partial sums are per block of CONV_BWD_WARPS tiles: one per tile
+// 1570 one row at a time). The backward loads four rows of x and dy before using any in a tile's interior (0.467 ->
+// 0.368 ms at the 340m size, the same bits), and sums dw per block of CONV_BWD_WARPS tiles: one partial per tile
 // (session 15 and before) moved as many bytes as dy, twice (written, then summed).
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0 && CONV_TILE % 8 == 0,
-              "the conv kernels assume 4 taps and whole tiles of 8-row batches");
+              "the conv kernels assume 4 taps and whole tiles of 8-row batches (the backward's interior: 4-row ones)");
 struct ConvRuns { // up to 3 runs of consecutive channels: run r's n[r] channels are y[r]'s columns (row stride n[r])
     void *y[3];   // the forward's outputs (matmul precision), or the backward's dy (fp32)
     int n[3], nr;
@@ -896,8 +897,9 @@ struct ConvChannel { // one channel's state in conv_silu_backward_kernel
     }
 };
 #define CONV_BWD_WARPS 8 // time tiles a block takes (a warp each), its dw summed over them before it is stored
+#define CONV_BWD_BLOCKS 3 // blocks an SM the backward's registers allow (4: spills, 0.382 against 0.368 ms)
 template <class MP> // dx and x in the matmul precision; the runs' dy in fp32
-__global__ void __launch_bounds__(32 * CONV_BWD_WARPS) conv_silu_backward_kernel(MP *__restrict__ dx,
+__global__ void __launch_bounds__(32 * CONV_BWD_WARPS, CONV_BWD_BLOCKS) conv_silu_backward_kernel(MP *__restrict__ dx,
         float *__restrict__ dw_part, ConvRuns o, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T,
         int n, int tiles) {
     __shared__ float4 sh[CONV_BWD_WARPS][32][2];
@@ -915,12 +917,23 @@ __global__ void __launch_bounds__(32 * CONV_BWD_WARPS) conv_silu_backward_kernel
         ConvChannel A, Bc;
         A.init(make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]), xm3.x, xm2.x, xm1.x);
         Bc.init(make_float4(w[ch * 4 + 4], w[ch * 4 + 5], w[ch * 4 + 6], w[ch * 4 + 7]), xm3.y, xm2.y, xm1.y);
-#pragma unroll 4
-        for (int t = t0; t < t_end; t++) {
+        auto step = [&](int t) { // one step with its tests (the tile's first three and its last ones)
             float2 x3 = X(t), g = ld2(dy + (row0 + t) * ny);
             float da = A.step(x3.x, g.x, t < t1), db = Bc.step(x3.y, g.y, t < t1);
             if (t - 3 >= t0) st2(dx + (row0 + t - 3) * ldx + ch, da, db);   // dx_{t−3} is complete
+        };
+        for (int t = t0; t < t0 + 3; t++) step(t);
+        for (int t = t0 + 3; t < t1 - 1; t += 4) { // the interior, four rows of x and dy loaded before any is used
+            float2 xs[4], gs[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) { xs[k] = ld2(x + (row0 + t + k) * ldx + ch); gs[k] = ld2(dy + (row0 + t + k) * ny); }
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float da = A.step(xs[k].x, gs[k].x, true), db = Bc.step(xs[k].y, gs[k].y, true);
+                st2(dx + (row0 + t + k - 3) * ldx + ch, da, db);
+            }
         }
+        for (int t = t1 - 1; t < t_end; t++) step(t);
         float ra[3] = {A.a0, A.a1, A.a2}, rb[3] = {Bc.a0, Bc.a1, Bc.a2}; // dx_{t_end−3..t_end−1}: complete at the sequence end
         for (int j = 0; j < 3; j++) {
             int tau = t_end - 3 + j;

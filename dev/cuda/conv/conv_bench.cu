@@ -10,7 +10,9 @@
 // Session 16: the trainer's backward sums dw per block of 8 tiles before storing it (one partial per tile had moved
 // 400 MB twice at this size): 0.488 -> 0.467 ms (same H100). ncu then: DRAM 54%, 3 blocks of 256 an SM (registers),
 // 12.4 cycles between a warp's instructions: latency-bound. A copy with silu' from __expf / __fdividef was slower
-// (0.618 ms), so the instructions of silu' are not what binds it.
+// (0.618 ms), so the instructions of silu' are not what binds it. Loading four rows of x and dy before using any in
+// the tile's interior (no tests there) did bind it: 0.467 -> 0.368 ms (run 5, the same bits; the trainer does it now),
+// 0.382 with the registers capped for 4 blocks an SM (spills).
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench
