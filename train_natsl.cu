@@ -5066,7 +5066,7 @@ template <class F> static void gated_norm_dispatch(const char *who, const GatedN
     rows_dispatch<GN_MAXNJ>(who, a->n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
         auto aligned = [&](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
-        bool v4 = row_v4<NJ>(a->n, out, a->n, out, a->n) && aligned(a->o1) && aligned(a->o2) && aligned(a->gate);
+        bool v4 = row_v4<NJ>(a->n, a->o1, a->n, out, a->n) && aligned(a->o2) && aligned(a->gate);
         auto go = [&](auto v) {
             with_mp(a->gate, 1, [&](auto gate) { f(nj, v, (decltype(gate))a->o1, (decltype(gate))a->o2, gate); });
         };
