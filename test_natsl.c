@@ -201,7 +201,7 @@ static void test_grad_l2norm(void) {
     real *dx = vec(24);
     fill_normal(c.x, 24, 1); fill_normal(c.R, 24, 1);
     l2_loss(&c);
-    l2norm_backward(dx, c.R, c.y, c.rstd, 3, 2, 4);
+    l2norm_backward(dx, c.R, c.y, c.rstd, 3, 2, 4, 8);
     Var v[] = {{"x", c.x, dx, 24}};
     fd_check("l2norm", v, 1, l2_loss, &c, 0);
 }
@@ -321,7 +321,7 @@ static AttnArgs op_attn_args(const OpCtx *c, const real *m) {
     return a;
 }
 static GdnArgs op_gdn_args(const OpCtx *c, const real *m) {
-    GdnArgs a = {c->q, c->k, c->v, OLD, OLD, c->g, c->beta, m, OB, OT, OH, ODK, ODV, NULL, (c->which & 1) != 0, 0};
+    GdnArgs a = {c->q, c->k, c->v, OLD, OLD, c->g, c->beta, m, OB, OT, OH, ODK, ODV, NULL, (c->which & 1) != 0, 0, NULL};
     return a;
 }
 static double op_loss(void *p) {

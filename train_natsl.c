@@ -271,14 +271,16 @@ static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int
         rho[r] = s;
     }
 }
-// WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i); the layers add the other parts of dQ, dK after it
-static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
+// WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), in place if dx = dy; rows of dx, dy and y of stride ld (nh·n: the planes
+// above). The GDN op's backward calls it (GdnArgs.rho): the layers take dQ, dK from the op and add their other parts.
+static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n, int ld) {
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
-        const real *yr = y + (size_t)r * n, *dyr = dy + (size_t)r * n;
+        size_t at = (size_t)(r / nh) * ld + (size_t)(r % nh) * n;
+        const real *yr = y + at, *dyr = dy + at;
         real dot = 0;
         for (int i = 0; i < n; i++) dot += yr[i] * dyr[i];
-        for (int i = 0; i < n; i++) dx[(size_t)r * n + i] = rho[r] * (dyr[i] - yr[i] * dot);
+        for (int i = 0; i < n; i++) dx[at + i] = rho[r] * (dyr[i] - yr[i] * dot);
     }
 }
 
@@ -567,7 +569,8 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
 // (1 − m_c) Dec_c ⟨dS, S_c⟩ to every dg_t of the chunk; and the router gradient where m_c ≠ 0 is
 // dA[b][c][h][1] = ⟨dS, Z_last − Dec_c S_c⟩ (the chunk's own update ΔS_c, §6.4).
 // WRITES dq, dk (their heads' columns), dg, dβ and dA[...][1]; dv WRITTEN likewise, or ACCUMULATED into with
-// a->dv_add (an N layer: the softmax op has written its part of dv first).
+// a->dv_add (an N layer: the softmax op has written its part of dv first). With a->rho (the layers') dq, dk are the
+// gradients of the L2 norm's inputs Q, K: the norm's backward (3.4i) runs last, in place.
 static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
                             const real *state, const GdnArgs *a) {
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
@@ -662,6 +665,10 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
                 }
             }
         free(Zs); free(us); free(rs); free(dS); free(dZ); free(du);
+    }
+    if (a->rho) {
+        l2norm_backward(dq, dq, q, a->rho, B * T, H, dkh, ldqk);
+        l2norm_backward(dk, dk, k, a->rho + (size_t)B * T * H, B * T, H, dkh, ldqk);
     }
 }
 
@@ -921,8 +928,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
     matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D, DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
-    gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
-    l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * B * T, c->H, c->dk); // writes dQ, dK
+    gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op); // dQ, dK: L2 norm's folded in
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
@@ -987,9 +993,8 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D, DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
-    gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
-    // dQ, dK: the L2 norm's backward writes them, ω's and the softmax planes' RMSNorms add their parts
-    l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, c->H, c->dk);
+    // dQ, dK: the GDN op's backward writes them (the L2 norm's folded in), ω's and the softmax planes' RMSNorms add
+    gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha, DINP_ADD);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }

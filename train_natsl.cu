@@ -996,20 +996,23 @@ static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int
     else l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
     CUDA_CHECK(cudaGetLastError());
 }
-// WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i); the layers add the other parts of dQ, dK after it
-template <class MP> __global__ void l2norm_backward_kernel(float *dx, const float *dy, const MP *y, const float *rho, int R, int n) {
+// WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), in place if dx = dy; rows of stride ld. As train_natsl.c, the GDN op's
+// backward calls it (GdnArgs.rho) where its bf16 kernels do not fold it into their last pass: on the fp32 ŷ the op's
+// other kernels read (fp32 mode's, or their fp32 copies: gdn_operands).
+__global__ void l2norm_backward_kernel(float *dx, const float *dy, const float *y, const float *rho, int R, int nh, int n,
+                                       int ldr) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
-    const MP *yr = y + (size_t)r * n;
-    const float *dyr = dy + (size_t)r * n;
+    size_t at = (size_t)(r / nh) * ldr + (size_t)(r % nh) * n;
+    const float *yr = y + at, *dyr = dy + at;
     float dot = 0.f;
-    for (int i = lane; i < n; i += 32) dot += ld(yr + i) * dyr[i];
+    for (int i = lane; i < n; i += 32) dot += yr[i] * dyr[i];
     dot = warp_sum(dot);
-    for (int i = lane; i < n; i += 32) dx[(size_t)r * n + i] = rho[r] * (dyr[i] - ld(yr + i) * dot);
+    for (int i = lane; i < n; i += 32) dx[at + i] = rho[r] * (dyr[i] - yr[i] * dot);
 }
-static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n) {
+static void l2norm_backward(real *dx, const real *dy, const real *y, const real *rho, int N, int nh, int n, int ldr) {
     PROF_OP();
-    with_mp(y, 1, [&](auto yp) { l2norm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, yp, rho, N * nh, n); });
+    l2norm_backward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(dx, dy, y, rho, N * nh, nh, n, ldr);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -2935,6 +2938,7 @@ struct GA {
     int ds16; // the workspace's dstate holds bf16 values (written by the bf16 state kernel)
     int bwd;  // the backward pass (prep stores T for it)
     int dv_add; // the backward adds its dV to dv (GdnArgs.dv_add), else writes it
+    const float *rho; // bwd_final_bf16 returns dQ, dK through the L2 norm of these 1/norms (GdnArgs.rho); or nullptr
     float scale;
     // workspace
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
@@ -4427,6 +4431,16 @@ __global__ void __launch_bounds__(GC_NT) bwd_final_kernel(GA a) {
 }
 template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 * CH * (DK + GC_PADK) + 4 * CH * GC_L64 + 6 * CH); }
 
+// warps w and w + 4 of an 8-warp block (the two that share a row strip) meet: named barrier 1 + (w & 3), 64 threads
+// (immediate ids: a register id would reserve all 16 barriers)
+__device__ __forceinline__ void pair_sync(int w) {
+    switch (w & 3) {
+    case 0: asm volatile("bar.sync 1, 64;\n" ::: "memory"); break;
+    case 1: asm volatile("bar.sync 2, 64;\n" ::: "memory"); break;
+    case 2: asm volatile("bar.sync 3, 64;\n" ::: "memory"); break;
+    default: asm volatile("bar.sync 4, 64;\n" ::: "memory");
+    }
+}
 // B4 in bf16 mode (dk ∈ {64, 128, 192}): bwd_final on bf16 tensor cores, grid (Nc, B*H), 8 warps, two blocks per SM
 // (one at dk = 192).
 // The same math as bwd_final_kernel with every 64×64 and 64×dk product as mma.sync m16n8k16 (bf16 operands, fp32
@@ -4436,21 +4450,30 @@ template <int DK> constexpr size_t bwd_final_smem() { return sizeof(float) * (4 
 // then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of being read. Elementwise
 // factors at the accumulator positions: dPm, dTV, dQ1 (fp32) loaded into registers before the product they meet, their
 // latency under it (0.448 → 0.385 ms at the 340m size, though ptxas spills 96 bytes at d_k = 128), X (fp32) after it,
-// q, k from the shared tiles. dK is summed in one pass at the end
-// (registers). The per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two
+// q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two
 // terms: the same sum in either order), a column's from its four row strips as four partial sums, added in a fixed
-// order (so the op is bitwise reproducible).
+// order (so the op is bitwise reproducible). With a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the
+// row dots q̂·dq̂, k̂·dk̂ summed as dg's row sums are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise
+// from dq̂ parked in shared memory over the tiles the dK pass has spent while the two warps of its row strip meet at a
+// barrier of their own: l2norm_backward's two passes over dq̂, dk̂ gone.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a) {
     constexpr int NH = DK / 2;
     static_assert(dk_bf16<DK>(), "bwd_final_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ds = Ks + CH * DK, *Ts = Ds + CH * DK;
-    bf16 *M1 = Ts + CH * CH, *M2 = M1 + CH * CH, *M3 = M2 + CH * CH;
+    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *M1 = Ks + CH * DK, *Ds = M1 + CH * CH;
+    bf16 *Ts = Ds + CH * DK, *M2 = Ts + CH * CH, *M3 = M2 + CH * CH;
     float *Gs = reinterpret_cast<float *>(M3 + CH * CH), *bs = Gs + CH, *es = bs + CH, *red = es + CH;
+    // with a.rho, the last pass's dq̂ [CH][DK] fp32 over Ds, Ts, M2, M3 (spent by then), row i's 8-column groups
+    // permuted by i mod 8 (its stores and loads conflict-free)
+    static_assert(DK <= 3 * CH, "bwd_final_bf16: dq̂ must fit where Ds, Ts, M2 and M3 were");
+    float *DQs = reinterpret_cast<float *>(Ds);
+    auto dq_at = [](int i, int col) { return i * DK + (col ^ ((i & 7) << 3)); };
     // per-token sums: rows and columns of E = dPm ⊙ P, q·dQ1, k·R, rows of V (the KKᵀ term), its β-weighted columns, k·X
     // (csE and cw2: [4][CH], one row of partial sums per row strip)
     float *rsE = red, *csE = rsE + CH, *qd = csE + 4 * CH, *kr = qd + CH, *rs2 = kr + CH, *cw2 = rs2 + CH, *xk = cw2 + 4 * CH;
+    float *qn = xk + CH, *kn = qn + CH; // with a.rho: q̂·dq̂, k̂·dk̂ per token (the L2 norm's backward)
+    float *rq = kn + CH, *rk = rq + CH; // with a.rho: the tokens' 1/norms ρ of Q, K
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
     const int H = a.H, Nc = a.Nc;
@@ -4464,8 +4487,12 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);
     if (tid < CH / 4) fa_cp16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
     fa_commit();
-    for (int i = tid; i < 13 * CH; i += 256) red[i] = 0.f;
+    for (int i = tid; i < 15 * CH; i += 256) red[i] = 0.f;
     if (tid < CH) bs[tid] = a.beta[(tok0 + tid) * H + h];
+    if (a.rho && tid < CH) {
+        rq[tid] = a.rho[(tok0 + tid) * H + h];
+        rk[tid] = a.rho[((size_t)a.B * a.T + tok0 + tid) * H + h];
+    }
     fa_wait<0>();
     __syncthreads();
     if (tid < CH) es[tid] = expf(Gs[tid]);
@@ -4522,27 +4549,6 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         });
     }
     __syncthreads();
-    {   // dQ = dPmm K + s diag(γ) dQ1, in two halves of dk/4 columns (registers);  qd = q·dQ1 (dg)
-        float q0 = 0.f, q1 = 0.f;
-        lds_a<CH, CH>(fm, M1, R0);
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float dQ[NH / 16][4];
-            float2 dq1[NH / 16][2];
-            acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) { dq1[j][hh] = ld2(a.dQ1 + (row0 + i) * DK + col); });
-            acc_zero(dQ);
-            mma_x<CH, NH / 2, DK, false>(dQ, fm, Ks, N0 + hf * NH / 2);
-            acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) {
-                const float se = scale * es[i];
-                const float2 d1 = dq1[j][hh], qv = ld_pair<DK>(Qs, i, col);
-                *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
-                    make_float2(fmaf(se, d1.x, dQ[j][2 * hh]), fmaf(se, d1.y, dQ[j][2 * hh + 1]));
-                const float s = fmaf(qv.x, d1.x, qv.y * d1.y);
-                if (hh) q1 += s; else q0 += s;
-            });
-        }
-        add_rows(qd, q0, q1);
-    }
     {   // M3 = dT Tᵀ
         float Y[4][4];
         acc_zero(Y);
@@ -4574,8 +4580,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         add_cols(cw2, cs);
     }
     __syncthreads();
-    {   // dK = diag(β γ) R + dPmmᵀ Q + M2 K + M2ᵀ K + m X, R = −Tᵀ dWm;  kr = k·R (dg, dβ), xk = k·X (dg, dA)
-        float dK[NH / 8][4], k0s = 0.f, k1s = 0.f, x0s = 0.f, x1s = 0.f;
+    {   // dK = diag(β γ) R + dPmmᵀ Q + M2 K + M2ᵀ K + m X, R = −Tᵀ dWm;  kr = k·R (dg, dβ), xk = k·X (dg, dA), kn = k·dK
+        float dK[NH / 8][4], k0s = 0.f, k1s = 0.f, x0s = 0.f, x1s = 0.f, n0 = 0.f, n1 = 0.f;
         acc_zero(dK);
         lds_at<CH, CH>(fm, Ts, R0);
         mma_x<CH, NH, DK, false>(dK, fm, Ds, N0);
@@ -4597,12 +4603,55 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
             const float2 x = *reinterpret_cast<const float2 *>(a.X + (row0 + i) * DK + col);
             const float2 kv = ld_pair<DK>(Ks, i, col);
-            *reinterpret_cast<float2 *>(a.dk + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
-                make_float2(fmaf(mv, x.x, dK[j][2 * hh]), fmaf(mv, x.y, dK[j][2 * hh + 1]));
-            const float s = fmaf(kv.x, x.x, kv.y * x.y);
-            if (hh) x1s += s; else x0s += s;
+            const float d0 = fmaf(mv, x.x, dK[j][2 * hh]), d1 = fmaf(mv, x.y, dK[j][2 * hh + 1]);
+            if (a.rho) { dK[j][2 * hh] = d0; dK[j][2 * hh + 1] = d1; } // stored below, through the L2 norm
+            else *reinterpret_cast<float2 *>(a.dk + (tok0 + i) * a.ldqk + (size_t)h * DK + col) = make_float2(d0, d1);
+            const float s = fmaf(kv.x, x.x, kv.y * x.y), sn = fmaf(kv.x, d0, kv.y * d1);
+            if (hh) { x1s += s; n1 += sn; } else { x0s += s; n0 += sn; }
         });
         add_rows(xk, x0s, x1s);
+        if (a.rho) add_rows(kn, n0, n1);
+        __syncthreads();
+        if (a.rho) // dK = ρ (dk̂ − k̂ (k̂·dk̂))  (3.4i)
+            acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
+                const float2 kv = ld_pair<DK>(Ks, i, col);
+                *reinterpret_cast<float2 *>(a.dk + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
+                    make_float2(rk[i] * (dK[j][2 * hh] - kv.x * kn[i]), rk[i] * (dK[j][2 * hh + 1] - kv.y * kn[i]));
+            });
+    }
+    {   // dQ = dPmm K + s diag(γ) dQ1, in two halves of dk/4 columns (registers);  qd = q·dQ1 (dg). With a.rho, dq̂ goes
+        // to shared memory (DQs, over the tiles the dK pass has spent) and leaves as ρ (dq̂ − q̂ (q̂·dq̂))  (3.4i)
+        float q0 = 0.f, q1 = 0.f, n0 = 0.f, n1 = 0.f;
+        lds_a<CH, CH>(fm, M1, R0);
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float dQ[NH / 16][4];
+            float2 dq1[NH / 16][2];
+            acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) { dq1[j][hh] = ld2(a.dQ1 + (row0 + i) * DK + col); });
+            acc_zero(dQ);
+            mma_x<CH, NH / 2, DK, false>(dQ, fm, Ks, N0 + hf * NH / 2);
+            acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) {
+                const float se = scale * es[i];
+                const float2 d1 = dq1[j][hh], qv = ld_pair<DK>(Qs, i, col);
+                const float2 dq = make_float2(fmaf(se, d1.x, dQ[j][2 * hh]), fmaf(se, d1.y, dQ[j][2 * hh + 1]));
+                if (a.rho) *reinterpret_cast<float2 *>(DQs + dq_at(i, col)) = dq;
+                else *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) = dq;
+                const float s = fmaf(qv.x, d1.x, qv.y * d1.y), sn = fmaf(qv.x, dq.x, qv.y * dq.y);
+                if (hh) { q1 += s; n1 += sn; } else { q0 += s; n0 += sn; }
+            });
+        }
+        add_rows(qd, q0, q1);
+        if (a.rho) {
+            add_rows(qn, n0, n1);
+            pair_sync(w); // the row strip's other warp: its half of the sums, its half of DQs
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++)
+                acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int, int, int i, int col) {
+                    const float2 d = *reinterpret_cast<const float2 *>(DQs + dq_at(i, col)), qv = ld_pair<DK>(Qs, i, col);
+                    *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
+                        make_float2(rq[i] * (d.x - qv.x * qn[i]), rq[i] * (d.y - qv.y * qn[i]));
+                });
+        }
     }
     __syncthreads();
     if (w == 0) {  // per token: dG, dβ; dg = reverse cumulative sum of dG; lane l owns tokens l (lo) and l + 32 (hi)
@@ -4633,7 +4682,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     }
 }
 template <int DK> constexpr size_t bwd_final_bf16_smem() {
-    return (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + 16 * CH * sizeof(float);
+    return (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + 20 * CH * sizeof(float);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -4843,10 +4892,11 @@ static void forward(float *o, float *state, const float *q, const float *k, int 
 static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
                      const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
                      const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws,
-                     bool in16, int dv_add) {
+                     bool in16, int dv_add, const float *rho) {
     GA a = make_ga(B, T, H, dkd, dvd, ws);
     a.bwd = 1;
     a.dv_add = dv_add;
+    a.rho = rho;
     a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA; a.dout = dout;
     a.state = (float *)state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     if (in16) {
@@ -4931,12 +4981,17 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
     real *ws = a->ws;
+    const bool fold = gdn_use_chunked(dkh, dvh) && in16; // bwd_final_bf16 takes the L2 norm's backward (GdnArgs.rho)
     if (gdn_use_chunked(dkh, dvh))
         gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws, in16,
-                       a->dv_add);
+                       a->dv_add, fold ? a->rho : nullptr);
     else
         gdn_tokens_backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws,
                             a->dv_add);
+    if (a->rho && !fold) {
+        l2norm_backward(dq, dq, q, a->rho, B * T, H, dkh, ldqk);
+        l2norm_backward(dk, dk, k, a->rho + (size_t)B * T * H, B * T, H, dkh, ldqk);
+    }
 }
 
 // ---- the router (Attention Score Layer, §5.2: (5.2a-f)) ------------------------------------------------------
@@ -5395,8 +5450,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
     matmul_backward(d->y, gp->wo, operand(dout, (size_t)B * T * c->D, OPERAND_DOUT), a->y, p->wo, B * T, cfg_Vt(c), c->D,
                     DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
-    gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op);
-    l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * B * T, c->H, c->dk); // writes dQ, dK
+    gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op); // dQ, dK: L2 norm's folded in
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
 }
 
@@ -5469,9 +5523,8 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
                     DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
-    gdn_op_backward(d->q_hat, d->k_hat, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
-    // dQ, dK: the L2 norm's backward writes them, ω's and the softmax planes' RMSNorms add their parts
-    l2norm_backward(d->qk, d->qk_hat, a->qk_hat, a->qk_rho, 2 * BT, c->H, c->dk);
+    // dQ, dK: the GDN op's backward writes them (the L2 norm's folded in), ω's and the softmax planes' RMSNorms add
+    gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha,
                     DINP_ADD);

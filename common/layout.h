@@ -106,7 +106,7 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // scratch), in two layouts over the same room, one after the other: with GRADS_MLP or'ed in, the MLP's (xn2, hmid,
 // gu), without it the mixer's, which the backward pass needs only once the MLP's are spent. In each: first the
 // fields it accumulates into, which must start at zero (GRADS_ACC counts them), then those their one producer
-// writes whole (the conv's and SwiGLU's input gradients, the gated norm's, the L2 norm's, those of the output
+// writes whole (the conv's and SwiGLU's input gradients, the gated norm's, those of the output
 // projection's, the MLP's and the router's inputs: matmul_backward writing dinp; the two ops' input gradients; the
 // mixers' dx), which need no zeroing. ACTS_BF16,
 // or'ed into a part (the GPU in bf16 mode), gives the fields stored in the matmul precision half the room.
@@ -146,7 +146,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(v, BT * Vt, SH | G | WH | MA); // the GDN op (G) or the softmax op (N: the GDN op adds) writes dV
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
-            TAKE(qk_hat, 2 * BT * K, R | G | WH | MA); TAKE(qk_rho, 2 * BT * H, R);
+            TAKE(qk_hat, 2 * BT * K, R | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH | MA); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
             TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, SH | G | WH | MA | MG);
         }
@@ -231,6 +231,8 @@ typedef struct {
     int dv_add; // the backward adds its dV to dv (an N layer: the softmax op wrote its part first); 0: writes it
     int out_mp; // the output is stored in the matmul precision (the layers': it feeds only the gated norm); 0: fp32
                 // (the tests' oracles)
+    const real *rho; // the layers': q̂, k̂ are L2N(Q), L2N(K) (§0 (0.4)) with 1/norms rho [2][B*T][H] (Q's, then
+                     // K's), and the backward returns dQ, dK (the L2 norm's backward (3.4i) folded in); NULL: dq̂, dk̂
 } GdnArgs;
 
 // The gated output norm (§3.3, §5.6) over `rows` rows of width n: one input o1 (G layer: o2, w2, omega NULL)
@@ -259,7 +261,8 @@ static inline LayerParams select_attn_params(const LayerParams *p) {
 
 // The G layer's GDN op: every chunk commits.
 static inline GdnArgs gdn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
-    GdnArgs o = {a->q_hat, a->k_hat, a->v, cfg_K(c), cfg_Vt(c), a->g, a->beta, NULL, B, T, c->H, c->dk, c->dv, a->gdn_ws, 0, 1};
+    GdnArgs o = {a->q_hat, a->k_hat, a->v, cfg_K(c), cfg_Vt(c), a->g, a->beta, NULL, B, T, c->H, c->dk, c->dv, a->gdn_ws, 0, 1,
+                 a->qk_rho};
     return o;
 }
 // The N layer's two ops, both driven by the router's mask (§5.3, §5.4).

@@ -9,7 +9,8 @@
 // (NATSL_GDN_TOKENS=1 ./gdn_chunk runs the same checks and timings on the token-recurrence fallback.)
 // Semantics checked: out, state, dq, dk, dg, dbeta and dA[...,1] written (dA exactly 0 where m == 0 and at the
 // last chunk, dA[...,0] untouched); dv written (the unmasked cases, a G layer's: over poison) or ACCUMULATED (the masked
-// cases, an N layer's dv_add: the harness zeroes it first); padding columns untouched.
+// cases, an N layer's dv_add: the harness zeroes it first); padding columns untouched. dq, dk leave through the L2
+// norm's backward (GdnArgs.rho, the layers' use: dQ, dK) in all cases but two (dq̂, dk̂).
 
 #include <vector>
 #include <algorithm>
@@ -34,6 +35,7 @@ static double nrand() { return sqrt(-2.0 * log(urand())) * cos(6.283185307179586
 struct Prob {
     int B, T, H, dk, dv, Nc, ldqk, ldv;
     std::vector<float> qk, v, g, beta, m, dout;  // q at qk[row*ldqk + h*dk], k at qk[row*ldqk + H*dk + h*dk]
+    std::vector<float> rho;                      // 1/norms of Q, K [2][B*T][H] (GdnArgs.rho: the layers'), empty: none
     bool use_m;
 };
 
@@ -63,6 +65,8 @@ static void make_prob(Prob &p, int B, int T, int H, int dk, int dv, int mmode /*
         for (auto *x : {&p.qk, &p.v})
             for (float &f : *x) f = __bfloat162float(__float2bfloat16_rn(f));
     for (auto &x : p.dout) x = (float)nrand();
+    p.rho.resize((size_t)2 * B * T * H);
+    for (auto &x : p.rho) x = (float)(0.5 + 1.5 * urand()); // the unnormalized Q, K rows' 1/norms (any positive values)
     p.use_m = mmode != 0;
     p.m.assign((size_t)B * p.Nc * H * 2, 0.f);
     for (int b = 0; b < B; b++)
@@ -167,11 +171,20 @@ static void cpu_ref(const Prob &p, Grads &r) {
                 }
                 for (size_t e = 0; e < KV; e++) dSe[e] = dZ[e] + (1 - mc) * dec * dSe[e];
             }
+            if (p.rho.empty()) continue;
+            for (int t = 0; t < T; t++) // the L2 norm's backward (3.4i): dQ = ρ(dq̂ − q̂(q̂·dq̂)), dK likewise
+                for (int w = 0; w < 2; w++) {
+                    const size_t row = ((size_t)b * T + t) * H + h;
+                    double *d = (w ? r.dk.data() : r.dq.data()) + row * dk, dot = 0;
+                    const double rho = p.rho[(size_t)w * B * T * H + row];
+                    for (int e = 0; e < dk; e++) dot += (w ? Kf(t, e) : Q(t, e)) * d[e];
+                    for (int e = 0; e < dk; e++) d[e] = rho * (d[e] - (w ? Kf(t, e) : Q(t, e)) * dot);
+                }
         }
 }
 
 struct Dev {
-    float *qk, *v, *g, *beta, *m, *dout, *o, *state, *dqk, *dv, *dg, *dbeta, *dA, *ws;
+    float *qk, *v, *g, *beta, *m, *dout, *o, *state, *dqk, *dv, *dg, *dbeta, *dA, *ws, *rho;
 };
 static void dev_alloc(const Prob &p, Dev &d) {
     const size_t BT = (size_t)p.B * p.T;
@@ -182,6 +195,11 @@ static void dev_alloc(const Prob &p, Dev &d) {
     CUDA_CHECK(cudaMalloc(&d.dqk, BT * p.ldqk * 4)); CUDA_CHECK(cudaMalloc(&d.dv, BT * p.ldv * 4));
     CUDA_CHECK(cudaMalloc(&d.dg, BT * p.H * 4)); CUDA_CHECK(cudaMalloc(&d.dbeta, BT * p.H * 4)); CUDA_CHECK(cudaMalloc(&d.dA, p.m.size() * 4));
     CUDA_CHECK(cudaMalloc(&d.ws, gdn_op_workspace_floats(p.B, p.T, p.H, p.dk, p.dv) * 4));
+    d.rho = nullptr;
+    if (!p.rho.empty()) {
+        CUDA_CHECK(cudaMalloc(&d.rho, p.rho.size() * 4));
+        CUDA_CHECK(cudaMemcpy(d.rho, p.rho.data(), p.rho.size() * 4, cudaMemcpyHostToDevice));
+    }
     for (auto [dst, src] : {std::make_pair(d.qk, &p.qk), std::make_pair(d.v, &p.v)}) {
         if (g_gdn_st16) {  // bf16 mode: q̂, k̂, v in bf16, as the model stores them
             std::vector<__nv_bfloat16> h(src->size());
@@ -195,7 +213,7 @@ static void dev_alloc(const Prob &p, Dev &d) {
     CUDA_CHECK(cudaMemcpy(d.dout, p.dout.data(), p.dout.size() * 4, cudaMemcpyHostToDevice));
 }
 static void dev_free(Dev &d) {
-    float *ps[] = {d.qk, d.v, d.g, d.beta, d.m, d.dout, d.o, d.state, d.dqk, d.dv, d.dg, d.dbeta, d.dA, d.ws};
+    float *ps[] = {d.qk, d.v, d.g, d.beta, d.m, d.dout, d.o, d.state, d.dqk, d.dv, d.dg, d.dbeta, d.dA, d.ws, d.rho};
     for (float *x : ps) CUDA_CHECK(cudaFree(x));
 }
 // k̂: the second half of each qk row (bf16 values in bf16 mode)
@@ -213,7 +231,8 @@ static void run_fwd(const Prob &p, Dev &d) {
 static void run_bwd(const Prob &p, Dev &d, int dv_add = 0, bool zero = true) {
     const float *mm_ = p.use_m ? d.m : nullptr; // (the padding keeps its poison)
     if (dv_add && zero) CUDA_CHECK(cudaMemset2D(d.dv, (size_t)p.ldv * 4, 0, (size_t)p.H * p.dv * 4, (size_t)p.B * p.T));
-    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, dv_add, g_gdn_st16};
+    GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, dv_add, g_gdn_st16,
+                 d.rho};
     gdn_op_backward(d.dqk, d.dqk + (size_t)p.H * p.dk, d.dv, d.dg, d.dbeta, d.dA, d.dout, d.state, &a);
 }
 static void run_op(const Prob &p, Dev &d, int dv_add = 0) { run_fwd(p, d); run_bwd(p, d, dv_add); }
@@ -235,10 +254,12 @@ static double relerr(const std::vector<float> &a, const std::vector<double> &r) 
 // Bar 1e-2: 5x the unit roundoff, the errors of a few independently rounded operands adding in quadrature; the long-T
 // cases show that they do not grow with the number of chunks (the carried state stays fp32).
 static double case_bar(int, int) { return gdnc::g_lowp ? 1e-2 : 1e-4; }
-// mmode: 0 m = NULL (every chunk commits), 1 random 0/1, 2 random real, 3 none committed, 4 all committed (0/1 mask)
-static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int mmode, int pad = 0) {
+// mmode: 0 m = NULL (every chunk commits), 1 random 0/1, 2 random real, 3 none committed, 4 all committed (0/1 mask).
+// With l2 (the layers' use) the op returns dQ, dK through the L2 norm's backward (GdnArgs.rho), else dq̂, dk̂.
+static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int mmode, int pad = 0, bool l2 = true) {
     Prob p;
     make_prob(p, B, T, H, dk, dv, mmode >= 3 ? 1 : mmode, mmode == 3 ? 0.0 : mmode == 4 ? 1.0 : 0.5, pad);
+    if (!l2) p.rho.clear();
     const double bar = case_bar(dk, dv);
     Grads r;
     cpu_ref(p, r);
@@ -358,7 +379,9 @@ int main(int argc, char **argv) {
             ok &= test_case("tiny B2 T256 H2 dk48 dv96 m=NULL", 2, 256, 2, 48, 96, 0);
             ok &= test_case("tiny m01 unaligned ld (scalar path)", 2, 256, 2, 48, 96, 1, 1);
             ok &= test_case("B1 T512 H2 dk128 dv256 m01", 1, 512, 2, 128, 256, 1);
+            ok &= test_case("B1 T512 H2 dk128 dv256 m01 (dq̂, dk̂: no L2)", 1, 512, 2, 128, 256, 1, 0, false);
             ok &= test_case("B1 T256 H2 dk64 dv128 m-real", 1, 256, 2, 64, 128, 2);
+            ok &= test_case("tiny B2 T256 H2 dk48 dv96 m-real (no L2)", 2, 256, 2, 48, 96, 2, 0, false);
             ok &= test_case("B4 T256 H6 dk128 dv256 m01 (32-col)", 4, 256, 6, 128, 256, 1); // 192 state blocks
             ok &= test_case("B2 T64 H2 dk128 dv128 (one chunk)", 2, 64, 2, 128, 128, 1);
             ok &= test_case("B1 T1024 H2 dk64 dv128 none committed", 1, 1024, 2, 64, 128, 3);
