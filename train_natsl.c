@@ -87,9 +87,11 @@ static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real 
 // ================================================================================================
 
 // ---- embedding (§2, (2.1a)): h0[bt] = E[id[bt]] -------------------------------------------------------
+// out: the residual stream, stored in the matmul precision (bf16 in bf16 mode, doc/model.md §12.1 item 13)
 static void encoder_forward(real *out, const int *ids, const real *wte, int BT, int D) {
     #pragma omp parallel for
-    for (int bt = 0; bt < BT; bt++) memcpy(out + (size_t)bt * D, wte + (size_t)ids[bt] * D, D * sizeof(real));
+    for (int bt = 0; bt < BT; bt++)
+        for (int i = 0; i < D; i++) out[(size_t)bt * D + i] = matmul_precision(wte[(size_t)ids[bt] * D + i]);
 }
 // dwte[id[bt]] += dout[bt]   (2.3c)
 static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
@@ -102,8 +104,8 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
 
 // ---- linear layer (§0): out[BT][OC] = inp[BT][C] Wᵀ (+ add[BT][OC]), W[OC][C] ------------------------------
 // out_bf16: in bf16 mode the GPU stores out in bf16 (it only feeds kernels that read bf16: the short conv,
-// the gated norm's gate, SwiGLU, the classifier), so it is rounded here too. add (NULL: none): a residual stream
-// that the output lands on, (2.1c-d).
+// the gated norm's gate, SwiGLU, the classifier; or it is the residual stream), so it is rounded here too. add (NULL:
+// none): a residual stream that the output lands on, (2.1c-d).
 static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_bf16,
                            const real *add) {
     gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
@@ -912,7 +914,8 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
 // o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
-// (every layer: res is the residual stream that the output lands on, (2.1c); NULL: none)
+// (every layer: res is the residual stream that the output lands on, (2.1c), and out is stored as the stream is, in
+// the matmul precision; NULL: none, out in fp32: an S layer's two mixer outputs)
 static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
                               int T) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
@@ -920,7 +923,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
     gdn_inputs_forward(c, a, p, B, T);
     gdn_op_forward(a->gdn_out, a->state, &op);
     gated_norm_forward(a->y, a->norm_rstd, &norm);
-    matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0, res);
+    matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, res != NULL, res);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -943,7 +946,7 @@ static void attention_layer_forward(const Config *c, LayerActs *a, const LayerPa
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
     rope_forward(a->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, 1);
     attention_forward(a->att_out, a->lse, &op);
-    matmul_forward(out, a->att_out, p->wo, BT, D, D, 0, res);
+    matmul_forward(out, a->att_out, p->wo, BT, D, D, res != NULL, res);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -979,7 +982,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     attention_forward(a->att_out, a->lse, &att);
     gdn_op_forward(a->gdn_out, a->state, &gdn);
     gated_norm_forward(a->y, a->norm_rstd, &norm);
-    matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0, res);
+    matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, res != NULL, res);
 }
 // The softmax op's backward writes dV and dA[...][0]; the GDN op's then adds its part to dV and writes dA[...][1]:
 // together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
@@ -1018,7 +1021,7 @@ static void select_layer_forward(const Config *c, LayerActs *a, const LayerParam
     gdn_layer_forward(c, a, p, a->sel_out + n, NULL, B, T);
     for (size_t i = 0; i < n; i++) {
         out[i] = g->relaxed ? g->y_a * a->sel_out[i] + g->y_g * a->sel_out[n + i] : a->sel_out[(g->a ? 0 : n) + i];
-        if (res) out[i] += res[i];
+        if (res) out[i] = matmul_precision(out[i] + res[i]); // the residual stream
     }
 }
 // (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen (the penalty's λ_S/L, (7.3e), in the loss's scale), ∂L/∂y_G = ⟨dout, G(x)⟩,
@@ -1071,7 +1074,7 @@ static void block_forward(Model *M, int l, int B, int T) {
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T);
     else if (c->pattern[l] == 'S') {
@@ -1079,7 +1082,7 @@ static void block_forward(Model *M, int l, int B, int T) {
         select_layer_forward(c, a, p, a->r, a->res, B, T, &M->rb.sel[l]);
     } else natsl_layer_forward(c, a, p, a->r, a->res, B, T, M->router_relaxed, router_noise(M, l, B, T),
                              M->rb.noise ? M->rb.tau : 1);
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
@@ -1093,7 +1096,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     char kind = c->pattern[l];
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
     if (kind != 'A') { // G, N, S (an S layer's G mixer)
         int K = cfg_K(c), Vt = cfg_Vt(c);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
@@ -1101,7 +1104,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
                                          : gdn_layer_norm_args(c, a, p->o_norm, B, T);
         gated_norm_forward(a->y, a->norm_rstd, &norm);
     }
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
@@ -1116,9 +1119,9 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T);
-        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0, M->la[l].r);
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
     }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1, 1);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1, NULL);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);
@@ -1152,7 +1155,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0, 1);
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
@@ -1165,7 +1168,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D, DINP_WRITE_MP);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0, 1);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
@@ -1173,7 +1176,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0, 0);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0);
     }
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }

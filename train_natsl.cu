@@ -247,6 +247,18 @@ static void prof_print(double step_ms, int steps) {
     printf("  %-32s %9.2f ms  %5.1f%%\n", "everything else", (step_ms - known) / steps, 100 * (step_ms - known) / step_ms);
 }
 
+static int g_bf16 = 0; // bf16 mode (-p bf16): the matmul precision is bf16
+// The pointer of a tensor stored in the matmul precision where mp says so (bf16 in bf16 mode), for a kernel templated
+// on the element type: f(p) with p a float or a bf16 pointer.
+template <class F> static void with_mp(const real *x, int mp, F f) {
+    if (mp && g_bf16) f((const __nv_bfloat16 *)x);
+    else f(x);
+}
+template <class F> static void with_mp(real *x, int mp, F f) {
+    if (mp && g_bf16) f((__nv_bfloat16 *)x);
+    else f(x);
+}
+
 // ================================================================================================
 // 1. Layers. Each _forward is followed by its _backward. Same names, arguments and write-or-accumulate
 // contracts as train_natsl.c (its header states them); pointers are device pointers; everything runs on the
@@ -254,15 +266,16 @@ static void prof_print(double step_ms, int steps) {
 // ================================================================================================
 
 // ---- embedding (§2, (2.1a)): h0[bt] = E[id[bt]] -------------------------------------------------------
-__global__ void encoder_forward_kernel(float *out, const int *ids, const float *wte, int BT, int D) {
+// out: the residual stream, stored in the matmul precision
+template <class MP> __global__ void encoder_forward_kernel(MP *out, const int *ids, const float *wte, int BT, int D) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * D) return;
     size_t bt = i / D, d = i % D;
-    out[i] = wte[(size_t)ids[bt] * D + d];
+    st(out + i, wte[(size_t)ids[bt] * D + d]);
 }
 static void encoder_forward(real *out, const int *ids, const real *wte, int BT, int D) {
     PROF_OP();
-    encoder_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(out, ids, wte, BT, D);
+    with_mp(out, 1, [&](auto o) { encoder_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(o, ids, wte, BT, D); });
     CUDA_CHECK(cudaGetLastError());
 }
 // dE[id] += dout[bt] over the positions bt holding id, in the order of bt as train_natsl.c adds them: one block per
@@ -316,7 +329,6 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
 // (RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward), or the
 // call site copied them with operand(); the weight is copied here.
 static cublasHandle_t g_cublas;
-static int g_bf16 = 0;
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -541,7 +553,7 @@ static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void 
 // C = op(A) op(B) + beta C (column-major, cuBLAS's convention), or with add: C = op(A) op(B) + add (bf16: in the
 // product's epilogue; fp32: a second pass). C_mp: C is stored in the matmul precision (bf16 mode: bf16, rounded
 // from the fp32 accumulator).
-static void residual_add(real *out, const real *a, size_t n);
+static void residual_add(real *out, const real *x, const real *res, size_t n);
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
                  const void *B, int ldb, float beta, float *C, int ldc, int C_mp = 0, const float *add = NULL) {
     const float one = 1.f;
@@ -555,7 +567,7 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
                                     GEMM_WORKSPACE, 0));
     } else {
         CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
-        if (add) residual_add(C, add, (size_t)ldc * n);
+        if (add) residual_add(C, C, add, (size_t)ldc * n);
     }
 }
 // The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot`, bf16 values behind a real
@@ -650,16 +662,6 @@ __global__ void __launch_bounds__(256) rmsnorm_forward_kernel(Y *__restrict__ y,
     for (int j = 0; j < NJ; j++) xv[j] = xv[j] * s * wv[j];
     row_store<NJ, V4>(yr, xv, lane, n);
     if (lane == 0) rstd[r] = s;
-}
-// The pointer of a tensor stored in the matmul precision where mp says so (bf16 in bf16 mode), for a kernel templated
-// on the element type: f(p) with p a float or a bf16 pointer.
-template <class F> static void with_mp(const real *x, int mp, F f) {
-    if (mp && g_bf16) f((const __nv_bfloat16 *)x);
-    else f(x);
-}
-template <class F> static void with_mp(real *x, int mp, F f) {
-    if (mp && g_bf16) f((__nv_bfloat16 *)x);
-    else f(x);
 }
 // x_mp, y_mp: x, y are stored in the matmul precision (y: where it only feeds matmuls, the router's pool or the softmax
 // op; x: the N layer's Q, K)
@@ -1255,17 +1257,19 @@ __global__ void mean_loss_kernel(double *out, const float *losses, int BT) {
     if (threadIdx.x == 0) *out = sh[0] / BT;
 }
 
-// float4 at a time: n = B·T·D is a multiple of 4 (T % 64 == 0) and the buffers are 256-byte aligned
-__global__ void residual_add_kernel(float4 *out, const float4 *a, size_t n4) {
+// out = x + res, the residual stream (out, res) in the matmul precision, x fp32; four values a thread: n = B·T·D is a
+// multiple of 4 (T % 64 == 0) and the buffers are 256-byte aligned
+template <class MP> __global__ void residual_add_kernel(MP *out, const float4 *x, const MP *res, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    float4 o = out[i], b = a[i];
-    o.x += b.x; o.y += b.y; o.z += b.z; o.w += b.w;
-    out[i] = o;
+    const float4 a = x[i], b = ld4(res + 4 * i);
+    st4(out + 4 * i, a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
-static void residual_add(real *out, const real *a, size_t n) {
+static void residual_add(real *out, const real *x, const real *res, size_t n) {
     PROF_OP();
-    residual_add_kernel<<<(unsigned)CEIL_DIV(n / 4, 256), 256>>>((float4 *)out, (const float4 *)a, n / 4);
+    with_mp(out, 1, [&](auto o) {
+        residual_add_kernel<<<(unsigned)CEIL_DIV(n / 4, 256), 256>>>(o, (const float4 *)x, (decltype(o))res, n / 4);
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -5433,7 +5437,8 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
 // o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
-// (res NULL: none; bf16 mode adds it in the product's epilogue)
+// (res NULL: none, out fp32 (an S layer's mixer outputs); else out is the residual stream, stored in the matmul
+// precision as res is: bf16 mode adds res in the product's epilogue)
 static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
                               int T, int ops_kept) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
@@ -5441,7 +5446,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
     gdn_inputs_forward(c, a, p, B, T);
     if (!ops_kept) gdn_op_forward(a->gdn_out, a->state, &op);
     gated_norm_forward(a->y, a->norm_rstd, &norm);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, 0, res);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, res != NULL, res);
 }
 static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -5465,7 +5470,7 @@ static void attention_layer_forward(const Config *c, LayerActs *a, const LayerPa
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
     rope_forward(a->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, 1);
     if (!ops_kept) attention_forward(a->att_out, a->lse, &op);
-    if (!ops_kept) matmul_forward(out, a->att_out, p->wo, BT, D, D, 0, res);
+    if (!ops_kept) matmul_forward(out, a->att_out, p->wo, BT, D, D, res != NULL, res);
 }
 static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
@@ -5508,7 +5513,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
         gdn_op_forward(a->gdn_out, a->state, &gdn);
     }
     gated_norm_forward(a->y, a->norm_rstd, &norm);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, 0, res);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, res != NULL, res);
 }
 // The softmax op's backward writes dV and dA[...,0]; the GDN op's then adds its part to dV and writes dA[...,1]:
 // together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
@@ -5547,8 +5552,8 @@ static void select_layer_forward(const Config *c, LayerActs *a, const LayerParam
     attention_layer_forward(c, &aa, &pa, a->sel_out, NULL, B, T, ops_kept);
     gdn_layer_forward(c, a, p, a->sel_out + n, NULL, B, T, ops_kept);
     if (ops_kept) return;
-    CUDA_CHECK(cudaMemcpyAsync(out, a->sel_out + (g->a ? 0 : n), n * sizeof(real), cudaMemcpyDeviceToDevice));
-    if (res) residual_add(out, res, n);
+    if (res) residual_add(out, a->sel_out + (g->a ? 0 : n), res, n);
+    else CUDA_CHECK(cudaMemcpyAsync(out, a->sel_out + (g->a ? 0 : n), n * sizeof(real), cudaMemcpyDeviceToDevice));
 }
 // (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen, ∂L/∂y_G = ⟨dout, G(x)⟩ (two host reads), to s_sel through sel_grad (none
 // with gate_grad = 0); the chosen mixer's backward gets dout, the other none.
@@ -5589,7 +5594,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
     else if (c->pattern[l] == 'S') {
@@ -5597,7 +5602,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
         select_layer_forward(c, a, p, a->r, a->res, B, T, &M->rb.sel[l], ops_kept);
     } else natsl_layer_forward(c, a, p, a->r, a->res, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
                              M->rb.noise ? M->rb.tau : 1);
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
@@ -5612,7 +5617,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     char kind = c->pattern[l];
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
     if (kind != 'A') { // G, N, S (an S layer's G mixer)
         int K = cfg_K(c), Vt = cfg_Vt(c);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
@@ -5620,7 +5625,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
                                          : gdn_layer_norm_args(c, a, p->o_norm, B, T);
         gated_norm_forward(a->y, a->norm_rstd, &norm);
     }
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
@@ -5643,9 +5648,9 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T, 0);
-        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 0, M->la[l].r);
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
     }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 0, 1);
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1, 1);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1, NULL);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
@@ -5681,7 +5686,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 0, 1,
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1,
                      operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT));
     grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
@@ -5697,7 +5702,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
                         DINP_WRITE_MP);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 0, 1,
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1,
                          operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT));
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
@@ -5706,7 +5711,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 0, 0,
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0,
                          l > 0 ? operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT) : NULL);
         grads_ready(M, l + 1);
     }

@@ -52,7 +52,7 @@ static void init_params(real *w, const ParamTensor *t, int nt, uint64_t seed) {
 
 // One layer's activations (and, with the same layout, the gradients of one layer's activations).
 typedef struct {
-    real *res;                  // h^l, the block input [BT][D]
+    real *res;                  // h^l, the block input [BT][D] (the residual stream: stored in the matmul precision)
     real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
     real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
                                 //   (A: stored in the matmul precision, as is its att_out)
@@ -74,7 +74,7 @@ typedef struct {
     real *aproj;                // S: the A mixer's x W_qkv_aᵀ [BT][3D] (its att_out [BT][D] and lse are the fields above)
     real *sel_out;              // S: the two mixers' outputs A(x) | G(x) [2][BT][D] (§7.3)
     real *norm_rstd, *y;        // G,N: gated output norm rstd [2][rows], its output [BT][Vt]
-    real *r, *xn2, *rstd2;      // h + mixer output [BT][D]; RMSNorm of it [BT][D], [BT]
+    real *r, *xn2, *rstd2;      // h + mixer output [BT][D] (residual stream, as res); RMSNorm of it [BT][D], [BT]
     real *gu, *hmid;            // MLP: x[W_gate;W_up]ᵀ [BT][2F], silu(gate)⊙up [BT][F]
 } LayerActs;
 
@@ -139,7 +139,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             size_t n_ = half && ((cls) & (grads ? MG : MA)) ? ((size_t)(n) + 1) / 2 : (size_t)(n); \
             a->field = base ? base + off : NULL; off += (n_ + 63) / 64 * 64; \
             if (g_layout_report && !grads) g_layout_report(#field, (n_ + 63) / 64 * 64); } } while (0)
-        TAKE(res, BT * D, KP); TAKE(xn, BT * D, SH | G | WH | MA); TAKE(rstd1, BT, R);
+        TAKE(res, BT * D, KP | MA); TAKE(xn, BT * D, SH | G | WH | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
             TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA); // N: its backward reads Q, K (ω, qa, ka)
@@ -161,7 +161,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | WH | MA);
         if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | WH | MA | MG); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
-        TAKE(r, BT * D, OP); TAKE(xn2, BT * D, SH | G | WH | ML | MA | MG); TAKE(rstd2, BT, R);
+        TAKE(r, BT * D, OP | MA); TAKE(xn2, BT * D, SH | G | WH | ML | MA | MG); TAKE(rstd2, BT, R);
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG | ML); TAKE(hmid, BT * c->F, SH | G | WH | ML | MA | MG);
 #undef TAKE
     }

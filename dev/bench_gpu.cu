@@ -219,8 +219,10 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     LayerActs *a = &M.la[0];
     const LayerParams *p = &M.p.layer[0];
     LayerParams *gp = &M.g.layer[0];
-    fill(a->res, (size_t)BT * c.D, 1, 1.7f);
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, c.D, c.D, c.D, 0, 1); // in the matmul precision
+    fill(M.dres, (size_t)BT * c.D, 1, 1.7f); // the layer input (the residual stream, in the matmul precision)
+    if (g_bf16) rows_to_bf16((bf16 *)a->res, M.dres, c.D, BT, c.D);
+    else CUDA_CHECK(cudaMemcpy(a->res, M.dres, (size_t)BT * c.D * sizeof(real), cudaMemcpyDeviceToDevice));
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, c.D, c.D, c.D, 1, 1);
     fill(M.dres, (size_t)BT * c.D, 2, 1e-3f);
     real *fixed = NULL;
     if (kind == 'N' && frac >= 0) {
@@ -243,9 +245,9 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     std::vector<float> tf, tb;
     for (int it = 0; it < iters + 2; it++) {
         CUDA_CHECK(cudaEventRecord(e0));
-        if (kind == 'G') gdn_layer_forward(&c, a, p, a->r, NULL, B, T, 0);
-        else if (kind == 'A') attention_layer_forward(&c, a, p, a->r, NULL, B, T, 0);
-        else natsl_layer_forward(&c, a, p, a->r, NULL, B, T, 0, 0, NULL, 1);
+        if (kind == 'G') gdn_layer_forward(&c, a, p, a->r, a->res, B, T, 0);
+        else if (kind == 'A') attention_layer_forward(&c, a, p, a->r, a->res, B, T, 0);
+        else natsl_layer_forward(&c, a, p, a->r, a->res, B, T, 0, 0, NULL, 1);
         CUDA_CHECK(cudaEventRecord(e1));
         LayerActs d;
         grads_scratch(&M, &d, kind, B, T, 0);
