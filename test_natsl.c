@@ -867,7 +867,7 @@ static void test_recompute_identical(void) {
     }
     CHECK(size[2] < size[1] && size[1] < size[0], "recompute does not save memory (%zu, %zu, %zu values)", size[0], size[1], size[2]);
     const LayerActs *g = &M[0].la[0], *n1 = &M[0].la[1], *s = &M[0].la[3], *n2 = &M[0].la[4]; // G N A S N
-    CHECK(n1->xn == n2->xn && n1->xn2 == n2->xn2 && n1->y == n2->y && n1->hmid == n2->hmid && n1->gate != n2->gate &&
+    CHECK(n1->xn == n2->xn && n1->xn2 != n2->xn2 && n1->y != n2->y && n1->hmid == n2->hmid && n1->gate != n2->gate &&
           n1->v == n2->v && n1->qk != n2->qk && n1->proj != n2->proj && n1->gu != n2->gu && n1->r != n2->r,
           "-k 0: the N layers do not share exactly the SHARED fields");
     CHECK(g->qk == s->qk && g->xn == s->xn && g->hmid == s->hmid && g->gate != s->gate && g->v == s->v && g->proj != s->proj,

@@ -5608,8 +5608,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
 }
 
 // Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
-// block_forward computed them: the two RMSNorm outputs, the conv's V, the gated norm's output y and the MLP's hidden
-// hmid.
+// block_forward computed them: the first RMSNorm's output, the conv's V and the MLP's hidden hmid.
 static void block_rebuild(Model *M, int l, int B, int T) {
     PROF_OP(); // its ops count here, not under their own names
     const Config *c = &M->cfg;
@@ -5621,11 +5620,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     if (kind != 'A') { // G, N, S (an S layer's G mixer)
         int K = cfg_K(c), Vt = cfg_Vt(c);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
-        GatedNormArgs norm = kind == 'N' ? natsl_norm_args(c, a, p->n1, p->n2, B, T)
-                                         : gdn_layer_norm_args(c, a, p->o_norm, B, T);
-        gated_norm_forward(a->y, a->norm_rstd, &norm);
     }
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
     swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 

@@ -100,8 +100,8 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // and level 2 reruns; REST is what any recompute level rebuilds; SHARED is what no layer keeps, so all layers
 // share one copy: what only the layer's forward reads (a G layer's conv outputs Q and K: the L2 norm's backward
 // works from q̂, k̂), and what one cheap pass rebuilds from what the layer keeps before its backward
-// (block_rebuild): the two RMSNorm outputs xn and xn2, the conv's output V, the gated norm's output y and the MLP's
-// hidden hmid.
+// (block_rebuild): the first RMSNorm's output xn, the conv's output V and the MLP's hidden hmid (the second RMSNorm's
+// output xn2 and the gated norm's output y are kept: the room the bf16 residual stream freed).
 // GRADS, a layout of its own, holds only the fields whose gradients the backward pass computes (the gradient
 // scratch), in two layouts over the same room, one after the other: with GRADS_MLP or'ed in, the MLP's (xn2, hmid,
 // gu), without it the mixer's, which the backward pass needs only once the MLP's are spent. In each: first the
@@ -148,7 +148,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
             TAKE(qk_hat, 2 * BT * K, R | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH | MA); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
-            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, SH | G | WH | MA | MG);
+            TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G | WH | MA | MG);
         }
         if (kind == 'N') {
             TAKE(qka, 2 * BT * K, R | G | WH | MA); TAKE(qka_rstd, 2 * BT * Ha, R);
@@ -161,7 +161,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | WH | MA);
         if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | WH | MA | MG); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
-        TAKE(r, BT * D, OP | MA); TAKE(xn2, BT * D, SH | G | WH | ML | MA | MG); TAKE(rstd2, BT, R);
+        TAKE(r, BT * D, OP | MA); TAKE(xn2, BT * D, R | G | WH | ML | MA | MG); TAKE(rstd2, BT, R);
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG | ML); TAKE(hmid, BT * c->F, SH | G | WH | ML | MA | MG);
 #undef TAKE
     }
