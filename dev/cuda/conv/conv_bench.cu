@@ -13,6 +13,10 @@
 // (0.618 ms), so the instructions of silu' are not what binds it. Loading four rows of x and dy before using any in
 // the tile's interior (no tests there) did bind it: 0.467 -> 0.368 ms (run 5, the same bits; the trainer does it now),
 // 0.382 with the registers capped for 4 blocks an SM (spills).
+// Session 17: the L2 norm's forward folded into the Q and K runs (a block of d_k threads taking two heads; each row's
+// Σy² by warp shuffles, then over a head's warps through shared memory, one barrier an 8-row batch) was correct but
+// slower than the conv followed by l2norm_forward: 0.279 ms (Q, K also stored) / 0.267 (not) against 0.240 ms at the
+// 340m size (dev/results/2026-11-26_s17_run8_h100); not kept.
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench
