@@ -4454,9 +4454,9 @@ __device__ __forceinline__ void pair_sync(int w) {
 // then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of being read. Elementwise
 // factors at the accumulator positions: dPm, dTV, dQ1 (fp32) loaded into registers before the product they meet, their
 // latency under it (0.448 → 0.385 ms at the 340m size, though ptxas spills 96 bytes at d_k = 128), X (fp32) after it,
-// q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two
-// terms: the same sum in either order), a column's from its four row strips as four partial sums, added in a fixed
-// order (so the op is bitwise reproducible). With a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the
+// q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The per-token sums that feed dg and
+// dβ go to shared memory: a row's from its two warps by atomics (two terms: the same sum in either order), a column's
+// from its four row strips as four partial sums, added in a fixed order (so the op is bitwise reproducible). With a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the
 // row dots q̂·dq̂, k̂·dk̂ summed as dg's row sums are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise
 // from dq̂ parked in shared memory over the tiles the dK pass has spent while the two warps of its row strip meet at a
 // barrier of their own: l2norm_backward's two passes over dq̂, dk̂ gone.
