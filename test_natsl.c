@@ -979,6 +979,70 @@ static void test_acts_layout_report(void) {
     g_layout_report = NULL;
 }
 
+// bf16 mode stores a tensor in bf16 on the GPU where the layout gives it half the room (ACTS_BF16); the CPU's -p bf16
+// must round exactly those tensors where it stores them, so that make test's CPU-vs-GPU comparison compares like with
+// like. After a bf16 forward of a one-layer model of each kind (so that the shared scratch holds that layer's fields),
+// each such activation field holds bf16 values only (the residual stream h^l, r among them). The fields are found by
+// name from the layout's report, halved or not.
+#define ACT_FIELD(f) {#f, offsetof(LayerActs, f)}
+static const struct { const char *name; size_t off; } g_act_fields[] = {
+    ACT_FIELD(res), ACT_FIELD(xn), ACT_FIELD(rstd1), ACT_FIELD(proj), ACT_FIELD(qk), ACT_FIELD(v), ACT_FIELD(gate),
+    ACT_FIELD(ab), ACT_FIELD(g), ACT_FIELD(beta), ACT_FIELD(qk_hat), ACT_FIELD(qk_rho), ACT_FIELD(gdn_out),
+    ACT_FIELD(state), ACT_FIELD(qka), ACT_FIELD(qka_rstd), ACT_FIELD(att_out), ACT_FIELD(lse), ACT_FIELD(omega_raw),
+    ACT_FIELD(omega), ACT_FIELD(pool), ACT_FIELD(rlogits), ACT_FIELD(rpi), ACT_FIELD(rmask), ACT_FIELD(aproj),
+    ACT_FIELD(sel_out), ACT_FIELD(norm_rstd), ACT_FIELD(y), ACT_FIELD(r), ACT_FIELD(xn2), ACT_FIELD(rstd2),
+    ACT_FIELD(gu), ACT_FIELD(hmid)};
+#undef ACT_FIELD
+#define NFIELDS (sizeof(g_act_fields) / sizeof(g_act_fields[0]))
+static size_t g_field_n[2][NFIELDS]; // [halved][field]: the reals each field takes in the layer kind at hand
+static int g_field_half, g_field_unknown;
+static void record_field(const char *field, size_t n) {
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (!strcmp(field, g_act_fields[i].name)) { g_field_n[g_field_half][i] = n; return; }
+    g_field_unknown++;
+}
+static void test_bf16_stored_fields_rounded(void) {
+    const int B = 2, T = 128;
+    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
+    int halved = 0, bad = 0;
+    for (const char *k = "GNAS"; *k; k++) {
+        char pat[2] = {*k, 0};
+        Config cf = small_config(pat, *k == 'N'); // the N layer with RoPE: qa, ka rotated after rounding
+        memset(g_field_n, 0, sizeof(g_field_n));
+        g_field_unknown = 0;
+        g_layout_report = record_field;
+        LayerActs tmp;
+        for (g_field_half = 0; g_field_half < 2; g_field_half++)
+            layer_acts_layout(&tmp, &cf, *k, B, T, NULL, ACTS_ALL | (g_field_half ? ACTS_BF16 : 0));
+        g_layout_report = NULL;
+        CHECK(g_field_unknown == 0, "%c layer: %d reported fields are not in the test's list", *k, g_field_unknown);
+        Model M;
+        model_build(&M, &cf);
+        model_init(&M, 3);
+        model_alloc_acts(&M, B, T, 0);
+        uint64_t r = rng_seed(11);
+        for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf.V; tg[i] = rng_u32(&r) % cf.V; }
+        g_bf16 = 1;
+        model_forward(&M, in, tg, B, T);
+        g_bf16 = 0;
+        for (size_t i = 0; i < NFIELDS; i++) {
+            if (!g_field_n[0][i] || g_field_n[1][i] == g_field_n[0][i]) continue; // no such field, or stored in fp32
+            halved++;
+            const real *x = *(real *const *)((const char *)&M.la[0] + g_act_fields[i].off);
+            size_t off = 0;
+            for (size_t j = 0; j < g_field_n[0][i]; j++) off += x[j] != round_bf16(x[j]);
+            if (off) printf("  %c layer, %s: %zu of %zu values not bf16\n", *k, g_act_fields[i].name, off, g_field_n[0][i]);
+            bad += off > 0;
+        }
+        model_free(&M);
+    }
+    printf("  %d (layer kind, field) pairs stored in bf16 checked\n", halved);
+    CHECK(halved >= 40, "only %d fields halve with ACTS_BF16", halved);
+    CHECK(bad == 0, "%d fields the GPU stores in bf16 hold values the CPU's -p bf16 did not round", bad);
+    free(in); free(tg);
+}
+#undef NFIELDS
+
 // The gradient scratch's two layouts (common/layout.h): the MLP's holds exactly dxn2, dhmid and dgu, the mixer's
 // everything else, and the scratch is as large as the larger of the two (they take turns), not their sum.
 static void test_grads_layout_phases(void) {
@@ -2558,6 +2622,7 @@ int main(int argc, char **argv) {
     RUN(test_acts_layout_bf16);
     RUN(test_acts_layout_report);
     RUN(test_grads_layout_phases);
+    RUN(test_bf16_stored_fields_rounded);
     RUN(test_grads_scratch_unzeroed);
     register_data_tests();
     RUN(test_checkpoint_roundtrip);

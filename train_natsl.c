@@ -174,12 +174,13 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
 }
 
 // ---- SwiGLU (§2, (2.2a)): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
+// h is stored in the matmul precision (it feeds only W_down's product)
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++)
         for (int i = 0; i < F; i++) {
             const real *row = gu + (size_t)bt * 2 * F;
-            h[(size_t)bt * F + i] = silu(row[i]) * row[F + i];
+            h[(size_t)bt * F + i] = matmul_precision(silu(row[i]) * row[F + i]);
         }
 }
 // dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)]   (2.2b): WRITES dgu (SwiGLU is its only producer)
@@ -741,7 +742,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 // ---- the gated output norm (§3.3 (3.3b), §5.6 (5.6b)) ------------------------------------------------------------
 // Rows of width n, contiguous [R][n]. Two inputs (N layer): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
 // ⊙ silu(gate), ω [R][2]. One input (G layer: o2 = ω = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
-// rstd [2][R] keeps both inputs' reciprocal RMS.
+// rstd [2][R] keeps both inputs' reciprocal RMS. y is stored in the matmul precision (it feeds only W_o's product).
 static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
     const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
     int R = a->rows, n = a->n;
@@ -760,7 +761,7 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
         for (int i = 0; i < n; i++) {
             real nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
                            : o1[o + i] * s1 * w1[i];
-            y[o + i] = nsum * silu(gate[o + i]);
+            y[o + i] = matmul_precision(nsum * silu(gate[o + i]));
         }
     }
 }
