@@ -1299,11 +1299,12 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 // A check mode, not a fast one: the CPU computes what train_natsl_cu -p bf16 computes, so the two can be
 // compared tightly (test_natsl.c). The GPU's matmuls take bf16 operands and accumulate in fp32; so gemm rounds
 // every operand to bf16 (round to nearest even) as it packs it, and accumulates in fp32. The GPU also stores in bf16
-// a few matmul outputs (matmul_forward's out_bf16), the RMSNorm outputs that feed matmuls or the softmax op
-// (rmsnorm_forward's y_mp), the token mixers' operands (the conv's Q, K, V, the L2 norm's q̂, k̂, the N layer's RoPE'd
-// qa, ka), the GDN op's chunk-start states (gdn_op_forward, (5.4h)) and its output (GdnArgs.out_mp): those are rounded
-// with matmul_precision() where they are stored; and its bf16 attention kernels read bf16 copies of dout and out and
-// store a bf16 output (attention_operands_bf16 below).
+// a few matmul outputs (matmul_forward's out_bf16), the residual stream (the embedding, each residual add, doc/model.md
+// §12.1 item 13), the RMSNorm outputs that feed matmuls or the softmax op (rmsnorm_forward's y_mp), the gated norm's
+// and SwiGLU's outputs, the token mixers' operands (the conv's Q, K, V, the L2 norm's q̂, k̂, the N layer's RoPE'd qa,
+// ka), the GDN op's chunk-start states (gdn_op_forward, (5.4h)) and its output (GdnArgs.out_mp): those are rounded with
+// matmul_precision() where they are stored (test_natsl.c checks every field the GPU's layout stores in bf16); and its
+// bf16 attention kernels read bf16 copies of dout and out and store a bf16 output (attention_operands_bf16 below).
 static real round_bf16(real x) {
     float f = (float)x;
     uint32_t u;
