@@ -4985,8 +4985,8 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
     real *ws = a->ws;
-    const bool fold = gdn_use_chunked(dkh, dvh) && in16; // bwd_final_bf16 takes the L2 norm's backward (GdnArgs.rho)
-    if (gdn_use_chunked(dkh, dvh))
+    const bool chunked = gdn_use_chunked(dkh, dvh), fold = chunked && in16; // fold: bwd_final_bf16 takes GdnArgs.rho
+    if (chunked)
         gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws, in16,
                        a->dv_add, fold ? a->rho : nullptr);
     else
