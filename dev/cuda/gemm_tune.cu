@@ -2,7 +2,8 @@
 // model's linear layers at B·T = 32768 tokens in bf16 (the products train_natsl.cu's gemm() runs: forward, the
 // input gradient and the weight gradient of each). Prints, per product, the time of cublasGemmEx (what the trainer
 // calls), of cuBLASLt's first heuristic choice and of the fastest of its first 16 candidates, and the TFLOP/s.
-// Decides whether an algorithm search in the trainer would pay. Random bf16 operands, fp32 output.
+// Decides whether an algorithm search in the trainer would pay, and which shape a merged product should take. Random
+// bf16 operands, fp32 output.
 //   nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 dev/cuda/gemm_tune.cu -o gemm_tune -lcublasLt -lcublas && ./gemm_tune
 #include <cstdio>
 #include <cstdlib>
@@ -43,21 +44,25 @@ template <class F> static float time_ms(F f, int reps = 10) {
 
 int main() {
     const int BT = 32768;
-    struct Layer { const char *name; int C, OC; } layers[] = {
-        {"wqkv", 1024, 3072}, {"wg", 1024, 1536}, {"wo", 1536, 1024}, {"wgu", 1024, 5632}, {"wdown", 2816, 1024},
-        {"head", 1024, 32000}};
+    // ldo: the rows of out / dout (≥ OC). The G and N layers' input projection as separate products (wqkv, wg, wab)
+    // and merged ones: all four weights (OC = 4620, rows padded to 4624), the same padded to a 4624-row weight, and
+    // W_qkv|W_g alone (4608) in rows of 4608 or 4624.
+    struct Layer { const char *name; int C, OC, ldo; } layers[] = {
+        {"wqkv", 1024, 3072, 3072}, {"wg", 1024, 1536, 1536}, {"wab", 1024, 12, 12}, {"win", 1024, 4620, 4624},
+        {"win16", 1024, 4624, 4624}, {"wqg", 1024, 4608, 4608}, {"wqgld", 1024, 4608, 4624},
+        {"wo", 1536, 1024, 1024}, {"wgu", 1024, 5632, 5632}, {"wdown", 2816, 1024, 1024}, {"head", 1024, 32000, 32000}};
     size_t maxA = 0, maxB = 0, maxC = 0;
     std::vector<Product> ps;
     for (auto &l : layers) {
         // forward: out (OC×BT) = Wᵀ-view (OC×C) · inp (C×BT)
-        ps.push_back({l.name, CUBLAS_OP_T, CUBLAS_OP_N, l.OC, BT, l.C, l.C, l.C, l.OC, 0.f});
+        ps.push_back({l.name, CUBLAS_OP_T, CUBLAS_OP_N, l.OC, BT, l.C, l.C, l.C, l.ldo, 0.f});
         // input gradient: dinp (C×BT) = W (C×OC) · dout (OC×BT)
-        ps.push_back({l.name, CUBLAS_OP_N, CUBLAS_OP_N, l.C, BT, l.OC, l.C, l.OC, l.C, 0.f});
+        ps.push_back({l.name, CUBLAS_OP_N, CUBLAS_OP_N, l.C, BT, l.OC, l.C, l.ldo, l.C, 0.f});
         // weight gradient: dW (C×OC) += inp (C×BT) · doutᵀ (BT×OC)
-        ps.push_back({l.name, CUBLAS_OP_N, CUBLAS_OP_T, l.C, l.OC, BT, l.C, l.OC, l.C, 1.f});
+        ps.push_back({l.name, CUBLAS_OP_N, CUBLAS_OP_T, l.C, l.OC, BT, l.C, l.ldo, l.C, 1.f});
         maxA = std::max(maxA, (size_t)l.C * std::max(l.OC, BT));
-        maxB = std::max(maxB, (size_t)std::max(l.C, l.OC) * BT);
-        maxC = std::max(maxC, (size_t)std::max(l.C, l.OC) * BT);
+        maxB = std::max(maxB, (size_t)std::max(l.C, l.ldo) * BT);
+        maxC = std::max(maxC, (size_t)std::max(l.C, l.ldo) * BT);
     }
     __nv_bfloat16 *A, *B; float *Cm; void *ws;
     const size_t wsz = 64 << 20;
