@@ -1860,6 +1860,10 @@ __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
+__device__ __forceinline__ void stsm4t(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n"
+                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
@@ -3474,6 +3478,25 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&ac
         fa[kk][3] = pack_bf16(sgn * acc[2 * kk + 1][2], sgn * acc[2 * kk + 1][3]);
     }
 }
+// A warp's 16 value columns of a chunk-start state, held as the A fragments fa of Sᵀ (acc_to_a, sign +1), to
+// dst[d_k][ld] (bf16, the warp's first column at dst): stmatrix writes the fragments transposed into the warp's
+// staging rows stg [DK][16] (the two 16-byte halves of rows 4..7 of every 8 swapped: no bank conflicts), then each lane
+// stores 16-byte runs of d_k rows (a sixteenth of the instructions of storing two bytes at a time).
+template <int DK>
+__device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uint32_t (&fa)[DK / 16][4], bf16 *stg) {
+    const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < DK / 16; kk++)
+        stsm4t(fa_smem_u32(stg + (16 * kk + 8 * (mi >> 1) + r) * 16 + 8 * ((mi & 1) ^ (r >> 2))), fa[kk]);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < DK / 16; i++) {
+        const int v = lane + 32 * i, row = v >> 1, half = v & 1;
+        *reinterpret_cast<uint4 *>(dst + (size_t)row * ld + 8 * half) =
+            *reinterpret_cast<const uint4 *>(stg + row * 16 + 8 * (half ^ ((row >> 2) & 1)));
+    }
+    __syncwarp();
+}
 // acc[16 × NN] += A[16 × NK] · B[:, n0 .. n0+NN), B read by ldmatrix from a swizzled bf16 tile X (rows of LD): XT: X =
 // Bᵀ, [N rows][NK] (k along the rows); else X = B, [NK rows][N] (ldmatrix.trans). n0 % 16 == 0.
 template <int NK, int NN, int LD, bool XT>
@@ -3750,8 +3773,8 @@ template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
     constexpr int NT = 32 * NW;
     extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Wsm = reinterpret_cast<bf16 *>(smraw), *Ksm = Wsm + 2 * CH * DK;
-    float *Gsm = reinterpret_cast<float *>(Ksm + 2 * CH * DK), *Fs = Gsm + 2 * CH;  // Fs: m λ per token
+    bf16 *Wsm = reinterpret_cast<bf16 *>(smraw), *Ksm = Wsm + 2 * CH * DK, *Stg = Ksm + 2 * CH * DK;
+    float *Gsm = reinterpret_cast<float *>(Stg + NW * DK * 16), *Fs = Gsm + 2 * CH;  // Fs: m λ per token
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
@@ -3764,11 +3787,14 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
         if (c + 1 < Nc) { state_issue<DK, NT>(Wsm + (s ^ 1) * CH * DK, Ksm + (s ^ 1) * CH * DK, Gsm + (s ^ 1) * CH, a, row0 + CH); fa_commit(); }
-        const size_t st0 = (bh * Nc + c) * (size_t)DK * dv + v0;  // snapshot S^start_c, [dk][dv]
+        uint32_t fa[DK / 16][4];
+        acc_to_a<DK / 16>(fa, S, 1.f);
+        // snapshot S^start_c, [dk][dv] in bf16 (the bf16 kernels run with bf16 states: takes_bf16)
+        store_state_cols<DK>(reinterpret_cast<bf16 *>(a.state) + (bh * Nc + c) * (size_t)DK * dv + v0, dv, fa, Stg + w * DK * 16);
 #pragma unroll
-        for (int j = 0; j < DK / 8; j++)
+        for (int kk = 0; kk < DK / 16; kk++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) st_put(a.state, st0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), S[j][q], a.st16);
+            for (int e = 0; e < 4; e++) fa[kk][e] ^= 0x80008000u;  // −S (the sign bits of both halves)
         float V[8][4];  // Vnᵀ, initialised with Uᵀ
         float *U = a.U + row0 * dv + v0;
         if (c + 1 < Nc)  // the next chunk's U rows (this warp's 64 bytes of each) into L2
@@ -3777,8 +3803,6 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) V[j][q] = U[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)];
-        uint32_t fa[DK / 16][4];
-        acc_to_a<DK / 16>(fa, S, -1.f);
         if (c + 1 < Nc) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
         mma_x<DK, CH, DK, true>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
@@ -3806,7 +3830,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         __syncthreads();  // buffer s and Fs are free for chunk c + 1
     }
 }
-template <int DK> constexpr size_t fwd_state_bf16_smem() { return 4 * CH * DK * sizeof(bf16) + 3 * CH * sizeof(float); }
+template <int DK> constexpr size_t fwd_state_bf16_smem(int nw) { return (4 * CH + 16 * nw) * DK * sizeof(bf16) + 3 * CH * sizeof(float); }
 
 template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
@@ -4732,7 +4756,7 @@ template <int DK, bool FWD> static void (*state_kernel(int nw))(GA) {
     else return nw == 8 ? bwd_state_bf16_kernel<DK, 8> : nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>;
 }
 // its shared memory (the chunk tiles, double-buffered; the backward's also each warp's slices)
-template <int DK, bool FWD> static size_t state_smem(int nw) { return FWD ? fwd_state_bf16_smem<DK>() : bwd_state_bf16_smem<DK>(nw); }
+template <int DK, bool FWD> static size_t state_smem(int nw) { return FWD ? fwd_state_bf16_smem<DK>(nw) : bwd_state_bf16_smem<DK>(nw); }
 template <int DK> static void set_attrs() {
     static bool done = false;
     if (done) return;
