@@ -3453,7 +3453,8 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
 // the accumulators as their A operand (rows = value columns), and each warp is independent of the others: the block
 // only shares the chunk's W and K tiles (prep's bf16 W, K as stored; double-buffered cp.async, swizzled rows read
 // by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
-// too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16.
+// too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16 (the
+// forward's from the A fragments through per-warp staging rows: store_state_cols).
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
 //   backward: dVnᵀ += (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (R_c of bwd_rhs computed here, from
 //             Q as stored and dO rounded to bf16)
