@@ -3482,7 +3482,7 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&ac
 // A warp's 16 value columns of a chunk-start state, held as the A fragments fa of Sᵀ (acc_to_a, sign +1), to
 // dst[d_k][ld] (bf16, the warp's first column at dst): stmatrix writes the fragments transposed into the warp's
 // staging rows stg [DK][16] (the two 16-byte halves of rows 4..7 of every 8 swapped: no bank conflicts), then each lane
-// stores 16-byte runs of d_k rows (a sixteenth of the instructions of storing two bytes at a time).
+// stores DK/16 runs of 16 bytes along d_v (in place of 4·DK/8 two-byte stores).
 template <int DK>
 __device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uint32_t (&fa)[DK / 16][4], bf16 *stg) {
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
@@ -3791,7 +3791,8 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         uint32_t fa[DK / 16][4];
         acc_to_a<DK / 16>(fa, S, 1.f);
         // snapshot S^start_c, [dk][dv] in bf16 (the bf16 kernels run with bf16 states: takes_bf16)
-        store_state_cols<DK>(reinterpret_cast<bf16 *>(a.state) + (bh * Nc + c) * (size_t)DK * dv + v0, dv, fa, Stg + w * DK * 16);
+        store_state_cols<DK>(reinterpret_cast<bf16 *>(a.state) + (bh * Nc + c) * (size_t)DK * dv + v0, dv, fa,
+                             Stg + w * DK * 16);
 #pragma unroll
         for (int kk = 0; kk < DK / 16; kk++)
 #pragma unroll
@@ -3831,7 +3832,9 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         __syncthreads();  // buffer s and Fs are free for chunk c + 1
     }
 }
-template <int DK> constexpr size_t fwd_state_bf16_smem(int nw) { return (4 * CH + 16 * nw) * DK * sizeof(bf16) + 3 * CH * sizeof(float); }
+template <int DK> constexpr size_t fwd_state_bf16_smem(int nw) {
+    return (4 * CH + 16 * nw) * DK * sizeof(bf16) + 3 * CH * sizeof(float);
+}
 
 template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
@@ -4756,8 +4759,11 @@ template <int DK, bool FWD> static void (*state_kernel(int nw))(GA) {
     if constexpr (FWD) return nw == 8 ? fwd_state_bf16_kernel<DK, 8> : nw == 4 ? fwd_state_bf16_kernel<DK, 4> : nw == 2 ? fwd_state_bf16_kernel<DK, 2> : fwd_state_bf16_kernel<DK, 1>;
     else return nw == 8 ? bwd_state_bf16_kernel<DK, 8> : nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>;
 }
-// its shared memory (the chunk tiles, double-buffered; the backward's also each warp's slices)
-template <int DK, bool FWD> static size_t state_smem(int nw) { return FWD ? fwd_state_bf16_smem<DK>(nw) : bwd_state_bf16_smem<DK>(nw); }
+// its shared memory (the chunk tiles, double-buffered; the forward's also each warp's staging rows, the backward's
+// each warp's slices)
+template <int DK, bool FWD> static size_t state_smem(int nw) {
+    return FWD ? fwd_state_bf16_smem<DK>(nw) : bwd_state_bf16_smem<DK>(nw);
+}
 template <int DK> static void set_attrs() {
     static bool done = false;
     if (done) return;
