@@ -4478,16 +4478,17 @@ __device__ __forceinline__ void pair_sync(int w) {
 // The same math as bwd_final_kernel with every 64×64 and 64×dk product as mma.sync m16n8k16 (bf16 operands, fp32
 // accumulation). Warp w owns rows R0 = 16(w & 3) .. +15 of every product; of a 64-wide result the columns
 // C0 = 32(w >> 2) .. +31, of a dk-wide one N0 = (dk/2)(w >> 2) .. +dk/2−1. Operands in shared memory as swizzled bf16
-// tiles: Q, K (as stored), dWm, T (bf16, from vloop1 and prep), and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and
-// then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of being read. Elementwise
-// factors at the accumulator positions: dPm, dTV, dQ1 (fp32) loaded into registers before the product they meet, their
-// latency under it (0.448 → 0.385 ms at the 340m size, though ptxas spills 96 bytes at d_k = 128), X (fp32) after it,
-// q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The per-token sums that feed dg and
-// dβ go to shared memory: a row's from its two warps by atomics (two terms: the same sum in either order), a column's
-// from its four row strips as four partial sums, added in a fixed order (so the op is bitwise reproducible). With a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the
-// row dots q̂·dq̂, k̂·dk̂ summed as dg's row sums are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise
-// from dq̂ parked in shared memory over the tiles the dK pass has spent while the two warps of its row strip meet at a
-// barrier of their own: l2norm_backward's two passes over dq̂, dk̂ gone.
+// tiles: Q, K (as stored), dWm, T (bf16, from vloop1 and prep), and three 64×64 tiles for the intermediates
+// (M1 = dPm ⊙ Γ, M2 = dT and then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of
+// being read. Elementwise factors at the accumulator positions: dPm, dTV, dQ1 (fp32) loaded into registers before the
+// product they meet, their latency under it (0.448 → 0.385 ms at the 340m size, though ptxas spills 96 bytes at
+// d_k = 128), X (fp32) after it, q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The
+// per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two terms: the same
+// sum in either order), a column's from its four row strips as four partial sums, added in a fixed order (so the op is
+// bitwise reproducible). With a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the row dots q̂·dq̂,
+// k̂·dk̂ summed as dg's row sums are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise from dq̂ parked
+// in shared memory over the tiles the dK pass has spent while the two warps of its row strip meet at a barrier of their
+// own: l2norm_backward's two passes over dq̂, dk̂ gone.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a) {
     constexpr int NH = DK / 2;
