@@ -2953,6 +2953,7 @@ struct GA {
     bf16 *Wb;            // bf16 W for the bf16 kernels (nullptr: the fp32 kernels run)
     bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
     bf16 *Tb, *dWb;      // backward with the bf16 kernels: T [BH*Nc][CH][CH] and dWm [BH*T][dk] in bf16 (in the Tm, dWm regions)
+    bf16 *Pb;            // backward with the bf16 kernels: s Pᵀ [BH*Nc][CH][CH] in bf16 (in the Pm region, which they leave free)
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -3456,8 +3457,8 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
 // too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16 (the
 // forward's from the A fragments through per-warp staging rows: store_state_cols).
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
-//   backward: dVnᵀ += (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (R_c of bwd_rhs computed here, from
-//             Q as stored and dO rounded to bf16)
+//   backward: dVnᵀ = s dOᵀ P + (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (the local part from
+//             bwd_local_bf16's bf16 s Pᵀ, R_c of bwd_rhs computed here from Q as stored; dO rounded to bf16 in both)
 // ------------------------------------------------------------------------------------------------
 template <int DK, int NT>
 __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, const GA &a, size_t row0) {
@@ -3465,7 +3466,7 @@ __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, co
     load_tile<DK, CH, NT>(Ksm, chunk_rows<DK>(a.k16, a, row0), a.ldqk, threadIdx.x);
     if (threadIdx.x < CH / 4) fa_cp16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
 }
-// bwd_state_bf16's per-warp slices (a warp's 16 value columns of a chunk's CH rows, fp32) have rows padded to GC_LW
+// bwd_state_bf16's per-warp dO slices (a warp's 16 value columns of a chunk's CH rows, fp32) have rows padded to GC_LW
 // floats: the accumulator-order reads hit 32 distinct banks
 #define GC_LW 20
 // acc (16 × 8·2·NK accumulator tiles) -> A fragments (bf16, times sgn) of NK k-steps of 16
@@ -3840,26 +3841,26 @@ template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     constexpr int NT = 32 * NW;
     extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Wsm = reinterpret_cast<bf16 *>(smraw), *Ksm = Wsm + 2 * CH * DK, *Qsm = Ksm + 2 * CH * DK;
-    float *Gsm = reinterpret_cast<float *>(Qsm + 2 * CH * DK), *Fs = Gsm + 2 * CH, *Es = Fs + CH;
+    bf16 *Wsm = reinterpret_cast<bf16 *>(smraw), *Ksm = Wsm + 2 * CH * DK, *Qsm = Ksm + 2 * CH * DK, *Psm = Qsm + 2 * CH * DK;
+    float *Gsm = reinterpret_cast<float *>(Psm + 2 * CH * CH), *Fs = Gsm + 2 * CH, *Es = Fs + CH;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, t = lane & 3;
     const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h, ldo = (size_t)a.H * dv;
-    float *Ds = Es + CH + w * 2 * CH * GC_LW, *Ob = Ds + CH * GC_LW;  // this warp's dVn and dO slices
+    float *Ob = Es + CH + w * CH * GC_LW;  // this warp's dO slice
     auto issue = [&](int c) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
         state_issue<DK, NT>(Wsm + s * CH * DK, Ksm + s * CH * DK, Gsm + s * CH, a, row0);
         load_tile<DK, CH, NT>(Qsm + s * CH * DK, chunk_rows<DK>(a.q16, a, row0), a.ldqk, threadIdx.x);
+        load_tile<CH, CH, NT>(Psm + s * CH * CH, a.Pb + (bh * Nc + c) * CH * CH, CH, threadIdx.x);
     };
     auto issue_slices = [&](int c) {  // (by this warp's lanes alone)
-        load_tile<16, GC_LW, 32>(Ds, a.dVn + (bh * T + (size_t)c * CH) * dv + v0, dv, lane);
         load_tile<16, GC_LW, 32>(Ob, a.dout + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0, (int)ldo, lane);
     };
     float dS[DK / 8][4];
     acc_zero(dS);
-    // cp.async groups: W, K, G, Q of chunk c − 1, then (once chunk c's slices are in registers) its dVn and dO slices;
+    // cp.async groups: W, K, G, Q, s Pᵀ of chunk c − 1, then (once chunk c's slice is in registers) its dO slice;
     // one group each (empty before the first chunk), so every wait is wait_group 1
     issue(Nc - 1);
     fa_commit();
@@ -3870,16 +3871,15 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         const size_t row0 = bh * T + (size_t)c * CH;
         if (c > 0) issue(c - 1);
         fa_commit();
-        fa_wait<1>();  // chunk c's W, K, G, Q and slices
+        fa_wait<1>();  // chunk c's W, K, G, Q, s Pᵀ and slice
         __syncwarp();
-        float D[8][4], P[8][4], O[8][4];  // dVnᵀ (from the local part), dSᵀ Kᵀ, dOᵀ
+        float D[8][4], P[8][4], O[8][4];  // dVnᵀ, dSᵀ Kᵀ, dOᵀ
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                D[j][q] = Ds[GC_ACC_COL(j, q) * GC_LW + GC_ACC_ROW(q)];
                 O[j][q] = Ob[GC_ACC_COL(j, q) * GC_LW + GC_ACC_ROW(q)];
-                P[j][q] = 0.f;
+                D[j][q] = P[j][q] = 0.f;
             }
         __syncwarp();
         if (c > 0) issue_slices(c - 1);
@@ -3893,8 +3893,13 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         {
             uint32_t fa[DK / 16][4];
             acc_to_a<DK / 16>(fa, dS, 1.f);
-            __syncthreads();  // chunk c's W, K, G, Q are whole
+            __syncthreads();  // chunk c's W, K, G, Q, s Pᵀ are whole
             mma_x<DK, CH, DK, true>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
+        }
+        {
+            uint32_t fl[4][4];
+            acc_to_a<4>(fl, O, 1.f);  // dOᵀ in bf16, as bwd_local_bf16 rounds it
+            mma_x<CH, CH, CH, true>(D, fl, Psm + s * CH * CH);  // the local part: dVnᵀ = s dOᵀ P (off the chain)
         }
         const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
         const float mv = mval_of(a, b, c, h);
@@ -3923,7 +3928,9 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         __syncthreads();
     }
 }
-template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) { return 6 * CH * DK * sizeof(bf16) + (4 * CH + nw * 2 * CH * GC_LW) * sizeof(float); }
+template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) {
+    return (6 * CH * DK + 2 * CH * CH) * sizeof(bf16) + (4 * CH + nw * CH * GC_LW) * sizeof(float);
+}
 
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
 // 16w .. 16w+15: Pw = s (Q Kᵀ ⊙ Γ ⊙ [i ≥ j]) once (bf16 A operand), then per 64 value columns
@@ -3989,7 +3996,8 @@ template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2
 
 // B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps; warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and
 // one half (w >> 2) of each 64 value columns: Vn = U − W S0 (its tokens; fp32, over U, and a bf16 tile in shared
-// memory) and dVn_local = s Pᵀ dO (its keys; fp32), with Pᵀ = K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from Q and K; dO is
+// memory), with s Pᵀ = s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from Q and K and stored in bf16 for bwd_state_bf16, which forms
+// dVn_local = s Pᵀ dO itself (from its dO slices: no fp32 dVn_local round trip through global memory); dO is
 // rounded to bf16 on its way into shared memory. With the tiles at hand it sums B3 part 0 over the value tiles:
 // dQ1 = dO S0ᵀ (its rows, half hf of the d_k columns) and dPm = s dO Vnᵀ (its rows, half hf of the keys). One block
 // an SM at every d_k: at two (128 registers a thread) those sums spill (340m: 0.796 ms against 0.713 at one). The U
@@ -3999,8 +4007,8 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_local_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ws = Ks + CH * DK, *Ss = Ws + CH * DK, *Os = Ss + 2 * DK * 64;
-    bf16 *Ns = Os + CH * 64, *Ps = Ns + CH * 64;  // the Vn tile; Pᵀ
-    float *Gs = reinterpret_cast<float *>(Ps + CH * 64), *Us = Gs + CH;  // Us: 2 U tiles [CH][LU] (fp32, padded rows)
+    bf16 *Ns = Os + CH * 64;  // the Vn tile
+    float *Gs = reinterpret_cast<float *>(Ns + CH * 64), *Us = Gs + CH;  // Us: 2 U tiles [CH][LU] (fp32, padded rows)
     constexpr int LU = 72;
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, hf = w >> 2;
@@ -4029,7 +4037,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     load_do(0);
     if (nvt > 1) fa_wait<1>(); else fa_wait<0>();  // Q, K, G (and the first S0 tile)
     __syncthreads();
-    {  // Pᵀ into shared memory: warp w its rows j, half hf of the columns i
+    {  // s Pᵀ in bf16 to global memory: warp w its rows j, half hf of the columns i
         uint32_t fk[DK / 16][4];
         lds_a<DK, DK>(fk, Ks, R0);
         float P[4][4];
@@ -4038,9 +4046,8 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
             const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * P[j][2 * hh] : 0.f;
             const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * P[j][2 * hh + 1] : 0.f;
-            st_pair<64>(Ps, r, col, p0, p1);
+            *reinterpret_cast<uint32_t *>(a.Pb + cc * CH * CH + r * CH + col) = pack_bf16(p0, p1);
         });
-        __syncthreads();
     }
     float Q1[DK / 16][4], P1[4][4];  // dQ1 (d_k columns hf·DK/2 ..), dO Vnᵀ (keys 32 hf ..)
     acc_zero(Q1);
@@ -4054,19 +4061,13 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
         const bf16 *S0 = Ss + (vt & 1) * DK * 64;
-        float V[4][4], D[4][4];
+        float V[4][4];
         acc_zero(V);
-        acc_zero(D);
 #pragma unroll
         for (int k0 = 0; k0 < DK; k0 += 64) {  // W S0, 64 rows of S0 at a time (fewer live registers)
             uint32_t fw[4][4];
             lds_a<64, DK>(fw, Ws + k0, R0);  // (column offsets of 64 keep the swizzle)
             mma_x<64, 32, 64, false>(V, fw, S0 + k0 * 64, 32 * hf);
-        }
-        {
-            uint32_t fpt[4][4];
-            lds_a<64, 64>(fpt, Ps, R0);
-            mma_x<CH, 32, 64, false>(D, fpt, Os, 32 * hf);  // s Pᵀ dO
         }
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
             const size_t o = (row0 + r) * dv + vt * 64 + col;
@@ -4074,7 +4075,6 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
             const float2 vn = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
             *reinterpret_cast<float2 *>(a.U + o) = vn;
             st_pair<64>(Ns, r, col, vn.x, vn.y);
-            *reinterpret_cast<float2 *>(a.dVn + o) = make_float2(D[j][2 * hh], D[j][2 * hh + 1]);
         });
         if (vt + 1 < nvt) load_do(vt + 1);  // (here, where fewer registers are live)
         uint32_t fo[4][4];  // dO rows R0 .., all 64 columns of the tile
@@ -4089,7 +4089,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     store_acc<32>(a.dPm + cc * CH * CH + r0 * CH + 32 * hf, CH, P1, a.scale, a.scale);
 }
 template <int DK> constexpr size_t bwd_local_bf16_smem() {
-    return (3 * CH * DK + 2 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + (CH + 2 * CH * 72) * sizeof(float);
+    return (3 * CH * DK + 2 * DK * 64 + 2 * CH * 64) * sizeof(bf16) + (CH + 2 * CH * 72) * sizeof(float);
 }
 
 // B3 part 2 in bf16 mode (part 0 is bwd_local_bf16's), grid (Nc, B*H), 4 warps (16 rows i each), over the value dim
@@ -4938,7 +4938,7 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
     if (in16) {
         a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v;
         a.vec = 1;
-        a.Tb = reinterpret_cast<bf16 *>(a.Tm); a.dWb = reinterpret_cast<bf16 *>(a.dWm);
+        a.Tb = reinterpret_cast<bf16 *>(a.Tm); a.dWb = reinterpret_cast<bf16 *>(a.dWm); a.Pb = reinterpret_cast<bf16 *>(a.Pm);
     } else {
         a.q = q; a.k = k; a.v = v;
         fp32_kernels(a, dkd, aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) &&
