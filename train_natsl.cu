@@ -2954,6 +2954,7 @@ struct GA {
     bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
     bf16 *Tb, *dWb;      // backward with the bf16 kernels: T [BH*Nc][CH][CH] and dWm [BH*T][dk] in bf16 (in the Tm, dWm regions)
     bf16 *Pb;            // backward with the bf16 kernels: s Pᵀ [BH*Nc][CH][CH] in bf16 (in the Pm region, which they leave free)
+    bf16 *dVb;           // backward with the bf16 kernels: dVnᵀ in bf16, [BH][Nc][dv][CH] (in the dVn region)
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -3455,7 +3456,8 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
 // only shares the chunk's W and K tiles (prep's bf16 W, K as stored; double-buffered cp.async, swizzled rows read
 // by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
 // too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16 (the
-// forward's from the A fragments through per-warp staging rows: store_state_cols).
+// forward's from the A fragments through per-warp staging rows: store_state_cols), and so is dVn, transposed ([dv][CH]
+// a chunk: pairs of tokens in a lane), for bwd_vloop1_bf16, whose products take it in bf16.
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
 //   backward: dVnᵀ = s dOᵀ P + (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (the local part from
 //             bwd_local_bf16's bf16 s Pᵀ, R_c of bwd_rhs computed here from Q as stored; dO rounded to bf16 in both)
@@ -3889,7 +3891,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         for (int j = 0; j < DK / 8; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) st_put(a.dstate, dst0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), dS[j][q], 1);
-        float *dV = a.dVn + row0 * dv + v0;
+        bf16 *dvb = a.dVb + ((bh * Nc + c) * dv + v0) * CH;  // dVnᵀ rows of this warp's value columns
         {
             uint32_t fa[DK / 16][4];
             acc_to_a<DK / 16>(fa, dS, 1.f);
@@ -3910,8 +3912,9 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
             const float f0 = Fs[8 * j + 2 * t], f1 = Fs[8 * j + 2 * t + 1];
             D[j][0] = fmaf(f0, P[j][0], D[j][0]); D[j][1] = fmaf(f1, P[j][1], D[j][1]);
             D[j][2] = fmaf(f0, P[j][2], D[j][2]); D[j][3] = fmaf(f1, P[j][3], D[j][3]);
-#pragma unroll
-            for (int q = 0; q < 4; q++) dV[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)] = D[j][q];
+            const int i = 8 * j + 2 * t, r = lane >> 2;  // (tokens i, i + 1 of value rows r, r + 8: pairs along CH)
+            *reinterpret_cast<uint32_t *>(dvb + (size_t)r * CH + i) = pack_bf16(D[j][0], D[j][1]);
+            *reinterpret_cast<uint32_t *>(dvb + (size_t)(r + 8) * CH + i) = pack_bf16(D[j][2], D[j][3]);
         }
         if (c > 0) {
             uint32_t fd[4][4], fo[4][4];
@@ -4165,16 +4168,15 @@ template <int DK> constexpr size_t bwd_vloop2_bf16_smem() { return 2 * (CH * 68 
 // B3 part 1 in bf16 mode, grid (Nc, B*H), 8 warps, over 64-column value tiles: dWm = dVn S0ᵀ, dTV = dVn Vᵀ diag(β),
 // dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). Warp w owns rows R0 = 16(w & 3) .. +15 and one half (w >> 2) of the
 // columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). T (the inverse
-// (I + A)⁻¹, stored in bf16 by prep, as fla stores it) and, a tile ahead, the S0, V (as stored) and fp32 dVn tiles come
-// by cp.async; dVn is rounded to bf16 from shared memory (loaded tile by tile from global, their latency showed).
-// dWm is stored in bf16 (bwd_final reads it so).
+// (I + A)⁻¹, stored in bf16 by prep, as fla stores it) and, a tile ahead, the S0, V (as stored) and dVnᵀ tiles come
+// by cp.async (dVnᵀ as bwd_state_bf16 stored it: [dv][CH] a chunk, bf16, the rounding every product here took; its A
+// fragments by ldmatrix.trans). dWm is stored in bf16 (bwd_final reads it so).
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_vloop1_bf16: dk 64, 128 or 192");
-    constexpr int LF = 68;  // the fp32 dVn tiles' padded rows
     extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Ts = reinterpret_cast<bf16 *>(smraw), *Ds = Ts + CH * CH, *Vs = Ds + CH * 64, *Ss = Vs + 2 * CH * 64;  // Vs: 2 × [CH][64], Ss: 2 × [DK][64]
-    float *Df = reinterpret_cast<float *>(Ss + 2 * DK * 64), *bs = Df + 2 * CH * LF, *dbv = bs + CH;  // Df: 2 × [CH][LF]
+    bf16 *Ts = reinterpret_cast<bf16 *>(smraw), *Ds = Ts + CH * CH, *Vs = Ds + 2 * 64 * CH, *Ss = Vs + 2 * CH * 64;  // Ds: 2 × dVnᵀ [64][CH], Vs: 2 × [CH][64], Ss: 2 × [DK][64]
+    float *bs = reinterpret_cast<float *>(Ss + 2 * DK * 64), *dbv = bs + CH;
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, hf = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
@@ -4182,10 +4184,10 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
     const bf16 *vsrc = a.v16 + tok0 * a.ldv + (size_t)h * dv;
-    auto issue = [&](int vt) {  // the value columns 64 vt .. of S0, V and dVn
+    auto issue = [&](int vt) {  // the value columns 64 vt .. of S0, V and dVnᵀ
         load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
         load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vsrc + vt * 64, a.ldv, tid);
-        load_tile<64, LF, 256>(Df + (vt & 1) * CH * LF, a.dVn + row0 * dv + vt * 64, dv, tid);
+        load_tile<CH, 64, 256>(Ds + (vt & 1) * 64 * CH, a.dVb + (cc * dv + vt * 64) * CH, CH, tid);
         fa_commit();
     };
     load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);  // in the first group
@@ -4199,24 +4201,15 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     for (int vt = 0; vt < nvt; vt++) {
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
-        const bf16 *Vt = Vs + (vt & 1) * CH * 64;
-        for (int idx = tid; idx < CH * 8; idx += 256) {  // dVn to bf16
-            const int r = idx >> 3, ch = idx & 7;
-            float x[8];
-            const float4 *f = reinterpret_cast<const float4 *>(Df + (vt & 1) * CH * LF + r * LF + ch * 8);
-            const float4 f0 = f[0], f1 = f[1];
-            x[0] = f0.x; x[1] = f0.y; x[2] = f0.z; x[3] = f0.w; x[4] = f1.x; x[5] = f1.y; x[6] = f1.z; x[7] = f1.w;
-            *reinterpret_cast<uint4 *>(Ds + swz<64>(r, ch)) = pack8(x);
-        }
-        __syncthreads();
+        const bf16 *Vt = Vs + (vt & 1) * CH * 64, *Dt = Ds + (vt & 1) * 64 * CH;
         if (vt == 0) lds_at<CH, CH>(ftt, Ts, R0);
-        uint32_t fd[4][4];
-        lds_a<64, 64>(fd, Ds, R0);
+        uint32_t fd[4][4];  // dVn rows R0 .. (its tokens), k = the tile's 64 value columns
+        lds_at<64, CH>(fd, Dt, R0);
         mma_x<64, DK / 2, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64, hf * DK / 2);  // dVn S0ᵀ
         mma_x<64, 32, 64, true>(P2, fd, Vt, 32 * hf);                               // dVn Vᵀ
         float Y[4][4];
         acc_zero(Y);
-        mma_x<CH, 32, 64, false>(Y, ftt, Ds, 32 * hf);  // Tᵀ dVn
+        mma_x<CH, 32, CH, true>(Y, ftt, Dt, 32 * hf);  // Tᵀ dVn
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
             const float2 vv = ld_pair<64>(Vt, r, col);
             float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col);
@@ -4225,7 +4218,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
             const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
             if (hh) dbv1 += d; else dbv0 += d;
         });
-        __syncthreads();  // Ds and buffers vt & 1 are free
+        __syncthreads();  // buffers vt & 1 are free
         if (vt + 2 < nvt) issue(vt + 2);
     }
     dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
@@ -4241,7 +4234,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
     if (tid < CH) a.dbv[row0 + tid] = dbv[tid];
 }
 template <int DK> constexpr size_t bwd_vloop1_bf16_smem() {
-    return (CH * CH + 3 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + (2 * CH * 68 + 2 * CH) * sizeof(float);
+    return (CH * CH + 4 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + 2 * CH * sizeof(float);
 }
 #undef GC_ACC_ROW
 #undef GC_ACC_COL
@@ -4939,6 +4932,7 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
         a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v;
         a.vec = 1;
         a.Tb = reinterpret_cast<bf16 *>(a.Tm); a.dWb = reinterpret_cast<bf16 *>(a.dWm); a.Pb = reinterpret_cast<bf16 *>(a.Pm);
+        a.dVb = reinterpret_cast<bf16 *>(a.dVn);
     } else {
         a.q = q; a.k = k; a.v = v;
         fp32_kernels(a, dkd, aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) &&
