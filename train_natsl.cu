@@ -1860,6 +1860,10 @@ __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
+__device__ __forceinline__ void stsm4(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n"
+                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
 __device__ __forceinline__ void stsm4t(uint32_t addr, const uint32_t (&r)[4]) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n"
                  ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
@@ -3456,8 +3460,9 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
 // only shares the chunk's W and K tiles (prep's bf16 W, K as stored; double-buffered cp.async, swizzled rows read
 // by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
 // too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16 (the
-// forward's from the A fragments through per-warp staging rows: store_state_cols), and so is dVn, transposed ([dv][CH]
-// a chunk: pairs of tokens in a lane), for bwd_vloop1_bf16, whose products take it in bf16.
+// forward's from the A fragments through per-warp staging rows: store_state_cols), and so are Vn for fwd_out_bf16 and
+// dVn for bwd_vloop1_bf16, whose products take them in bf16: transposed ([dv][CH] a chunk), through the staging rows too
+// (store_acc_rows).
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
 //   backward: dVnᵀ = s dOᵀ P + (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (the local part from
 //             bwd_local_bf16's bf16 s Pᵀ, R_c of bwd_rhs computed here from Q as stored; dO rounded to bf16 in both)
@@ -3498,6 +3503,26 @@ __device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uin
         const int v = lane + 32 * i, row = v >> 1, half = v & 1;
         *reinterpret_cast<uint4 *>(dst + (size_t)row * ld + 8 * half) =
             *reinterpret_cast<const uint4 *>(stg + row * 16 + 8 * (half ^ ((row >> 2) & 1)));
+    }
+    __syncwarp();
+}
+// A warp's 16 × CH accumulator tile (rows: its 16 value columns, columns: the chunk's tokens) to dst[16][CH] (bf16):
+// stmatrix writes it into the warp's staging rows stg [16][CH] (16-byte chunks XOR-swizzled by row: no bank
+// conflicts), then each lane stores CH/16 runs of 16 bytes (in place of CH/4 four-byte stores).
+__device__ __forceinline__ void store_acc_rows(bf16 *dst, const float (&acc)[CH / 8][4], bf16 *stg) {
+    const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int jp = 0; jp < CH / 16; jp++) {  // matrices (rows 0-7 | 8-15) × (tokens 16 jp .. | 16 jp + 8 ..)
+        const uint32_t x[4] = {pack_bf16(acc[2 * jp][0], acc[2 * jp][1]), pack_bf16(acc[2 * jp][2], acc[2 * jp][3]),
+                               pack_bf16(acc[2 * jp + 1][0], acc[2 * jp + 1][1]), pack_bf16(acc[2 * jp + 1][2], acc[2 * jp + 1][3])};
+        stsm4(fa_smem_u32(stg + (r + 8 * (mi & 1)) * CH + 8 * ((2 * jp + (mi >> 1)) ^ r)), x);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < CH / 16; i++) {
+        const int v = lane + 32 * i, row = v >> 3, blk = v & 7;
+        *reinterpret_cast<uint4 *>(dst + (size_t)row * CH + 8 * blk) =
+            *reinterpret_cast<const uint4 *>(stg + row * CH + 8 * (blk ^ (row & 7)));
     }
     __syncwarp();
 }
@@ -3811,13 +3836,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         if (c + 1 < Nc) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
         mma_x<DK, CH, DK, true>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
-        bf16 *vb = a.Vb + ((bh * Nc + c) * dv + v0) * CH;  // Vnᵀ rows of this warp's value columns
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int i = 8 * j + 2 * (lane & 3), r = lane >> 2;
-            *reinterpret_cast<uint32_t *>(vb + (size_t)r * CH + i) = pack_bf16(V[j][0], V[j][1]);
-            *reinterpret_cast<uint32_t *>(vb + (size_t)(r + 8) * CH + i) = pack_bf16(V[j][2], V[j][3]);
-        }
+        store_acc_rows(a.Vb + ((bh * Nc + c) * dv + v0) * CH, V, Stg + w * DK * 16);  // Vnᵀ rows of this warp's value columns
         if (c + 1 < Nc) {
             const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
             const float mv = mval_of(a, b, c, h);
@@ -3850,6 +3869,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h, ldo = (size_t)a.H * dv;
     float *Ob = Es + CH + w * CH * GC_LW;  // this warp's dO slice
+    bf16 *Stg = reinterpret_cast<bf16 *>(Es + CH + NW * CH * GC_LW) + w * 16 * CH;  // its staging rows (store_acc_rows)
     auto issue = [&](int c) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
@@ -3891,7 +3911,6 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         for (int j = 0; j < DK / 8; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) st_put(a.dstate, dst0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), dS[j][q], 1);
-        bf16 *dvb = a.dVb + ((bh * Nc + c) * dv + v0) * CH;  // dVnᵀ rows of this warp's value columns
         {
             uint32_t fa[DK / 16][4];
             acc_to_a<DK / 16>(fa, dS, 1.f);
@@ -3912,10 +3931,8 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
             const float f0 = Fs[8 * j + 2 * t], f1 = Fs[8 * j + 2 * t + 1];
             D[j][0] = fmaf(f0, P[j][0], D[j][0]); D[j][1] = fmaf(f1, P[j][1], D[j][1]);
             D[j][2] = fmaf(f0, P[j][2], D[j][2]); D[j][3] = fmaf(f1, P[j][3], D[j][3]);
-            const int i = 8 * j + 2 * t, r = lane >> 2;  // (tokens i, i + 1 of value rows r, r + 8: pairs along CH)
-            *reinterpret_cast<uint32_t *>(dvb + (size_t)r * CH + i) = pack_bf16(D[j][0], D[j][1]);
-            *reinterpret_cast<uint32_t *>(dvb + (size_t)(r + 8) * CH + i) = pack_bf16(D[j][2], D[j][3]);
         }
+        store_acc_rows(a.dVb + ((bh * Nc + c) * dv + v0) * CH, D, Stg);  // dVnᵀ rows of this warp's value columns
         if (c > 0) {
             uint32_t fd[4][4], fo[4][4];
             acc_to_a<4>(fd, D, -1.f);
@@ -3932,7 +3949,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     }
 }
 template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) {
-    return (6 * CH * DK + 2 * CH * CH) * sizeof(bf16) + (4 * CH + nw * CH * GC_LW) * sizeof(float);
+    return (6 * CH * DK + 2 * CH * CH + 16 * nw * CH) * sizeof(bf16) + (4 * CH + nw * CH * GC_LW) * sizeof(float);
 }
 
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
