@@ -1,0 +1,162 @@
+// ce_bench.cu -- the cross-entropy over the classifier's logits (doc/model.md §2) in bf16 mode at the 340m size
+// (B·T = 32768 rows, V = 32000, bf16 logits): the trainer's crossentropy_forward / crossentropy_backward (included
+// from train_natsl.cu with TESTING defined) against variants of the forward, each checked against a double-precision
+// CPU oracle on sampled rows and timed (median of 20), with the bandwidth its bytes imply (the forward reads the
+// logits once: 2.1 GB; the backward reads and writes them: 4.2 GB).
+// Why: session 11's floors put the forward at 45% of its bandwidth (1.40 ms against 0.63), the backward at 83%.
+// Variants: one pass with a running maximum (the trainer's form) or two passes (max, then Σ exp: the row comes from L2
+// the second time), at 256 / 512 / 1024 threads a row; and a forward that also writes the gradient (what a fused
+// classifier would do where dloss is known before the forward), against the two kernels.
+// Session 19 (H100, dev/results/2026-11-26_s19_run2_h100): one pass 1.387 / 1.056 / 0.913 ms at 1024 / 512 / 256
+// threads, two passes 1.233 / 1.001 / 1.425; the trainer's forward took 1024 threads before, now 256 (four runs a
+// thread in flight: row_visit). Fused forward + gradient 2.43 ms against the trainer's pair 2.74 (forward at 1.23
+// then), about what the pair takes with the 0.91 ms forward: not pursued. The backward kernel at 256 / 512 / 1024
+// threads (run 3): 1.475 / 1.476 / 1.503 ms; the trainer launches 256 now.
+//
+// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/ce_bench.cu -o /tmp/ce_bench \
+//                            -lcublasLt -lcublas -lnccl && /tmp/ce_bench
+
+#include <vector>
+#include <algorithm>
+#include <functional>
+#include <cuda_runtime.h>
+
+#define TESTING
+#include "../../train_natsl.cu"
+
+typedef __nv_bfloat16 bf16;
+
+// PASSES = 1: running maximum, s rescaled when it grows; 2: max, then Σ exp(z − max). GRAD: also writes
+// dloss·(softmax − onehot) over the row (a third pass, from L2).
+template <int PASSES, bool GRAD>
+__global__ void ce_fwd_variant(float *losses, float *lse, bf16 *logits, const int *targets, int V, int Vp, float dloss) {
+    __shared__ float sh[32];
+    const size_t bt = blockIdx.x;
+    bf16 *z = logits + bt * Vp;
+    float m = -INFINITY, s = 0.f;
+    if (PASSES == 1) {
+        row_visit(z, V, Vp % 4 == 0, [&](int, float x) {
+            if (x > m) { s = s * expf(m - x) + 1.f; m = x; }
+            else s += expf(x - m);
+        });
+        const float mx = block_max(m, sh);
+        s = block_sum(m == -INFINITY ? 0.f : s * expf(m - mx), sh);
+        m = mx;
+    } else {
+        row_visit(z, V, Vp % 4 == 0, [&](int, float x) { m = fmaxf(m, x); });
+        m = block_max(m, sh);
+        row_visit(z, V, Vp % 4 == 0, [&](int, float x) { s += expf(x - m); });
+        s = block_sum(s, sh);
+    }
+    const float l = m + logf(s);
+    if (threadIdx.x == 0) { lse[bt] = l; losses[bt] = l - ld(z + targets[bt]); }
+    if (GRAD) {
+        __syncthreads();  // the target's logit is read before it is overwritten
+        const int tg = targets[bt];
+        for (int i = 4 * threadIdx.x; i < Vp; i += 4 * blockDim.x) {
+            const float4 v = ld4(z + i);
+            auto d = [&](int j, float x) { return (j < V ? dloss * expf(x - l) : 0.f) - (j == tg ? dloss : 0.f); };
+            st4(z + i, d(i, v.x), d(i + 1, v.y), d(i + 2, v.z), d(i + 3, v.w));
+        }
+    }
+}
+
+static float time_ms(const std::function<void()> &f) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a); cudaEventCreate(&b);
+    std::vector<float> t;
+    f();
+    for (int r = 0; r < 20; r++) {
+        cudaEventRecord(a); f(); cudaEventRecord(b); cudaEventSynchronize(b);
+        float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+int main() {
+    const int BT = 32768, V = 32000, Vp = 32000;
+    const size_t n = (size_t)BT * Vp;
+    std::vector<bf16> h(n);
+    std::vector<int> tg(BT);
+    uint64_t r = 42;
+    for (size_t i = 0; i < n; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = __float2bfloat16(4.f * ((float)(r >> 40) / (float)(1 << 24) - 0.5f));
+    }
+    for (int i = 0; i < BT; i++) tg[i] = (int)((i * 2654435761u) % V);
+    bf16 *z, *z0;
+    float *loss, *lse;
+    int *dt;
+    CUDA_CHECK(cudaMalloc(&z, n * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&z0, n * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&loss, BT * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&lse, BT * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dt, BT * sizeof(int)));
+    CUDA_CHECK(cudaMemcpy(z0, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dt, tg.data(), BT * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(z, z0, n * sizeof(bf16), cudaMemcpyDeviceToDevice));
+    g_bf16 = 1;  // the kernels take bf16 logits
+    // the oracle's losses on every 97th row
+    std::vector<double> ref;
+    for (int b = 0; b < BT; b += 97) {
+        double mx = -1e30, s = 0;
+        for (int i = 0; i < V; i++) mx = std::max(mx, (double)__bfloat162float(h[(size_t)b * Vp + i]));
+        for (int i = 0; i < V; i++) s += exp((double)__bfloat162float(h[(size_t)b * Vp + i]) - mx);
+        ref.push_back(mx + log(s) - (double)__bfloat162float(h[(size_t)b * Vp + tg[b]]));
+    }
+    std::vector<float> hl(BT);
+    auto check = [&](const char *name) {
+        CUDA_CHECK(cudaMemcpy(hl.data(), loss, BT * sizeof(float), cudaMemcpyDeviceToHost));
+        double e = 0;
+        for (size_t k = 0; k < ref.size(); k++) e = std::max(e, fabs(hl[k * 97] - ref[k]) / fabs(ref[k]));
+        printf("%-44s loss rel. error %.2e %s", name, e, e < 1e-5 ? "PASS" : "FAIL");
+        return e < 1e-5;
+    };
+    const double gb1 = n * sizeof(bf16) / 1e9, gb2 = 2 * gb1;
+    bool ok = true;
+    auto fwd_trainer = [&] { crossentropy_forward((real *)loss, (real *)lse, (const real *)z, dt, BT, V, Vp); };
+    fwd_trainer(); CUDA_CHECK(cudaDeviceSynchronize());
+    ok &= check("trainer forward");
+    float t = time_ms(fwd_trainer);
+    printf("  %.3f ms  %.0f GB/s\n", t, gb1 / t * 1e3);
+    auto run_variant = [&](const char *name, void (*k)(float *, float *, bf16 *, const int *, int, int, float), int nt) {
+        auto f = [&] { k<<<BT, nt>>>(loss, lse, z, dt, V, Vp, 1.f / BT); };
+        f(); CUDA_CHECK(cudaDeviceSynchronize());
+        char nm[96]; snprintf(nm, sizeof nm, "%s, %d threads", name, nt);
+        ok &= check(nm);
+        const float tv = time_ms(f);
+        printf("  %.3f ms  %.0f GB/s\n", tv, gb1 / tv * 1e3);
+    };
+    for (int nt : {256, 512, 1024}) {
+        run_variant("one pass (running max)", ce_fwd_variant<1, false>, nt);
+        run_variant("two passes", ce_fwd_variant<2, false>, nt);
+    }
+    // forward + backward: the trainer's two kernels against one that writes the gradient too (logits restored first)
+    auto restore = [&] { CUDA_CHECK(cudaMemcpyAsync(z, z0, n * sizeof(bf16), cudaMemcpyDeviceToDevice)); };
+    const float tr = time_ms(restore);
+    const float t2 = time_ms([&] {
+        restore(); fwd_trainer();
+        crossentropy_backward((real *)z, (const real *)lse, dt, 1.f / BT, BT, V, Vp);
+    }) - tr;
+    printf("trainer forward + backward                   %.3f ms  %.0f GB/s (3 passes of DRAM)\n", t2, (gb1 + gb2) / t2 * 1e3);
+    for (int nt : {256, 512, 1024}) {
+        const float tb = time_ms([&] {
+            restore(); crossentropy_backward_kernel<<<BT, nt>>>(z, lse, dt, 1.f / BT, V, Vp);
+        }) - tr;
+        printf("trainer's backward kernel, %4d threads      %.3f ms  %.0f GB/s\n", nt, tb, gb2 / tb * 1e3);
+    }
+    std::vector<bf16> g1(n), g2(n);
+    restore(); fwd_trainer(); crossentropy_backward((real *)z, (const real *)lse, dt, 1.f / BT, BT, V, Vp);
+    CUDA_CHECK(cudaMemcpy(g1.data(), z, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    for (int nt : {512, 1024}) {
+        const float tf = time_ms([&] { restore(); ce_fwd_variant<2, true><<<BT, nt>>>(loss, lse, z, dt, V, Vp, 1.f / BT); }) - tr;
+        CUDA_CHECK(cudaMemcpy(g2.data(), z, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) diff += memcmp(&g1[i], &g2[i], sizeof(bf16)) != 0;
+        printf("fused forward + gradient, %4d threads       %.3f ms  %.0f GB/s; gradient elements unlike the trainer's: %zu\n",
+               nt, tf, gb2 / tf * 1e3, diff);
+    }
+    printf("%s\n", ok ? "ALL PASS" : "SOME FAIL");
+    return ok ? 0 : 1;
+}
