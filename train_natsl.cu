@@ -3894,7 +3894,6 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     fa_commit();
     for (int c = Nc - 1; c >= 0; c--) {
         const int s = c & 1;
-        const size_t row0 = bh * T + (size_t)c * CH;
         if (c > 0) issue(c - 1);
         fa_commit();
         fa_wait<1>();  // chunk c's W, K, G, Q, s Pᵀ and slice
