@@ -3480,6 +3480,13 @@ __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, co
 // bwd_state_bf16's per-warp dO slices (a warp's 16 value columns of a chunk's CH rows, fp32) have rows padded to GC_LW
 // floats: the accumulator-order reads hit 32 distinct banks
 #define GC_LW 20
+// bf16 fragments -> their negatives (the sign bits of both halves: the same bits as rounding −x)
+template <int NK> __device__ __forceinline__ void frag_neg(uint32_t (&fa)[NK][4]) {
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) fa[kk][e] ^= 0x80008000u;
+}
 // acc (16 × 8·2·NK accumulator tiles) -> A fragments (bf16, times sgn) of NK k-steps of 16
 template <int NK>
 __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&acc)[2 * NK][4], float sgn) {
@@ -3510,17 +3517,15 @@ __device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uin
     }
     __syncwarp();
 }
-// A warp's 16 × CH accumulator tile (rows: its 16 value columns, columns: the chunk's tokens) to dst[16][CH] (bf16):
-// stmatrix writes it into the warp's staging rows stg [16][CH] (16-byte chunks XOR-swizzled by row: no bank
-// conflicts), then each lane stores CH/16 runs of 16 bytes (in place of CH/4 four-byte stores).
-__device__ __forceinline__ void store_acc_rows(bf16 *dst, const float (&acc)[CH / 8][4], bf16 *stg) {
+// A warp's 16 × CH tile (rows: its 16 value columns, columns: the chunk's tokens), held as the A fragments fa of
+// its accumulators (acc_to_a, sign +1), to dst[16][CH] (bf16): stmatrix writes them into the warp's staging rows
+// stg [16][CH] (16-byte chunks XOR-swizzled by row: no bank conflicts), then each lane stores CH/16 runs of 16 bytes
+// (in place of CH/4 four-byte stores).
+__device__ __forceinline__ void store_acc_rows(bf16 *dst, const uint32_t (&fa)[CH / 16][4], bf16 *stg) {
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
-    for (int jp = 0; jp < CH / 16; jp++) {  // matrices (rows 0-7 | 8-15) × (tokens 16 jp .. | 16 jp + 8 ..)
-        const uint32_t x[4] = {pack_bf16(acc[2 * jp][0], acc[2 * jp][1]), pack_bf16(acc[2 * jp][2], acc[2 * jp][3]),
-                               pack_bf16(acc[2 * jp + 1][0], acc[2 * jp + 1][1]), pack_bf16(acc[2 * jp + 1][2], acc[2 * jp + 1][3])};
-        stsm4(fa_smem_u32(stg + (r + 8 * (mi & 1)) * CH + 8 * ((2 * jp + (mi >> 1)) ^ r)), x);
-    }
+    for (int kk = 0; kk < CH / 16; kk++)  // matrices (rows 0-7 | 8-15) × (tokens 16 kk .. | 16 kk + 8 ..)
+        stsm4(fa_smem_u32(stg + (r + 8 * (mi & 1)) * CH + 8 * ((2 * kk + (mi >> 1)) ^ r)), fa[kk]);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < CH / 16; i++) {
@@ -3825,10 +3830,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         // snapshot S^start_c, [dk][dv] in bf16 (the bf16 kernels run with bf16 states: takes_bf16)
         store_state_cols<DK>(reinterpret_cast<bf16 *>(a.state) + (bh * Nc + c) * (size_t)DK * dv + v0, dv, fa,
                              Stg + w * DK * 16);
-#pragma unroll
-        for (int kk = 0; kk < DK / 16; kk++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) fa[kk][e] ^= 0x80008000u;  // −S (the sign bits of both halves)
+        frag_neg(fa);  // −S
         float V[8][4];  // Vnᵀ, initialised with Uᵀ
         float *U = a.U + row0 * dv + v0;
         if (c + 1 < Nc)  // the next chunk's U rows (this warp's 64 bytes of each) into L2
@@ -3840,7 +3842,11 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         if (c + 1 < Nc) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
         mma_x<DK, CH, DK, true>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
-        store_acc_rows(a.Vb + ((bh * Nc + c) * dv + v0) * CH, V, Stg + w * DK * 16);  // Vnᵀ rows of this warp's value columns
+        {
+            uint32_t fn[4][4];
+            acc_to_a<4>(fn, V, 1.f);
+            store_acc_rows(a.Vb + ((bh * Nc + c) * dv + v0) * CH, fn, Stg + w * DK * 16);  // Vnᵀ rows of its value columns
+        }
         if (c + 1 < Nc) {
             const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
             const float mv = mval_of(a, b, c, h);
@@ -3935,10 +3941,12 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
             D[j][0] = fmaf(f0, P[j][0], D[j][0]); D[j][1] = fmaf(f1, P[j][1], D[j][1]);
             D[j][2] = fmaf(f0, P[j][2], D[j][2]); D[j][3] = fmaf(f1, P[j][3], D[j][3]);
         }
-        store_acc_rows(a.dVb + ((bh * Nc + c) * dv + v0) * CH, D, Stg);  // dVnᵀ rows of this warp's value columns
+        uint32_t fd[4][4];
+        acc_to_a<4>(fd, D, 1.f);
+        store_acc_rows(a.dVb + ((bh * Nc + c) * dv + v0) * CH, fd, Stg);  // dVnᵀ rows of this warp's value columns
         if (c > 0) {
-            uint32_t fd[4][4], fo[4][4];
-            acc_to_a<4>(fd, D, -1.f);
+            uint32_t fo[4][4];
+            frag_neg(fd);  // −dVn
             acc_to_a_scaled(fo, O, Es);
             const float gam = expf(GL);
 #pragma unroll
@@ -4773,8 +4781,8 @@ template <int DK, bool FWD> static void (*state_kernel(int nw))(GA) {
     if constexpr (FWD) return nw == 8 ? fwd_state_bf16_kernel<DK, 8> : nw == 4 ? fwd_state_bf16_kernel<DK, 4> : nw == 2 ? fwd_state_bf16_kernel<DK, 2> : fwd_state_bf16_kernel<DK, 1>;
     else return nw == 8 ? bwd_state_bf16_kernel<DK, 8> : nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>;
 }
-// its shared memory (the chunk tiles, double-buffered; the forward's also each warp's staging rows, the backward's
-// each warp's slices)
+// its shared memory (the chunk tiles, double-buffered; each warp's staging rows; the backward's also each warp's dO
+// slice)
 template <int DK, bool FWD> static size_t state_smem(int nw) {
     return FWD ? fwd_state_bf16_smem<DK>(nw) : bwd_state_bf16_smem<DK>(nw);
 }
