@@ -26,28 +26,18 @@
 
 typedef __nv_bfloat16 bf16;
 
-// PASSES = 1: running maximum, s rescaled when it grows; 2: max, then Σ exp(z − max). GRAD: also writes
-// dloss·(softmax − onehot) over the row (a third pass, from L2).
-template <int PASSES, bool GRAD>
-__global__ void ce_fwd_variant(float *losses, float *lse, bf16 *logits, const int *targets, int V, int Vp, float dloss) {
+// The two-pass forward: max, then Σ exp(z − max) (the one-pass form is the trainer's crossentropy_forward_kernel,
+// timed here at each block size). GRAD: also writes dloss·(softmax − onehot) over the row (a third pass, from L2).
+template <bool GRAD>
+__global__ void ce_fwd_two_pass(float *losses, float *lse, bf16 *logits, const int *targets, int V, int Vp, float dloss) {
     __shared__ float sh[32];
     const size_t bt = blockIdx.x;
     bf16 *z = logits + bt * Vp;
     float m = -INFINITY, s = 0.f;
-    if (PASSES == 1) {
-        row_visit(z, V, Vp % 4 == 0, [&](int, float x) {
-            if (x > m) { s = s * expf(m - x) + 1.f; m = x; }
-            else s += expf(x - m);
-        });
-        const float mx = block_max(m, sh);
-        s = block_sum(m == -INFINITY ? 0.f : s * expf(m - mx), sh);
-        m = mx;
-    } else {
-        row_visit(z, V, Vp % 4 == 0, [&](int, float x) { m = fmaxf(m, x); });
-        m = block_max(m, sh);
-        row_visit(z, V, Vp % 4 == 0, [&](int, float x) { s += expf(x - m); });
-        s = block_sum(s, sh);
-    }
+    row_visit(z, V, Vp % 4 == 0, [&](int, float x) { m = fmaxf(m, x); });
+    m = block_max(m, sh);
+    row_visit(z, V, Vp % 4 == 0, [&](int, float x) { s += expf(x - m); });
+    s = block_sum(s, sh);
     const float l = m + logf(s);
     if (threadIdx.x == 0) { lse[bt] = l; losses[bt] = l - ld(z + targets[bt]); }
     if (GRAD) {
@@ -120,8 +110,7 @@ int main() {
     ok &= check("trainer forward");
     float t = time_ms(fwd_trainer);
     printf("  %.3f ms  %.0f GB/s\n", t, gb1 / t * 1e3);
-    auto run_variant = [&](const char *name, void (*k)(float *, float *, bf16 *, const int *, int, int, float), int nt) {
-        auto f = [&] { k<<<BT, nt>>>(loss, lse, z, dt, V, Vp, 1.f / BT); };
+    auto run_variant = [&](const char *name, const std::function<void()> &f, int nt) {
         f(); CUDA_CHECK(cudaDeviceSynchronize());
         char nm[96]; snprintf(nm, sizeof nm, "%s, %d threads", name, nt);
         ok &= check(nm);
@@ -129,8 +118,8 @@ int main() {
         printf("  %.3f ms  %.0f GB/s\n", tv, gb1 / tv * 1e3);
     };
     for (int nt : {256, 512, 1024}) {
-        run_variant("one pass (running max)", ce_fwd_variant<1, false>, nt);
-        run_variant("two passes", ce_fwd_variant<2, false>, nt);
+        run_variant("one pass (running max)", [&] { crossentropy_forward_kernel<<<BT, nt>>>(loss, lse, (const bf16 *)z, dt, V, Vp); }, nt);
+        run_variant("two passes", [&] { ce_fwd_two_pass<false><<<BT, nt>>>(loss, lse, z, dt, V, Vp, 1.f / BT); }, nt);
     }
     // forward + backward: the trainer's two kernels against one that writes the gradient too (logits restored first)
     auto restore = [&] { CUDA_CHECK(cudaMemcpyAsync(z, z0, n * sizeof(bf16), cudaMemcpyDeviceToDevice)); };
@@ -150,7 +139,7 @@ int main() {
     restore(); fwd_trainer(); crossentropy_backward((real *)z, (const real *)lse, dt, 1.f / BT, BT, V, Vp);
     CUDA_CHECK(cudaMemcpy(g1.data(), z, n * sizeof(bf16), cudaMemcpyDeviceToHost));
     for (int nt : {512, 1024}) {
-        const float tf = time_ms([&] { restore(); ce_fwd_variant<2, true><<<BT, nt>>>(loss, lse, z, dt, V, Vp, 1.f / BT); }) - tr;
+        const float tf = time_ms([&] { restore(); ce_fwd_two_pass<true><<<BT, nt>>>(loss, lse, z, dt, V, Vp, 1.f / BT); }) - tr;
         CUDA_CHECK(cudaMemcpy(g2.data(), z, n * sizeof(bf16), cudaMemcpyDeviceToHost));
         size_t diff = 0;
         for (size_t i = 0; i < n; i++) diff += memcmp(&g1[i], &g2[i], sizeof(bf16)) != 0;
