@@ -3868,6 +3868,11 @@ template <int DK> constexpr size_t fwd_state_bf16_smem(int nw) {
     return (4 * CH + 16 * nw) * DK * sizeof(bf16) + 3 * CH * sizeof(float);
 }
 
+// bwd_state_bf16 stores its dS snapshots through staging rows too (store_state_cols: [DK][16] a warp, which
+// store_acc_rows's [16][CH] share) where the block's shared memory allows: d_k ≤ 128 (at 192 the 8-warp block would
+// need 249 KB); its staging rows per warp: 16 × bwd_state_srow elements
+template <int DK> __host__ __device__ constexpr bool ds_staged() { return DK <= 128; }
+template <int DK> __host__ __device__ constexpr int bwd_state_srow() { return ds_staged<DK>() && DK > CH ? DK : CH; }
 template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     constexpr int NT = 32 * NW;
@@ -3879,7 +3884,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h, ldo = (size_t)a.H * dv;
     float *Ob = Es + CH + w * CH * GC_LW;  // this warp's dO slice
-    bf16 *Stg = reinterpret_cast<bf16 *>(Es + CH + NW * CH * GC_LW) + w * 16 * CH;  // its staging rows (store_acc_rows)
+    bf16 *Stg = reinterpret_cast<bf16 *>(Es + CH + NW * CH * GC_LW) + w * 16 * bwd_state_srow<DK>();  // its staging rows
     auto issue = [&](int c) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
@@ -3915,14 +3920,16 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         __syncwarp();
         if (c > 0) issue_slices(c - 1);
         fa_commit();
-        const size_t dst0 = (bh * Nc + c) * (size_t)DK * dv + v0;  // dS^end_c, [dk][dv], bf16
-#pragma unroll
-        for (int j = 0; j < DK / 8; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) st_put(a.dstate, dst0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), dS[j][q], 1);
         {
             uint32_t fa[DK / 16][4];
             acc_to_a<DK / 16>(fa, dS, 1.f);
+            const size_t dst0 = (bh * Nc + c) * (size_t)DK * dv + v0;  // dS^end_c, [dk][dv], bf16
+            if constexpr (ds_staged<DK>()) store_state_cols<DK>(reinterpret_cast<bf16 *>(a.dstate) + dst0, dv, fa, Stg);
+            else
+#pragma unroll
+                for (int j = 0; j < DK / 8; j++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) st_put(a.dstate, dst0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), dS[j][q], 1);
             __syncthreads();  // chunk c's W, K, G, Q, s Pᵀ are whole
             mma_x<DK, CH, DK, true>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
         }
@@ -3960,7 +3967,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     }
 }
 template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) {
-    return (6 * CH * DK + 2 * CH * CH + 16 * nw * CH) * sizeof(bf16) + (4 * CH + nw * CH * GC_LW) * sizeof(float);
+    return (6 * CH * DK + 2 * CH * CH + 16 * nw * bwd_state_srow<DK>()) * sizeof(bf16) + (4 * CH + nw * CH * GC_LW) * sizeof(float);
 }
 
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
