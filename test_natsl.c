@@ -166,7 +166,7 @@ static void test_grad_rmsnorm(void) { // 3 rows × 2 heads of width 4, input row
     real *dx = vec(30), *dw = vec(4);
     fill_normal(c.x, 30, 1); fill_normal(c.w, 4, 1); fill_normal(c.R, 24, 1);
     rmsnorm_loss(&c);
-    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, 3, 2, 4, 10, 8, 0, 0);
+    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, 3, 2, 4, 10, 8, 0, 0, 0);
     for (int i = 0; i < 3; i++) CHECK(dx[i * 10 + 8] == 0 && dx[i * 10 + 9] == 0, "rmsnorm touched a gap column");
     Var v[] = {{"x", c.x, dx, 30}, {"w", c.w, dw, 4}};
     fd_check("rmsnorm (heads, strides)", v, 2, rmsnorm_loss, &c, 0);

@@ -150,9 +150,10 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, i
     }
 }
 // dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j);  x_mp as in the forward, dy_mp likewise (dy stored
-// in the matmul precision: matmul_backward's DINP_WRITE_MP rounded it)
+// in the matmul precision: matmul_backward's DINP_WRITE_MP rounded it); dx_mp: dx is stored in the matmul precision
+// (the residual stream's gradient), so the sum is rounded
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp, int dy_mp) {
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp, int dy_mp, int dx_mp) {
     (void)x_mp; (void)dy_mp;
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
@@ -160,7 +161,10 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
         real s = rstd[r], dot = 0;
         for (int i = 0; i < n; i++) dot += x[ox + i] * s * w[i] * dy[oy + i];
         dot /= n;
-        for (int i = 0; i < n; i++) dx[ox + i] += s * (w[i] * dy[oy + i] - x[ox + i] * s * dot);
+        for (int i = 0; i < n; i++) {
+            real v = dx[ox + i] + s * (w[i] * dy[oy + i] - x[ox + i] * s * dot);
+            dx[ox + i] = dx_mp ? matmul_precision(v) : v;
+        }
     }
     #pragma omp parallel for
     for (int i = 0; i < n; i++) { // one column per thread: a fixed summation order (reproducible)
@@ -1002,8 +1006,8 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha, DINP_ADD);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
-    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0);
-    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0);
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0, 0);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0, 0);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T); // writes dx, the router adds its part
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
@@ -1151,7 +1155,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1);
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1, 1);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
@@ -1164,7 +1168,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D, DINP_WRITE_MP);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1, 1);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
@@ -1172,7 +1176,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0, 1);
     }
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }
@@ -1300,11 +1304,12 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 // compared tightly (test_natsl.c). The GPU's matmuls take bf16 operands and accumulate in fp32; so gemm rounds
 // every operand to bf16 (round to nearest even) as it packs it, and accumulates in fp32. The GPU also stores in bf16
 // a few matmul outputs (matmul_forward's out_bf16), the residual stream (the embedding, each residual add, doc/model.md
-// §12.1 item 13), the RMSNorm outputs that feed matmuls or the softmax op (rmsnorm_forward's y_mp), the gated norm's
-// and SwiGLU's outputs, the token mixers' operands (the conv's Q, K, V, the L2 norm's q̂, k̂, the N layer's RoPE'd qa,
-// ka), the GDN op's chunk-start states (gdn_op_forward, (5.4h)) and its output (GdnArgs.out_mp): those are rounded with
-// matmul_precision() where they are stored (test_natsl.c checks every field the GPU's layout stores in bf16); and its
-// bf16 attention kernels read bf16 copies of dout and out and store a bf16 output (attention_operands_bf16 below).
+// §12.1 item 13) and its gradient (rmsnorm_backward's dx_mp, item 14), the RMSNorm outputs that feed matmuls or the
+// softmax op (rmsnorm_forward's y_mp), the gated norm's and SwiGLU's outputs, the token mixers' operands (the conv's
+// Q, K, V, the L2 norm's q̂, k̂, the N layer's RoPE'd qa, ka), the GDN op's chunk-start states (gdn_op_forward,
+// (5.4h)) and its output (GdnArgs.out_mp): those are rounded with matmul_precision() where they are stored
+// (test_natsl.c checks every field the GPU's layout stores in bf16); and its bf16 attention kernels read bf16 copies
+// of dout and out and store a bf16 output (attention_operands_bf16 below).
 static real round_bf16(real x) {
     float f = (float)x;
     uint32_t u;

@@ -278,14 +278,15 @@ static void encoder_forward(real *out, const int *ids, const real *wte, int BT, 
     with_mp(out, 1, [&](auto o) { encoder_forward_kernel<<<(unsigned)CEIL_DIV((size_t)BT * D, 256), 256>>>(o, ids, wte, BT, D); });
     CUDA_CHECK(cudaGetLastError());
 }
-// dE[id] += dout[bt] over the positions bt holding id, in the order of bt as train_natsl.c adds them: one block per
-// token of the batch sums its positions (sorted by token on the host), no atomics, so a run is reproducible bit for
-// bit (a resume included, §9.4).
-__global__ void encoder_backward_kernel(float *dwte, const float *dout, const int *pos, const int *start, const int *tok, int D) {
+// dE[id] += dout[bt] (the residual stream's gradient, in the matmul precision) over the positions bt holding id, in
+// the order of bt as train_natsl.c adds them: one block per token of the batch sums its positions (sorted by token on
+// the host), no atomics, so a run is reproducible bit for bit (a resume included, §9.4).
+template <class MP>
+__global__ void encoder_backward_kernel(float *dwte, const MP *dout, const int *pos, const int *start, const int *tok, int D) {
     int u = blockIdx.x, s = start[u], e = start[u + 1];
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float *w = dwte + (size_t)tok[u] * D + d, acc = *w;
-        for (int i = s; i < e; i++) acc += dout[(size_t)pos[i] * D + d];
+        for (int i = s; i < e; i++) acc += ld(dout + (size_t)pos[i] * D + d);
         *w = acc;
     }
 }
@@ -317,7 +318,7 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
     CUDA_CHECK(cudaMemcpy(d, hpos, BT * sizeof(int), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d + cap, htok, n * sizeof(int), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d + 2 * cap, hstart, (n + 1) * sizeof(int), cudaMemcpyHostToDevice));
-    encoder_backward_kernel<<<n, 128>>>(dwte, dout, d, d + 2 * cap, d + cap, D);
+    with_mp(dout, 1, [&](auto o) { encoder_backward_kernel<<<n, 128>>>(dwte, o, d, d + 2 * cap, d + cap, D); });
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -683,8 +684,8 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
 // Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
 // a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
 // reproducible for a given grid).
-template <int NJ, bool V4, class X, class DY>
-__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict__ dx, __nv_bfloat16 *__restrict__ dx_mp,
+template <int NJ, bool V4, class X, class DY, class DX>
+__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(DX *__restrict__ dx,
         float *__restrict__ part, const DY *__restrict__ dy, const X *__restrict__ x, const float *__restrict__ w,
         const float *__restrict__ rstd, int N, int nh, int n, int ldx, int ldy) {
     __shared__ float sh[32 * NJ];
@@ -712,7 +713,6 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict
             dxv[j] = dxv[j] + s * ((i < n ? w[i] : 0.f) * dyv[j] - xv[j] * s * dot);
         }
         row_store<NJ, V4>(dx + ox, dxv, lane, n);
-        if (dx_mp) row_store<NJ, V4>(dx_mp + ox, dxv, lane, n);
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 0.f;
     for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
@@ -724,26 +724,25 @@ __global__ void __launch_bounds__(256) rmsnorm_backward_kernel(float *__restrict
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) part[(size_t)blockIdx.x * n + i] = sh[i];
 }
-// dx_mp (GPU only, NULL: none): also dx's final values rounded to bf16, [N][ldx] (operand_claim)
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp, int dy_mp,
-                             __nv_bfloat16 *dx_mp = NULL) {
+                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp, int dy_mp, int dx_mp) {
     PROF_OP();
     rows_dispatch(__func__, n, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
         auto go = [&](auto v4) {
             constexpr bool V4 = decltype(v4)::value;
-            with_mp(x, x_mp, [&](auto xp) { with_mp(dy, dy_mp, [&](auto dyp) {
+            with_mp(x, x_mp, [&](auto xp) { with_mp(dy, dy_mp, [&](auto dyp) { with_mp(dx, dx_mp, [&](auto dxp) {
                 auto kernel = rmsnorm_backward_kernel<NJ, V4, std::remove_const_t<std::remove_pointer_t<decltype(xp)>>,
-                                                      std::remove_const_t<std::remove_pointer_t<decltype(dyp)>>>;
+                                                      std::remove_const_t<std::remove_pointer_t<decltype(dyp)>>,
+                                                      std::remove_pointer_t<decltype(dxp)>>;
                 int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
                 CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
                 blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
                 float *part = colpart((size_t)blocks * n);
-                kernel<<<blocks, 256>>>(dx, dx_mp, part, dyp, xp, w, rstd, N, nh, n, ldx, ldy);
+                kernel<<<blocks, 256>>>(dxp, part, dyp, xp, w, rstd, N, nh, n, ldx, ldy);
                 CUDA_CHECK(cudaGetLastError());
                 colsum_finish(dw, part, blocks, n, n, 0);
-            }); });
+            }); }); });
         };
         if (row_v4<NJ>(n, x, ldx, dy, ldy) && (uintptr_t)dx % 16 == 0) go(std::true_type());
         else go(std::false_type());
@@ -1278,12 +1277,13 @@ static void residual_add(real *out, const real *x, const real *res, size_t n) {
 }
 
 // Σ a_i·b_i of two device vectors, in double and in a fixed partition and order (bitwise reproducible): the
-// gradient norm (§9), an S gate's ⟨dout, mixer output⟩ (7.3d). One host read.
-__global__ void dot_partial_kernel(double *part, const float *a, const float *b, size_t n) {
+// gradient norm (§9), an S gate's ⟨dout, mixer output⟩ (7.3d). One host read. a_mp: a is stored in the matmul
+// precision (dout).
+template <class A> __global__ void dot_partial_kernel(double *part, const A *a, const float *b, size_t n) {
     __shared__ double sh[512];
     double s = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += (double)a[i] * b[i];
+        s += (double)ld(a + i) * b[i];
     sh[threadIdx.x] = s;
     __syncthreads();
     for (int o = blockDim.x / 2; o > 0; o >>= 1) {
@@ -1299,11 +1299,11 @@ __global__ void dot_finish_kernel(double *part, int np) { // part[np] = Σ part[
         part[np] = s;
     }
 }
-static double device_dot(const real *a, const real *b, size_t n) {
+static double device_dot(const real *a, const real *b, size_t n, int a_mp = 0) {
     const int np = 1024;
     static double *part = NULL; // np partial sums and the total
     if (!part) part = (double *)xcudamalloc((np + 1) * sizeof(double));
-    dot_partial_kernel<<<np, 512>>>(part, a, b, n);
+    with_mp(a, a_mp, [&](auto ap) { dot_partial_kernel<<<np, 512>>>(part, ap, b, n); });
     CUDA_CHECK(cudaGetLastError());
     dot_finish_kernel<<<1, 32>>>(part, np);
     CUDA_CHECK(cudaGetLastError());
@@ -5399,7 +5399,7 @@ static size_t model_acts_bytes(const Config *c, int B, int T, int recompute, siz
     LayerActs tmp[NATSL_MAX_LAYERS];
     size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
     size_t logits = mp_reals(BT * c->Vp), shared = logits_ws_reals(c, B, T);
-    size_t head = BT * (3 * (size_t)c->D + 5) + mp_reals(BT * c->D) + logits + router_noise_size(c, B, T);
+    size_t head = BT * (2 * (size_t)c->D + 5) + 2 * mp_reals(BT * c->D) + logits + router_noise_size(c, B, T);
     size_t p[ACTS_BYTES_PARTS] = {n, dmax, shared - logits, head}, total = 0;
     for (int k = 0; k < ACTS_BYTES_PARTS; k++) {
         p[k] *= sizeof(real);
@@ -5439,7 +5439,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->acts_size = total;
     M->dacts_size = dmax;
     M->dacts = (real *)xcudamalloc(dmax * sizeof(real));
-    M->dres = (real *)xcudamalloc(BT * c->D * sizeof(real));
+    M->dres = (real *)xcudamalloc(mp_reals(BT * c->D) * sizeof(real)); // in the matmul precision, as the stream
     M->dlnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
     M->inputs = (int *)xcudamalloc(BT * sizeof(int));
     M->targets = (int *)xcudamalloc(BT * sizeof(int));
@@ -5513,8 +5513,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
                                const LayerActs *a, const LayerParams *p, int B, int T) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)B * T * c->D, OPERAND_DOUT), a->y, p->wo, B * T, cfg_Vt(c), c->D,
-                    DINP_WRITE_MP);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D, DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
     gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op); // dQ, dK: L2 norm's folded in
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
@@ -5537,8 +5536,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
                                      const LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, operand(dout, (size_t)BT * D, OPERAND_DOUT), a->att_out, p->wo, BT, D, D,
-                    DINP_WRITE_MP);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
     attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
     rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, operand_claim(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT));
     matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,
@@ -5585,8 +5583,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
-    matmul_backward(d->y, gp->wo, operand(dout, (size_t)BT * c->D, OPERAND_DOUT), a->y, p->wo, BT, cfg_Vt(c), c->D,
-                    DINP_WRITE_MP);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D, DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
     // dQ, dK: the GDN op's backward writes them (the L2 norm's folded in), ω's and the softmax planes' RMSNorms add
@@ -5595,8 +5592,8 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha,
                     DINP_ADD);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K, NULL); rope_backward(d->ka, BT, T, Ha, dka, K, NULL); }
-    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0);
-    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0);
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0, 0);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0, 0);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T); // writes dx, the router adds its part
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
@@ -5623,7 +5620,7 @@ static void select_layer_backward(const Config *c, real *dx, const real *dout, L
                                   double dpen, int gate_grad) {
     size_t n = (size_t)B * T * c->D;
     if (gate_grad) {
-        double dya = dpen + device_dot(dout, a->sel_out, n), dyg = device_dot(dout, a->sel_out + n, n);
+        double dya = dpen + device_dot(dout, a->sel_out, n, 1), dyg = device_dot(dout, a->sel_out + n, n, 1);
         add_scalar_kernel<<<1, 1>>>(gp->s_sel, sel_grad(g, dya, dyg));
         CUDA_CHECK(cudaGetLastError());
     }
@@ -5741,9 +5738,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
     crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
-    CUDA_CHECK(cudaMemsetAsync(M->dres, 0, (size_t)BT * D * sizeof(real)));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1,
-                     operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT));
+    CUDA_CHECK(cudaMemsetAsync(M->dres, 0, mp_reals((size_t)BT * D) * sizeof(real)));
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1, 1);
     grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
@@ -5754,12 +5750,10 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             else block_rebuild(M, l, B, T);
         }
         grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
-        matmul_backward(d.hmid, gp->wdown, operand(M->dres, (size_t)BT * D, OPERAND_DOUT), a->hmid, p->wdown, BT, c->F, D,
-                        DINP_WRITE_MP);
+        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D, DINP_WRITE_MP);
         swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1,
-                         operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT));
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1, 1);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
@@ -5767,8 +5761,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
                                   budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0,
-                         l > 0 ? operand_claim(M->dres, (size_t)BT * D, OPERAND_DOUT) : NULL);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0, 1);
         grads_ready(M, l + 1);
     }
     encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);

@@ -219,11 +219,15 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     LayerActs *a = &M.la[0];
     const LayerParams *p = &M.p.layer[0];
     LayerParams *gp = &M.g.layer[0];
-    fill(M.dres, (size_t)BT * c.D, 1, 1.7f); // the layer input (the residual stream, in the matmul precision)
-    if (g_bf16) rows_to_bf16((bf16 *)a->res, M.dres, c.D, BT, c.D);
-    else CUDA_CHECK(cudaMemcpy(a->res, M.dres, (size_t)BT * c.D * sizeof(real), cudaMemcpyDeviceToDevice));
+    // the layer input and the gradient at its output (the residual stream and its gradient, in the matmul precision),
+    // filled in fp32 through M.dlnf
+    for (int k = 0; k < 2; k++) {
+        real *dst = k ? M.dres : a->res;
+        fill(M.dlnf, (size_t)BT * c.D, k + 1, k ? 1e-3f : 1.7f);
+        if (g_bf16) rows_to_bf16((bf16 *)dst, M.dlnf, c.D, BT, c.D);
+        else CUDA_CHECK(cudaMemcpy(dst, M.dlnf, (size_t)BT * c.D * sizeof(real), cudaMemcpyDeviceToDevice));
+    }
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, c.D, c.D, c.D, 1, 1);
-    fill(M.dres, (size_t)BT * c.D, 2, 1e-3f);
     real *fixed = NULL;
     if (kind == 'N' && frac >= 0) {
         std::vector<float> m((size_t)B * Nc * c.H * 2);
