@@ -175,9 +175,11 @@ static void test_grad_rmsnorm(void) { // 3 rows × 2 heads of width 4, input row
 static double swiglu_loss(void *p) { NormCtx *c = p; swiglu_forward(c->y, c->x, 4, 3); return dot_r(c->y, c->R, 12); }
 static void test_grad_swiglu(void) {
     NormCtx c = {vec(24), NULL, vec(12), NULL, vec(12)};
-    real *dx = vec(24);
+    real *dx = vec(24), *h = vec(12);
     fill_normal(c.x, 24, 1.5); fill_normal(c.R, 12, 1);
-    swiglu_backward(dx, c.R, c.x, 4, 3);
+    swiglu_loss(&c);
+    swiglu_backward(dx, h, c.R, c.x, 4, 3);
+    CHECK(!memcmp(h, c.y, 12 * sizeof(real)), "swiglu_backward's h differs from swiglu_forward's output");
     Var v[] = {{"gu", c.x, dx, 24}};
     fd_check("swiglu", v, 1, swiglu_loss, &c, 0);
 }

@@ -119,7 +119,7 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
     }
 }
 // dinp[BT][C] = dout[BT][OC] · W, += with dinp_mode DINP_ADD, rounded to the matmul precision with DINP_WRITE_MP
-// (skipped if dinp == NULL);  dweight[OC][C] += doutᵀ · inp
+// (skipped if dinp == NULL);  dweight[OC][C] += doutᵀ · inp (skipped if dweight == NULL)
 static void matmul_backward(real *dinp, real *dweight, const real *dout,
                             const real *inp, const real *weight, int BT, int C, int OC, int dinp_mode) {
     if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, dinp_mode == DINP_ADD);
@@ -127,7 +127,7 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout,
         #pragma omp parallel for
         for (size_t i = 0; i < (size_t)BT * C; i++) dinp[i] = matmul_precision(dinp[i]);
     }
-    gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
+    if (dweight) gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 
 // ---- RMSNorm (§0, (0.3)): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
@@ -187,8 +187,10 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
             h[(size_t)bt * F + i] = matmul_precision(silu(row[i]) * row[F + i]);
         }
 }
-// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)]   (2.2b): WRITES dgu (SwiGLU is its only producer)
-static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
+// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)]   (2.2b): WRITES dgu (SwiGLU is its only producer); and WRITES
+// h = silu(gate) ⊙ up again, as swiglu_forward computes it (W_down's weight gradient reads it: block_rebuild; the GPU
+// forms it in the same pass)
+static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, int BT, int F) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++)
         for (int i = 0; i < F; i++) {
@@ -198,6 +200,7 @@ static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, i
             dg[i] = d * row[F + i] * dsilu(row[i]);
             dg[F + i] = d * silu(row[i]);
         }
+    swiglu_forward(h, gu, BT, F);
 }
 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
@@ -1093,7 +1096,8 @@ static void block_forward(Model *M, int l, int B, int T) {
 }
 
 // Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
-// block_forward computed them: the first RMSNorm's output, the conv's V and the MLP's hidden hmid.
+// block_forward computed them: the first RMSNorm's output and the conv's V. (The MLP's hidden hmid, SHARED too, comes
+// out of swiglu_backward again, which reads what it is made of anyway, before W_down's weight gradient needs it.)
 static void block_rebuild(Model *M, int l, int B, int T) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -1105,7 +1109,6 @@ static void block_rebuild(Model *M, int l, int B, int T) {
         int K = cfg_K(c), Vt = cfg_Vt(c);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
     }
-    swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
 static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
@@ -1165,8 +1168,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             else block_rebuild(M, l, B, T);
         }
         grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
-        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D, DINP_WRITE_MP);
-        swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
+        matmul_backward(d.hmid, NULL, M->dres, NULL, p->wdown, BT, c->F, D, DINP_WRITE_MP);
+        swiglu_backward(d.gu, a->hmid, d.hmid, a->gu, BT, c->F); // and hmid, as the forward computed it
+        matmul_backward(NULL, gp->wdown, M->dres, a->hmid, NULL, BT, c->F, D, DINP_WRITE_MP);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1, 1);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);

@@ -584,13 +584,13 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
          out_mp, add);
 }
 // dinp = dout W, += with DINP_ADD, stored in the matmul precision with DINP_WRITE_MP (skipped when dinp is NULL);
-// dweight += dout^T inp  (dout in the matmul precision)
+// dweight += dout^T inp (skipped when dweight is NULL)  (dout in the matmul precision)
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                             const real *weight, int BT, int C, int OC, int dinp_mode) {
     PROF_OP();
     if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, dout, OC,
                    dinp_mode == DINP_ADD ? 1.f : 0.f, dinp, C, dinp_mode == DINP_WRITE_MP);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
+    if (dweight) gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
 }
 
 // ---- RMSNorm (§0, (0.3)): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
@@ -765,22 +765,28 @@ static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     else swiglu_forward_kernel<<<BT, 256>>>(h, gu, F);
     CUDA_CHECK(cudaGetLastError());
 }
-// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer)
+// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer); h = silu(gate) ⊙ up again,
+// as the forward computed it, for W_down's weight gradient (so that block_rebuild need not rerun the forward)
 template <class MP>
-__global__ void swiglu_backward_kernel(MP *__restrict__ dgu, const MP *__restrict__ dh, const MP *__restrict__ gu, int F) {
+__global__ void swiglu_backward_kernel(MP *__restrict__ dgu, MP *__restrict__ h, const MP *__restrict__ dh,
+                                       const MP *__restrict__ gu, int F) {
     size_t bt = blockIdx.x;
     const MP *row = gu + bt * 2 * F;
     MP *dg = dgu + bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
     for (int i = 2 * threadIdx.x; i < F; i += 2 * blockDim.x) {
         float2 d = ld2(dh + bt * F + i), a = ld2(row + i), b = ld2(row + F + i);
+        const float sx = siluf_(a.x), sy = siluf_(a.y);
         st2(dg + i, d.x * b.x * dsiluf_(a.x), d.y * b.y * dsiluf_(a.y));
-        st2(dg + F + i, d.x * siluf_(a.x), d.y * siluf_(a.y));
+        st2(dg + F + i, d.x * sx, d.y * sy);
+        st2(h + bt * F + i, sx * b.x, sy * b.y);
     }
 }
-static void swiglu_backward(real *dgu, const real *dh, const real *gu, int BT, int F) {
+static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, int BT, int F) {
     PROF_OP();
-    if (g_bf16) swiglu_backward_kernel<<<BT, 256>>>((__nv_bfloat16 *)dgu, (const __nv_bfloat16 *)dh, (const __nv_bfloat16 *)gu, F);
-    else swiglu_backward_kernel<<<BT, 256>>>(dgu, dh, gu, F);
+    if (g_bf16)
+        swiglu_backward_kernel<<<BT, 256>>>((__nv_bfloat16 *)dgu, (__nv_bfloat16 *)h, (const __nv_bfloat16 *)dh,
+                                            (const __nv_bfloat16 *)gu, F);
+    else swiglu_backward_kernel<<<BT, 256>>>(dgu, h, dh, gu, F);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -5666,7 +5672,8 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
 }
 
 // Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
-// block_forward computed them: the first RMSNorm's output, the conv's V and the MLP's hidden hmid.
+// block_forward computed them: the first RMSNorm's output and the conv's V. (The MLP's hidden hmid, SHARED too, comes
+// out of swiglu_backward again, which reads what it is made of anyway, before W_down's weight gradient needs it.)
 static void block_rebuild(Model *M, int l, int B, int T) {
     PROF_OP(); // its ops count here, not under their own names
     const Config *c = &M->cfg;
@@ -5679,7 +5686,6 @@ static void block_rebuild(Model *M, int l, int B, int T) {
         int K = cfg_K(c), Vt = cfg_Vt(c);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
     }
-    swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
 // inputs/targets are host arrays (copied to the device here). With targets, M->mean_loss is set (one
@@ -5750,8 +5756,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
             else block_rebuild(M, l, B, T);
         }
         grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
-        matmul_backward(d.hmid, gp->wdown, M->dres, a->hmid, p->wdown, BT, c->F, D, DINP_WRITE_MP);
-        swiglu_backward(d.gu, d.hmid, a->gu, BT, c->F);
+        matmul_backward(d.hmid, NULL, M->dres, NULL, p->wdown, BT, c->F, D, DINP_WRITE_MP);
+        swiglu_backward(d.gu, a->hmid, d.hmid, a->gu, BT, c->F); // and hmid, as the forward computed it
+        matmul_backward(NULL, gp->wdown, M->dres, a->hmid, NULL, BT, c->F, D, DINP_WRITE_MP);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
         rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1, 1);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);

@@ -100,7 +100,8 @@ static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T,
 // and level 2 reruns; REST is what any recompute level rebuilds; SHARED is what no layer keeps, so all layers
 // share one copy: what only the layer's forward reads (a G layer's conv outputs Q and K: the L2 norm's backward
 // works from q̂, k̂), and what one cheap pass rebuilds from what the layer keeps before its backward
-// (block_rebuild): the first RMSNorm's output xn, the conv's output V and the MLP's hidden hmid (the second RMSNorm's
+// (block_rebuild): the first RMSNorm's output xn, the conv's output V; and the MLP's hidden hmid, which swiglu_backward
+// writes again from the gu it reads anyway, before W_down's weight gradient reads it (the second RMSNorm's
 // output xn2 and the gated norm's output y are kept: the room the bf16 residual stream freed).
 // GRADS, a layout of its own, holds only the fields whose gradients the backward pass computes (the gradient
 // scratch), in two layouts over the same room, one after the other: with GRADS_MLP or'ed in, the MLP's (xn2, hmid,
