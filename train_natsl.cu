@@ -985,23 +985,38 @@ static void conv_silu_qkv_backward(real *dx, real *dw, const real *dq, const rea
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
-// x (the conv's Q, K) and y (q̂, k̂: the GDN op's operands) are stored in the matmul precision.
-template <class MP> __global__ void l2norm_forward_kernel(MP *y, float *rho, const MP *x, int R, int n) {
+// x (the conv's Q, K) and y (q̂, k̂: the GDN op's operands) are stored in the matmul precision. One warp a row, held
+// in registers as RMSNorm's (row_load: 8-byte loads of four bf16 where the rows allow; two-byte loads a lane took the
+// 340m's pass to 2.1 TB/s).
+template <int NJ, bool V4, class MP> __global__ void __launch_bounds__(256) l2norm_forward_kernel(MP *__restrict__ y,
+        float *__restrict__ rho, const MP *__restrict__ x, int R, int n) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
-    const MP *xr = x + (size_t)r * n;
-    float ss = 0.f;
-    for (int i = lane; i < n; i += 32) ss += ld(xr + i) * ld(xr + i);
+    float xv[NJ], ss = 0.f;
+    row_load<NJ, V4>(xv, x + (size_t)r * n, lane, n);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) ss += xv[j] * xv[j];
     ss = warp_sum(ss);
     float s = 1.f / sqrtf(ss + NATSL_EPS);
-    for (int i = lane; i < n; i += 32) st(y + (size_t)r * n + i, ld(xr + i) * s);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) xv[j] *= s;
+    row_store<NJ, V4>(y + (size_t)r * n, xv, lane, n);
     if (lane == 0) rho[r] = s;
 }
 static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
     PROF_OP();
-    if (g_bf16) l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>((__nv_bfloat16 *)y, rho, (const __nv_bfloat16 *)x, N * nh, n);
-    else l2norm_forward_kernel<<<CEIL_DIV(N * nh, 8), 256>>>(y, rho, x, N * nh, n);
-    CUDA_CHECK(cudaGetLastError());
+    rows_dispatch(__func__, n, [&](auto nj) {
+        constexpr int NJ = decltype(nj)::value;
+        auto go = [&](auto v4) {
+            constexpr bool V4 = decltype(v4)::value;
+            with_mp(y, 1, [&](auto yp) { // x in y's precision
+                using MP = std::remove_pointer_t<decltype(yp)>;
+                l2norm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>(yp, rho, (const MP *)x, N * nh, n);
+            });
+        };
+        if (row_v4<NJ>(n, x, n, y, n)) go(std::true_type());
+        else go(std::false_type());
+    });
 }
 // WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), in place if dx = dy; rows of stride ld. As train_natsl.c, the GDN op's
 // backward calls it (GdnArgs.rho) where its bf16 kernels do not fold it into their last pass: on the fp32 ŷ the op's
