@@ -23,6 +23,7 @@
 
 #define TESTING
 #include "../../train_natsl.cu"
+#include "bench_timing.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -51,18 +52,6 @@ __global__ void ce_fwd_two_pass(float *losses, float *lse, bf16 *logits, const i
     }
 }
 
-static float time_ms(const std::function<void()> &f) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a); cudaEventCreate(&b);
-    std::vector<float> t;
-    f();
-    for (int r = 0; r < 20; r++) {
-        cudaEventRecord(a); f(); cudaEventRecord(b); cudaEventSynchronize(b);
-        float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
 
 int main() {
     const int BT = 32768, V = 32000, Vp = 32000;
@@ -108,13 +97,13 @@ int main() {
     auto fwd_trainer = [&] { crossentropy_forward((real *)loss, (real *)lse, (const real *)z, dt, BT, V, Vp); };
     fwd_trainer(); CUDA_CHECK(cudaDeviceSynchronize());
     ok &= check("trainer forward");
-    float t = time_ms(fwd_trainer);
+    float t = median_ms(fwd_trainer);
     printf("  %.3f ms  %.0f GB/s\n", t, gb1 / t * 1e3);
     auto run_variant = [&](const char *name, const std::function<void()> &f, int nt) {
         f(); CUDA_CHECK(cudaDeviceSynchronize());
         char nm[96]; snprintf(nm, sizeof nm, "%s, %d threads", name, nt);
         ok &= check(nm);
-        const float tv = time_ms(f);
+        const float tv = median_ms(f);
         printf("  %.3f ms  %.0f GB/s\n", tv, gb1 / tv * 1e3);
     };
     for (int nt : {256, 512, 1024}) {
@@ -123,14 +112,14 @@ int main() {
     }
     // forward + backward: the trainer's two kernels against one that writes the gradient too (logits restored first)
     auto restore = [&] { CUDA_CHECK(cudaMemcpyAsync(z, z0, n * sizeof(bf16), cudaMemcpyDeviceToDevice)); };
-    const float tr = time_ms(restore);
-    const float t2 = time_ms([&] {
+    const float tr = median_ms(restore);
+    const float t2 = median_ms([&] {
         restore(); fwd_trainer();
         crossentropy_backward((real *)z, (const real *)lse, dt, 1.f / BT, BT, V, Vp);
     }) - tr;
     printf("trainer forward + backward                   %.3f ms  %.0f GB/s (3 passes of DRAM)\n", t2, (gb1 + gb2) / t2 * 1e3);
     for (int nt : {256, 512, 1024}) {
-        const float tb = time_ms([&] {
+        const float tb = median_ms([&] {
             restore(); crossentropy_backward_kernel<<<BT, nt>>>(z, lse, dt, 1.f / BT, V, Vp);
         }) - tr;
         printf("trainer's backward kernel, %4d threads      %.3f ms  %.0f GB/s\n", nt, tb, gb2 / tb * 1e3);
@@ -139,7 +128,7 @@ int main() {
     restore(); fwd_trainer(); crossentropy_backward((real *)z, (const real *)lse, dt, 1.f / BT, BT, V, Vp);
     CUDA_CHECK(cudaMemcpy(g1.data(), z, n * sizeof(bf16), cudaMemcpyDeviceToHost));
     for (int nt : {512, 1024}) {
-        const float tf = time_ms([&] { restore(); ce_fwd_two_pass<true><<<BT, nt>>>(loss, lse, z, dt, V, Vp, 1.f / BT); }) - tr;
+        const float tf = median_ms([&] { restore(); ce_fwd_two_pass<true><<<BT, nt>>>(loss, lse, z, dt, V, Vp, 1.f / BT); }) - tr;
         CUDA_CHECK(cudaMemcpy(g2.data(), z, n * sizeof(bf16), cudaMemcpyDeviceToHost));
         size_t diff = 0;
         for (size_t i = 0; i < n; i++) diff += memcmp(&g1[i], &g2[i], sizeof(bf16)) != 0;

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
 #include <cublasLt.h>
+#include "bench_timing.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "error: %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 #define BK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "error: %s: status %d\n", #x, (int)s_); exit(1); } } while (0)
@@ -27,20 +28,6 @@ __global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed) {
 
 // One column-major product C (m×n, fp32) = op(A) op(B) (+ C when beta = 1), A and B bf16, as gemm() in train_natsl.cu.
 struct Product { const char *name; cublasOperation_t ta, tb; int m, n, k, lda, ldb, ldc; float beta; };
-
-template <class F> static float time_ms(F f, int reps = 10) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-    f(); f();
-    std::vector<float> t;
-    for (int r = 0; r < reps; r++) {
-        CK(cudaEventRecord(a)); f(); CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
-        float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
-    return t[t.size() / 2];
-}
 
 int main() {
     const int BT = 32768;
@@ -79,10 +66,10 @@ int main() {
         const Product &p = ps[i];
         const float one = 1.f;
         double flop = 2.0 * p.m * p.n * p.k;
-        float t_def = time_ms([&] {
+        float t_def = median_ms([&] {
             BK(cublasGemmEx(h, p.ta, p.tb, p.m, p.n, p.k, &one, A, CUDA_R_16BF, p.lda, B, CUDA_R_16BF, p.ldb, &p.beta, Cm,
                             CUDA_R_32F, p.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        });
+        }, 10);
         cublasLtMatmulDesc_t op;
         BK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &p.ta, sizeof(p.ta)));
@@ -100,9 +87,9 @@ int main() {
         float t_first = 0, t_best = 1e30f;
         int best = -1;
         for (int r = 0; r < nres; r++) {
-            float t = time_ms([&] {
+            float t = median_ms([&] {
                 BK(cublasLtMatmul(lt, op, &one, A, la, B, lb, &p.beta, Cm, lc, Cm, lc, &res[r].algo, ws, wsz, 0));
-            });
+            }, 10);
             if (r == 0) t_first = t;
             if (t < t_best) { t_best = t; best = r; }
         }

@@ -25,11 +25,11 @@
 
 #include <vector>
 #include <algorithm>
-#include <functional>
 #include <cuda_runtime.h>
 
 #define TESTING
 #include "../../train_natsl.cu"
+#include "bench_timing.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -150,18 +150,6 @@ __global__ void __launch_bounds__(256) bwd_row_block(DX *__restrict__ dx, float 
     *reinterpret_cast<float4 *>(part + (size_t)blockIdx.x * n + k) = acc;
 }
 
-static float time_ms(const std::function<void()> &f) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a); cudaEventCreate(&b);
-    std::vector<float> t;
-    f();
-    for (int r = 0; r < 20; r++) {
-        cudaEventRecord(a); f(); cudaEventRecord(b); cudaEventSynchronize(b);
-        float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
 template <class T> static T *dev_fill(size_t n, uint64_t seed, float scale) {
     std::vector<T> h(n);
     for (size_t i = 0; i < n; i++) {
@@ -199,9 +187,9 @@ static void bench_shape(const char *what, int N, int nh, int n, int ld, bool fwd
         CUDA_CHECK(cudaMemcpyAsync(dxr, dx0, cnt * sizeof(DX), cudaMemcpyDeviceToDevice));
         rmsnorm_backward((real *)dxr, dwr, (const real *)dy, (const real *)x, w, rstd, N, nh, n, ld, ld, 1, dy_mp, dx_mp);
     };
-    const double copy_ms = time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(dx, dx0, cnt * sizeof(DX), cudaMemcpyDeviceToDevice)); });
+    const double copy_ms = median_ms([&] { CUDA_CHECK(cudaMemcpyAsync(dx, dx0, cnt * sizeof(DX), cudaMemcpyDeviceToDevice)); });
     train_fwd();
-    const double tf = time_ms(train_fwd), tb = time_ms(train_bwd) - copy_ms;
+    const double tf = median_ms(train_fwd), tb = median_ms(train_bwd) - copy_ms;
     CUDA_CHECK(cudaMemset(dwr, 0, n * sizeof(float)));
     train_bwd(); // the reference dx, dw (timing added into dw)
     printf("  trainer        fwd %.4f ms (%4.0f GB/s)   bwd %.4f ms (%4.0f GB/s)   (V4 %d; the bwd time less the dx reset's %.4f ms)\n",
@@ -225,7 +213,7 @@ static void bench_shape(const char *what, int N, int nh, int n, int ld, bool fwd
                 bk<<<blocks, 256>>>(dx, part, dy, x, w, rstd, N, nh, n, ld, ld);
                 colsum_finish(dw, part, blocks, n, n, 0);
             };
-            const double t1 = time_ms(f), t2 = time_ms(b) - copy_ms;
+            const double t1 = median_ms(f), t2 = median_ms(b) - copy_ms;
             CUDA_CHECK(cudaMemset(dw, 0, n * sizeof(float)));
             f(); b();
             CUDA_CHECK(cudaDeviceSynchronize());
@@ -252,7 +240,7 @@ static void bench_shape(const char *what, int N, int nh, int n, int ld, bool fwd
                 bk<<<blocks, n / 4>>>(dx, part, dy, x, w, rstd, (int)R, n);
                 colsum_finish(dw, part, blocks, n, n, 0);
             };
-            const double t2 = time_ms(b) - copy_ms;
+            const double t2 = median_ms(b) - copy_ms;
             CUDA_CHECK(cudaMemset(dw, 0, n * sizeof(float)));
             b();
             CUDA_CHECK(cudaDeviceSynchronize());
