@@ -1075,8 +1075,9 @@ static real *router_noise(Model *M, int l, int B, int T) {
 // ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
 // h^0 = E[ids];  per layer: r = h + Mixer(RMSNorm(h)),  h' = r + MLP(RMSNorm(r));  logits = RMSNorm(h^L) W_headᵀ
 
-// Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward pass
-// reads (model_forward adds the down projection; model_backward reruns this under recompute).
+// Layer l from its input h^l = la[l].res up to the MLP's gate and up projections gu: everything its backward pass
+// reads (model_forward adds SwiGLU and the down projection; model_backward reruns this under recompute, and
+// swiglu_backward forms the hidden hmid again for W_down's weight gradient).
 static void block_forward(Model *M, int l, int B, int T) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -1092,7 +1093,6 @@ static void block_forward(Model *M, int l, int B, int T) {
                              M->rb.noise ? M->rb.tau : 1);
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
-    swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
 // Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
@@ -1122,6 +1122,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T);
+        swiglu_forward(M->la[l].hmid, M->la[l].gu, BT, c->F);
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
     }
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1, 1);

@@ -5664,10 +5664,11 @@ static real *router_noise(Model *M, int l, int B, int T) {
 }
 
 // ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
-// Layer l from its input h^l = la[l].res up to the MLP's hidden activation hmid: everything its backward
-// pass reads (model_forward adds the down projection; model_backward reruns this under recompute, with
-// ops_kept = 1 at level 1, which kept the GDN/softmax op outputs and r = h + mixer output: neither the ops nor the
-// output projection and the residual add rerun).
+// Layer l from its input h^l = la[l].res up to the MLP's gate and up projections gu: everything its backward
+// pass reads (model_forward adds SwiGLU and the down projection; swiglu_backward forms the hidden hmid again for
+// W_down's weight gradient; model_backward reruns this under recompute, with ops_kept = 1 at level 1, which kept the
+// GDN/softmax op outputs and r = h + mixer output: neither the ops nor the output projection and the residual add
+// rerun).
 static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
@@ -5683,7 +5684,6 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
                              M->rb.noise ? M->rb.tau : 1);
     rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
-    swiglu_forward(a->hmid, a->gu, BT, c->F);
 }
 
 // Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
@@ -5722,6 +5722,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T, 0);
+        swiglu_forward(M->la[l].hmid, M->la[l].gu, BT, c->F);
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
     }
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1, 1);
