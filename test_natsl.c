@@ -323,7 +323,7 @@ static AttnArgs op_attn_args(const OpCtx *c, const real *m) {
     return a;
 }
 static GdnArgs op_gdn_args(const OpCtx *c, const real *m) {
-    GdnArgs a = {c->q, c->k, c->v, OLD, OLD, c->g, c->beta, m, OB, OT, OH, ODK, ODV, NULL, (c->which & 1) != 0, 0, NULL};
+    GdnArgs a = {c->q, c->k, c->v, OLD, OLD, c->g, c->beta, m, OB, OT, OH, ODK, ODV, NULL, (c->which & 1) != 0, 0, NULL, 0};
     return a;
 }
 static double op_loss(void *p) {
@@ -927,7 +927,8 @@ static void test_param_counts(void) {
 }
 // The GPU's bf16-mode activation layout (ACTS_BF16, common/layout.h): the fields stored in the matmul precision take
 // half the room, so the planes of qk, qk_hat and qka start half as many reals apart, and the last plane of each ends
-// inside its field (before the next field starts); the fp32 layout keeps whole planes. Checked for every layer kind.
+// inside its field (before the next field starts); the fp32 layout keeps whole planes. Checked for every layer kind,
+// and for the gradient layout's qk (half in the G and S layers only).
 static void test_acts_layout_bf16(void) {
     Config c;
     config_from_preset(&c, "tiny", 66);
@@ -954,6 +955,15 @@ static void test_acts_layout_bf16(void) {
             if (*k == 'N')
                 CHECK(a.ka - a.qa == (ptrdiff_t)plane && a.ka + plane <= a.qka_rstd, "N layer (%s): qa, ka planes misplaced",
                       half ? "bf16" : "fp32");
+            free(buf);
+            if (*k == 'A') continue;
+            // the gradient layout: a G or S layer's dQ, dK are stored in bf16 (GdnArgs.grads_mp), an N layer's in fp32
+            const int gpart = ACTS_GRADS | (half ? ACTS_BF16 : 0);
+            buf = vec(layer_acts_layout(&a, &c, *k, B, T, NULL, gpart));
+            layer_acts_layout(&a, &c, *k, B, T, buf, gpart);
+            const size_t gplane = half && *k != 'N' ? BT * K / 2 : BT * K;
+            CHECK(a.q == a.qk && a.k - a.q == (ptrdiff_t)gplane, "%c layer (%s): the gradients' q, k planes misplaced", *k,
+                  half ? "bf16" : "fp32");
             free(buf);
         }
 }

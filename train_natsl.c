@@ -580,7 +580,8 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
 // dA[b][c][h][1] = ⟨dS, Z_last − Dec_c S_c⟩ (the chunk's own update ΔS_c, §6.4).
 // WRITES dq, dk (their heads' columns), dg, dβ and dA[...][1]; dv WRITTEN likewise, or ACCUMULATED into with
 // a->dv_add (an N layer: the softmax op has written its part of dv first). With a->rho (the layers') dq, dk are the
-// gradients of the L2 norm's inputs Q, K: the norm's backward (3.4i) runs last, in place.
+// gradients of the L2 norm's inputs Q, K: the norm's backward (3.4i) runs last, in place; with a->grads_mp (a G layer's)
+// dq, dk, dv are then stored in the matmul precision.
 static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
                             const real *state, const GdnArgs *a) {
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
@@ -679,6 +680,10 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     if (a->rho) {
         l2norm_backward(dq, dq, q, a->rho, B * T, H, dkh, ldqk);
         l2norm_backward(dk, dk, k, a->rho + (size_t)B * T * H, B * T, H, dkh, ldqk);
+    }
+    if (a->grads_mp) { // a G layer's dQ, dK, dV, stored in the matmul precision (they feed only the conv's backward)
+        for (size_t i = 0; i < (size_t)B * T * ldqk; i++) { dq[i] = matmul_precision(dq[i]); dk[i] = matmul_precision(dk[i]); }
+        for (size_t i = 0; i < (size_t)B * T * ldv; i++) dv[i] = matmul_precision(dv[i]);
     }
 }
 
@@ -1312,7 +1317,8 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 // §12.1 item 13) and its gradient (rmsnorm_backward's dx_mp, item 14), the RMSNorm outputs that feed matmuls or the
 // softmax op (rmsnorm_forward's y_mp), the gated norm's and SwiGLU's outputs, the token mixers' operands (the conv's
 // Q, K, V, the L2 norm's q̂, k̂, the N layer's RoPE'd qa, ka), the GDN op's chunk-start states (gdn_op_forward,
-// (5.4h)) and its output (GdnArgs.out_mp): those are rounded with matmul_precision() where they are stored
+// (5.4h)), its output (GdnArgs.out_mp) and a G layer's dQ, dK, dV (GdnArgs.grads_mp, item 15): those are rounded with
+// matmul_precision() where they are stored
 // (test_natsl.c checks every field the GPU's layout stores in bf16); and its bf16 attention kernels read bf16 copies
 // of dout and out and store a bf16 output (attention_operands_bf16 below).
 static real round_bf16(real x) {

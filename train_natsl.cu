@@ -905,7 +905,7 @@ struct ConvChannel { // one channel's state in conv_silu_backward_kernel
 };
 #define CONV_BWD_WARPS 8 // time tiles a block takes (a warp each), its dw summed over them before it is stored
 #define CONV_BWD_BLOCKS 3 // blocks an SM the backward's registers allow (4: spills, 0.382 against 0.368 ms)
-template <class MP> // dx and x in the matmul precision; the runs' dy in fp32
+template <class MP, class DY> // dx and x in the matmul precision; the runs' dy in DY (fp32, or bf16: a G layer's)
 __global__ void __launch_bounds__(32 * CONV_BWD_WARPS, CONV_BWD_BLOCKS) conv_silu_backward_kernel(MP *__restrict__ dx,
         float *__restrict__ dw_part, ConvRuns o, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T,
         int n, int tiles) {
@@ -915,7 +915,7 @@ __global__ void __launch_bounds__(32 * CONV_BWD_WARPS, CONV_BWD_BLOCKS) conv_sil
     float4 dwa = make_float4(0.f, 0.f, 0.f, 0.f), dwb = dwa;
     if (ch < n && tile < tiles) {
         int col = ch, ny;
-        const float *__restrict__ dy = reinterpret_cast<const float *>(o.find(col, ny)) + col;
+        const DY *__restrict__ dy = reinterpret_cast<const DY *>(o.find(col, ny)) + col;
         int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
         size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
         int t_end = min(t1 + NATSL_CONV - 1, T);
@@ -962,26 +962,33 @@ __global__ void __launch_bounds__(32 * CONV_BWD_WARPS, CONV_BWD_BLOCKS) conv_sil
     pp[0] = dwa;
     pp[1] = dwb;
 }
-// WRITES dx's channels of the runs (from col), adds to dw's, in one launch (and the partial sums' one)
+// WRITES dx's channels of the runs (from col), adds to dw's, in one launch (and the partial sums' one). dy_mp: the runs
+// are stored in the matmul precision (bf16 mode), else fp32.
 static void conv_silu_backward_runs(real *dx, real *dw, const ConvRuns &o, const real *x, int ldx, int col, const real *w,
-                                    int B, int T) {
+                                    int B, int T, int dy_mp) {
     conv_check(__func__, ldx, col, o);
     int tiles = B * (T / CONV_TILE), n = conv_channels(o), parts = CEIL_DIV(tiles, CONV_BWD_WARPS);
     float *part = colpart((size_t)parts * n * NATSL_CONV);
     dim3 grid(CEIL_DIV(n / 2, 32), parts);
-    if (g_bf16) conv_silu_backward_kernel<<<grid, 32 * CONV_BWD_WARPS>>>((__nv_bfloat16 *)dx + col, part, o,
-                                                                          (const __nv_bfloat16 *)x + col, ldx,
-                                                                          w + col * NATSL_CONV, T, n, tiles);
-    else conv_silu_backward_kernel<<<grid, 32 * CONV_BWD_WARPS>>>(dx + col, part, o, x + col, ldx, w + col * NATSL_CONV,
-                                                                   T, n, tiles);
+    with_mp(dx, 1, [&](auto dxp) { // x in dx's precision
+        using MP = std::remove_pointer_t<decltype(dxp)>;
+        auto go = [&](auto dyt) {
+            conv_silu_backward_kernel<MP, decltype(dyt)><<<grid, 32 * CONV_BWD_WARPS>>>(dxp + col, part, o,
+                    (const MP *)x + col, ldx, w + col * NATSL_CONV, T, n, tiles);
+        };
+        if (g_bf16 && dy_mp) go(__nv_bfloat16());
+        else go(float());
+    });
     CUDA_CHECK(cudaGetLastError());
     colsum_finish(dw + col * NATSL_CONV, part, parts, n * NATSL_CONV, n * NATSL_CONV, 0);
 }
-// the backward of conv_silu_qkv_forward: WRITES dx's columns Q | K | V from dq, dk, dv
+// the backward of conv_silu_qkv_forward: WRITES dx's columns Q | K | V from dq, dk, dv (stored in the matmul precision
+// with dqkv_mp: a G layer's, GdnArgs.grads_mp)
 static void conv_silu_qkv_backward(real *dx, real *dw, const real *dq, const real *dk, const real *dv, const real *x,
-                                   int ldx, const real *w, int B, int T, int K, int Vt) {
+                                   int ldx, const real *w, int B, int T, int K, int Vt, int dqkv_mp) {
     PROF_OP();
-    conv_silu_backward_runs(dx, dw, ConvRuns{{(void *)dq, (void *)dk, (void *)dv}, {K, K, Vt}, 3}, x, ldx, 0, w, B, T);
+    conv_silu_backward_runs(dx, dw, ConvRuns{{(void *)dq, (void *)dk, (void *)dv}, {K, K, Vt}, 3}, x, ldx, 0, w, B, T,
+                            dqkv_mp);
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
@@ -2520,8 +2527,9 @@ __global__ void rows_from_bf16_kernel(float *y, int ldy, const bf16 *x, int ldx,
         y[(i / cols) * ldy + i % cols] = __bfloat162float(x[(i / cols) * ldx + i % cols]);
 }
 static unsigned rows_grid(size_t n) { return (unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16); }
-static void rows_to_bf16(bf16 *y, const float *x, int ldx, size_t rows, int cols) {
-    rows_to_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, cols, x, ldx, rows, cols);
+// rows × cols of fp32 x (row stride ldx) to bf16 y (row stride ldy)
+static void rows_to_bf16(bf16 *y, int ldy, const float *x, int ldx, size_t rows, int cols) {
+    rows_to_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, ldy, x, ldx, rows, cols);
     CUDA_CHECK(cudaGetLastError());
 }
 // rows × cols of bf16 x (row stride ldx) to fp32 y (row stride ldy)
@@ -2600,7 +2608,7 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     if (dq == A && dvh == C) {                                                                                      \
         if (g_attn_passes == 3) launch_fwd<A, C, true>(o, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);           \
         else launch_fwd<A, C, false>(o, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);                             \
-        if (o != out) rows_to_bf16((bf16 *)out, o, NH * dvh, BT, NH * dvh);                                         \
+        if (o != out) rows_to_bf16((bf16 *)out, NH * dvh, o, NH * dvh, BT, NH * dvh);                               \
         return;                                                                                                     \
     }
     ATT_SHAPES(ATT_FWD_CASE)
@@ -2625,8 +2633,8 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
         AttnBf16 c = attention_bf16_operands(args, (real *)out);
         const bf16 *d16 = (const bf16 *)dout;
         if (!attention_out_bf16(args)) {
-            rows_to_bf16(c.out, out, NH * dvh, BT, NH * dvh);
-            rows_to_bf16(c.dout, dout, NH * dvh, BT, NH * dvh);
+            rows_to_bf16(c.out, NH * dvh, out, NH * dvh, BT, NH * dvh);
+            rows_to_bf16(c.dout, NH * dvh, dout, NH * dvh, BT, NH * dvh);
             d16 = c.dout;
         }
         flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, d16, c.out, lse, c.q, c.k, args->ldqk,
@@ -2976,6 +2984,7 @@ struct GA {
     int bwd;  // the backward pass (prep stores T for it)
     int dv_add; // the backward adds its dV to dv (GdnArgs.dv_add), else writes it
     const float *rho; // bwd_final_bf16 returns dQ, dK through the L2 norm of these 1/norms (GdnArgs.rho); or nullptr
+    int d16;  // dq, dk, dv hold bf16 values (GdnArgs.grads_mp; the bf16 kernels with rho: st_grad / ld_grad)
     float scale;
     // workspace
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
@@ -3638,6 +3647,14 @@ __device__ __forceinline__ void tile_to_bf16(bf16 *dst, const bf16 *src, size_t 
 template <int LD> __device__ __forceinline__ void st_pair(bf16 *X, int r, int c, float x0, float x1) {
     *reinterpret_cast<uint32_t *>(X + swz<LD>(r, c >> 3) + (c & 7)) = pack_bf16(x0, x1);
 }
+// element `at` and the next of dq, dk or dv (base), which hold bf16 values with a.d16, else fp32
+__device__ __forceinline__ float2 ld_grad(const GA &a, const float *base, size_t at) {
+    return a.d16 ? ld2(reinterpret_cast<const bf16 *>(base) + at) : ld2(base + at);
+}
+__device__ __forceinline__ void st_grad(const GA &a, float *base, size_t at, float x, float y) {
+    if (a.d16) st2(reinterpret_cast<bf16 *>(base) + at, x, y);
+    else st2(base + at, x, y);
+}
 template <int LD> __device__ __forceinline__ float2 ld_pair(const bf16 *X, int r, int c) { return ld2(X + swz<LD>(r, c >> 3) + (c & 7)); }
 // f(j, hh, i, col) for each pair of this thread's accumulator elements acc[j][2hh], acc[j][2hh + 1] of a 16 × NN tile
 // whose rows start at r0 and columns at c0: they hold (row i, columns col, col + 1)
@@ -4268,9 +4285,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA 
         mma_x<CH, 32, CH, true>(Y, ftt, Dt, 32 * hf);  // Tᵀ dVn
         acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
             const float2 vv = ld_pair<64>(Vt, r, col);
-            float2 *dvp = reinterpret_cast<float2 *>(a.dv + (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col);
-            const float2 o = a.dv_add ? *dvp : make_float2(0.f, 0.f), y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
-            *dvp = make_float2(fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // dv_add: the softmax op wrote dV first
+            const size_t at = (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col;
+            const float2 o = a.dv_add ? ld_grad(a, a.dv, at) : make_float2(0.f, 0.f), y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
+            st_grad(a, a.dv, at, fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // dv_add: the softmax op wrote dV first
             const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
             if (hh) dbv1 += d; else dbv0 += d;
         });
@@ -4697,8 +4714,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         if (a.rho) // dK = ρ (dk̂ − k̂ (k̂·dk̂))  (3.4i)
             acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
                 const float2 kv = ld_pair<DK>(Ks, i, col);
-                *reinterpret_cast<float2 *>(a.dk + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
-                    make_float2(rk[i] * (dK[j][2 * hh] - kv.x * kn[i]), rk[i] * (dK[j][2 * hh + 1] - kv.y * kn[i]));
+                st_grad(a, a.dk, (tok0 + i) * a.ldqk + (size_t)h * DK + col, rk[i] * (dK[j][2 * hh] - kv.x * kn[i]),
+                        rk[i] * (dK[j][2 * hh + 1] - kv.y * kn[i]));
             });
     }
     {   // dQ = dPmm K + s diag(γ) dQ1, in two halves of dk/4 columns (registers);  qd = q·dQ1 (dg). With a.rho, dq̂ goes
@@ -4730,8 +4747,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             for (int hf = 0; hf < 2; hf++)
                 acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int, int, int i, int col) {
                     const float2 d = *reinterpret_cast<const float2 *>(DQs + dq_at(i, col)), qv = ld_pair<DK>(Qs, i, col);
-                    *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) =
-                        make_float2(rq[i] * (d.x - qv.x * qn[i]), rq[i] * (d.y - qv.y * qn[i]));
+                    st_grad(a, a.dq, (tok0 + i) * a.ldqk + (size_t)h * DK + col, rq[i] * (d.x - qv.x * qn[i]),
+                            rq[i] * (d.y - qv.y * qn[i]));
                 });
         }
     }
@@ -4977,11 +4994,12 @@ static void forward(float *o, float *state, const float *q, const float *k, int 
 static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
                      const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
                      const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws,
-                     bool in16, int dv_add, const float *rho) {
+                     bool in16, int dv_add, const float *rho, bool d16) {
     GA a = make_ga(B, T, H, dkd, dvd, ws);
     a.bwd = 1;
     a.dv_add = dv_add;
     a.rho = rho;
+    a.d16 = d16;
     a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA; a.dout = dout;
     a.state = (float *)state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     if (in16) {
@@ -5055,9 +5073,11 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *args) {
     real *o = o16 && !(chunked && in16) ? (real *)device_scratch(SCRATCH_GDN_OUT, BT * H * dv * sizeof(float)) : out;
     if (chunked) gdnc::forward(o, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws, in16, o16);
     else gdn_tokens_forward(o, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
-    if (o != out) rows_to_bf16((bf16 *)out, o, H * dv, BT, H * dv);
+    if (o != out) rows_to_bf16((bf16 *)out, H * dv, o, H * dv, BT, H * dv);
 }
-// WRITES dq, dk, dg, dβ, dA[...,1] and dv; with args->dv_add ACCUMULATES into dv.
+// WRITES dq, dk, dg, dβ, dA[...,1] and dv; with args->dv_add ACCUMULATES into dv. In bf16 mode with args->grads_mp
+// (a G layer's) dq, dk, dv are stored in bf16: the bf16 kernels with the L2 norm folded in store them so; the other
+// paths write fp32 into a scratch (rows of the same strides), rounded into dq, dk, dv here after the L2 norm's backward.
 static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
                             const real *state, const GdnArgs *args) {
     PROF_OP();
@@ -5067,16 +5087,30 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
     real *ws = a->ws;
-    const bool chunked = gdn_use_chunked(dkh, dvh), fold = chunked && in16; // fold: bwd_final_bf16 takes GdnArgs.rho
+    const bool chunked = gdn_use_chunked(dkh, dvh), fold = chunked && in16 && a->rho; // bwd_final_bf16 takes GdnArgs.rho
+    const bool d16 = g_gdn_st16 && a->grads_mp;
+    if (d16 && (a->dv_add || !a->rho)) die("gdn_op_backward: bf16 gradients (grads_mp) need rho and dv_add = 0");
+    const size_t BT = (size_t)B * T, nqk = BT * ldqk;
+    real *dq32 = dq, *dk32 = dk, *dv32 = dv; // where the op writes: dq, dk, dv, or the fp32 scratch (d16 unfolded)
+    if (d16 && !fold) {
+        dq32 = (real *)device_scratch(SCRATCH_GDN_OUT, (2 * nqk + BT * ldv) * sizeof(float));
+        dk32 = dq32 + nqk;
+        dv32 = dk32 + nqk;
+    }
     if (chunked)
-        gdnc::backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws, in16,
-                       a->dv_add, fold ? a->rho : nullptr);
+        gdnc::backward(dq32, dk32, dv32, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws,
+                       in16, a->dv_add, fold ? a->rho : nullptr, d16 && fold);
     else
-        gdn_tokens_backward(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws,
-                            a->dv_add);
+        gdn_tokens_backward(dq32, dk32, dv32, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh,
+                            ws, a->dv_add);
     if (a->rho && !fold) {
-        l2norm_backward(dq, dq, q, a->rho, B * T, H, dkh, ldqk);
-        l2norm_backward(dk, dk, k, a->rho + (size_t)B * T * H, B * T, H, dkh, ldqk);
+        l2norm_backward(dq32, dq32, q, a->rho, B * T, H, dkh, ldqk);
+        l2norm_backward(dk32, dk32, k, a->rho + BT * H, B * T, H, dkh, ldqk);
+    }
+    if (dq32 != dq) {
+        rows_to_bf16((bf16 *)dq, ldqk, dq32, ldqk, BT, H * dkh);
+        rows_to_bf16((bf16 *)dk, ldqk, dk32, ldqk, BT, H * dkh);
+        rows_to_bf16((bf16 *)dv, ldv, dv32, ldv, BT, H * dvh);
     }
 }
 
@@ -5501,12 +5535,13 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
 // Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
-// parameters and dx, which it WRITES (the W_ab product writes, the other two add).
+// parameters and dx, which it WRITES (the W_ab product writes, the other two add). dqkv_mp: d's q, k, v are stored in
+// the matmul precision (GdnArgs.grads_mp: a G layer's).
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
-                                const LayerParams *p, int B, int T) {
+                                const LayerParams *p, int B, int T, int dqkv_mp) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
     gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
-    conv_silu_qkv_backward(d->proj, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt);
+    conv_silu_qkv_backward(d->proj, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt, dqkv_mp);
     matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_WRITE);
     matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, DINP_ADD);
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, DINP_ADD);
@@ -5537,7 +5572,7 @@ static void gdn_layer_backward(const Config *c, real *dx, const real *dout, Laye
     matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D, DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
     gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op); // dQ, dK: L2 norm's folded in
-    gdn_inputs_backward(c, dx, d, gp, a, p, B, T);
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T, op.grads_mp);
 }
 
 // ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
@@ -5615,7 +5650,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K, NULL); rope_backward(d->ka, BT, T, Ha, dka, K, NULL); }
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0, 0);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0, 0);
-    gdn_inputs_backward(c, dx, d, gp, a, p, B, T); // writes dx, the router adds its part
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T, gdn.grads_mp); // writes dx, the router adds its part
     if (!no_router_grad)
         router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
 }

@@ -79,8 +79,9 @@ typedef struct {
 } LayerActs;
 
 // Points the plane names (q, k, v, q_hat, ...) into the planar fields that hold them. half: the fields stored in the
-// matmul precision hold 2-byte values (bf16 mode: the A layer's proj, the G and N layers' qk, qk_hat and qka), so
-// their planes start half as many reals in (D is even: config_check; BT·K is, as T is a multiple of 64).
+// matmul precision hold 2-byte values (bf16 mode: the A layer's proj, the G and N layers' qk, qk_hat and qka; of the
+// gradients, the G and S layers' qk), so their planes start half as many reals in (D is even: config_check; BT·K is,
+// as T is a multiple of 64).
 static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T, int half) {
     size_t BT = (size_t)B * T, K = cfg_K(c), D = c->D, plane = half ? BT * K / 2 : BT * K;
     if (kind == 'A' && a->proj) {
@@ -143,8 +144,11 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         TAKE(res, BT * D, KP | MA); TAKE(xn, BT * D, SH | G | WH | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
             TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
-            TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA); // N: its backward reads Q, K (ω, qa, ka)
-            TAKE(v, BT * Vt, SH | G | WH | MA); // the GDN op (G) or the softmax op (N: the GDN op adds) writes dV
+            // N: its backward reads Q, K (ω, qa, ka); their gradients are stored in the matmul precision where the
+            // GDN op is their one producer (G, S: GdnArgs.grads_mp), not in N, where other ops add to them
+            const int qkv_mg = kind == 'N' ? 0 : MG;
+            TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA | qkv_mg);
+            TAKE(v, BT * Vt, SH | G | WH | MA | qkv_mg); // the GDN op (G) or the softmax op (N: the GDN op adds) writes dV
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
             TAKE(qk_hat, 2 * BT * K, R | MA); TAKE(qk_rho, 2 * BT * H, R);
@@ -166,7 +170,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG | ML); TAKE(hmid, BT * c->F, SH | G | WH | ML | MA | MG);
 #undef TAKE
     }
-    if (base) layer_planes(a, c, kind, B, T, half && !grads);
+    if (base) layer_planes(a, c, kind, B, T, half && (!grads || kind == 'G' || kind == 'S')); // grads: qk's (qkv_mg)
     return off;
 }
 
@@ -234,6 +238,8 @@ typedef struct {
                 // (the tests' oracles)
     const real *rho; // the layers': q̂, k̂ are L2N(Q), L2N(K) (§0 (0.4)) with 1/norms rho [2][B*T][H] (Q's, then
                      // K's), and the backward returns dQ, dK (the L2 norm's backward (3.4i) folded in); NULL: dq̂, dk̂
+    int grads_mp; // with rho and dv_add = 0 (a G layer's): the backward stores dQ, dK, dV in the matmul precision
+                  // (they feed only the conv's backward); 0: fp32 (an N layer's: other ops add to them; the tests' oracles)
 } GdnArgs;
 
 // The gated output norm (§3.3, §5.6) over `rows` rows of width n: one input o1 (G layer: o2, w2, omega NULL)
@@ -263,7 +269,7 @@ static inline LayerParams select_attn_params(const LayerParams *p) {
 // The G layer's GDN op: every chunk commits.
 static inline GdnArgs gdn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
     GdnArgs o = {a->q_hat, a->k_hat, a->v, cfg_K(c), cfg_Vt(c), a->g, a->beta, NULL, B, T, c->H, c->dk, c->dv, a->gdn_ws, 0, 1,
-                 a->qk_rho};
+                 a->qk_rho, 1};
     return o;
 }
 // The N layer's two ops, both driven by the router's mask (§5.3, §5.4).
@@ -271,6 +277,7 @@ static inline GdnArgs natsl_gdn_args(const Config *c, const LayerActs *a, int B,
     GdnArgs o = gdn_layer_op_args(c, a, B, T);
     o.mask = a->rmask;
     o.dv_add = 1;
+    o.grads_mp = 0;
     return o;
 }
 static inline AttnArgs natsl_attn_args(const Config *c, const LayerActs *a, int B, int T) {

@@ -224,7 +224,7 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
     for (int k = 0; k < 2; k++) {
         real *dst = k ? M.dres : a->res;
         fill(M.dlnf, (size_t)BT * c.D, k + 1, k ? 1e-3f : 1.7f);
-        if (g_bf16) rows_to_bf16((bf16 *)dst, M.dlnf, c.D, BT, c.D);
+        if (g_bf16) rows_to_bf16((bf16 *)dst, c.D, M.dlnf, c.D, BT, c.D);
         else CUDA_CHECK(cudaMemcpy(dst, M.dlnf, (size_t)BT * c.D * sizeof(real), cudaMemcpyDeviceToDevice));
     }
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, c.D, c.D, c.D, 1, 1);

@@ -10,7 +10,8 @@
 // Semantics checked: out, state, dq, dk, dg, dbeta and dA[...,1] written (dA exactly 0 where m == 0 and at the
 // last chunk, dA[...,0] untouched); dv written (the unmasked cases, a G layer's: over poison) or ACCUMULATED (the masked
 // cases, an N layer's dv_add: the harness zeroes it first); padding columns untouched. dq, dk leave through the L2
-// norm's backward (GdnArgs.rho, the layers' use: dQ, dK) in all cases but two (dq̂, dk̂).
+// norm's backward (GdnArgs.rho, the layers' use: dQ, dK) in all cases but two (dq̂, dk̂). bf16 mode adds three cases of a
+// G layer's use, dQ, dK, dV stored in bf16 (GdnArgs.grads_mp).
 
 #include <vector>
 #include <algorithm>
@@ -227,15 +228,18 @@ static void run_fwd(const Prob &p, Dev &d) {
     gdn_op_forward(d.o, d.state, &a);
 }
 // dv_add 0: the op writes dv (a G layer's; test_case poisons it first); 1: it accumulates, as in an N layer (its data
-// columns zeroed first unless `zero` is false: the timing loop)
-static void run_bwd(const Prob &p, Dev &d, int dv_add = 0, bool zero = true) {
+// columns zeroed first unless `zero` is false: the timing loop). g16 (bf16 mode, dv_add 0, with rho: a G layer's
+// GdnArgs.grads_mp): dQ, dK, dV are stored in bf16, in the rows of dqk and dv as the fp32 ones.
+static void run_bwd(const Prob &p, Dev &d, int dv_add = 0, bool zero = true, bool g16 = false) {
     const float *mm_ = p.use_m ? d.m : nullptr; // (the padding keeps its poison)
     if (dv_add && zero) CUDA_CHECK(cudaMemset2D(d.dv, (size_t)p.ldv * 4, 0, (size_t)p.H * p.dv * 4, (size_t)p.B * p.T));
     GdnArgs a = {d.qk, k_of(p, d), d.v, p.ldqk, p.ldv, d.g, d.beta, mm_, p.B, p.T, p.H, p.dk, p.dv, d.ws, dv_add, g_gdn_st16,
-                 d.rho};
-    gdn_op_backward(d.dqk, d.dqk + (size_t)p.H * p.dk, d.dv, d.dg, d.dbeta, d.dA, d.dout, d.state, &a);
+                 d.rho, g16};
+    const size_t off = (size_t)p.H * p.dk;
+    float *dk = g16 ? (float *)((__nv_bfloat16 *)d.dqk + off) : d.dqk + off;
+    gdn_op_backward(d.dqk, dk, d.dv, d.dg, d.dbeta, d.dA, d.dout, d.state, &a);
 }
-static void run_op(const Prob &p, Dev &d, int dv_add = 0) { run_fwd(p, d); run_bwd(p, d, dv_add); }
+static void run_op(const Prob &p, Dev &d, int dv_add = 0, bool g16 = false) { run_fwd(p, d); run_bwd(p, d, dv_add, true, g16); }
 
 static double relerr(const std::vector<float> &a, const std::vector<double> &r) {
     double n = 0, dd = 0;
@@ -255,8 +259,10 @@ static double relerr(const std::vector<float> &a, const std::vector<double> &r) 
 // cases show that they do not grow with the number of chunks (the carried state stays fp32).
 static double case_bar(int, int) { return gdnc::g_lowp ? 1e-2 : 1e-4; }
 // mmode: 0 m = NULL (every chunk commits), 1 random 0/1, 2 random real, 3 none committed, 4 all committed (0/1 mask).
-// With l2 (the layers' use) the op returns dQ, dK through the L2 norm's backward (GdnArgs.rho), else dq̂, dk̂.
-static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int mmode, int pad = 0, bool l2 = true) {
+// With l2 (the layers' use) the op returns dQ, dK through the L2 norm's backward (GdnArgs.rho), else dq̂, dk̂. g16
+// (bf16 mode, mmode 0, l2: a G layer's use): it stores dQ, dK, dV in bf16 (run_bwd; the bar takes their rounding, 2^-9).
+static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int mmode, int pad = 0, bool l2 = true,
+                      bool g16 = false) {
     Prob p;
     make_prob(p, B, T, H, dk, dv, mmode >= 3 ? 1 : mmode, mmode == 3 ? 0.0 : mmode == 4 ? 1.0 : 0.5, pad);
     if (!l2) p.rho.clear();
@@ -269,7 +275,7 @@ static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int
     CUDA_CHECK(cudaMemset(d.o, 0xFF, p.dout.size() * 4)); CUDA_CHECK(cudaMemset(d.state, 0xFF, (size_t)B * H * p.Nc * dk * dv * 4));
     CUDA_CHECK(cudaMemset(d.dqk, 0xFF, BT * p.ldqk * 4)); CUDA_CHECK(cudaMemset(d.dv, 0xFF, BT * p.ldv * 4));
     CUDA_CHECK(cudaMemset(d.dg, 0xFF, BT * H * 4)); CUDA_CHECK(cudaMemset(d.dbeta, 0xFF, BT * H * 4)); CUDA_CHECK(cudaMemset(d.dA, 0xFF, p.m.size() * 4));
-    run_op(p, d, p.use_m); // masked: dv accumulated (an N layer's, zeroed first); unmasked: written into the poison
+    run_op(p, d, p.use_m, g16); // masked: dv accumulated (an N layer's, zeroed first); unmasked: written into the poison
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> o(p.dout.size()), dqk(BT * p.ldqk), dvv(BT * p.ldv), dg(BT * H), db(BT * H), dA(p.m.size());
     if (g_gdn_st16) { // bf16 mode: the op stores its output in bf16 (GdnArgs.out_mp, as the layers ask)
@@ -277,8 +283,19 @@ static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int
         CUDA_CHECK(cudaMemcpy(ob.data(), d.o, ob.size() * 2, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < o.size(); i++) o[i] = __bfloat162float(ob[i]);
     } else CUDA_CHECK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(dqk.data(), d.dqk, dqk.size() * 4, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(dvv.data(), d.dv, dvv.size() * 4, cudaMemcpyDeviceToHost));
+    if (g16) { // bf16 values, widened; their poison (0xFFFF) widens to the fp32 poison's bits
+        for (auto [x, src] : {std::pair<std::vector<float> *, const float *>{&dqk, d.dqk}, {&dvv, d.dv}}) {
+            std::vector<uint16_t> b(x->size());
+            CUDA_CHECK(cudaMemcpy(b.data(), src, b.size() * 2, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < b.size(); i++) {
+                const uint32_t bits = b[i] == 0xFFFFu ? 0xFFFFFFFFu : (uint32_t)b[i] << 16;
+                memcpy(&(*x)[i], &bits, 4);
+            }
+        }
+    } else {
+        CUDA_CHECK(cudaMemcpy(dqk.data(), d.dqk, dqk.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(dvv.data(), d.dv, dvv.size() * 4, cudaMemcpyDeviceToHost));
+    }
     CUDA_CHECK(cudaMemcpy(dg.data(), d.dg, dg.size() * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(db.data(), d.dbeta, db.size() * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(dA.data(), d.dA, dA.size() * 4, cudaMemcpyDeviceToHost));
@@ -397,6 +414,11 @@ int main(int argc, char **argv) {
             ok &= test_case("B4 T128 H6 dk192 dv384 m01 (8-warp bwd state)", 4, 128, 6, 192, 384, 1);
             ok &= test_case("B2 T2048 H3 dk192 dv384 m-real", 2, 2048, 3, 192, 384, 2);
             ok &= test_case("B2 T4096 H2 dk64 dv64 m-real (one value tile)", 2, 4096, 2, 64, 64, 2);
+            if (lowp) { // a G layer's: dQ, dK, dV stored in bf16 (the bf16 kernels' folded stores; else the rounding pass)
+                ok &= test_case("B2 T512 H2 dk128 dv256 m=NULL, grads bf16", 2, 512, 2, 128, 256, 0, 0, true, true);
+                ok &= test_case("B1 T256 H2 dk192 dv384 m=NULL, grads bf16", 1, 256, 2, 192, 384, 0, 0, true, true);
+                ok &= test_case("tiny B2 T256 H2 dk48 dv96 m=NULL, grads bf16", 2, 256, 2, 48, 96, 0, 0, true, true);
+            }
             printf("(fp32 state kernels: 16-column tiles unless B·H·dv/32 >= the SM count; bf16 state kernels: 1, 2, 4 or 8\n"
                    " warps (16 value columns each) per block, the fewest of those that need the fewest waves)\n");
             printf("CORRECTNESS %s\n", ok ? "PASS" : "FAIL");
