@@ -779,7 +779,8 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 }
 // With dn = dy ⊙ silu(gate) (5.6d-f): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's RMSNorm
 // backward with dy_k = ω_k dn (§5.6: the authors' Triton kernel computes exactly this). WRITES do1, do2, dω and
-// dgate (the gated norm is their only producer); the weight gradients dw1, dw2 accumulate.
+// dgate (the gated norm is their only producer); the weight gradients dw1, dw2 accumulate. do1, the GDN op's dout, is
+// stored in the matmul precision (doc/model.md §12.1 item 16; the softmax op rounds its dout as it reads it).
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
                                 const real *dy, const real *rstd, const GatedNormArgs *a) {
     const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
@@ -800,7 +801,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         dot1 /= n; dot2 /= n;
         for (int i = 0; i < n; i++) {
             real dn = dy[o + i] * silu(gate[o + i]);
-            do1[o + i] = s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1);
+            do1[o + i] = matmul_precision(s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1));
             if (o2) do2[o + i] = s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
         }
         if (o2) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
@@ -1317,8 +1318,8 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 // §12.1 item 13) and its gradient (rmsnorm_backward's dx_mp, item 14), the RMSNorm outputs that feed matmuls or the
 // softmax op (rmsnorm_forward's y_mp), the gated norm's and SwiGLU's outputs, the token mixers' operands (the conv's
 // Q, K, V, the L2 norm's q̂, k̂, the N layer's RoPE'd qa, ka), the GDN op's chunk-start states (gdn_op_forward,
-// (5.4h)), its output (GdnArgs.out_mp) and a G layer's dQ, dK, dV (GdnArgs.grads_mp, item 15): those are rounded with
-// matmul_precision() where they are stored
+// (5.4h)), its output and output gradient (GdnArgs.out_mp, item 16) and a G layer's dQ, dK, dV (GdnArgs.grads_mp,
+// item 15): those are rounded with matmul_precision() where they are stored
 // (test_natsl.c checks every field the GPU's layout stores in bf16); and its bf16 attention kernels read bf16 copies
 // of dout and out and store a bf16 output (attention_operands_bf16 below).
 static real round_bf16(real x) {

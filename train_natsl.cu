@@ -2538,7 +2538,7 @@ static void rows_from_bf16(float *y, int ldy, const bf16 *x, int ldx, size_t row
     CUDA_CHECK(cudaGetLastError());
 }
 // A grow-only device scratch per use (slot), reused by every call.
-enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_GDN_OUT, SCRATCH_SLOTS };
+enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_GDN_OUT, SCRATCH_GDN_DOUT, SCRATCH_SLOTS };
 static void *device_scratch(int slot, size_t bytes) {
     static void *buf[SCRATCH_SLOTS];
     static size_t cap[SCRATCH_SLOTS];
@@ -2974,6 +2974,7 @@ static_assert(CH == 64, "the chunked GDN kernels assume 64-token chunks");
 struct GA {
     const float *q, *k, *v, *g, *beta, *m, *dout;  // q, k, v: the fp32 kernels' (fp32 mode, or fp32 copies: gdn_op_forward)
     const bf16 *q16, *k16, *v16;                   // the bf16 kernels': q̂, k̂, v as stored in bf16 mode
+    const bf16 *dout16;                            // the bf16 kernels' dO (as stored: GdnArgs.out_mp; else a bf16 copy)
     float *o, *state;
     bf16 *o16;                                     // the bf16 kernels' output where it is stored in bf16 (else o)
     float *dq, *dk, *dv, *dg, *dbeta, *dA;
@@ -3507,9 +3508,10 @@ __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, co
     load_tile<DK, CH, NT>(Ksm, chunk_rows<DK>(a.k16, a, row0), a.ldqk, threadIdx.x);
     if (threadIdx.x < CH / 4) fa_cp16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
 }
-// bwd_state_bf16's per-warp dO slices (a warp's 16 value columns of a chunk's CH rows, fp32) have rows padded to GC_LW
-// floats: the accumulator-order reads hit 32 distinct banks
-#define GC_LW 20
+// bwd_state_bf16's per-warp dO slices (a warp's 16 value columns of a chunk's CH rows, bf16) have rows padded to GC_LO
+// values (48 bytes): the accumulator-order reads (lanes 4 apart: one row's 8 consecutive values; lanes 1 apart: rows 2
+// apart, 96 bytes) hit 16 distinct banks with no two lanes on one bank but for the same word
+#define GC_LO 24
 // bf16 fragments -> their negatives (the sign bits of both halves: the same bits as rounding −x)
 template <int NK> __device__ __forceinline__ void frag_neg(uint32_t (&fa)[NK][4]) {
 #pragma unroll
@@ -3921,8 +3923,8 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h, ldo = (size_t)a.H * dv;
-    float *Ob = Es + CH + w * CH * GC_LW;  // this warp's dO slice
-    bf16 *Stg = reinterpret_cast<bf16 *>(Es + CH + NW * CH * GC_LW) + w * 16 * bwd_state_srow<DK>();  // its staging rows
+    bf16 *Ob = reinterpret_cast<bf16 *>(Es + CH) + w * CH * GC_LO;  // this warp's dO slice [CH][16] (rows GC_LO apart)
+    bf16 *Stg = reinterpret_cast<bf16 *>(Es + CH) + NW * CH * GC_LO + w * 16 * bwd_state_srow<DK>();  // its staging rows
     auto issue = [&](int c) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
@@ -3930,8 +3932,10 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         load_tile<DK, CH, NT>(Qsm + s * CH * DK, chunk_rows<DK>(a.q16, a, row0), a.ldqk, threadIdx.x);
         load_tile<CH, CH, NT>(Psm + s * CH * CH, a.Pb + (bh * Nc + c) * CH * CH, CH, threadIdx.x);
     };
-    auto issue_slices = [&](int c) {  // (by this warp's lanes alone)
-        load_tile<16, GC_LW, 32>(Ob, a.dout + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0, (int)ldo, lane);
+    auto issue_slices = [&](int c) {  // (by this warp's lanes alone: two 16-byte copies a row)
+        const bf16 *src = a.dout16 + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0;
+#pragma unroll
+        for (int i = lane; i < 2 * CH; i += 32) fa_cp16(Ob + (i >> 1) * GC_LO + (i & 1) * 8, src + (size_t)(i >> 1) * ldo + (i & 1) * 8);
     };
     float dS[DK / 8][4];
     acc_zero(dS);
@@ -3952,7 +3956,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                O[j][q] = Ob[GC_ACC_COL(j, q) * GC_LW + GC_ACC_ROW(q)];
+                O[j][q] = __bfloat162float(Ob[GC_ACC_COL(j, q) * GC_LO + GC_ACC_ROW(q)]);
                 D[j][q] = P[j][q] = 0.f;
             }
         __syncwarp();
@@ -3973,7 +3977,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         }
         {
             uint32_t fl[4][4];
-            acc_to_a<4>(fl, O, 1.f);  // dOᵀ in bf16, as bwd_local_bf16 rounds it
+            acc_to_a<4>(fl, O, 1.f);  // dOᵀ (bf16 values)
             mma_x<CH, CH, CH, true>(D, fl, Psm + s * CH * CH);  // the local part: dVnᵀ = s dOᵀ P (off the chain)
         }
         const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
@@ -4005,7 +4009,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     }
 }
 template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) {
-    return (6 * CH * DK + 2 * CH * CH + 16 * nw * bwd_state_srow<DK>()) * sizeof(bf16) + (4 * CH + nw * CH * GC_LW) * sizeof(float);
+    return (6 * CH * DK + 2 * CH * CH + 16 * nw * bwd_state_srow<DK>() + nw * CH * GC_LO) * sizeof(bf16) + 4 * CH * sizeof(float);
 }
 
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
@@ -4092,7 +4096,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     const int R0 = 16 * (w & 3), r0 = R0 + g;  // this thread's rows r0 and r0 + 8
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, ldo = (size_t)a.H * dv;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
-    const float *dO = a.dout + ((size_t)b * a.T + (size_t)c * CH) * ldo + (size_t)h * dv;
+    const bf16 *dO = a.dout16 + ((size_t)b * a.T + (size_t)c * CH) * ldo + (size_t)h * dv;
     load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 256>(Ws, a.Wb + row0 * DK, DK, tid);
@@ -4104,11 +4108,13 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     };
     issue(0);
     if (nvt > 1) issue(1);
-    // the dO tile: thread tid holds 8 values of rows tid/8 + 32 e (e < 2), loaded one tile ahead into registers
-    float xo[2][8];
+    // the dO tile: thread tid holds 8 values (bf16, as stored) of rows tid/8 + 32 e (e < 2), loaded one tile ahead into
+    // registers
+    uint4 xo[2];
     auto load_do = [&](int vt) {
 #pragma unroll
-        for (int e = 0; e < 2; e++) ld8(xo[e], dO + (size_t)((tid >> 3) + 32 * e) * ldo + vt * 64 + (tid & 7) * 8, 1.f);
+        for (int e = 0; e < 2; e++)
+            xo[e] = *reinterpret_cast<const uint4 *>(dO + (size_t)((tid >> 3) + 32 * e) * ldo + vt * 64 + (tid & 7) * 8);
     };
     load_do(0);
     if (nvt > 1) fa_wait<1>(); else fa_wait<0>();  // Q, K, G (and the first S0 tile)
@@ -4130,9 +4136,9 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     acc_zero(P1);
     for (int vt = 0; vt < nvt; vt++) {
 #pragma unroll
-        for (int e = 0; e < 2; e++) {  // rounded to bf16, into shared memory
+        for (int e = 0; e < 2; e++) {  // into shared memory
             const int r = (tid >> 3) + 32 * e, ch = tid & 7;
-            *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = pack8(xo[e]);
+            *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = xo[e];
         }
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
@@ -5000,15 +5006,15 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
     a.dv_add = dv_add;
     a.rho = rho;
     a.d16 = d16;
-    a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA; a.dout = dout;
+    a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA;
     a.state = (float *)state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     if (in16) {
-        a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v;
+        a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v; a.dout16 = (const bf16 *)dout;
         a.vec = 1;
         a.Tb = reinterpret_cast<bf16 *>(a.Tm); a.dWb = reinterpret_cast<bf16 *>(a.dWm); a.Pb = reinterpret_cast<bf16 *>(a.Pm);
         a.dVb = reinterpret_cast<bf16 *>(a.dVn);
     } else {
-        a.q = q; a.k = k; a.v = v;
+        a.q = q; a.k = k; a.v = v; a.dout = dout;
         fp32_kernels(a, dkd, aligned16(q) && aligned16(k) && aligned16(v) && aligned16(state) && aligned16(dout) &&
                              aligned16(dq) && aligned16(dk) && aligned16(dv) && ldqk % 4 == 0 && ldv % 4 == 0 && dkd % 4 == 0);
     }
@@ -5045,17 +5051,28 @@ static void gdn_set_lowp(int on) {
 static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv) {
     return gdn_use_chunked(dk, dv) ? gdnc::ws_floats(B, T, H, dk, dv) : gdn_tokens_ws_floats(B, H, dk, dv);
 }
-// In bf16 mode q̂, k̂ and v are stored in bf16 (GdnArgs): the bf16 kernels read them so (in16); the others (fp32 mode's,
+// In bf16 mode q̂, k̂ and v are stored in bf16 (GdnArgs), and so is the backward's dout where GdnArgs.out_mp says so:
+// the bf16 kernels read them so (in16; a dout in fp32 gets a bf16 copy, *dout pointed at it); the others (fp32 mode's,
 // or bf16 mode's where the bf16 kernels do not take the shape: other d_k, unaligned rows, NATSL_GDN_TF32=0) get fp32
-// copies of them here (widen_operands, one scratch for the op).
-static bool gdn_operands(GdnArgs *w, const GdnArgs *a, std::initializer_list<const void *> ptrs) {
+// copies of them here (widen_operands, one scratch for the op). dout: the backward's, else NULL.
+static bool gdn_operands(GdnArgs *w, const GdnArgs *a, std::initializer_list<const void *> ptrs, const real **dout) {
     *w = *a;
     if (!g_gdn_st16) return false;
-    if (gdn_use_chunked(a->head_k, a->head_v) && gdnc::takes_bf16(a->head_k, a->head_v, a->ldqk, a->ldv, ptrs)) return true;
-    const real *x[3] = {a->q, a->k, a->v};
-    const int ld[3] = {a->ldqk, a->ldqk, a->ldv}, cols[3] = {a->H * a->head_k, a->H * a->head_k, a->H * a->head_v};
-    widen_operands(SCRATCH_GDN_WIDE, x, ld, cols, 3, (size_t)a->B * a->T);
+    const size_t BT = (size_t)a->B * a->T;
+    const int nv = a->H * a->head_v;
+    if (gdn_use_chunked(a->head_k, a->head_v) && gdnc::takes_bf16(a->head_k, a->head_v, a->ldqk, a->ldv, ptrs)) {
+        if (dout && !a->out_mp) {
+            bf16 *d16 = (bf16 *)device_scratch(SCRATCH_GDN_DOUT, BT * nv * sizeof(bf16));
+            rows_to_bf16(d16, nv, *dout, nv, BT, nv);
+            *dout = (const real *)d16;
+        }
+        return true;
+    }
+    const real *x[4] = {a->q, a->k, a->v, dout ? *dout : NULL};
+    const int ld[4] = {a->ldqk, a->ldqk, a->ldv, nv}, cols[4] = {a->H * a->head_k, a->H * a->head_k, nv, nv};
+    widen_operands(SCRATCH_GDN_WIDE, x, ld, cols, dout && a->out_mp ? 4 : 3, BT);
     w->q = x[0]; w->k = x[1]; w->v = x[2];
+    if (dout) *dout = x[3];
     return false;
 }
 // In bf16 mode the layers' output is stored in bf16 (GdnArgs.out_mp): the bf16 kernels store it so; the others write
@@ -5063,7 +5080,7 @@ static bool gdn_operands(GdnArgs *w, const GdnArgs *a, std::initializer_list<con
 static void gdn_op_forward(real *out, real *state, const GdnArgs *args) {
     PROF_OP();
     GdnArgs w;
-    const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, out, state});
+    const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, out, state}, NULL);
     const GdnArgs *a = &w;
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v;
@@ -5082,7 +5099,7 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
                             const real *state, const GdnArgs *args) {
     PROF_OP();
     GdnArgs w;
-    const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, dq, dk, dv, dout, state});
+    const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, dq, dk, dv, dout, state}, &dout);
     const GdnArgs *a = &w;
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
@@ -5265,9 +5282,9 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 // One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
 // the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
 // [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
-template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate, o1, o2 and do2
-                                     // (the softmax op's dout) in the matmul precision
-__global__ void __launch_bounds__(256) gated_norm_backward_kernel(float *__restrict__ do1, MP *__restrict__ do2,
+template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate, o1, o2, do1 and
+                                     // do2 (the two ops' dout) in the matmul precision
+__global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict__ do1, MP *__restrict__ do2,
         float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
         const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
         const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
@@ -5341,8 +5358,8 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
         int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
         float *part = colpart((size_t)blocks * 2 * n);
-        kernel<<<blocks, 256>>>(do1, (MP *)do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2, a->omega,
-                                gate, R, n);
+        kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2,
+                                a->omega, gate, R, n);
         CUDA_CHECK(cudaGetLastError());
         colsum_finish(dw1, part, blocks, n, 2 * n, 0);
         if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);

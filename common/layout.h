@@ -152,7 +152,7 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
             TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
             TAKE(qk_hat, 2 * BT * K, R | MA); TAKE(qk_rho, 2 * BT * H, R);
-            TAKE(gdn_out, BT * Vt, OP | G | WH | MA); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
+            TAKE(gdn_out, BT * Vt, OP | G | WH | MA | MG); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
             TAKE(norm_rstd, 2 * BT * (H > Ha ? H : Ha), R); TAKE(y, BT * Vt, R | G | WH | MA | MG);
         }
         if (kind == 'N') {
@@ -234,8 +234,8 @@ typedef struct {
     int B, T, H, head_k, head_v;
     real *ws;
     int dv_add; // the backward adds its dV to dv (an N layer: the softmax op wrote its part first); 0: writes it
-    int out_mp; // the output is stored in the matmul precision (the layers': it feeds only the gated norm); 0: fp32
-                // (the tests' oracles)
+    int out_mp; // the output and its gradient dout are stored in the matmul precision (the layers': the output feeds
+                // only the gated norm, whose backward writes dout); 0: fp32 (the tests' oracles)
     const real *rho; // the layers': q̂, k̂ are L2N(Q), L2N(K) (§0 (0.4)) with 1/norms rho [2][B*T][H] (Q's, then
                      // K's), and the backward returns dQ, dK (the L2 norm's backward (3.4i) folded in); NULL: dq̂, dk̂
     int grads_mp; // with rho and dv_add = 0 (a G layer's): the backward stores dQ, dK, dV in the matmul precision

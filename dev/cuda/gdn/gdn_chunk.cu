@@ -62,10 +62,10 @@ static void make_prob(Prob &p, int B, int T, int H, int dk, int dv, int mmode /*
             p.beta[r * H + h] = (float)(1.0 / (1.0 + exp(-nrand())));
         }
     }
-    if (g_gdn_st16)  // bf16 mode: q̂, k̂, v are stored in bf16 (the oracle computes on the same rounded values)
-        for (auto *x : {&p.qk, &p.v})
-            for (float &f : *x) f = __bfloat162float(__float2bfloat16_rn(f));
     for (auto &x : p.dout) x = (float)nrand();
+    if (g_gdn_st16)  // bf16 mode: q̂, k̂, v and dO are stored in bf16 (the oracle computes on the same rounded values)
+        for (auto *x : {&p.qk, &p.v, &p.dout})
+            for (float &f : *x) f = __bfloat162float(__float2bfloat16_rn(f));
     p.rho.resize((size_t)2 * B * T * H);
     for (auto &x : p.rho) x = (float)(0.5 + 1.5 * urand()); // the unnormalized Q, K rows' 1/norms (any positive values)
     p.use_m = mmode != 0;
@@ -201,8 +201,8 @@ static void dev_alloc(const Prob &p, Dev &d) {
         CUDA_CHECK(cudaMalloc(&d.rho, p.rho.size() * 4));
         CUDA_CHECK(cudaMemcpy(d.rho, p.rho.data(), p.rho.size() * 4, cudaMemcpyHostToDevice));
     }
-    for (auto [dst, src] : {std::make_pair(d.qk, &p.qk), std::make_pair(d.v, &p.v)}) {
-        if (g_gdn_st16) {  // bf16 mode: q̂, k̂, v in bf16, as the model stores them
+    for (auto [dst, src] : {std::make_pair(d.qk, &p.qk), std::make_pair(d.v, &p.v), std::make_pair(d.dout, &p.dout)}) {
+        if (g_gdn_st16) {  // bf16 mode: q̂, k̂, v and dO in bf16, as the model stores them (GdnArgs.out_mp)
             std::vector<__nv_bfloat16> h(src->size());
             for (size_t i = 0; i < h.size(); i++) h[i] = __float2bfloat16_rn((*src)[i]);
             CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
@@ -211,7 +211,6 @@ static void dev_alloc(const Prob &p, Dev &d) {
     CUDA_CHECK(cudaMemcpy(d.g, p.g.data(), BT * p.H * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d.beta, p.beta.data(), BT * p.H * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d.m, p.m.data(), p.m.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(d.dout, p.dout.data(), p.dout.size() * 4, cudaMemcpyHostToDevice));
 }
 static void dev_free(Dev &d) {
     float *ps[] = {d.qk, d.v, d.g, d.beta, d.m, d.dout, d.o, d.state, d.dqk, d.dv, d.dg, d.dbeta, d.dA, d.ws, d.rho};
@@ -248,13 +247,12 @@ static double relerr(const std::vector<float> &a, const std::vector<double> &r) 
     return n > 0 ? sqrt(dd / n) : sqrt(dd);
 }
 
-// Relative error bars: 1e-4 for the fp32 op (fp32 mode; measured ≤ 1e-6). In bf16 mode q̂, k̂ and v arrive in bf16
-// (make_prob rounds them, so the oracle computes on the op's own inputs: what is measured is the op's error). It stores
-// the chunk-start states in
-// bf16 (each chunk runs from its rounded start state, doc/model.md (5.4h); the oracle does not round), runs the block
-// matmuls in TF32 (10-bit mantissas) and, for dk ∈ {64, 128, 192}, the state recurrences on bf16 operands (8-bit mantissas:
-// unit roundoff 2^-9 ≈ 2e-3 per rounded operand; the state, W, Vn, dVn and dO are each rounded once per chunk), and
-// stores its output in bf16 (as the layers ask: GdnArgs.out_mp).
+// Relative error bars: 1e-4 for the fp32 op (fp32 mode; measured ≤ 1e-6). In bf16 mode q̂, k̂, v and the backward's dO
+// arrive in bf16 (make_prob rounds them, so the oracle computes on the op's own inputs: what is measured is the op's
+// error). It stores the chunk-start states in bf16 (each chunk runs from its rounded start state, doc/model.md (5.4h);
+// the oracle does not round), runs the block matmuls in TF32 (10-bit mantissas) and, for dk ∈ {64, 128, 192}, the state
+// recurrences on bf16 operands (8-bit mantissas: unit roundoff 2^-9 ≈ 2e-3 per rounded operand; the state, W, Vn and dVn
+// are each rounded once per chunk), and stores its output in bf16 (as the layers ask: GdnArgs.out_mp).
 // Bar 1e-2: 5x the unit roundoff, the errors of a few independently rounded operands adding in quadrature; the long-T
 // cases show that they do not grow with the number of chunks (the carried state stays fp32).
 static double case_bar(int, int) { return gdnc::g_lowp ? 1e-2 : 1e-4; }
