@@ -1055,6 +1055,42 @@ static void test_bf16_stored_fields_rounded(void) {
 }
 #undef NFIELDS
 
+// Of the gradients the GPU stores in bf16, those no product reads (a product rounds its operands itself) must be
+// rounded where the CPU's -p bf16 stores them: the GDN op's dO (G and N layers, doc/model.md §12.1 item 16) and a G
+// layer's dQ, dK, dV (item 15). After a bf16 backward pass of a one-layer model the gradient scratch holds that layer's
+// mixer gradients: each of those fields holds bf16 values only, and not only zeros.
+static void test_bf16_stored_grads_rounded(void) {
+    const int B = 2, T = 128;
+    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
+    for (const char *k = "GN"; *k; k++) {
+        char pat[2] = {*k, 0};
+        Config cf = small_config(pat, 0);
+        Model M;
+        model_build(&M, &cf);
+        model_init(&M, 3);
+        model_alloc_acts(&M, B, T, 0);
+        uint64_t r = rng_seed(12);
+        for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf.V; tg[i] = rng_u32(&r) % cf.V; }
+        g_bf16 = 1;
+        model_forward(&M, in, tg, B, T);
+        model_backward(&M, in, tg, B, T, (real)1 / (B * T));
+        g_bf16 = 0;
+        LayerActs d;
+        layer_acts_layout(&d, &cf, *k, B, T, M.dacts, ACTS_GRADS); // the mixer's layout, as the backward left it
+        const size_t BT = (size_t)B * T, K = cfg_K(&cf), Vt = cfg_Vt(&cf);
+        const struct { const char *name; const real *x; size_t n; } f[] = {
+            {"dO (gdn_out)", d.gdn_out, BT * Vt}, {"dQ", d.q, BT * K}, {"dK", d.k, BT * K}, {"dV", d.v, BT * Vt}};
+        for (int i = 0; i < (*k == 'G' ? 4 : 1); i++) {
+            size_t off = 0, nonzero = 0;
+            for (size_t j = 0; j < f[i].n; j++) { off += f[i].x[j] != round_bf16(f[i].x[j]); nonzero += f[i].x[j] != 0; }
+            CHECK(off == 0 && nonzero > 0, "%c layer, %s: %zu of %zu values not bf16, %zu nonzero", *k, f[i].name, off,
+                  f[i].n, nonzero);
+        }
+        model_free(&M);
+    }
+    free(in); free(tg);
+}
+
 // The gradient scratch's two layouts (common/layout.h): the MLP's holds exactly dxn2, dhmid and dgu, the mixer's
 // everything else, and the scratch is as large as the larger of the two (they take turns), not their sum.
 static void test_grads_layout_phases(void) {
@@ -2635,6 +2671,7 @@ int main(int argc, char **argv) {
     RUN(test_acts_layout_report);
     RUN(test_grads_layout_phases);
     RUN(test_bf16_stored_fields_rounded);
+    RUN(test_bf16_stored_grads_rounded);
     RUN(test_grads_scratch_unzeroed);
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
