@@ -682,7 +682,10 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
         l2norm_backward(dk, dk, k, a->rho + (size_t)B * T * H, B * T, H, dkh, ldqk);
     }
     if (a->grads_mp) { // a G layer's dQ, dK, dV, stored in the matmul precision (they feed only the conv's backward)
-        for (size_t i = 0; i < (size_t)B * T * ldqk; i++) { dq[i] = matmul_precision(dq[i]); dk[i] = matmul_precision(dk[i]); }
+        for (size_t i = 0; i < (size_t)B * T * ldqk; i++) {
+            dq[i] = matmul_precision(dq[i]);
+            dk[i] = matmul_precision(dk[i]);
+        }
         for (size_t i = 0; i < (size_t)B * T * ldv; i++) dv[i] = matmul_precision(dv[i]);
     }
 }

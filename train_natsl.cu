@@ -3935,7 +3935,8 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
     auto issue_slices = [&](int c) {  // (by this warp's lanes alone: two 16-byte copies a row)
         const bf16 *src = a.dout16 + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0;
 #pragma unroll
-        for (int i = lane; i < 2 * CH; i += 32) fa_cp16(Ob + (i >> 1) * GC_LO + (i & 1) * 8, src + (size_t)(i >> 1) * ldo + (i & 1) * 8);
+        for (int i = lane; i < 2 * CH; i += 32)
+            fa_cp16(Ob + (i >> 1) * GC_LO + (i & 1) * 8, src + (size_t)(i >> 1) * ldo + (i & 1) * 8);
     };
     float dS[DK / 8][4];
     acc_zero(dS);
