@@ -5,7 +5,8 @@
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. -o gdn_chunk dev/cuda/gdn/gdn_chunk.cu -lcublasLt -lcublas -lnccl && ./gdn_chunk
 //   ./gdn_chunk test   -> correctness only;  ./gdn_chunk time -> timing only; no argument -> both.
-//   A second argument fp32 or bf16 runs that mode only (./gdn_chunk time bf16: for ncu).
+//   A second argument fp32 or bf16 runs that mode only (./gdn_chunk time bf16: for ncu); a third runs only the cases
+//   whose names contain it (./gdn_chunk test bf16 dk192: e.g. for a racecheck that would not reach them in time).
 // (NATSL_GDN_TOKENS=1 ./gdn_chunk runs the same checks and timings on the token-recurrence fallback.)
 // Semantics checked: out, state, dq, dk, dg, dbeta and dA[...,1] written (dA exactly 0 where m == 0 and at the
 // last chunk, dA[...,0] untouched); dv written (the unmasked cases, a G layer's: over poison) or ACCUMULATED (the masked
@@ -256,11 +257,13 @@ static double relerr(const std::vector<float> &a, const std::vector<double> &r) 
 // Bar 1e-2: 5x the unit roundoff, the errors of a few independently rounded operands adding in quadrature; the long-T
 // cases show that they do not grow with the number of chunks (the carried state stays fp32).
 static double case_bar(int, int) { return gdnc::g_lowp ? 1e-2 : 1e-4; }
+static const char *g_case_filter = ""; // run only the cases whose names contain it (main's third argument)
 // mmode: 0 m = NULL (every chunk commits), 1 random 0/1, 2 random real, 3 none committed, 4 all committed (0/1 mask).
 // With l2 (the layers' use) the op returns dQ, dK through the L2 norm's backward (GdnArgs.rho), else dq̂, dk̂. g16
 // (bf16 mode, mmode 0, l2: a G layer's use): it stores dQ, dK, dV in bf16 (run_bwd; the bar takes their rounding, 2^-9).
 static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int mmode, int pad = 0, bool l2 = true,
                       bool g16 = false) {
+    if (!strstr(name, g_case_filter)) return true;
     Prob p;
     make_prob(p, B, T, H, dk, dv, mmode >= 3 ? 1 : mmode, mmode == 3 ? 0.0 : mmode == 4 ? 1.0 : 0.5, pad);
     if (!l2) p.rho.clear();
@@ -384,6 +387,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
     bool ok = true;
     const char *only = argc > 2 ? argv[2] : "";  // "fp32" or "bf16": that mode only
+    if (argc > 3) g_case_filter = argv[3];
     for (int lowp = 0; lowp <= 1; lowp++) {
         if ((!strcmp(only, "fp32") && lowp) || (!strcmp(only, "bf16") && !lowp)) continue; // the fp32 op (fp32 mode), then bf16 mode's (TF32 block matmuls, bf16 state kernels)
         gdn_set_lowp(lowp);
