@@ -1013,9 +1013,22 @@ static void record_field(const char *field, size_t n) {
         if (!strcmp(field, g_act_fields[i].name)) { g_field_n[g_field_half][i] = n; return; }
     g_field_unknown++;
 }
+// M: a model of cf, built and initialized, after a bf16 forward pass (and, with backward, a backward pass) on random tokens
+static void bf16_pass(Model *M, const Config *cf, int B, int T, int backward) {
+    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
+    model_build(M, cf);
+    model_init(M, 3);
+    model_alloc_acts(M, B, T, 0);
+    uint64_t r = rng_seed(11);
+    for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf->V; tg[i] = rng_u32(&r) % cf->V; }
+    g_bf16 = 1;
+    model_forward(M, in, tg, B, T);
+    if (backward) model_backward(M, in, tg, B, T, (real)1 / (B * T));
+    g_bf16 = 0;
+    free(in); free(tg);
+}
 static void test_bf16_stored_fields_rounded(void) {
     const int B = 2, T = 128;
-    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
     int halved = 0, bad = 0;
     for (const char *k = "GNAS"; *k; k++) {
         char pat[2] = {*k, 0};
@@ -1029,14 +1042,7 @@ static void test_bf16_stored_fields_rounded(void) {
         g_layout_report = NULL;
         CHECK(g_field_unknown == 0, "%c layer: %d reported fields are not in the test's list", *k, g_field_unknown);
         Model M;
-        model_build(&M, &cf);
-        model_init(&M, 3);
-        model_alloc_acts(&M, B, T, 0);
-        uint64_t r = rng_seed(11);
-        for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf.V; tg[i] = rng_u32(&r) % cf.V; }
-        g_bf16 = 1;
-        model_forward(&M, in, tg, B, T);
-        g_bf16 = 0;
+        bf16_pass(&M, &cf, B, T, 0);
         for (size_t i = 0; i < NFIELDS; i++) {
             if (!g_field_n[0][i] || g_field_n[1][i] == g_field_n[0][i]) continue; // no such field, or stored in fp32
             halved++;
@@ -1051,7 +1057,6 @@ static void test_bf16_stored_fields_rounded(void) {
     printf("  %d (layer kind, field) pairs stored in bf16 checked\n", halved);
     CHECK(halved >= 40, "only %d fields halve with ACTS_BF16", halved);
     CHECK(bad == 0, "%d fields the GPU stores in bf16 hold values the CPU's -p bf16 did not round", bad);
-    free(in); free(tg);
 }
 #undef NFIELDS
 
@@ -1061,20 +1066,11 @@ static void test_bf16_stored_fields_rounded(void) {
 // mixer gradients: each of those fields holds bf16 values only, and not only zeros.
 static void test_bf16_stored_grads_rounded(void) {
     const int B = 2, T = 128;
-    int *in = xcalloc(B * T, sizeof(int)), *tg = xcalloc(B * T, sizeof(int));
     for (const char *k = "GN"; *k; k++) {
         char pat[2] = {*k, 0};
         Config cf = small_config(pat, 0);
         Model M;
-        model_build(&M, &cf);
-        model_init(&M, 3);
-        model_alloc_acts(&M, B, T, 0);
-        uint64_t r = rng_seed(12);
-        for (int i = 0; i < B * T; i++) { in[i] = rng_u32(&r) % cf.V; tg[i] = rng_u32(&r) % cf.V; }
-        g_bf16 = 1;
-        model_forward(&M, in, tg, B, T);
-        model_backward(&M, in, tg, B, T, (real)1 / (B * T));
-        g_bf16 = 0;
+        bf16_pass(&M, &cf, B, T, 1);
         LayerActs d;
         layer_acts_layout(&d, &cf, *k, B, T, M.dacts, ACTS_GRADS); // the mixer's layout, as the backward left it
         const size_t BT = (size_t)B * T, K = cfg_K(&cf), Vt = cfg_Vt(&cf);
@@ -1088,7 +1084,6 @@ static void test_bf16_stored_grads_rounded(void) {
         }
         model_free(&M);
     }
-    free(in); free(tg);
 }
 
 // The gradient scratch's two layouts (common/layout.h): the MLP's holds exactly dxn2, dhmid and dgu, the mixer's
