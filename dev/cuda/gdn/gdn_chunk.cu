@@ -257,6 +257,20 @@ static double relerr(const std::vector<float> &a, const std::vector<double> &r) 
 // Bar 1e-2: 5x the unit roundoff, the errors of a few independently rounded operands adding in quadrature; the long-T
 // cases show that they do not grow with the number of chunks (the carried state stays fp32).
 static double case_bar(int, int) { return gdnc::g_lowp ? 1e-2 : 1e-4; }
+// h.size() values of the device tensor d into h: fp32, or bf16 (b16) widened, its poison (0xFFFF) to the fp32 poison's
+// bits (the untouched checks)
+static void fetch(std::vector<float> &h, const void *d, bool b16) {
+    if (!b16) {
+        CUDA_CHECK(cudaMemcpy(h.data(), d, h.size() * 4, cudaMemcpyDeviceToHost));
+        return;
+    }
+    std::vector<uint16_t> b(h.size());
+    CUDA_CHECK(cudaMemcpy(b.data(), d, b.size() * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < b.size(); i++) {
+        const uint32_t bits = b[i] == 0xFFFFu ? 0xFFFFFFFFu : (uint32_t)b[i] << 16;
+        memcpy(&h[i], &bits, 4);
+    }
+}
 static const char *g_case_filter = ""; // run only the cases whose names contain it (main's third argument)
 // mmode: 0 m = NULL (every chunk commits), 1 random 0/1, 2 random real, 3 none committed, 4 all committed (0/1 mask).
 // With l2 (the layers' use) the op returns dQ, dK through the L2 norm's backward (GdnArgs.rho), else dq̂, dk̂. g16
@@ -279,27 +293,12 @@ static bool test_case(const char *name, int B, int T, int H, int dk, int dv, int
     run_op(p, d, p.use_m, g16); // masked: dv accumulated (an N layer's, zeroed first); unmasked: written into the poison
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> o(p.dout.size()), dqk(BT * p.ldqk), dvv(BT * p.ldv), dg(BT * H), db(BT * H), dA(p.m.size());
-    if (g_gdn_st16) { // bf16 mode: the op stores its output in bf16 (GdnArgs.out_mp, as the layers ask)
-        std::vector<__nv_bfloat16> ob(o.size());
-        CUDA_CHECK(cudaMemcpy(ob.data(), d.o, ob.size() * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < o.size(); i++) o[i] = __bfloat162float(ob[i]);
-    } else CUDA_CHECK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
-    if (g16) { // bf16 values, widened; their poison (0xFFFF) widens to the fp32 poison's bits
-        for (auto [x, src] : {std::pair<std::vector<float> *, const float *>{&dqk, d.dqk}, {&dvv, d.dv}}) {
-            std::vector<uint16_t> b(x->size());
-            CUDA_CHECK(cudaMemcpy(b.data(), src, b.size() * 2, cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < b.size(); i++) {
-                const uint32_t bits = b[i] == 0xFFFFu ? 0xFFFFFFFFu : (uint32_t)b[i] << 16;
-                memcpy(&(*x)[i], &bits, 4);
-            }
-        }
-    } else {
-        CUDA_CHECK(cudaMemcpy(dqk.data(), d.dqk, dqk.size() * 4, cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(dvv.data(), d.dv, dvv.size() * 4, cudaMemcpyDeviceToHost));
-    }
-    CUDA_CHECK(cudaMemcpy(dg.data(), d.dg, dg.size() * 4, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(db.data(), d.dbeta, db.size() * 4, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(dA.data(), d.dA, dA.size() * 4, cudaMemcpyDeviceToHost));
+    fetch(o, d.o, g_gdn_st16); // bf16 mode: the op stores its output in bf16 (GdnArgs.out_mp, as the layers ask)
+    fetch(dqk, d.dqk, g16);
+    fetch(dvv, d.dv, g16);
+    fetch(dg, d.dg, false);
+    fetch(db, d.dbeta, false);
+    fetch(dA, d.dA, false);
     std::vector<float> gq(BT * H * dk), gk(BT * H * dk), gv(BT * H * dv), gA(r.dA.size());
     for (size_t rr = 0; rr < BT; rr++) {
         for (int e = 0; e < H * dk; e++) { gq[rr * H * dk + e] = dqk[rr * p.ldqk + e]; gk[rr * H * dk + e] = dqk[rr * p.ldqk + H * dk + e]; }
