@@ -2953,8 +2953,9 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // dVn) → bwd_vloop ×3 (reductions over dv) → bwd_final (dq, dk, dβ, dg, dA[...,1]). The intra-chunk products
 // are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
 // dk ∈ {64, 128, 192} and dv % 64 == 0 (the 340m and 760m presets), every kernel (prep, the state passes, fwd_out,
-// bwd_local, the vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead (bwd_rhs folded into
-// bwd_state, vloop part 0 into bwd_local).
+// bwd_local, the vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead, the backward as prep →
+// bwd_state → bwd_local → vloop part 1 → bwd_final (bwd_rhs folded into bwd_state, the vloops' parts 0 and 2 into
+// bwd_local, which runs after bwd_state for the dS^end snapshots that part 2 reads; prep makes s Pᵀ for bwd_state).
 // Needs T % 64 == 0 and dk ∈ {32, 48, 64, 128} with dv % 32 == 0, or (bf16 mode only: dk = 192 has no
 // fp32 kernels) dk = 192 with dv % 64 == 0 (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); dv written, or ACCUMULATED
@@ -2992,7 +2993,7 @@ struct GA {
     bf16 *Wb;            // bf16 W for the bf16 kernels (nullptr: the fp32 kernels run)
     bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
     bf16 *Tb, *dWb;      // backward with the bf16 kernels: T [BH*Nc][CH][CH] and dWm [BH*T][dk] in bf16 (in the Tm, dWm regions)
-    bf16 *Pb;            // backward with the bf16 kernels: s Pᵀ [BH*Nc][CH][CH] in bf16 (in the Pm region, which they leave free)
+    bf16 *Pb;            // backward with the bf16 kernels: s Pᵀ [BH*Nc][CH][CH] in bf16 (prep's, in the Pm region, free then)
     bf16 *dVb;           // backward with the bf16 kernels: dVnᵀ in bf16, [BH][Nc][dv][CH] (in the dVn region)
 };
 
@@ -3500,7 +3501,7 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
 // (store_acc_rows).
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
 //   backward: dVnᵀ = s dOᵀ P + (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (the local part from
-//             bwd_local_bf16's bf16 s Pᵀ, R_c of bwd_rhs computed here from Q as stored; dO rounded to bf16 in both)
+//             prep_bf16's bf16 s Pᵀ, R_c of bwd_rhs computed here from Q as stored; dO as stored, bf16)
 // ------------------------------------------------------------------------------------------------
 template <int DK, int NT>
 __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, const GA &a, size_t row0) {
@@ -3702,8 +3703,8 @@ template <int DK> __host__ __device__ constexpr bool dk_bf16() { return DK == 64
 template <int DK> __host__ __device__ constexpr bool dk_fp32() { return DK <= 128; }
 template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128 ? 2 : 1; }
 // K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
-// The same outputs as prep_kernel for the bf16 kernels (G, T in bf16 for the backward, W in bf16, U; no P,
-// no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower; T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by
+// The same outputs as prep_kernel for the bf16 kernels (G, W in bf16, U; for the backward also T and s Pᵀ =
+// s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] in bf16, Q loaded into Kx's room; no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower; T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by
 // column-wise forward substitution, one thread per column, in registers; then the off-diagonal blocks by diagonals:
 // T_ij = −T_ii Σ_{j ≤ l < i} A_il T_lj); W = (T diag(β)) (diag(γ) K) and U = (T diag(β)) V. q̂, k̂ and v arrive in
 // bf16 (as stored), so K Kᵀ and the products with V take them exactly (one mma a product, V tiles by cp.async); T diag(β)
@@ -3728,6 +3729,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     const bf16 *vg = a.v16 + tok0 * a.ldv + (size_t)h * dv;
     auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); fa_commit(); };
     load_tile<DK, CH, 256>(Ks, kg, a.ldqk, tid);
+    if (a.bwd) load_tile<DK, CH, 256>(Kx, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);  // Q, in Kx's room until P
     fa_commit();
     issue_v(0);
     if (nvt > 1) issue_v(1);
@@ -3757,7 +3759,17 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
             const float a1 = (i > col + 1) ? bs[i] * P[j][2 * hh + 1] * expf(Gs[i] - Gs[col + 1]) : 0.f;
             *reinterpret_cast<float2 *>(As + i * LA + col) = make_float2(a0, a1);
         });
+        if (a.bwd) {  // s Pᵀ = s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] in bf16 for bwd_state_bf16 (rows: keys j, columns: queries i)
+            acc_zero(P);
+            mma_x<DK, 32, DK, true>(P, fa, Kx, C0);
+            acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {
+                const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * P[j][2 * hh] : 0.f;
+                const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * P[j][2 * hh + 1] : 0.f;
+                *reinterpret_cast<uint32_t *>(a.Pb + cc * CH * CH + r * CH + col) = pack_bf16(p0, p1);
+            });
+        }
     }
+    if (a.bwd) __syncthreads();  // Q is spent: Kx's room is free
     for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // diag(γ) K in bf16
         const int r = idx / (DK / 8), ch = idx % (DK / 8);
         float x[8];
@@ -4075,35 +4087,36 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
 }
 template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
 
-// B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps; warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and
-// one half (w >> 2) of each 64 value columns: Vn = U − W S0 (its tokens; fp32, over U, and a bf16 tile in shared
-// memory), with s Pᵀ = s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] made here from Q and K and stored in bf16 for bwd_state_bf16, which forms
-// dVn_local = s Pᵀ dO itself (from its dO slices: no fp32 dVn_local round trip through global memory); dO is
-// rounded to bf16 on its way into shared memory. With the tiles at hand it sums B3 part 0 over the value tiles:
-// dQ1 = dO S0ᵀ (its rows, half hf of the d_k columns) and dPm = s dO Vnᵀ (its rows, half hf of the keys). One block
-// an SM at every d_k: at two (128 registers a thread) those sums spill (340m: 0.796 ms against 0.713 at one). The U
-// tiles come by cp.async with the S0 tiles, a tile ahead (read from global in the epilogue, their latency showed).
+// B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps, after bwd_state_bf16 (it reads the chunk's dS^end
+// snapshot dSe). Warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and one half hf = w >> 2 of each 64 value
+// columns: Vn = U − W S0 (its tokens, fp32, into shared memory as two bf16 tiles, hi + lo). With the tiles at hand it
+// sums over the value tiles all that the backward needs of Vn and S0: dQ1 = dO S0ᵀ (its rows, half hf of the d_k
+// columns), dPm = s dO Vnᵀ (its rows, half hf of the keys), X = diag(λ) Vn dSeᵀ (its rows, half hf of the d_k
+// columns; Vn as hi + lo: X feeds the router gradient dA = Σ_j k_j·X_j, a sum with cancellation, which a plain bf16
+// Vn moves by ~1e-2, dev/cuda/gdn/NOTES.md) and ⟨dSe, S0⟩. One block an SM at every d_k: at two (128 registers a
+// thread) these sums spill. The S0, dSe and U tiles come by cp.async a tile ahead, dO (bf16, as stored) into
+// registers a tile ahead.
 template <int DK>
 __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_local_bf16: dk 64, 128 or 192");
+    constexpr int LU = 72, TS = 2 * DK * 64;  // U tiles [CH][LU] (fp32, padded rows); per buffer the S0, dSe tiles [DK][64]
     extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ws = Ks + CH * DK, *Ss = Ws + CH * DK, *Os = Ss + 2 * DK * 64;
-    bf16 *Ns = Os + CH * 64;  // the Vn tile
-    float *Gs = reinterpret_cast<float *>(Ns + CH * 64), *Us = Gs + CH;  // Us: 2 U tiles [CH][LU] (fp32, padded rows)
-    constexpr int LU = 72;
+    bf16 *Ws = reinterpret_cast<bf16 *>(smraw), *Ss = Ws + CH * DK, *Os = Ss + 2 * TS, *Nh = Os + CH * 64, *Nl = Nh + CH * 64;
+    float *Gs = reinterpret_cast<float *>(Nl + CH * 64), *red = Gs + CH, *Us = red + 8;
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, hf = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
     const int R0 = 16 * (w & 3), r0 = R0 + g;  // this thread's rows r0 and r0 + 8
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, ldo = (size_t)a.H * dv;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
+    const bf16 *ds = reinterpret_cast<const bf16 *>(a.dstate) + cc * DK * dv;
     const bf16 *dO = a.dout16 + ((size_t)b * a.T + (size_t)c * CH) * ldo + (size_t)h * dv;
-    load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
-    load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 256>(Ws, a.Wb + row0 * DK, DK, tid);
     if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
-    auto issue = [&](int vt) {  // the S0 and U tiles of value columns 64 vt ..
-        load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
+    auto issue = [&](int vt) {  // the S0, dSe and U tiles of value columns 64 vt ..
+        bf16 *s = Ss + (vt & 1) * TS;
+        load_tile<64, DK, 256>(s, st + vt * 64, dv, tid);
+        load_tile<64, DK, 256>(s + DK * 64, ds + vt * 64, dv, tid);
         load_tile<64, LU, 256>(Us + (vt & 1) * CH * LU, a.U + row0 * dv + vt * 64, dv, tid);
         fa_commit();
     };
@@ -4118,22 +4131,9 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
             xo[e] = *reinterpret_cast<const uint4 *>(dO + (size_t)((tid >> 3) + 32 * e) * ldo + vt * 64 + (tid & 7) * 8);
     };
     load_do(0);
-    if (nvt > 1) fa_wait<1>(); else fa_wait<0>();  // Q, K, G (and the first S0 tile)
-    __syncthreads();
-    {  // s Pᵀ in bf16 to global memory: warp w its rows j, half hf of the columns i
-        uint32_t fk[DK / 16][4];
-        lds_a<DK, DK>(fk, Ks, R0);
-        float P[4][4];
-        acc_zero(P);
-        mma_x<DK, 32, DK, true>(P, fk, Qs, 32 * hf);
-        acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
-            const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * P[j][2 * hh] : 0.f;
-            const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * P[j][2 * hh + 1] : 0.f;
-            *reinterpret_cast<uint32_t *>(a.Pb + cc * CH * CH + r * CH + col) = pack_bf16(p0, p1);
-        });
-    }
-    float Q1[DK / 16][4], P1[4][4];  // dQ1 (d_k columns hf·DK/2 ..), dO Vnᵀ (keys 32 hf ..)
+    float Q1[DK / 16][4], X[DK / 16][4], P1[4][4], sd = 0.f;  // dQ1, X (d_k columns hf·DK/2 ..), dO Vnᵀ (keys 32 hf ..)
     acc_zero(Q1);
+    acc_zero(X);
     acc_zero(P1);
     for (int vt = 0; vt < nvt; vt++) {
 #pragma unroll
@@ -4143,7 +4143,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
         }
         if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
         __syncthreads();
-        const bf16 *S0 = Ss + (vt & 1) * DK * 64;
+        const bf16 *S0 = Ss + (vt & 1) * TS, *dSe = S0 + DK * 64;
         float V[4][4];
         acc_zero(V);
 #pragma unroll
@@ -4152,98 +4152,52 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
             lds_a<64, DK>(fw, Ws + k0, R0);  // (column offsets of 64 keep the swizzle)
             mma_x<64, 32, 64, false>(V, fw, S0 + k0 * 64, 32 * hf);
         }
-        acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
-            const size_t o = (row0 + r) * dv + vt * 64 + col;
+        acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {  // Vn = U − W S0 = hi + lo
             const float2 uv = *reinterpret_cast<const float2 *>(Us + (vt & 1) * CH * LU + r * LU + col);
-            const float2 vn = make_float2(uv.x - V[j][2 * hh], uv.y - V[j][2 * hh + 1]);
-            *reinterpret_cast<float2 *>(a.U + o) = vn;
-            st_pair<64>(Ns, r, col, vn.x, vn.y);
+            const float x0 = uv.x - V[j][2 * hh], x1 = uv.y - V[j][2 * hh + 1];
+            const float2 hi = __bfloat1622float2(__floats2bfloat162_rn(x0, x1));
+            st_pair<64>(Nh, r, col, hi.x, hi.y);
+            st_pair<64>(Nl, r, col, x0 - hi.x, x1 - hi.y);
         });
         if (vt + 1 < nvt) load_do(vt + 1);  // (here, where fewer registers are live)
         uint32_t fo[4][4];  // dO rows R0 .., all 64 columns of the tile
         lds_a<64, 64>(fo, Os, R0);
         mma_x<64, DK / 2, 64, true>(Q1, fo, S0, hf * DK / 2);  // dQ1 += dO S0ᵀ
-        __syncthreads();  // the Vn tile is whole
-        mma_x<64, 32, 64, true>(P1, fo, Ns, 32 * hf);  // dPm += dO Vnᵀ
-        __syncthreads();  // Os, Ns and buffer vt & 1 are free
-        if (vt + 2 < nvt) issue(vt + 2);
-    }
-    store_acc<DK / 2>(a.dQ1 + (row0 + r0) * DK + hf * DK / 2, DK, Q1, 1.f, 1.f);
-    store_acc<32>(a.dPm + cc * CH * CH + r0 * CH + 32 * hf, CH, P1, a.scale, a.scale);
-}
-template <int DK> constexpr size_t bwd_local_bf16_smem() {
-    return (3 * CH * DK + 2 * DK * 64 + 2 * CH * 64) * sizeof(bf16) + (CH + 2 * CH * 72) * sizeof(float);
-}
-
-// B3 part 2 in bf16 mode (part 0 is bwd_local_bf16's), grid (Nc, B*H), 4 warps (16 rows i each), over the value dim
-// in tiles of 64: X = diag(λ) Vn dSeᵀ, sdot = ⟨dSe, S0⟩ (S0, dSe: the bf16 snapshots; double-buffered cp.async, fp32
-// accumulation). Vn comes in fp32 and is split into two bf16 operands (hi + lo): X feeds the router gradient
-// dA = Σ_j k_j·X_j, a sum with cancellation, which a bf16 Vn moves by ~1e-2 (dev/cuda/gdn/NOTES.md).
-template <int DK>
-__global__ void __launch_bounds__(128) bwd_vloop2_bf16_kernel(GA a) {
-    extern __shared__ __align__(128) unsigned char smraw[];
-    constexpr int LV = 68;                     // fp32 Vn rows, padded
-    constexpr int ROWB = CH * LV * 2;          // the Vn tile in bf16 units
-    constexpr int TILE = ROWB + 2 * DK * 64;   // per buffer: the Vn tile, S0 [DK][64], dSe [DK][64]
-    bf16 *buf = reinterpret_cast<bf16 *>(smraw);
-    float *Gs = reinterpret_cast<float *>(buf + 2 * TILE), *red = Gs + CH;
-    const int c = blockIdx.x, bh = blockIdx.y;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
-    const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
-    const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
-    const bf16 *ds = reinterpret_cast<const bf16 *>(a.dstate) + cc * DK * dv;
-    if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
-    auto issue = [&](int vt) {
-        bf16 *b = buf + (vt & 1) * TILE;
-        load_tile<64, LV, 128>(reinterpret_cast<float *>(b), a.U + row0 * dv + vt * 64, dv, tid);
-        load_tile<64, DK, 128>(b + ROWB + DK * 64, ds + vt * 64, dv, tid);
-        load_tile<64, DK, 128>(b + ROWB, st + vt * 64, dv, tid);
-        fa_commit();
-    };
-    issue(0);
-    if (nvt > 1) issue(1);
-    float A1[DK / 8][4], part = 0.f;
-    acc_zero(A1);
-    for (int vt = 0; vt < nvt; vt++) {
-        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
-        __syncthreads();
-        const bf16 *b = buf + (vt & 1) * TILE, *S0 = b + ROWB, *X2 = S0 + DK * 64;
-        uint32_t fh[4][4], fl[4][4];  // Vn rows 16w.. = hi + lo
-        const float *vf = reinterpret_cast<const float *>(b) + (16 * w + g) * LV + 2 * t;
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const float2 x = *reinterpret_cast<const float2 *>(vf + (q & 1) * 8 * LV + 16 * kk + (q >> 1) * 8);
-                const __nv_bfloat162 hi = __floats2bfloat162_rn(x.x, x.y);
-                const float2 hf = __bfloat1622float2(hi);
-                fh[kk][q] = *reinterpret_cast<const uint32_t *>(&hi);
-                fl[kk][q] = pack_bf16(x.x - hf.x, x.y - hf.y);
-            }
-        mma_x<64, DK, 64, true>(A1, fh, X2);  // Vn dSeᵀ
-        mma_x<64, DK, 64, true>(A1, fl, X2);
-        for (int e = tid; e < DK * 64 / 8; e += 128) {  // ⟨dSe, S0⟩ (both tiles swizzled alike)
-            const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(X2)[e];
+        for (int e = tid; e < DK * 8; e += 256) {  // ⟨dSe, S0⟩ (both tiles swizzled alike)
+            const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(dSe)[e];
             const __nv_bfloat162 *xs = reinterpret_cast<const __nv_bfloat162 *>(&x), *ys = reinterpret_cast<const __nv_bfloat162 *>(&y);
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const float2 u = __bfloat1622float2(xs[q]), v = __bfloat1622float2(ys[q]);
-                part = fmaf(u.x, v.x, fmaf(u.y, v.y, part));
+                sd = fmaf(u.x, v.x, fmaf(u.y, v.y, sd));
             }
         }
-        __syncthreads();
+        __syncthreads();  // the Vn tiles are whole
+        mma_x<64, 32, 64, true>(P1, fo, Nh, 32 * hf);  // dPm += dO Vnᵀ
+        uint32_t fv[4][4];  // Vn rows R0 .., hi then lo
+        lds_a<64, 64>(fv, Nh, R0);
+        mma_x<64, DK / 2, 64, true>(X, fv, dSe, hf * DK / 2);  // X += Vn dSeᵀ
+        lds_a<64, 64>(fv, Nl, R0);
+        mma_x<64, DK / 2, 64, true>(X, fv, dSe, hf * DK / 2);
+        __syncthreads();  // Os, Nh, Nl and buffer vt & 1 are free
         if (vt + 2 < nvt) issue(vt + 2);
     }
-    const int r0 = 16 * w + g;
     const float GL = Gs[CH - 1];
-    store_acc<DK>(a.X + (row0 + r0) * DK, DK, A1, expf(GL - Gs[r0]), expf(GL - Gs[r0 + 8]));  // times λ_i
-    for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-    if (lane == 0) red[w] = part;
+    store_acc<DK / 2>(a.dQ1 + (row0 + r0) * DK + hf * DK / 2, DK, Q1, 1.f, 1.f);
+    store_acc<DK / 2>(a.X + (row0 + r0) * DK + hf * DK / 2, DK, X, expf(GL - Gs[r0]), expf(GL - Gs[r0 + 8]));  // times λ_i
+    store_acc<32>(a.dPm + cc * CH * CH + r0 * CH + 32 * hf, CH, P1, a.scale, a.scale);
+    sd = warp_sum(sd);
+    if (lane == 0) red[w] = sd;
     __syncthreads();
-    if (tid == 0) a.sdot[cc] = red[0] + red[1] + red[2] + red[3];
+    if (tid == 0) {
+        float s = 0.f;
+        for (int i = 0; i < 8; i++) s += red[i];
+        a.sdot[cc] = s;
+    }
 }
-template <int DK> constexpr size_t bwd_vloop2_bf16_smem() { return 2 * (CH * 68 * 2 + 2 * DK * 64) * sizeof(bf16) + (CH + 4) * sizeof(float); }
+template <int DK> constexpr size_t bwd_local_bf16_smem() {
+    return (CH * DK + 4 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + (CH + 8 + 2 * CH * 72) * sizeof(float);
+}
 
 // B3 part 1 in bf16 mode, grid (Nc, B*H), 8 warps, over 64-column value tiles: dWm = dVn S0ᵀ, dTV = dVn Vᵀ diag(β),
 // dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). Warp w owns rows R0 = 16(w & 3) .. +15 and one half (w >> 2) of the
@@ -4863,7 +4817,6 @@ template <int DK> static void set_attrs() {
         }
         smem_attr(fwd_out_bf16_kernel<DK>, fwd_out_bf16_smem<DK>());
         smem_attr(bwd_local_bf16_kernel<DK>, bwd_local_bf16_smem<DK>());
-        smem_attr(bwd_vloop2_bf16_kernel<DK>, bwd_vloop2_bf16_smem<DK>());
         smem_attr(bwd_vloop1_bf16_kernel<DK>, bwd_vloop1_bf16_smem<DK>());
         smem_attr(bwd_final_bf16_kernel<DK>, bwd_final_bf16_smem<DK>());
         smem_attr(prep_bf16_kernel<DK>, prep_bf16_smem<DK>());
@@ -4935,10 +4888,9 @@ template <int DK> static void bwd_impl(const GA &a) {
     prep_pass<DK>(a);
     if constexpr (dk_bf16<DK>())
         if (a.Wb) {
-            bwd_local_bf16_kernel<DK><<<g2, 256, bwd_local_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
             state_pass<DK, false>(a); GDN_KERNEL_MARK("bwd_state");
+            bwd_local_bf16_kernel<DK><<<g2, 256, bwd_local_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
             bwd_vloop1_bf16_kernel<DK><<<g2, 256, bwd_vloop1_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("vloop1");
-            bwd_vloop2_bf16_kernel<DK><<<g2, 128, bwd_vloop2_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("vloop2");
             bwd_final_bf16_kernel<DK><<<g2, 256, bwd_final_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_final");
         }
     if constexpr (dk_fp32<DK>())
