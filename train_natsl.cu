@@ -2960,8 +2960,9 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
 // are block matmuls on shared memory (mm: fp32 FMA in fp32 mode, TF32 mma.sync in bf16 mode). In bf16 mode with
 // dk ∈ {64, 128, 192} and dv % 64 == 0 (the 340m and 760m presets), every kernel (prep, the state passes, fwd_out,
 // bwd_local, the vloops, bwd_final) runs as its *_bf16 form on bf16 tensor cores instead, the backward as prep →
-// bwd_state → bwd_local → vloop part 1 → bwd_final (bwd_rhs folded into bwd_state, the vloops' parts 0 and 2 into
-// bwd_local, which runs after bwd_state for the dS^end snapshots that part 2 reads; prep makes s Pᵀ for bwd_state).
+// bwd_state → bwd_local → bwd_final (bwd_rhs folded into bwd_state; the vloops' parts 0 and 2 into bwd_local, which
+// runs after bwd_state for the dS^end snapshots that part 2 reads; part 1 into bwd_final as its first phase; prep makes
+// s Pᵀ for bwd_state).
 // Needs T % 64 == 0 and dk ∈ {32, 48, 64, 128} with dv % 32 == 0, or (bf16 mode only: dk = 192 has no
 // fp32 kernels) dk = 192 with dv % 64 == 0 (gdnc::supported); other shapes take the token recurrence above.
 // Writes out, state, dq, dk, dg, dβ and dA[...,1] (0 where m == 0 and at the last chunk); dv written, or ACCUMULATED
@@ -2998,7 +2999,7 @@ struct GA {
     float *Gc, *Tm, *Pm, *dPm, *dTV, *W, *dQ1, *dWm, *X, *U, *dVn, *dstate, *Rc, *sdot, *dbv;
     bf16 *Wb;            // bf16 W for the bf16 kernels (nullptr: the fp32 kernels run)
     bf16 *Vb;            // forward with the bf16 kernels: Vn in bf16, [BH][Nc][dv][CH] (in the dVn region, free then)
-    bf16 *Tb, *dWb;      // backward with the bf16 kernels: T [BH*Nc][CH][CH] and dWm [BH*T][dk] in bf16 (in the Tm, dWm regions)
+    bf16 *Tb;            // backward with the bf16 kernels: T [BH*Nc][CH][CH] in bf16 (in the Tm region)
     bf16 *Pb;            // backward with the bf16 kernels: s Pᵀ [BH*Nc][CH][CH] in bf16 (prep's, in the Pm region, free then)
     bf16 *dVb;           // backward with the bf16 kernels: dVnᵀ in bf16, [BH][Nc][dv][CH] (in the dVn region)
 };
@@ -3503,7 +3504,7 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
 // by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
 // too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16 (the
 // forward's from the A fragments through per-warp staging rows: store_state_cols), and so are Vn for fwd_out_bf16 and
-// dVn for bwd_vloop1_bf16, whose products take them in bf16: transposed ([dv][CH] a chunk), through the staging rows too
+// dVn for bwd_final_bf16's first phase, whose products take them in bf16: transposed ([dv][CH] a chunk), through the staging rows too
 // (store_acc_rows).
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
 //   backward: dVnᵀ = s dOᵀ P + (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (the local part from
@@ -4206,77 +4207,6 @@ template <int DK> constexpr size_t bwd_local_bf16_smem() {
     return (CH * DK + 4 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + (CH + 8 + 2 * CH * 72) * sizeof(float);
 }
 
-// B3 part 1 in bf16 mode, grid (Nc, B*H), 8 warps, over 64-column value tiles: dWm = dVn S0ᵀ, dTV = dVn Vᵀ diag(β),
-// dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn). Warp w owns rows R0 = 16(w & 3) .. +15 and one half (w >> 2) of the
-// columns of each product (so half the accumulators of a 4-warp block, and twice the resident warps). T (the inverse
-// (I + A)⁻¹, stored in bf16 by prep, as fla stores it) and, a tile ahead, the S0, V (as stored) and dVnᵀ tiles come
-// by cp.async (dVnᵀ as bwd_state_bf16 stored it: [dv][CH] a chunk, bf16, the rounding every product here took; its A
-// fragments by ldmatrix.trans). dWm is stored in bf16 (bwd_final reads it so).
-template <int DK>
-__global__ void __launch_bounds__(256, blocks8<DK>()) bwd_vloop1_bf16_kernel(GA a) {
-    static_assert(dk_bf16<DK>(), "bwd_vloop1_bf16: dk 64, 128 or 192");
-    extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Ts = reinterpret_cast<bf16 *>(smraw), *Ds = Ts + CH * CH, *Vs = Ds + 2 * 64 * CH, *Ss = Vs + 2 * CH * 64;  // Ds: 2 × dVnᵀ [64][CH], Vs: 2 × [CH][64], Ss: 2 × [DK][64]
-    float *bs = reinterpret_cast<float *>(Ss + 2 * DK * 64), *dbv = bs + CH;
-    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, hf = w >> 2;
-    const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
-    const int R0 = 16 * (w & 3);
-    const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
-    const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
-    const bf16 *vsrc = a.v16 + tok0 * a.ldv + (size_t)h * dv;
-    auto issue = [&](int vt) {  // the value columns 64 vt .. of S0, V and dVnᵀ
-        load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
-        load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vsrc + vt * 64, a.ldv, tid);
-        load_tile<CH, 64, 256>(Ds + (vt & 1) * 64 * CH, a.dVb + (cc * dv + vt * 64) * CH, CH, tid);
-        fa_commit();
-    };
-    load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);  // in the first group
-    issue(0);
-    if (nvt > 1) issue(1);
-    if (tid < CH) { bs[tid] = a.beta[(tok0 + tid) * a.H + h]; dbv[tid] = 0.f; }
-    float W1[DK / 16][4], P2[4][4], dbv0 = 0.f, dbv1 = 0.f;
-    acc_zero(W1);
-    acc_zero(P2);
-    uint32_t ftt[4][4];  // Tᵀ rows R0.. (A operand from T's columns: ldmatrix.trans)
-    for (int vt = 0; vt < nvt; vt++) {
-        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
-        __syncthreads();
-        const bf16 *Vt = Vs + (vt & 1) * CH * 64, *Dt = Ds + (vt & 1) * 64 * CH;
-        if (vt == 0) lds_at<CH, CH>(ftt, Ts, R0);
-        uint32_t fd[4][4];  // dVn rows R0 .. (its tokens), k = the tile's 64 value columns
-        lds_at<64, CH>(fd, Dt, R0);
-        mma_x<64, DK / 2, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64, hf * DK / 2);  // dVn S0ᵀ
-        mma_x<64, 32, 64, true>(P2, fd, Vt, 32 * hf);                               // dVn Vᵀ
-        float Y[4][4];
-        acc_zero(Y);
-        mma_x<CH, 32, CH, true>(Y, ftt, Dt, 32 * hf);  // Tᵀ dVn
-        acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {
-            const float2 vv = ld_pair<64>(Vt, r, col);
-            const size_t at = (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col;
-            const float2 o = a.dv_add ? ld_grad(a, a.dv, at) : make_float2(0.f, 0.f), y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
-            st_grad(a, a.dv, at, fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // dv_add: the softmax op wrote dV first
-            const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
-            if (hh) dbv1 += d; else dbv0 += d;
-        });
-        __syncthreads();  // buffers vt & 1 are free
-        if (vt + 2 < nvt) issue(vt + 2);
-    }
-    dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
-    dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
-    if ((lane & 3) == 0) { atomicAdd(dbv + R0 + (lane >> 2), dbv0); atomicAdd(dbv + R0 + (lane >> 2) + 8, dbv1); }
-    acc_pairs<DK / 2>(R0, hf * DK / 2, [&](int j, int hh, int r, int col) {
-        *reinterpret_cast<uint32_t *>(a.dWb + (row0 + r) * DK + col) = pack_bf16(W1[j][2 * hh], W1[j][2 * hh + 1]);
-    });
-    acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {  // dTV's columns times β_j
-        *reinterpret_cast<float2 *>(a.dTV + cc * CH * CH + r * CH + col) = make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
-    });
-    __syncthreads();
-    if (tid < CH) a.dbv[row0 + tid] = dbv[tid];
-}
-template <int DK> constexpr size_t bwd_vloop1_bf16_smem() {
-    return (CH * CH + 4 * CH * 64 + 2 * DK * 64) * sizeof(bf16) + 2 * CH * sizeof(float);
-}
 #undef GC_ACC_ROW
 #undef GC_ACC_COL
 
@@ -4512,9 +4442,11 @@ __device__ __forceinline__ void pair_sync(int w) {
 // The same math as bwd_final_kernel with every 64×64 and 64×dk product as mma.sync m16n8k16 (bf16 operands, fp32
 // accumulation). Warp w owns rows R0 = 16(w & 3) .. +15 of every product; of a 64-wide result the columns
 // C0 = 32(w >> 2) .. +31, of a dk-wide one N0 = (dk/2)(w >> 2) .. +dk/2−1. Operands in shared memory as swizzled bf16
-// tiles: Q, K (as stored), dWm, T (bf16, from vloop1 and prep), and three 64×64 tiles for the intermediates
+// tiles: Q, K (as stored), dWm (bf16, from the first phase), T (bf16, prep's), and three 64×64 tiles for the intermediates
 // (M1 = dPm ⊙ Γ, M2 = dT and then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of
-// being read. Elementwise factors at the accumulator positions: dPm, dTV, dQ1 (fp32) loaded into registers before the
+// being read. A first phase is B3 part 1 (dWm, dTV, dv, dbv over the value tiles: they stay in the block, dTV as an fp32
+// tile read at the same accumulator positions that made it). Elementwise factors at the accumulator positions: dPm,
+// dQ1 (fp32) loaded into registers before the
 // product they meet, their latency under it (0.448 → 0.385 ms at the 340m size, though ptxas spills 96 bytes at
 // d_k = 128), X (fp32) after it, q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The
 // per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two terms: the same
@@ -4525,15 +4457,16 @@ __device__ __forceinline__ void pair_sync(int w) {
 // own: l2norm_backward's two passes over dq̂, dk̂ gone.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a) {
-    constexpr int NH = DK / 2;
+    constexpr int NH = DK / 2, LTV = CH + 8;
     static_assert(dk_bf16<DK>(), "bwd_final_bf16: dk 64, 128 or 192");
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *M1 = Ks + CH * DK, *Ds = M1 + CH * CH;
-    bf16 *Ts = Ds + CH * DK, *M2 = Ts + CH * CH, *M3 = M2 + CH * CH;
-    float *Gs = reinterpret_cast<float *>(M3 + CH * CH), *bs = Gs + CH, *es = bs + CH, *red = es + CH;
-    // with a.rho, the last pass's dq̂ [CH][DK] fp32 over Ds, Ts, M2, M3 (spent by then), row i's 8-column groups
+    float *TVs = reinterpret_cast<float *>(Ds + CH * DK);  // dTV [CH][LTV] (fp32), phase 1's
+    bf16 *Ts = reinterpret_cast<bf16 *>(TVs + CH * LTV), *M2 = Ts + CH * CH, *M3 = M2 + CH * CH;
+    float *Gs = reinterpret_cast<float *>(M3 + CH * CH), *bs = Gs + CH, *es = bs + CH, *dbs = es + CH, *red = dbs + CH;
+    // with a.rho, the last pass's dq̂ [CH][DK] fp32 over Ds, TVs, Ts, M2, M3 (spent by then), row i's 8-column groups
     // permuted by i mod 8 (its stores and loads conflict-free)
-    static_assert(DK <= 3 * CH, "bwd_final_bf16: dq̂ must fit where Ds, Ts, M2 and M3 were");
+    static_assert(DK <= 3 * CH, "bwd_final_bf16: dq̂ must fit where Ds, TVs, Ts, M2 and M3 were");
     float *DQs = reinterpret_cast<float *>(Ds);
     auto dq_at = [](int i, int col) { return i * DK + (col ^ ((i & 7) << 3)); };
     // per-token sums: rows and columns of E = dPm ⊙ P, q·dQ1, k·R, rows of V (the KKᵀ term), its β-weighted columns, k·X
@@ -4548,18 +4481,70 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
     const float mv = mval_of(a, b, c, h), scale = a.scale;
 
-    load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
-    load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
-    load_tile<DK, CH, 256>(Ds, a.dWb + row0 * DK, DK, tid);
-    load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);
-    if (tid < CH / 4) fa_cp16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
-    fa_commit();
+    if (tid < CH) { bs[tid] = a.beta[(tok0 + tid) * H + h]; dbs[tid] = 0.f; }
     for (int i = tid; i < 15 * CH; i += 256) red[i] = 0.f;
-    if (tid < CH) bs[tid] = a.beta[(tok0 + tid) * H + h];
     if (a.rho && tid < CH) {
         rq[tid] = a.rho[(tok0 + tid) * H + h];
         rk[tid] = a.rho[((size_t)a.B * a.T + tok0 + tid) * H + h];
     }
+    {   // phase 1 (B3 part 1), over 64-column value tiles: dWm = dVn S0ᵀ (into Ds, bf16), dTV = dVn Vᵀ diag(β) (into TVs),
+        // dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn) (into dbs). dVnᵀ as bwd_state_bf16 stored it ([dv][CH] a chunk,
+        // bf16: its A fragments by ldmatrix.trans); the S0, V, dVnᵀ tiles double-buffered by cp.async over Qs .. TVs,
+        // which the phase leaves unwritten until its last barrier
+        bf16 *Ss = Qs, *Vs = Ss + 2 * DK * 64, *Dv = Vs + 2 * CH * 64;  // Ss: 2 × [DK][64], Vs: 2 × [CH][64], Dv: 2 × dVnᵀ [64][CH]
+        static_assert(2 * DK * 64 + 4 * CH * 64 <= 3 * CH * DK + CH * CH + 2 * CH * LTV, "bwd_final_bf16: phase 1's tiles");
+        const int dv = a.dvd, nvt = dv / 64;
+        const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
+        const bf16 *vsrc = a.v16 + tok0 * a.ldv + (size_t)h * dv;
+        auto issue = [&](int vt) {  // the value columns 64 vt .. of S0, V and dVnᵀ
+            load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
+            load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vsrc + vt * 64, a.ldv, tid);
+            load_tile<CH, 64, 256>(Dv + (vt & 1) * 64 * CH, a.dVb + (cc * dv + vt * 64) * CH, CH, tid);
+            fa_commit();
+        };
+        load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);  // (T and G in the first group)
+        if (tid < CH / 4) fa_cp16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
+        issue(0);
+        if (nvt > 1) issue(1);
+        float W1[DK / 16][4], P2[4][4], dbv0 = 0.f, dbv1 = 0.f;
+        acc_zero(W1);
+        acc_zero(P2);
+        uint32_t ftt[4][4];  // Tᵀ rows R0.. (A operand from T's columns: ldmatrix.trans)
+        for (int vt = 0; vt < nvt; vt++) {
+            if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+            __syncthreads();
+            const bf16 *Vt = Vs + (vt & 1) * CH * 64, *Dt = Dv + (vt & 1) * 64 * CH;
+            if (vt == 0) lds_at<CH, CH>(ftt, Ts, R0);
+            uint32_t fd[4][4];  // dVn rows R0 .. (its tokens), k = the tile's 64 value columns
+            lds_at<64, CH>(fd, Dt, R0);
+            mma_x<64, NH, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64, N0);  // dVn S0ᵀ
+            mma_x<64, 32, 64, true>(P2, fd, Vt, C0);                       // dVn Vᵀ
+            float Y[4][4];
+            acc_zero(Y);
+            mma_x<CH, 32, CH, true>(Y, ftt, Dt, C0);  // Tᵀ dVn
+            acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {
+                const float2 vv = ld_pair<64>(Vt, r, col);
+                const size_t at = (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col;
+                const float2 o = a.dv_add ? ld_grad(a, a.dv, at) : make_float2(0.f, 0.f), y0 = make_float2(Y[j][2 * hh], Y[j][2 * hh + 1]);
+                st_grad(a, a.dv, at, fmaf(bs[r], y0.x, o.x), fmaf(bs[r], y0.y, o.y));  // dv_add: the softmax op wrote dV first
+                const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
+                if (hh) dbv1 += d; else dbv0 += d;
+            });
+            __syncthreads();  // buffers vt & 1 are free
+            if (vt + 2 < nvt) issue(vt + 2);
+        }
+        dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
+        dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
+        if (t == 0) { atomicAdd(dbs + R0 + g, dbv0); atomicAdd(dbs + R0 + g + 8, dbv1); }
+        acc_pairs<NH>(R0, N0, [&](int j, int hh, int r, int col) { st_pair<DK>(Ds, r, col, W1[j][2 * hh], W1[j][2 * hh + 1]); });
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {  // dTV's columns times β_j
+            *reinterpret_cast<float2 *>(TVs + r * LTV + col) = make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
+        });
+        __syncthreads();  // Qs, Ks are free (phase 1's tiles spent)
+    }
+    load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
+    load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
+    fa_commit();
     fa_wait<0>();
     __syncthreads();
     if (tid < CH) es[tid] = expf(Gs[tid]);
@@ -4606,7 +4591,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     {   // M2 = dT = dTV − dWm (diag(β γ) K)ᵀ
         float Z[4][4];
         float2 dtv[4][2];
-        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { dtv[j][hh] = ld2(a.dTV + cc * CH * CH + i * CH + col); });
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { dtv[j][hh] = *reinterpret_cast<const float2 *>(TVs + i * LTV + col); });
         acc_zero(Z);
         lds_a<DK, DK>(fa, Ds, R0);
         mma_x<DK, 32, DK, true>(Z, fa, Ks, C0);
@@ -4732,7 +4717,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             const float ce = csE[i] + csE[CH + i] + csE[2 * CH + i] + csE[3 * CH + i];
             const float cw = cw2[i] + cw2[CH + i] + cw2[2 * CH + i] + cw2[3 * CH + i];
             dG[u] = rsE[i] - ce + scale * es[i] * qd[i] - mv * xk[i] + bs[i] * es[i] * kr[i] + bs[i] * rs2[i] - cw;
-            a.dbeta[(tok0 + i) * H + h] = a.dbv[row0 + i] + es[i] * kr[i] + rs2[i];
+            a.dbeta[(tok0 + i) * H + h] = dbs[i] + es[i] * kr[i] + rs2[i];
         }
         if (lane == 31) dG[1] += mv * sx + es[CH - 1] * a.sdot[cc];
         if (lane == 0 && a.dA) a.dA[((size_t)(b * Nc + c) * H + h) * 2 + 1] = (mv != 0.f) ? sx : 0.f;
@@ -4749,7 +4734,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     }
 }
 template <int DK> constexpr size_t bwd_final_bf16_smem() {
-    return (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + 20 * CH * sizeof(float);
+    return (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + (CH * (CH + 8) + 21 * CH) * sizeof(float);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -4824,7 +4809,6 @@ template <int DK> static void set_attrs() {
         }
         smem_attr(fwd_out_bf16_kernel<DK>, fwd_out_bf16_smem<DK>());
         smem_attr(bwd_local_bf16_kernel<DK>, bwd_local_bf16_smem<DK>());
-        smem_attr(bwd_vloop1_bf16_kernel<DK>, bwd_vloop1_bf16_smem<DK>());
         smem_attr(bwd_final_bf16_kernel<DK>, bwd_final_bf16_smem<DK>());
         smem_attr(prep_bf16_kernel<DK>, prep_bf16_smem<DK>());
     }
@@ -4897,7 +4881,6 @@ template <int DK> static void bwd_impl(const GA &a) {
         if (a.Wb) {
             state_pass<DK, false>(a); GDN_KERNEL_MARK("bwd_state");
             bwd_local_bf16_kernel<DK><<<g2, 256, bwd_local_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_local");
-            bwd_vloop1_bf16_kernel<DK><<<g2, 256, bwd_vloop1_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("vloop1");
             bwd_final_bf16_kernel<DK><<<g2, 256, bwd_final_bf16_smem<DK>()>>>(a); GDN_KERNEL_MARK("bwd_final");
         }
     if constexpr (dk_fp32<DK>())
@@ -4971,7 +4954,7 @@ static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, f
     if (in16) {
         a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v; a.dout16 = (const bf16 *)dout;
         a.vec = 1;
-        a.Tb = reinterpret_cast<bf16 *>(a.Tm); a.dWb = reinterpret_cast<bf16 *>(a.dWm); a.Pb = reinterpret_cast<bf16 *>(a.Pm);
+        a.Tb = reinterpret_cast<bf16 *>(a.Tm); a.Pb = reinterpret_cast<bf16 *>(a.Pm);
         a.dVb = reinterpret_cast<bf16 *>(a.dVn);
     } else {
         a.q = q; a.k = k; a.v = v; a.dout = dout;
