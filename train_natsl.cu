@@ -123,6 +123,13 @@ __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
+// 16 bytes global -> shared without registers (Ampere's cp.async), in groups committed and waited for
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
@@ -138,6 +145,15 @@ static void *xcudamalloc(size_t bytes) {
 // lets a kernel take `bytes` of dynamic shared memory (above the default 48 KB)
 template <class K> static void smem_attr(K kernel, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+static size_t max_smem_block(void) { // the most dynamic shared memory a block may take (smem_attr) on this device
+    static int n = 0;
+    if (!n) {
+        int dev;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    return (size_t)n;
 }
 static int num_sms(void) { // streaming multiprocessors of the current device (grids sized to fill it once)
     static int n = 0;
@@ -1280,6 +1296,61 @@ static void crossentropy_backward(real *logits, const real *lse, const int *targ
     else crossentropy_backward_kernel<<<BT, 256>>>(logits, lse, targets, dloss, V, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
+// Both passes at once, where dloss is known before the forward (train_step): the loss and lse as crossentropy_forward,
+// then the logits replaced by dloss·(softmax − onehot) as crossentropy_backward, from one read of each row from DRAM
+// instead of three. A block a row, CE_FUSED_NT threads: the row is copied to shared memory (cp.async, 16 bytes a
+// copy, all in flight at once), then read there for the maximum, Σ exp and the gradient; Vp·2 bytes a block, so three
+// blocks an SM at V = 32000, each in its own phase: 2.04 ms against the two kernels' 2.39 at the 340m size (2.1 TB/s;
+// the row held in registers instead, one or two blocks an SM, 2.58: dev/cuda/ce_bench.cu). The maximum is exact (the
+// row is at hand), so lse may differ from the one-pass kernel's in its last bit: a gradient value one bf16 step away.
+#define CE_FUSED_NT 512
+__global__ void __launch_bounds__(CE_FUSED_NT) crossentropy_fused_kernel(float *losses, float *lse,
+        __nv_bfloat16 *logits, const int *targets, float dloss, int V, int Vp) {
+    extern __shared__ uint4 ce_row_[]; // the row: Vp bf16 (Vp % 8 == 0)
+    __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(ce_row_);
+    __shared__ float sh[32];
+    size_t bt = blockIdx.x;
+    __nv_bfloat16 *z = logits + bt * Vp;
+    for (int i = 8 * threadIdx.x; i < Vp; i += 8 * blockDim.x) cp_async16(row + i, z + i);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    float m = -INFINITY, s = 0.f;
+    auto visit = [&](auto f) { // f(i, z_i..z_{i+3}) over the thread's runs of four
+        for (int i = 4 * threadIdx.x; i < Vp; i += 4 * blockDim.x) f(i, ld4(row + i));
+    };
+    visit([&](int i, float4 v) {
+        m = fmaxf(m, fmaxf(fmaxf(i < V ? v.x : m, i + 1 < V ? v.y : m), fmaxf(i + 2 < V ? v.z : m, i + 3 < V ? v.w : m)));
+    });
+    m = block_max(m, sh);
+    visit([&](int i, float4 v) {
+        s += (i < V ? expf(v.x - m) : 0.f) + (i + 1 < V ? expf(v.y - m) : 0.f) + (i + 2 < V ? expf(v.z - m) : 0.f) +
+             (i + 3 < V ? expf(v.w - m) : 0.f);
+    });
+    float l = m + logf(block_sum(s, sh));
+    int tg = targets[bt];
+    if (threadIdx.x == 0) {
+        lse[bt] = l;
+        losses[bt] = l - __bfloat162float(row[tg]);
+    }
+    auto d = [&](int j, float x) { return (j < V ? dloss * expf(x - l) : 0.f) - (j == tg ? dloss : 0.f); };
+    visit([&](int i, float4 v) { st4(z + i, d(i, v.x), d(i + 1, v.y), d(i + 2, v.z), d(i + 3, v.w)); });
+}
+// crossentropy_forward, then crossentropy_backward with dloss, over the same logits: in one pass in bf16 where the
+// rows are whole 16-byte runs that fit a block's shared memory (Vp % 8 == 0, 2·Vp bytes), else as the two kernels
+static void crossentropy_forward_backward(real *losses, real *lse, real *logits, const int *targets, real dloss,
+                                          int BT, int V, int Vp) {
+    PROF_OP();
+    size_t smem = (size_t)Vp * sizeof(__nv_bfloat16);
+    if (!g_bf16 || Vp % 8 || smem > max_smem_block()) {
+        crossentropy_forward(losses, lse, logits, targets, BT, V, Vp);
+        crossentropy_backward(logits, lse, targets, dloss, BT, V, Vp);
+        return;
+    }
+    smem_attr(crossentropy_fused_kernel, smem);
+    crossentropy_fused_kernel<<<BT, CE_FUSED_NT, smem>>>(losses, lse, (__nv_bfloat16 *)logits, targets, dloss, V, Vp);
+    CUDA_CHECK(cudaGetLastError());
+}
 // mean of the per-position losses, in double, in a fixed order (one block)
 __global__ void mean_loss_kernel(double *out, const float *losses, int BT) {
     __shared__ double sh[1024];
@@ -1410,12 +1481,6 @@ template <bool SPLIT> __device__ __forceinline__ void mma_ab(float (&d)[4], cons
     if (SPLIT) { mma_tf32(d, A.l, bh0, bh1); mma_tf32(d, A.h, bl0, bl1); }
     mma_tf32(d, A.h, bh0, bh1);
 }
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // 64 rows × D floats (D % 4 == 0) from global (row stride ld floats) to smem (row stride LD floats)
 template <int D, int LD, int NT>
@@ -5341,6 +5406,9 @@ typedef struct {
     int *inputs, *targets;                   // device copies of the batch
     double *d_scalar;                        // device scratch: mean loss
     real mean_loss;
+    real fused_dloss;                        // train_step's dloss, 0 elsewhere: > 0 has model_forward write the
+                                             //   logits' gradient over them (crossentropy_forward_backward) for
+                                             //   model_backward to use as they are
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
     RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
     real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2] (device)
@@ -5723,7 +5791,9 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1, 1);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1, NULL);
     if (targets) {
-        crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
+        if (M->fused_dloss > 0)
+            crossentropy_forward_backward(M->losses, M->lse, M->logits, M->targets, M->fused_dloss, BT, c->V, c->Vp);
+        else crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
         mean_loss_kernel<<<1, 1024>>>(M->d_scalar, M->losses, BT);
         CUDA_CHECK(cudaGetLastError());
         double s;
@@ -5753,7 +5823,12 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     int BT = B * T, D = c->D;
     real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
     double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
-    crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
+    if (M->fused_dloss <= 0) crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
+    else if (M->fused_dloss != dloss_scale) {
+        fprintf(stderr, "error: model_backward: dloss %g, but the forward wrote the logits' gradient for %g\n",
+                (double)dloss_scale, (double)M->fused_dloss);
+        exit(1);
+    }
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
     CUDA_CHECK(cudaMemsetAsync(M->dres, 0, mp_reals((size_t)BT * D) * sizeof(real)));
     rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1, 1);
@@ -6110,13 +6185,15 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
     M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
     M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
     select_draw(M, t);            // §7.3: the S gates' noise of this step
+    const real dloss = (real)1 / ((real)B * T * accum * g_world);
+    M->fused_dloss = dloss; // the backward follows each forward: the cross-entropy's two passes in one
     for (int k = 0; k < accum; k++) { // this rank's micro-batches; the loss is the mean over every rank's
         next_micro_batch(M, train, B, T);
         model_forward(M, train->inputs, train->targets, B, T);
         g_nccl.reduce = k == accum - 1;
         g_rtl.on = g_prof && g_world > 1 && g_nccl.reduce;
         if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.begin, 0));
-        model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum * g_world));
+        model_backward(M, train->inputs, train->targets, B, T, dloss);
         if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.end, 0));
         s.loss += M->mean_loss / accum;
         s.pen += M->rb.pen / accum; s.lb += M->rb.lb / accum; s.frac += M->rb.frac / accum;
@@ -6124,6 +6201,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
             if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
     }
     M->rb.noise = M->rb.sel_noise = 0;
+    M->fused_dloss = 0;
     if (g_world > 1) dist_wait("summing the gradients over the ranks");
     if (g_rtl.on) reduce_timeline_summary(M);
     g_rtl.on = 0;

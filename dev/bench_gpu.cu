@@ -149,11 +149,12 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
         for (size_t i = 0; i < in.size(); i++) { in[i] = rng_u32(&r) % c.V; tg[i] = rng_u32(&r) % c.V; }
         std::vector<float> ts;
         int t = 0; // AdamW's step count
+        M.fused_dloss = (real)1 / ((real)B * T); // as train_step: the cross-entropy's forward writes its gradient
         auto step = [&]() {
             CUDA_CHECK(cudaEventRecord(e0));
             CUDA_CHECK(cudaMemsetAsync(M.grads, 0, M.nparams * sizeof(real)));
             model_forward(&M, in.data(), tg.data(), B, T);
-            model_backward(&M, in.data(), tg.data(), B, T, (real)1 / ((real)B * T));
+            model_backward(&M, in.data(), tg.data(), B, T, M.fused_dloss);
             double norm = grad_norm(&M);
             adamw_update(&M, 1e-4, 0.1, norm > GRAD_CLIP ? GRAD_CLIP / norm : 1, ++t);
             CUDA_CHECK(cudaEventRecord(e1));
