@@ -118,6 +118,11 @@ __device__ __forceinline__ void st4(__nv_bfloat16 *p, float a, float b, float c,
     u.y = *reinterpret_cast<const unsigned *>(&hi);
     *reinterpret_cast<uint2 *>(p) = u;
 }
+// x rounded to the precision MP stores (what a store of x and a load give back)
+template <class MP> __device__ __forceinline__ float mp_round(float x) {
+    if constexpr (std::is_same<MP, __nv_bfloat16>::value) return __bfloat162float(__float2bfloat16_rn(x));
+    else return x;
+}
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -817,11 +822,12 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 // stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
 // (pair of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
 // window x_{t−3..t} in registers (each x read once, two channels in one load), and form pre_t in the same order.
-// y (Q, K, V: the token mixers' operands) is stored in the matmul precision. One launch takes consecutive runs of
-// channels that go to (come from) separate tensors: the G and N layers' Q | K | V in one pass over the projection's
-// whole rows (against three launches over a third of each row: 5.79 → 5.69 ms forward and 11.62 → 11.03 ms backward
-// in a 340m step). The forward loads eight rows before using any (dev/cuda/conv: 2600 GB/s at the 340m size, against
-// 1570 one row at a time). The backward loads four rows of x and dy before using any in a tile's interior (0.467 ->
+// y (Q, K, V: the token mixers' operands) is stored in the matmul precision. The G and N layers' Q and K go through
+// conv_silu_l2norm_forward (the L2 norm's section), their V through conv_silu_forward. The backward takes
+// consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in one
+// pass over the projection's whole rows (against three launches over a third of each row: 11.62 → 11.03 ms in a 340m
+// step; the forward's 5.79 → 5.69). The forward loads eight rows before using any (dev/cuda/conv: 2600 GB/s at the
+// 340m size, against 1570 one row at a time). The backward loads four rows of x and dy before using any in a tile's interior (0.467 ->
 // 0.368 ms at the 340m size, the same bits), and sums dw per block of CONV_BWD_WARPS tiles: one partial per tile
 // (session 15 and before) moved as many bytes as dy, twice (written, then summed).
 #define CONV_TILE 32
@@ -894,12 +900,6 @@ static void conv_silu_forward_runs(const ConvRuns &o, const real *x, int ldx, in
 static void conv_silu_forward(real *y, const real *x, int ldx, int col, const real *w, int B, int T, int n) {
     PROF_OP();
     conv_silu_forward_runs(ConvRuns{{y}, {n}, 1}, x, ldx, col, w, B, T);
-}
-// the G and N layers' Q, K, V (K, K and Vt channels) from the projection's columns Q | K | V (rows of stride ldx)
-static void conv_silu_qkv_forward(real *q, real *k, real *v, const real *x, int ldx, const real *w, int B, int T, int K,
-                                  int Vt) {
-    PROF_OP();
-    conv_silu_forward_runs(ConvRuns{{q, k, v}, {K, K, Vt}, 3}, x, ldx, 0, w, B, T);
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
 // dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
@@ -1014,37 +1014,118 @@ static void conv_silu_qkv_backward(real *dx, real *dw, const real *dq, const rea
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
-// x (the conv's Q, K) and y (q̂, k̂: the GDN op's operands) are stored in the matmul precision. One warp a row, held
-// in registers as RMSNorm's (row_load: 8-byte loads of four bf16 where the rows allow; two-byte loads a lane took the
-// 340m's pass to 2.1 TB/s).
-template <int NJ, bool V4, class MP> __global__ void __launch_bounds__(256) l2norm_forward_kernel(MP *__restrict__ y,
-        float *__restrict__ rho, const MP *__restrict__ x, int R, int n) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= R) return;
-    float xv[NJ], ss = 0.f;
-    row_load<NJ, V4>(xv, x + (size_t)r * n, lane, n);
+// On the GPU the L2 norm's forward runs inside the pass that makes its input, the conv's Q and K (train_natsl.c:
+// conv_silu_forward, then l2norm_forward): one warp a (head, time tile of CONV_TILE steps), the head's d_k channels
+// in registers as RMSNorm holds a row (row_col: runs of four where d_k % 128 == 0, 8-byte loads), so each step's Σy²
+// is a warp sum (no barrier), over the same values in the same order as a warp of l2norm_forward takes them: y is
+// rounded to the matmul precision first, as stored; the same bits. Eight rows of x are loaded before any is used, as
+// in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (the GDN op's operands), and Q, K themselves only where
+// given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing else). At the 340m size
+// 0.129 ms against 0.159 for the two passes (1.6 TB/s: bound by latency, not bandwidth; a block of d_k threads taking
+// two heads, the sums through shared memory, had been slower than the two passes; dev/cuda/conv/conv_bench.cu).
+struct QkPlanes { void *p[2]; }; // the Q plane's and the K plane's pointer (a field each: no indexed struct read)
+// A lane's share of one row of x as loaded (row_col's columns): NJ floats, or where the row runs in fours of bf16, those
+// kept packed until used (8 bytes a run: half the registers, so that six blocks fit an SM instead of four: 0.164 ->
+// 0.129 ms at the 340m size, dev/cuda/conv)
+template <int NJ, bool V4> struct XRow {
+    float v[NJ];
+    template <class MP> __device__ void load(const MP *p, int lane, int n) { row_load<NJ, V4>(v, p, lane, n); }
+    __device__ void get(float (&o)[NJ]) const {
 #pragma unroll
-    for (int j = 0; j < NJ; j++) ss += xv[j] * xv[j];
-    ss = warp_sum(ss);
-    float s = 1.f / sqrtf(ss + NATSL_EPS);
+        for (int j = 0; j < NJ; j++) o[j] = v[j];
+    }
+};
+template <int NJ> struct XRowPacked {
+    uint2 u[NJ / 4];
+    __device__ void load(const __nv_bfloat16 *p, int lane, int n) {
 #pragma unroll
-    for (int j = 0; j < NJ; j++) xv[j] *= s;
-    row_store<NJ, V4>(y + (size_t)r * n, xv, lane, n);
-    if (lane == 0) rho[r] = s;
+        for (int r = 0; r < NJ / 4; r++) {
+            int i = row_col<true>(lane, 4 * r);
+            u[r] = i < n ? *reinterpret_cast<const uint2 *>(p + i) : make_uint2(0u, 0u);
+        }
+    }
+    __device__ void get(float (&o)[NJ]) const {
+#pragma unroll
+        for (int r = 0; r < NJ / 4; r++) {
+            float4 f = ld4(reinterpret_cast<const __nv_bfloat16 *>(&u[r]));
+            o[4 * r] = f.x; o[4 * r + 1] = f.y; o[4 * r + 2] = f.z; o[4 * r + 3] = f.w;
+        }
+    }
+};
+template <int NJ, bool V4, bool KEEP, class MP> // KEEP: Q, K stored too (y)
+__global__ void __launch_bounds__(128, NJ <= 4 ? 6 : 2) conv_silu_l2norm_forward_kernel(QkPlanes hat,
+        float *__restrict__ rho, QkPlanes y, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int BT,
+        int H, int dk) {
+    using Row = std::conditional_t<V4 && NJ % 4 == 0 && std::is_same<MP, __nv_bfloat16>::value, XRowPacked<NJ>,
+                                   XRow<NJ, V4>>;
+    int warp = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    int hd = warp % (2 * H), tile = warp / (2 * H), plane = hd >= H, h = hd - plane * H; // hd: Q heads, then K heads
+    if (tile >= BT / CONV_TILE) return;
+    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, K = H * dk;
+    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
+    const MP *xh = x + hd * dk;                               // the head's columns of Q | K
+    MP *hat_p = reinterpret_cast<MP *>(plane ? hat.p[1] : hat.p[0]) + h * dk;
+    MP *y_p = reinterpret_cast<MP *>(plane ? y.p[1] : y.p[0]);
+    float *rho_p = rho + (size_t)plane * BT * H + h;
+    float wt[NJ][4], x0[NJ], x1[NJ], x2[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int i = row_col<V4>(lane, j);
+        for (int k = 0; k < 4; k++) wt[j][k] = i < dk ? w[(hd * dk + i) * 4 + k] : 0.f;
+    }
+    auto X = [&](float (&v)[NJ], int t) {
+        if (t >= 0) row_load<NJ, V4>(v, xh + (row0 + t) * ldx, lane, dk);
+        else for (int j = 0; j < NJ; j++) v[j] = 0.f;
+    };
+    X(x0, t0 - 3); X(x1, t0 - 2); X(x2, t0 - 1);
+    for (int tb = t0; tb < t0 + CONV_TILE; tb += 8) {
+        Row xs[8]; // eight rows' loads in flight before any is used
+#pragma unroll
+        for (int k = 0; k < 8; k++) xs[k].load(xh + (row0 + tb + k) * ldx, lane, dk);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float xk[NJ], v[NJ], ss = 0.f;
+            xs[k].get(xk);
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                float pre = 0.f;
+                pre += wt[j][0] * x0[j]; pre += wt[j][1] * x1[j]; pre += wt[j][2] * x2[j]; pre += wt[j][3] * xk[j];
+                v[j] = mp_round<MP>(siluf_(pre));
+                ss += v[j] * v[j];
+                x0[j] = x1[j]; x1[j] = x2[j]; x2[j] = xk[j];
+            }
+            size_t bt = row0 + tb + k;
+            if (KEEP) row_store<NJ, V4>(y_p + bt * K + h * dk, v, lane, dk);
+            float s = 1.f / sqrtf(warp_sum(ss) + NATSL_EPS);
+#pragma unroll
+            for (int j = 0; j < NJ; j++) v[j] *= s;
+            row_store<NJ, V4>(hat_p + bt * K, v, lane, dk);
+            if (lane == 0) rho_p[bt * H] = s;
+        }
+    }
 }
-static void l2norm_forward(real *y, real *rho, const real *x, int N, int nh, int n) {
+// From the projection's columns Q | K (rows of stride ldx, d_k-channel heads): q̂ | k̂ (hat: planes [2][BT][K]), their
+// ρ [2][BT][H], and where q, k are given, the conv's Q and K themselves ([BT][K] each)
+static void conv_silu_l2norm_forward(real *q_hat, real *k_hat, real *rho, real *q, real *k, const real *x, int ldx,
+                                     const real *w, int B, int T, int H, int dk) {
     PROF_OP();
-    rows_dispatch(__func__, n, [&](auto nj) {
+    int BT = B * T;
+    rows_dispatch<8>(__func__, dk, [&](auto nj) {
         constexpr int NJ = decltype(nj)::value;
-        auto go = [&](auto v4) {
-            constexpr bool V4 = decltype(v4)::value;
-            with_mp(y, 1, [&](auto yp) { // x in y's precision
-                using MP = std::remove_pointer_t<decltype(yp)>;
-                l2norm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>(yp, rho, (const MP *)x, N * nh, n);
+        auto go = [&](auto v4, auto keep) {
+            with_mp(q_hat, 1, [&](auto hp) { // x, q, k in q̂'s precision
+                using MP = std::remove_pointer_t<decltype(hp)>;
+                conv_silu_l2norm_forward_kernel<NJ, decltype(v4)::value, decltype(keep)::value, MP>
+                        <<<CEIL_DIV(2 * H * (BT / CONV_TILE), 4), 128>>>(QkPlanes{{q_hat, k_hat}}, rho, QkPlanes{{q, k}},
+                                                                         (const MP *)x, ldx, w, T, BT, H, dk);
             });
         };
-        if (row_v4<NJ>(n, x, n, y, n)) go(std::true_type());
-        else go(std::false_type());
+        auto go_v4 = [&](auto keep) {
+            if (row_v4<NJ>(dk, x, ldx, q_hat, H * dk)) go(std::true_type(), keep);
+            else go(std::false_type(), keep);
+        };
+        if (q) go_v4(std::true_type());
+        else go_v4(std::false_type());
     });
 }
 // WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), in place if dx = dy; rows of stride ld. As train_natsl.c, the GDN op's
@@ -5553,13 +5634,15 @@ static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->na
 
 // ---- G and N layers share their inputs (§3.1, §5.1) ---------------------------------------------------
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
-static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
+// keep_qk: Q and K are stored too (the N layer reads them again; a G layer's only become q̂, k̂).
+static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T, int keep_qk) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL);
-    conv_silu_qkv_forward(a->q, a->k, a->v, a->proj, W, p->conv, B, T, K, Vt); // proj's columns: Q | K | V
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL); // proj's columns: Q | K | V
+    conv_silu_l2norm_forward(a->q_hat, a->k_hat, a->qk_rho, keep_qk ? a->q : NULL, keep_qk ? a->k : NULL, a->proj, W,
+                             p->conv, B, T, H, c->dk);
+    conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
-    l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
 // Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
@@ -5588,7 +5671,7 @@ static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *
                               int T, int ops_kept) {
     GdnArgs op = gdn_layer_op_args(c, a, B, T);
     GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
-    gdn_inputs_forward(c, a, p, B, T);
+    gdn_inputs_forward(c, a, p, B, T, 0);
     if (!ops_kept) gdn_op_forward(a->gdn_out, a->state, &op);
     gated_norm_forward(a->y, a->norm_rstd, &norm);
     if (!ops_kept) matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, res != NULL, res);
@@ -5640,7 +5723,7 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
-    gdn_inputs_forward(c, a, p, B, T);
+    gdn_inputs_forward(c, a, p, B, T, 1);
     router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed, noise, tau);
 #ifdef TESTING
     if (g_bench_rmask) // benchmark-only: replace the router's decisions by a fixed mask [B][Nc][H][2]
