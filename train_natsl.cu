@@ -827,9 +827,9 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 // consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in one
 // pass over the projection's whole rows (against three launches over a third of each row: 11.62 → 11.03 ms in a 340m
 // step; the forward's 5.79 → 5.69). The forward loads eight rows before using any (dev/cuda/conv: 2600 GB/s at the
-// 340m size, against 1570 one row at a time). The backward loads four rows of x and dy before using any in a tile's interior (0.467 ->
-// 0.368 ms at the 340m size, the same bits), and sums dw per block of CONV_BWD_WARPS tiles: one partial per tile
-// (session 15 and before) moved as many bytes as dy, twice (written, then summed).
+// 340m size, against 1570 one row at a time). The backward loads four rows of x and dy before using any in a tile's
+// interior (0.467 -> 0.368 ms at the 340m size, the same bits), and sums dw per block of CONV_BWD_WARPS tiles: one
+// partial per tile (session 15 and before) moved as many bytes as dy, twice (written, then summed).
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0 && CONV_TILE % 8 == 0,
               "the conv kernels assume 4 taps and whole tiles of 8-row batches (the backward's interior: 4-row ones)");
