@@ -1021,8 +1021,9 @@ static void conv_silu_qkv_backward(real *dx, real *dw, const real *dq, const rea
 // rounded to the matmul precision first, as stored; the same bits. Eight rows of x are loaded before any is used, as
 // in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (the GDN op's operands), and Q, K themselves only where
 // given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing else). At the 340m size
-// 0.129 ms against 0.159 for the two passes (1.6 TB/s: bound by latency, not bandwidth; a block of d_k threads taking
-// two heads, the sums through shared memory, had been slower than the two passes; dev/cuda/conv/conv_bench.cu).
+// 0.129 ms against 0.159 for the two passes (1.6 TB/s; ncu: SM 64%, DRAM 39%, bound by its instructions, SiLU's exp
+// and division and the row sums, not its bytes; a block of d_k threads taking two heads, the sums through shared
+// memory, had been slower than the two passes; dev/cuda/conv/conv_bench.cu).
 struct QkPlanes { void *p[2]; }; // the Q plane's and the K plane's pointer (a field each: no indexed struct read)
 // A lane's share of one row of x as loaded (row_col's columns): NJ floats, or where the row runs in fours of bf16, those
 // kept packed until used (8 bytes a run: half the registers, so that six blocks fit an SM instead of four: 0.164 ->
@@ -1353,16 +1354,20 @@ static void crossentropy_forward(real *losses, real *lse, const real *logits, co
     else crossentropy_forward_kernel<<<BT, 256>>>(losses, lse, logits, targets, V, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
-// logits ← dlogits in place: dloss·(softmax − onehot) on the V real tokens, 0 on the padding; in the matmul
-// precision (the head's backward is its only reader), like the logits themselves. Runs of four where Vp % 4 == 0;
-// 256 threads a row (ce_bench: 1.475 ms against 1.503 at 1024, 2.84 TB/s).
+// dloss·(softmax − onehot) at column i of a row whose log-sum-exp is l and target tg; 0 on the padding (i ≥ V)
+__device__ __forceinline__ float ce_grad(int i, float z, float l, int V, int tg, float dloss) {
+    return (i < V ? dloss * expf(z - l) : 0.f) - (i == tg ? dloss : 0.f);
+}
+// logits ← dlogits in place: ce_grad on each value; in the matmul precision (the head's backward is its only reader),
+// like the logits themselves. Runs of four where Vp % 4 == 0; 256 threads a row (ce_bench: 1.475 ms against 1.503 at
+// 1024, 2.84 TB/s).
 template <class MP>
 __global__ void crossentropy_backward_kernel(MP *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
     size_t bt = blockIdx.x;
     MP *z = logits + bt * Vp;
     float l = lse[bt];
     int tg = targets[bt];
-    auto d = [&](int i, float x) { return (i < V ? dloss * expf(x - l) : 0.f) - (i == tg ? dloss : 0.f); };
+    auto d = [&](int i, float x) { return ce_grad(i, x, l, V, tg, dloss); };
     int n4 = Vp % 4 == 0 ? Vp : 0;
     for (int i = 4 * threadIdx.x; i < n4; i += 4 * blockDim.x) {
         const float4 v = ld4(z + i);
@@ -1414,7 +1419,7 @@ __global__ void __launch_bounds__(CE_FUSED_NT) crossentropy_fused_kernel(float *
         lse[bt] = l;
         losses[bt] = l - __bfloat162float(row[tg]);
     }
-    auto d = [&](int j, float x) { return (j < V ? dloss * expf(x - l) : 0.f) - (j == tg ? dloss : 0.f); };
+    auto d = [&](int i, float x) { return ce_grad(i, x, l, V, tg, dloss); };
     visit([&](int i, float4 v) { st4(z + i, d(i, v.x), d(i + 1, v.y), d(i + 2, v.z), d(i + 3, v.w)); });
 }
 // crossentropy_forward, then crossentropy_backward with dloss, over the same logits: in one pass in bf16 where the
@@ -3650,8 +3655,8 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
 // by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
 // too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16 (the
 // forward's from the A fragments through per-warp staging rows: store_state_cols), and so are Vn for fwd_out_bf16 and
-// dVn for bwd_final_bf16's first phase, whose products take them in bf16: transposed ([dv][CH] a chunk), through the staging rows too
-// (store_acc_rows).
+// dVn for bwd_final_bf16's first phase, whose products take them in bf16: transposed ([dv][CH] a chunk), through the
+// staging rows too (store_acc_rows).
 //   forward:  Vnᵀ = Uᵀ − Sᵀ Wᵀ;   Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
 //   backward: dVnᵀ = s dOᵀ P + (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (the local part from
 //             prep_bf16's bf16 s Pᵀ, R_c of bwd_rhs computed here from Q as stored; dO as stored, bf16)
@@ -3858,13 +3863,13 @@ template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128
 // K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
 // The same outputs as prep_kernel for the bf16 kernels (G, W in bf16, U; for the backward also T and s Pᵀ =
 // s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] in bf16, Q loaded into Kx's room; no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower;
-// T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by
-// column-wise forward substitution, one thread per column, in registers; then the off-diagonal blocks by diagonals:
-// T_ij = −T_ii Σ_{j ≤ l < i} A_il T_lj); W = (T diag(β)) (diag(γ) K) and U = (T diag(β)) V. q̂, k̂ and v arrive in
-// bf16 (as stored), so K Kᵀ and the products with V take them exactly (one mma a product, V tiles by cp.async); T diag(β)
-// goes in as two bf16 operands (x = hi + lo: two mma a product) and diag(γ) K rounded to bf16. With T as one plain bf16
-// operand the router gradient dA = Σ_j k_j·X_j, a sum with cancellation downstream of U, moved by 1.1e-2
-// (dev/cuda/gdn/NOTES.md). fp32 accumulation; warp w owns rows R0 = 16(w & 3) .. +15 of each product.
+// T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by column-wise forward substitution, one thread per
+// column, in registers; then the off-diagonal blocks by diagonals: T_ij = −T_ii Σ_{j ≤ l < i} A_il T_lj);
+// W = (T diag(β)) (diag(γ) K) and U = (T diag(β)) V. q̂, k̂ and v arrive in bf16 (as stored), so K Kᵀ and the
+// products with V take them exactly (one mma a product, V tiles by cp.async); T diag(β) goes in as two bf16 operands
+// (x = hi + lo: two mma a product) and diag(γ) K rounded to bf16. With T as one plain bf16 operand the router
+// gradient dA = Σ_j k_j·X_j, a sum with cancellation downstream of U, moved by 1.1e-2 (dev/cuda/gdn/NOTES.md). fp32
+// accumulation; warp w owns rows R0 = 16(w & 3) .. +15 of each product.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     constexpr int NH = DK / 2, LA = GC_L64;
