@@ -2265,7 +2265,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
             wgmma_wait<0>();   // this S, and the last tile's P V
             wgmma_keep(s);
             wgmma_keep(o);
-            // ---- online softmax (raw-score max, exponent s·sl2 − max·sl2; p = w·exp2(…)); s[4nt + e]: row rloc + g +
+            // ---- online softmax (raw-score max, exponent s·sl2 − max·sl2 + log2 w; p = exp2(…)); s[4nt + e]: row rloc + g +
             // 8(e >> 1), key 8nt + 2t + (e & 1)
             if (kc == myc) {
 #pragma unroll
@@ -2275,6 +2275,9 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
             float mx[2] = {mrow[0], mrow[1]};
 #pragma unroll
             for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+            // the weight goes into the exponent: w·2^x = 2^(x + log2 w) (w = 1 in every A layer and for 0/1 routing:
+            // log2 w = 0), a multiply an element fewer
+            const float lw = __log2f(w);
             float alpha[2], ms[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
@@ -2282,17 +2285,16 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
                 alpha[r] = fa_ex2((mrow[r] - mx[r]) * sl2);
                 mrow[r] = mx[r];
-                ms[r] = mx[r] * sl2;
+                ms[r] = lw - mx[r] * sl2;
             }
             float ps[2] = {0.f, 0.f};
 #pragma unroll
             for (int i = 0; i < 32; ++i) {
-                const float p = fa_ex2(fmaf(s[i], sl2, -ms[(i >> 1) & 1]));
-                ps[(i >> 1) & 1] += p;
-                s[i] = p * w;
+                s[i] = fa_ex2(fmaf(s[i], sl2, ms[(i >> 1) & 1]));
+                ps[(i >> 1) & 1] += s[i];
             }
-            lrow[0] = fmaf(lrow[0], alpha[0], w * ps[0]);
-            lrow[1] = fmaf(lrow[1], alpha[1], w * ps[1]);
+            lrow[0] = fmaf(lrow[0], alpha[0], ps[0]);
+            lrow[1] = fmaf(lrow[1], alpha[1], ps[1]);
 #pragma unroll
             for (int i = 0; i < DV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
             // ---- O += P V: k-step kk = keys 16kk..16kk+15 (P's n-tiles 2kk, 2kk+1 as an A fragment; V rows 16kk.. at
