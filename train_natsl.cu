@@ -1246,21 +1246,25 @@ static const float2 *rope_table(int T, int hd) {
     tab[e].hd = hd; tab[e].T = T;
     return tab[e].p;
 }
-// copy (bf16 mode, fp32 x): x is left as it is and the whole rows [N][ld], rotated, go to copy in bf16 instead
-static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp, __nv_bfloat16 *copy) {
+// copy (bf16 mode, fp32 x): x is left as it is and the rows' first copy_cols columns (≥ nh·hd), rotated, go to copy in
+// bf16 instead (row stride ld)
+static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp, __nv_bfloat16 *copy,
+                        int copy_cols) {
     PROF_OP();
     const float2 *cs = rope_table(T, hd);
     const int threads = std::min(512, CEIL_DIV(nh * (hd / 2), 32) * 32);
     const __nv_bfloat16 *xh = (const __nv_bfloat16 *)x;
-    if (copy) rope_rotate_kernel<<<N, threads>>>(copy, (const float *)x, cs, T, nh, hd, ld, ld, (float)sign);
+    if (copy) rope_rotate_kernel<<<N, threads>>>(copy, (const float *)x, cs, T, nh, hd, ld, copy_cols, (float)sign);
     else if (x_mp && g_bf16) rope_rotate_kernel<<<N, threads>>>((__nv_bfloat16 *)x, xh, cs, T, nh, hd, ld, nh * hd, (float)sign);
     else rope_rotate_kernel<<<N, threads>>>(x, (const float *)x, cs, T, nh, hd, ld, nh * hd, (float)sign);
     CUDA_CHECK(cudaGetLastError());
 }
-static void rope_forward(real *x, int N, int T, int nh, int hd, int ld, int x_mp) { rope_rotate(x, N, T, nh, hd, ld, 1, x_mp, NULL); }
-// copy: see rope_rotate (the A layer's dq, dk with dv, as the bf16 operand of W_qkv's product: operand_claim)
-static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld, __nv_bfloat16 *copy) {
-    rope_rotate(dx, N, T, nh, hd, ld, -1, 0, copy);
+static void rope_forward(real *x, int N, int T, int nh, int hd, int ld, int x_mp) {
+    rope_rotate(x, N, T, nh, hd, ld, 1, x_mp, NULL, 0);
+}
+// copy, copy_cols: see rope_rotate (the A layer's dq, or dq, dk with dv, into the bf16 operand of W_qkv's product)
+static void rope_backward(real *dx, int N, int T, int nh, int hd, int ld, __nv_bfloat16 *copy, int copy_cols) {
+    rope_rotate(dx, N, T, nh, hd, ld, -1, 0, copy, copy_cols);
 }
 
 // ---- pairwise softmax: y[2i..2i+1] = softmax(x[2i..2i+1]) (router π (5.2c), output weights ω (5.1e)) --
@@ -2394,7 +2398,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
                     float *__restrict__ dA, const bf16 *__restrict__ dout, const float *__restrict__ lse2,
                     const float *__restrict__ delta, const bf16 *__restrict__ q, const bf16 *__restrict__ k, int ldqk,
                     const bf16 *__restrict__ v, int ldv, const float *__restrict__ m, int T, int NH, int NHm, float scale,
-                    float sl2, int accum) {
+                    float sl2, int accum, const float2 *__restrict__ rope) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the host pass compiles no body)
     constexpr int DQ = 64, NT = 128;
     extern __shared__ uint4 fa_smem[];
@@ -2534,7 +2538,25 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
             atomicAdd(reinterpret_cast<float4 *>(dqp + nd * 8), val);
         }
     }
-    // ---- write dK (scaled), dV; dA block reduction
+    // ---- write dK (scaled; with rope, rotated back by RoPE (4.2): columns i and i + 32 of a row, n-tiles nd and nd + 4
+    // of the same thread), dV; dA block reduction
+    if (rope) {
+#pragma unroll
+        for (int nd = 0; nd < DQ / 16; ++nd)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float4 cs = *reinterpret_cast<const float4 *>(rope + (size_t)(kc * 64 + warp * 16 + g + 8 * r) * (DQ / 2) +
+                                                                    nd * 8 + 2 * t);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float c = e ? cs.z : cs.x, sn = e ? cs.w : cs.y;
+                    float &x1 = dKa[4 * nd + 2 * r + e], &x2 = dKa[4 * (nd + DQ / 16) + 2 * r + e];
+                    const float y1 = x1 * c + x2 * sn, y2 = x2 * c - x1 * sn;
+                    x1 = y1;
+                    x2 = y2;
+                }
+            }
+    }
     {
         const size_t row0 = (size_t)b * T + (size_t)kc * 64 + warp * 16 + g;
         GT *dkp = dk + row0 * lddk + h * DQ + 2 * t;
@@ -2607,7 +2629,7 @@ template <int DV, typename GT>
 static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, int lddv, float *dA, const bf16 *dout,
                                 const float *lse2, const float *delta, const bf16 *q, const bf16 *k, int ldqk,
                                 const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int accum,
-                                cudaStream_t st) {
+                                const float2 *rope, cudaStream_t st) {
     const int Nc = T / 64;
     // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], lse2 and δ [2][64], sRed
     const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) + (4 * 64 + 4) * sizeof(float);
@@ -2618,7 +2640,8 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
     }
     const float scale = 0.125f; // 1/sqrt(64)
     fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k,
-                                                                ldqk, v, ldv, m, T, NH, NHm, scale, scale * FA_LOG2E, accum);
+                                                                ldqk, v, ldv, m, T, NH, NHm, scale, scale * FA_LOG2E, accum,
+                                                                rope);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -2629,11 +2652,12 @@ static size_t g_fa_scratch_n = 0;
 // bf16 (grads_bf16 == 1). accumulate == 0: dq, dk, dv are WRITTEN (dq zeroed by the pre-pass, then atomically
 // accumulated over key chunks); accumulate == 1: all three are ADDED to (dq += , dk += , dv += ). dA[...,0] (when m and
 // dA are non-NULL) is written: zeroed, then the G heads of a group add into it; dA[...,1] is never touched.
-// Uses a static scratch of 2·B·NH·T floats (δ, lse·log2e): not thread-safe, one stream at a time.
+// rope_dk (NULL: none; the A layer): dk is rotated back by RoPE (4.2) as it is written, rope_dk the (cos, sin) table
+// [T][dq/2] of rope_table. Uses a static scratch of 2·B·NH·T floats (δ, lse·log2e): not thread-safe, one stream at a time.
 static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *dv, int lddv, int grads_bf16, int accumulate,
                          float *dA, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
                          int ldqk, const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int dq_,
-                         int dvh, cudaStream_t st) {
+                         int dvh, const float2 *rope_dk, cudaStream_t st) {
     if (!m) NHm = NH;
     fa_check_args("flash_bf16_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
     const int al = grads_bf16 ? 8 : 4;
@@ -2661,7 +2685,7 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
     float *dAp = m ? dA : nullptr;
 #define FA_BD(DV_, GT)                                                                                                \
     fa_launch_bwd_wgmma<DV_, GT>(dq, lddq, (GT *)dk, lddk, (GT *)dv, lddv, dAp, dout, lse2, delta, q, k, ldqk, v, ldv, \
-                                 mm, B, T, NH, NHm, accumulate, st)
+                                 mm, B, T, NH, NHm, accumulate, rope_dk, st)
     if (dvh == 64) { if (grads_bf16) FA_BD(64, bf16); else FA_BD(64, float); }
     else { if (grads_bf16) FA_BD(128, bf16); else FA_BD(128, float); }
 #undef FA_BD
@@ -2779,6 +2803,26 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
 static float *g_att_scratch = nullptr;
 static size_t g_att_scratch_n = 0;
 
+// The bf16 kernels' part of attention_backward. dk16, dv16 (NULL: dk, dv as attention_backward writes them; the A
+// layer's W_qkv operand): dk, rotated back by RoPE (4.2), and dv in bf16 there (row strides ldqk, ldv), by the kernel.
+static void attention_backward_flash(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
+                                     const real *lse, const AttnArgs *args, bf16 *dk16, bf16 *dv16) {
+    PROF_OP();
+    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    size_t BT = (size_t)B * T, nv = (size_t)NH * args->head_v;
+    AttnBf16 c = attention_bf16_operands(args, (real *)out);
+    const bf16 *d16 = (const bf16 *)dout;
+    if (!attention_out_bf16(args)) {
+        rows_to_bf16(c.out, (int)nv, out, (int)nv, BT, (int)nv);
+        rows_to_bf16(c.dout, (int)nv, dout, (int)nv, BT, (int)nv);
+        d16 = c.dout;
+    }
+    if (dk16) flash_bf16_backward(dq, args->ldqk, dk16, args->ldqk, dv16, args->ldv, 1, 0, dA, d16, c.out, lse, c.q, c.k,
+                                  args->ldqk, c.v, args->ldv, args->mask, B, T, NH, NHm, args->head_k, args->head_v,
+                                  rope_table(T, args->head_k), 0);
+    else flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, d16, c.out, lse, c.q, c.k, args->ldqk,
+                             c.v, args->ldv, args->mask, B, T, NH, NHm, args->head_k, args->head_v, NULL, 0);
+}
 // WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given). dout is stored in bf16 where the
 // output is (AttnArgs.out_mp): the bf16 kernels read it as it is (else a bf16 copy), the TF32 ones an fp32 copy.
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
@@ -2786,18 +2830,9 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
     PROF_OP();
     int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
     int dq_ = args->head_k, dvh = args->head_v;
-    size_t BT = (size_t)B * T;
     cudaStream_t st = 0;
     if (attention_in_bf16(args)) {
-        AttnBf16 c = attention_bf16_operands(args, (real *)out);
-        const bf16 *d16 = (const bf16 *)dout;
-        if (!attention_out_bf16(args)) {
-            rows_to_bf16(c.out, NH * dvh, out, NH * dvh, BT, NH * dvh);
-            rows_to_bf16(c.dout, NH * dvh, dout, NH * dvh, BT, NH * dvh);
-            d16 = c.dout;
-        }
-        flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, d16, c.out, lse, c.q, c.k, args->ldqk,
-                            c.v, args->ldv, args->mask, B, T, NH, NHm, dq_, dvh, st);
+        attention_backward_flash(dq, dk, dv, dA, dout, out, lse, args, NULL, NULL);
         return;
     }
     AttnArgs w = *args;
@@ -5711,8 +5746,14 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
     AttnArgs op = attn_layer_op_args(c, a, B, T);
     matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
-    attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
-    rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, operand_claim(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT));
+    bf16 *dproj = operand_claim(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT); // W_qkv's bf16 operand (NULL in fp32 mode)
+    if (dproj && attention_in_bf16(&op)) { // the kernel writes dk (rotated back) and dv there itself; the pass, dq
+        attention_backward_flash(d->q, NULL, NULL, NULL, d->att_out, a->att_out, a->lse, &op, dproj + D, dproj + 2 * D);
+        rope_backward(d->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D, dproj, D);
+    } else {
+        attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
+        rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, dproj, 3 * D);
+    }
     matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,
                     DINP_WRITE);
 }
@@ -5765,7 +5806,7 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha,
                     DINP_ADD);
-    if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K, NULL); rope_backward(d->ka, BT, T, Ha, dka, K, NULL); }
+    if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K, NULL, 0); rope_backward(d->ka, BT, T, Ha, dka, K, NULL, 0); }
     rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0, 0);
     rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0, 0);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T, gdn.grads_mp); // writes dx, the router adds its part

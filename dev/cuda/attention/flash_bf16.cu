@@ -51,6 +51,7 @@ struct Case {
     double frac;
     int grads_bf16, accumulate;
     int sample;      // 0: check every row; >0: that many sampled rows per kind (big T)
+    int rope;        // 1: dk rotated back by RoPE as the kernel writes it (the A layer's; the oracle rotates its dk)
 };
 
 // oracle state: inputs as doubles of the bf16 values
@@ -226,7 +227,8 @@ static bool run_check(const Case &C) {
     flash_bf16_forward(d_out, d_lse, d_qkv + oq, d_qkv + ok, W, d_qkv + ov, W, dm, B, T, NH, NHm, Dq, Dv, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     flash_bf16_backward(d_dq, lddq, d_dk, lddk, d_dv, lddv, C.grads_bf16, C.accumulate, d_dA, d_dO, d_out, d_lse,
-                        d_qkv + oq, d_qkv + ok, W, d_qkv + ov, W, dm, B, T, NH, NHm, Dq, Dv, 0);
+                        d_qkv + oq, d_qkv + ok, W, d_qkv + ov, W, dm, B, T, NH, NHm, Dq, Dv,
+                        C.rope ? rope_table(T, Dq) : nullptr, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<bf16> go(nout); std::vector<float> gl(nl), gq(rows * lddq), gk(rows * lddk), gv(rows * lddv), gA(nm);
@@ -263,6 +265,15 @@ static bool run_check(const Case &C) {
             const int b = sel[s].first, i = sel[s].second;
             R.dq_row(b, i, h, &rq[((size_t)s * NH + h) * Dq]);
             R.dkv_row(b, i, h, &rk[((size_t)s * NH + h) * Dq], &rv[((size_t)s * NH + h) * Dv]);
+            if (C.rope) {   // RoPE's backward (4.2): (x1, x2) -> (x1 cos + x2 sin, x2 cos − x1 sin), angle i·10000^(−2j/dq)
+                double *x = &rk[((size_t)s * NH + h) * Dq];
+                for (int j = 0; j < Dq / 2; ++j) {
+                    const double ang = i * pow(10000.0, -2.0 * j / Dq), c = cos(ang), sn = sin(ang), x1 = x[j],
+                                 x2 = x[j + Dq / 2];
+                    x[j] = x1 * c + x2 * sn;
+                    x[j + Dq / 2] = x2 * c - x1 * sn;
+                }
+            }
         }
     for (int s = 0; s < ns; ++s) {
         const size_t r = (size_t)sel[s].first * T + sel[s].second;
@@ -370,7 +381,7 @@ static TimeRes time_case(const char *name, int B, int T, int NH, int NHm, int Dq
         flash_bf16_forward(out, lse, q, k, NH * Dq, v, NH * Dv, mp, B, T, NH, NHm, Dq, Dv, 0);
         CUDA_CHECK(cudaEventRecord(e1));
         flash_bf16_backward(dq, NH * Dq, dk, NH * Dq, dv, NH * Dv, grads_bf16, 0, dA, dO, out, lse, q, k, NH * Dq, v,
-                            NH * Dv, mp, B, T, NH, NHm, Dq, Dv, 0);
+                            NH * Dv, mp, B, T, NH, NHm, Dq, Dv, nullptr, 0);
         CUDA_CHECK(cudaEventRecord(e2));
         CUDA_CHECK(cudaEventSynchronize(e2));
         float a, b2; CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1)); CUDA_CHECK(cudaEventElapsedTime(&b2, e1, e2));
@@ -398,6 +409,7 @@ static bool run_checks(bool small) {
         {"small causal B1 T256 NH2 64/64",                    1, 256,   2, 2, 64, 64,  0, 0,   0, 0, 0},
         {"small routed B1 T320 NH4 G2 64/128",                1, 320,   4, 2, 64, 128, 1, 0.5, 0, 0, 0},
         {"small real w bf16 acc B1 T192 NH2 G2 64/128",       1, 192,   2, 1, 64, 128, 2, 0,   1, 1, 0},
+        {"small causal rope bf16 dk/dv B1 T192 NH2 64/64",    1, 192,   2, 2, 64, 64,  0, 0,   1, 0, 0, 1},
     };
     std::vector<Case> cs = {
         {"causal B2 T512 NH4 64/64",                          2, 512,   4, 4, 64, 64,  0, 0,   0, 0, 0},
@@ -416,6 +428,7 @@ static bool run_checks(bool small) {
             {"routed 64/128 bf16 dk/dv",                      2, 512,  12, 6, 64, 128, 1, 0.5, 1, 0, 0},
             {"routed 64/128 accumulate fp32",                 1, 512,  12, 6, 64, 128, 1, 0.5, 0, 1, 0},
             {"causal 64/64 bf16 dk/dv accumulate",            2, 320,   4, 4, 64, 64,  0, 0,   1, 1, 0},
+            {"causal rope 64/64 bf16 dk/dv",                  2, 320,   4, 4, 64, 64,  0, 0,   1, 0, 0, 1},
             {"T32768 causal B1 NH2 64/64 (sampled)",          1, 32768, 2, 2, 64, 64,  0, 0,   0, 0, 24},
             {"T32768 routed 0.25 B1 NH2 G2 64/128 (sampled)", 1, 32768, 2, 1, 64, 128, 1, 0.25, 0, 0, 24},
         };
