@@ -1208,22 +1208,27 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
 // Row r is position t = r mod T. The backward is the rotation by the opposite angle (sign = −1). The (cos, sin) of
 // the angles t·10000^(−2i/hd) come from a table computed in double on the host (rope_table), as train_natsl.c
 // computes them. x_mp: x is stored in the matmul precision (bf16 in bf16 mode: the A layer's q, k).
-// One block per row (position t = row mod T); its threads take the nh·hd/2 pairs (head h, index i) of the row, then
-// copy the row's columns nh·hd..ncol−1 (y ≠ x: the backward's bf16 copy of the A layer's whole dq | dk | dv rows).
+// One block per row (position t = row mod T); its threads take the nh·hd/4 twin pairs (head h, indices i, i + 1) of the
+// row, then copy the row's columns nh·hd..ncol−1 two at a time (y ≠ x: the backward's bf16 copy of the A layer's dq, or
+// of its whole dq | dk | dv rows). hd % 4 == 0, ld and ncol even (rope_rotate checks).
 template <class X, class Y>
 __global__ void rope_rotate_kernel(Y *y, const X *x, const float2 *cs, int T, int nh, int hd, int ldx, int ncol, float sign) {
     const int half = hd / 2, row = blockIdx.x;
     const float2 *c_t = cs + (size_t)(row % T) * half;
     const X *xr = x + (size_t)row * ldx;
     Y *yr = y + (size_t)row * ldx;
-    for (int j = threadIdx.x; j < nh * half; j += blockDim.x) {
-        const int h = j / half, i = j - h * half;
-        const float2 a = c_t[i];
-        const float c = a.x, s = sign * a.y, x1 = ld(xr + h * hd + i), x2 = ld(xr + h * hd + i + half);
-        st(yr + h * hd + i, x1 * c - x2 * s);
-        st(yr + h * hd + i + half, x2 * c + x1 * s);
+    for (int j = threadIdx.x; j < nh * half / 2; j += blockDim.x) {
+        const int h = j / (half / 2), i = 2 * (j - h * (half / 2));
+        const float4 a = *reinterpret_cast<const float4 *>(c_t + i);   // (cos, sin) of i and i + 1
+        const float2 x1 = ld2(xr + h * hd + i), x2 = ld2(xr + h * hd + i + half);
+        const float s0 = sign * a.y, s1 = sign * a.w;
+        st2(yr + h * hd + i, x1.x * a.x - x2.x * s0, x1.y * a.z - x2.y * s1);
+        st2(yr + h * hd + i + half, x2.x * a.x + x1.x * s0, x2.y * a.z + x1.y * s1);
     }
-    for (int j = nh * hd + threadIdx.x; j < ncol; j += blockDim.x) st(yr + j, ld(xr + j));
+    for (int j = nh * hd + 2 * threadIdx.x; j < ncol; j += 2 * blockDim.x) {
+        const float2 v = ld2(xr + j);
+        st2(yr + j, v.x, v.y);
+    }
 }
 // The device table [T][hd/2] of (cos, sin) for head width hd, kept per width for the longest T asked so far.
 static const float2 *rope_table(int T, int hd) {
@@ -1251,8 +1256,12 @@ static const float2 *rope_table(int T, int hd) {
 static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp, __nv_bfloat16 *copy,
                         int copy_cols) {
     PROF_OP();
+    if (hd % 4 || ld % 2 || (copy && copy_cols % 2)) {
+        fprintf(stderr, "rope_rotate: needs a head width that is a multiple of 4 and even row strides (hd=%d ld=%d)\n", hd, ld);
+        exit(1);
+    }
     const float2 *cs = rope_table(T, hd);
-    const int threads = std::min(512, CEIL_DIV(nh * (hd / 2), 32) * 32);
+    const int threads = std::min(512, CEIL_DIV(nh * (hd / 4), 32) * 32);
     const __nv_bfloat16 *xh = (const __nv_bfloat16 *)x;
     if (copy) rope_rotate_kernel<<<N, threads>>>(copy, (const float *)x, cs, T, nh, hd, ld, copy_cols, (float)sign);
     else if (x_mp && g_bf16) rope_rotate_kernel<<<N, threads>>>((__nv_bfloat16 *)x, xh, cs, T, nh, hd, ld, nh * hd, (float)sign);
