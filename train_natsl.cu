@@ -5756,7 +5756,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
     AttnArgs op = attn_layer_op_args(c, a, B, T);
     matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
     bf16 *dproj = operand_claim(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT); // W_qkv's bf16 operand (NULL in fp32 mode)
-    if (dproj && attention_in_bf16(&op)) { // the kernel writes dk (rotated back) and dv there itself; the pass, dq
+    if (dproj && attention_in_bf16(&op)) { // the bf16 kernel writes dk (rotated back) and dv into it; RoPE's pass, dq
         attention_backward_flash(d->q, NULL, NULL, NULL, d->att_out, a->att_out, a->lse, &op, dproj + D, dproj + 2 * D);
         rope_backward(d->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D, dproj, D);
     } else {

@@ -462,6 +462,7 @@ int main(int argc, char **argv) {
         printf("CORRECTNESS %s\n", ok ? "ALL PASS" : "SOME FAIL");
     }
     if (strcmp(mode, "check")) {
+        g_rng = 0x9E3779B97F4A7C15ull;   // the routed rows draw the same masks after the checks (all) as without (time)
         printf("--- timings (median of %d after 3 warm-ups; useful pairs only; fwd 2(dq+dv), bwd 2(3dq+2dv) FLOP/pair)\n", g_reps);
         time_case("A causal B8 T4096 16x64", 8, 4096, 16, 16, 64, 64, -1.0, 0);
         time_case("A causal B8 T4096 16x64 (bf16 dk/dv)", 8, 4096, 16, 16, 64, 64, -1.0, 1);
