@@ -2048,11 +2048,6 @@ typedef __nv_bfloat16 bf16;
 // device helpers
 // ------------------------------------------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t fa_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void fa_cp16(void *smem, const void *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(fa_smem_u32(smem)), "l"(gmem));
-}
-__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -2097,7 +2092,7 @@ __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, int ld, int ti
 #pragma unroll
     for (int it = 0; it < ROWS * CPR / NT; ++it) {
         const int i = tid + it * NT, r = i / CPR, c = i % CPR;
-        fa_cp16(s + swz<D>(r, c), g + (size_t)r * ld + c * 8);
+        cp_async16(s + swz<D>(r, c), g + (size_t)r * ld + c * 8);
     }
 }
 
@@ -2178,7 +2173,7 @@ __device__ __forceinline__ void load_tile_cols64(bf16 *s, const bf16 *g, int ld,
 #pragma unroll
     for (int it = 0; it < ROWS * CPR / NT; ++it) {
         const int i = tid + it * NT, r = i / CPR, c = i % CPR;
-        fa_cp16(s + (c >> 3) * ROWS * 64 + swz<64>(r, c & 7), g + (size_t)r * ld + c * 8);
+        cp_async16(s + (c >> 3) * ROWS * 64 + swz<64>(r, c & 7), g + (size_t)r * ld + c * 8);
     }
 }
 
@@ -2238,7 +2233,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
     const bf16 *qbase = q + ((size_t)b * T + (size_t)qcA * 64) * ldqk + h * DQ;
     if (hasB) load_tile<DQ, 128, NT>(sQ, qbase, ldqk, tid);
     else load_tile<DQ, 64, NT>(sQ, qbase, ldqk, tid);
-    fa_commit();
+    cp_async_commit();
     __syncthreads();
     const int nact = *sN;
 
@@ -2248,7 +2243,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
         const int kc = sList[it], st = it % 3;
         load_tile<DQ, 64, NT>(sK + st * 64 * DQ, kbase + (size_t)kc * 64 * ldqk, ldqk, tid);
         load_tile_cols64<DV, 64, NT>(sV + st * 64 * DV, vbase + (size_t)kc * 64 * ldv, ldv, tid);
-        fa_commit();
+        cp_async_commit();
     };
     issue(0);
 
@@ -2262,7 +2257,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
     // three tile buffers: tile it+1 loads while tile it is read and tile it-1's P V may still run; after the barrier of
     // iteration it, every thread has waited for tile it-2's products, so its buffer takes tile it+1
     for (int it = 0; it < nact; ++it) {
-        fa_wait<0>();
+        cp_async_wait<0>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         if (it + 1 < nact) issue(it + 1);
@@ -2441,9 +2436,9 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         const int qc = kc + it, st = it & 1;
         load_tile<DQ, 64, NT>(sQ + st * 64 * DQ, qb + (size_t)qc * 64 * ldqk, ldqk, tid);
         load_tile_cols64<DV, 64, NT>(sO + st * 64 * DV, ob + (size_t)qc * 64 * ldo, (int)ldo, tid);
-        if (tid < 16) fa_cp16(sL + st * 64 + tid * 4, lb + qc * 64 + tid * 4);
-        else if (tid < 32) fa_cp16(sD + st * 64 + (tid - 16) * 4, db + qc * 64 + (tid - 16) * 4);
-        fa_commit();
+        if (tid < 16) cp_async16(sL + st * 64 + tid * 4, lb + qc * 64 + tid * 4);
+        else if (tid < 32) cp_async16(sD + st * 64 + (tid - 16) * 4, db + qc * 64 + (tid - 16) * 4);
+        cp_async_commit();
     };
     issue(0);
 
@@ -2456,7 +2451,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), saddr = fa_smem_u32(sS);
 
     for (int it = 0; it < nq; ++it) {
-        if (it + 1 < nq) { issue(it + 1); fa_wait<1>(); } else { fa_wait<0>(); }
+        if (it + 1 < nq) { issue(it + 1); cp_async_wait<1>(); } else { cp_async_wait<0>(); }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         const int qc = kc + it;
@@ -2826,11 +2821,10 @@ static void attention_backward_flash(real *dq, real *dk, real *dv, real *dA, con
         rows_to_bf16(c.dout, (int)nv, dout, (int)nv, BT, (int)nv);
         d16 = c.dout;
     }
-    if (dk16) flash_bf16_backward(dq, args->ldqk, dk16, args->ldqk, dv16, args->ldv, 1, 0, dA, d16, c.out, lse, c.q, c.k,
-                                  args->ldqk, c.v, args->ldv, args->mask, B, T, NH, NHm, args->head_k, args->head_v,
-                                  rope_table(T, args->head_k), 0);
-    else flash_bf16_backward(dq, args->ldqk, dk, args->ldqk, dv, args->ldv, 0, 0, dA, d16, c.out, lse, c.q, c.k, args->ldqk,
-                             c.v, args->ldv, args->mask, B, T, NH, NHm, args->head_k, args->head_v, NULL, 0);
+    const int kv16 = dk16 != NULL;
+    flash_bf16_backward(dq, args->ldqk, kv16 ? (void *)dk16 : dk, args->ldqk, kv16 ? (void *)dv16 : dv, args->ldv, kv16, 0,
+                        dA, d16, c.out, lse, c.q, c.k, args->ldqk, c.v, args->ldv, args->mask, B, T, NH, NHm, args->head_k,
+                        args->head_v, kv16 ? rope_table(T, args->head_k) : NULL, 0);
 }
 // WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given). dout is stored in bf16 where the
 // output is (AttnArgs.out_mp): the bf16 kernels read it as it is (else a bf16 copy), the TF32 ones an fp32 copy.
@@ -2906,7 +2900,7 @@ template <int P> __device__ __forceinline__ float sum_cols(float x) { // over th
 // and traffic). With bf16 states each chunk runs from its stored, rounded start state while the carried state keeps
 // full precision: S^start_{c+1} = (1 − m) Dec_c S + m (Z_last + Dec_c (S − s0)), s0 = bf16(S) (doc/model.md (5.4h);
 // in fp32 s0 = S and this is (5.4e) as written). Indices are in elements of the buffer.
-__device__ __forceinline__ float st_round(float x, int st16) { return st16 ? __bfloat162float(__float2bfloat16_rn(x)) : x; }
+__device__ __forceinline__ float st_round(float x, int st16) { return st16 ? mp_round<bf16>(x) : x; }
 __device__ __forceinline__ void st_put(float *st, size_t i, float x, int st16) {
     if (st16) reinterpret_cast<bf16 *>(st)[i] = __float2bfloat16_rn(x); else st[i] = x;
 }
@@ -3202,20 +3196,10 @@ struct GA {
 };
 
 // ------------------------------------------------------------------------------------------------
-// async global->shared copies (cp.async, sm_80+). Each thread waits for its own groups; a
-// __syncthreads() after the wait makes the data visible to the block.
-__device__ __forceinline__ void cpa16(float *s, const float *g) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g));
-}
-__device__ __forceinline__ void cpa_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cpa_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+// async global->shared copies: cp_async16 and its groups (the helpers at the top). Each thread waits for its own
+// groups; a __syncthreads() after the wait makes the data visible to the block.
 __device__ __forceinline__ void cpa_wait_dyn(int n) {  // n in {0,1,2}
-    if (n <= 0) cpa_wait<0>(); else if (n == 1) cpa_wait<1>(); else cpa_wait<2>();
+    if (n <= 0) cp_async_wait<0>(); else if (n == 1) cp_async_wait<1>(); else cp_async_wait<2>();
 }
 // dst[r*lds + c] = src[r*ldg + c], r < ROWS, c < COLS (COLS % 4 == 0)
 template <int ROWS, int COLS>
@@ -3225,7 +3209,7 @@ __device__ __forceinline__ void ld_tile(float *dst, int lds, const float *src, s
 #pragma unroll 1
         for (int idx = threadIdx.x; idx < ROWS * C4; idx += GC_NT) {
             const int r = idx / C4, c = (idx % C4) * 4;
-            cpa16(dst + r * lds + c, src + r * ldg + c);
+            cp_async16(dst + r * lds + c, src + r * ldg + c);
         }
     } else {
         for (int idx = threadIdx.x; idx < ROWS * COLS; idx += GC_NT) {
@@ -3420,9 +3404,9 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
 
     ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
     ld_tile<CH, DK>(Qs, LDK, a.q + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
-    cpa_commit();
+    cp_async_commit();
     if (tid < CH) { Gs[tid] = a.g[(tok0 + tid) * H + h]; bs[tid] = a.beta[(tok0 + tid) * H + h]; }
-    cpa_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();
     if (tid == 0) { float s = 0.f; for (int i = 0; i < CH; i++) { s += Gs[i]; Gs[i] = s; } }
     mm<CH, CH, DK, false, true>(As, GC_L64, Ks, LDK, Ks, LDK, 1.f, 0.f);  // K K^T
@@ -3461,14 +3445,14 @@ __global__ void __launch_bounds__(GC_NT) prep_kernel(GA a) {
     __syncthreads();
     // U = T diag(beta) V over value tiles, double-buffered (buffers in the free Ks / Qs regions, U tile in As)
     const float *vsrc = a.v + tok0 * a.ldv + (size_t)h * dv;
-    ld_tile<CH, GC_BV>(Ks, GC_LBV, vsrc, a.ldv, a.vec); cpa_commit();
-    if (nvt > 1) { ld_tile<CH, GC_BV>(Qs, GC_LBV, vsrc + GC_BV, a.ldv, a.vec); cpa_commit(); }
+    ld_tile<CH, GC_BV>(Ks, GC_LBV, vsrc, a.ldv, a.vec); cp_async_commit();
+    if (nvt > 1) { ld_tile<CH, GC_BV>(Qs, GC_LBV, vsrc + GC_BV, a.ldv, a.vec); cp_async_commit(); }
     for (int vt = 0; vt < nvt; vt++) {
-        if (vt + 1 < nvt) cpa_wait<1>(); else cpa_wait<0>();
+        if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
         __syncthreads();
         mm<CH, GC_BV, CH, false, false>(As, GC_LBV, Ts, GC_L64, (vt & 1) ? Qs : Ks, GC_LBV, 1.f, 0.f);
         __syncthreads();
-        if (vt + 2 < nvt) { ld_tile<CH, GC_BV>((vt & 1) ? Qs : Ks, GC_LBV, vsrc + (vt + 2) * GC_BV, a.ldv, a.vec); cpa_commit(); }
+        if (vt + 2 < nvt) { ld_tile<CH, GC_BV>((vt & 1) ? Qs : Ks, GC_LBV, vsrc + (vt + 2) * GC_BV, a.ldv, a.vec); cp_async_commit(); }
         for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) {
             const int i = idx / GC_BV, j = idx % GC_BV;
             a.U[(wrow0 + i) * dv + vt * GC_BV + j] = As[i * GC_LBV + j];
@@ -3495,7 +3479,7 @@ __global__ void __launch_bounds__(GC_NT) fwd_state_kernel(GA a) {
     // prologue: W_0, U_0
     ld_tile<CH, DK>(Ws, LDK, a.W + (bh * T) * DK, DK, true);
     ld_tile<CH, BV>(Ub0, LBV, a.U + (bh * T) * dv + v0, dv, true);
-    cpa_commit();
+    cp_async_commit();
     float mv_next = mval_of(a, b, 0, h);
     for (int c = 0; c < Nc; c++) {
         const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = bh * T + (size_t)c * CH;
@@ -3504,7 +3488,7 @@ __global__ void __launch_bounds__(GC_NT) fwd_state_kernel(GA a) {
         if (c + 1 < Nc) mv_next = mval_of(a, b, c + 1, h);
         ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
         ld_tile<1, CH>(Gs, CH, a.Gc + wrow0, CH, true);
-        cpa_commit();
+        cp_async_commit();
         // the snapshot; with bf16 states the chunk runs from the rounded state and dl keeps what rounding took off
         const size_t st0 = (bh * Nc + c) * DK * dv + v0;
         float dl[EPT];
@@ -3516,17 +3500,17 @@ __global__ void __launch_bounds__(GC_NT) fwd_state_kernel(GA a) {
             Ss[d * LBV + j] = s0;
             dl[k] = x - s0;
         }
-        cpa_wait<1>();
+        cp_async_wait<1>();
         __syncthreads();
         mm<CH, BV, DK, false, false>(Ub, LBV, Ws, LDK, Ss, LBV, -1.f, 1.f);  // Vn = U - W S
         __syncthreads();
         if (c + 1 < Nc) {
             ld_tile<CH, DK>(Ws, LDK, a.W + (wrow0 + CH) * DK, DK, true);
             ld_tile<CH, BV>(Ub0 + ((c + 1) & 1) * CH * LBV, LBV, a.U + (wrow0 + CH) * dv + v0, dv, true);
-            cpa_commit();
+            cp_async_commit();
         }
         for (int idx = tid; idx < CH * BV; idx += GC_NT) { const int i = idx / BV, j = idx % BV; a.U[(wrow0 + i) * dv + v0 + j] = Ub[i * LBV + j]; }
-        if (c + 1 < Nc) cpa_wait<1>(); else cpa_wait<0>();
+        if (c + 1 < Nc) cp_async_wait<1>(); else cp_async_wait<0>();
         __syncthreads();
         const float GL = Gs[CH - 1];
         for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= mv * expf(GL - Gs[i]); }
@@ -3555,9 +3539,9 @@ __global__ void __launch_bounds__(GC_NT) fwd_out_kernel(GA a) {
     ld_state<DK, GC_BV>(S0, GC_LBV, a, cc * DK * dv + v0, a.state, a.st16);
     ld_tile<CH, CH>(Ps, GC_L64, a.Pm + cc * CH * CH, CH, true);
     ld_tile<CH, GC_BV>(Vs, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
-    cpa_commit();
+    cp_async_commit();
     if (tid < CH) es[tid] = expf(a.Gc[wrow0 + tid]);
-    cpa_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();
     mm<CH, GC_BV, DK, false, false>(Os, GC_LBV, Qs, LDK, S0, GC_LBV, a.scale, 0.f, es);
     mm<CH, GC_BV, CH, false, false>(Os, GC_LBV, Ps, GC_L64, Vs, GC_LBV, a.scale, 1.f);
@@ -3585,8 +3569,8 @@ __global__ void __launch_bounds__(GC_NT) bwd_local_kernel(GA a) {
     ld_tile<CH, CH>(Ps, GC_L64, a.Pm + cc * CH * CH, CH, true);
     ld_tile<CH, GC_BV>(Vs, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
     ld_tile<CH, GC_BV>(dOs, GC_LBV, a.dout + tok0 * (size_t)(H * dv) + (size_t)h * dv + v0, (size_t)H * dv, a.vec);
-    cpa_commit();
-    cpa_wait<0>();
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     mm<CH, GC_BV, DK, false, false>(Vs, GC_LBV, Ws, LDK, S0, GC_LBV, -1.f, 1.f);
     mm<CH, GC_BV, CH, true, false>(dVs, GC_LBV, Ps, GC_L64, dOs, GC_LBV, a.scale, 0.f);
@@ -3612,9 +3596,9 @@ __global__ void __launch_bounds__(GC_NT) bwd_rhs_kernel(GA a) {
     const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = (size_t)bh * T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
     ld_tile<CH, DK>(Qs, LDK, a.q + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
     ld_tile<CH, GC_BV>(dOs, GC_LBV, a.dout + tok0 * (size_t)(H * dv) + (size_t)h * dv + v0, (size_t)H * dv, a.vec);
-    cpa_commit();
+    cp_async_commit();
     if (tid < CH) es[tid] = a.scale * expf(a.Gc[wrow0 + tid]);
-    cpa_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();
     for (int idx = tid; idx < CH * GC_BV; idx += GC_NT) { const int i = idx / GC_BV, j = idx % GC_BV; dOs[i * GC_LBV + j] *= es[i]; }
     __syncthreads();
@@ -3646,13 +3630,13 @@ __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
         const size_t tok0 = (size_t)b * T + (size_t)c * CH, wrow0 = bh * T + (size_t)c * CH;
         ld_tile<CH, DK>(Ks, LDK, a.k + tok0 * a.ldqk + (size_t)h * DK, a.ldqk, a.vec);
         ld_tile<1, CH>(G0 + (c & 1) * CH, CH, a.Gc + wrow0, CH, true);
-        cpa_commit();
+        cp_async_commit();
         ld_tile<CH, BV>(dV0 + (c & 1) * CH * LBV, LBV, a.dVn + wrow0 * dv + v0, dv, true);
-        cpa_commit();
+        cp_async_commit();
     };
     auto issue_w = [&](int c) {
         ld_tile<CH, DK>(Ws, LDK, a.W + (bh * T + (size_t)c * CH) * DK, DK, true);
-        cpa_commit();
+        cp_async_commit();
     };
     issue_k(Nc - 1);
     issue_w(Nc - 1);
@@ -3665,7 +3649,7 @@ __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
         float *dst = a.dstate + (bh * Nc + c) * DK * dv + v0;
         const float *rsrc = a.Rc + (bh * Nc + c) * DK * dv + v0;
         for (int idx = tid; idx < DK * BV; idx += GC_NT) { const int d = idx / BV, j = idx % BV; dst[(size_t)d * dv + j] = dSs[d * LBV + j]; }
-        cpa_wait<1>();  // K, G, dVn of chunk c
+        cp_async_wait<1>();  // K, G, dVn of chunk c
         __syncthreads();
         const float GL = Gs[CH - 1];
         for (int idx = tid; idx < CH * DK; idx += GC_NT) { const int i = idx / DK, d = idx % DK; Ks[i * LDK + d] *= mv * expf(GL - Gs[i]); }
@@ -3675,7 +3659,7 @@ __global__ void __launch_bounds__(GC_NT, 2) bwd_state_kernel(GA a) {
         if (c > 0) issue_k(c - 1);
         if (tid < DK) asm volatile("prefetch.global.L2 [%0];" ::"l"(rsrc + (size_t)tid * dv));  // R_c rows (BV*4 bytes each)
         for (int idx = tid; idx < CH * BV; idx += GC_NT) { const int i = idx / BV, j = idx % BV; a.dVn[(wrow0 + i) * dv + v0 + j] = dVb[i * LBV + j]; }
-        if (c > 0) cpa_wait<2>(); else cpa_wait<0>();  // W of chunk c
+        if (c > 0) cp_async_wait<2>(); else cp_async_wait<0>();  // W of chunk c
         __syncthreads();
         mm<DK, BV, CH, true, false>(dSs, LBV, Ws, LDK, dVb, LBV, -1.f, expf(GL));
         __syncthreads();
@@ -3711,7 +3695,7 @@ template <int DK, int NT>
 __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, const GA &a, size_t row0) {
     load_tile<DK, CH, NT>(Wsm, a.Wb + row0 * DK, DK, threadIdx.x);
     load_tile<DK, CH, NT>(Ksm, chunk_rows<DK>(a.k16, a, row0), a.ldqk, threadIdx.x);
-    if (threadIdx.x < CH / 4) fa_cp16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
+    if (threadIdx.x < CH / 4) cp_async16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
 }
 // bwd_state_bf16's per-warp dO slices (a warp's 16 value columns of a chunk's CH rows, bf16) have rows padded to GC_LO
 // values (48 bytes): the accumulator-order reads (lanes 4 apart: one row's 8 consecutive values; lanes 1 apart: rows 2
@@ -3932,10 +3916,10 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     const bf16 *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
     // cp.async groups: K, then the first two V tiles (of 64 columns), all in flight from the start
     const bf16 *vg = a.v16 + tok0 * a.ldv + (size_t)h * dv;
-    auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); fa_commit(); };
+    auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); cp_async_commit(); };
     load_tile<DK, CH, 256>(Ks, kg, a.ldqk, tid);
     if (a.bwd) load_tile<DK, CH, 256>(Kx, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);  // Q, in Kx's room until P
-    fa_commit();
+    cp_async_commit();
     issue_v(0);
     if (nvt > 1) issue_v(1);
 
@@ -3951,7 +3935,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         bs[lane] = a.beta[(tok0 + lane) * H + h]; bs[lane + 32] = a.beta[(tok0 + lane + 32) * H + h];
         a.Gc[row0 + lane] = g0; a.Gc[row0 + lane + 32] = g1;
     }
-    if (nvt > 1) fa_wait<2>(); else fa_wait<1>();  // K
+    if (nvt > 1) cp_async_wait<2>(); else cp_async_wait<1>();  // K
     __syncthreads();
     {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
         uint32_t fa[DK / 16][4];
@@ -4045,7 +4029,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         });
     }
     for (int vt = 0; vt < nvt; vt++) {  // U = (T diag(β)) V (fp32)
-        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+        if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
         __syncthreads();
         float U[4][4];
         acc_zero(U);
@@ -4077,11 +4061,11 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
     float S[DK / 8][4];
     acc_zero(S);
     state_issue<DK, NT>(Wsm, Ksm, Gsm, a, bh * T);
-    fa_commit();
+    cp_async_commit();
     for (int c = 0; c < Nc; c++) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
-        if (c + 1 < Nc) { state_issue<DK, NT>(Wsm + (s ^ 1) * CH * DK, Ksm + (s ^ 1) * CH * DK, Gsm + (s ^ 1) * CH, a, row0 + CH); fa_commit(); }
+        if (c + 1 < Nc) { state_issue<DK, NT>(Wsm + (s ^ 1) * CH * DK, Ksm + (s ^ 1) * CH * DK, Gsm + (s ^ 1) * CH, a, row0 + CH); cp_async_commit(); }
         uint32_t fa[DK / 16][4];
         acc_to_a<DK / 16>(fa, S, 1.f);
         // snapshot S^start_c, [dk][dv] in bf16 (the bf16 kernels run with bf16 states: takes_bf16)
@@ -4096,7 +4080,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) V[j][q] = U[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)];
-        if (c + 1 < Nc) fa_wait<1>(); else fa_wait<0>();
+        if (c + 1 < Nc) cp_async_wait<1>(); else cp_async_wait<0>();
         __syncthreads();
         mma_x<DK, CH, DK, true>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
         {
@@ -4153,21 +4137,21 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         const bf16 *src = a.dout16 + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0;
 #pragma unroll
         for (int i = lane; i < 2 * CH; i += 32)
-            fa_cp16(Ob + (i >> 1) * GC_LO + (i & 1) * 8, src + (size_t)(i >> 1) * ldo + (i & 1) * 8);
+            cp_async16(Ob + (i >> 1) * GC_LO + (i & 1) * 8, src + (size_t)(i >> 1) * ldo + (i & 1) * 8);
     };
     float dS[DK / 8][4];
     acc_zero(dS);
     // cp.async groups: W, K, G, Q, s Pᵀ of chunk c − 1, then (once chunk c's slice is in registers) its dO slice;
     // one group each (empty before the first chunk), so every wait is wait_group 1
     issue(Nc - 1);
-    fa_commit();
+    cp_async_commit();
     issue_slices(Nc - 1);
-    fa_commit();
+    cp_async_commit();
     for (int c = Nc - 1; c >= 0; c--) {
         const int s = c & 1;
         if (c > 0) issue(c - 1);
-        fa_commit();
-        fa_wait<1>();  // chunk c's W, K, G, Q, s Pᵀ and slice
+        cp_async_commit();
+        cp_async_wait<1>();  // chunk c's W, K, G, Q, s Pᵀ and slice
         __syncwarp();
         float D[8][4], P[8][4], O[8][4];  // dVnᵀ, dSᵀ Kᵀ, dOᵀ
 #pragma unroll
@@ -4179,7 +4163,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
             }
         __syncwarp();
         if (c > 0) issue_slices(c - 1);
-        fa_commit();
+        cp_async_commit();
         {
             uint32_t fa[DK / 16][4];
             acc_to_a<DK / 16>(fa, dS, 1.f);
@@ -4246,11 +4230,11 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv, *vn = a.Vb + cc * dv * CH;
     load_tile<DK, CH, 128>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 128>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
-    if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
+    if (tid < CH / 4) cp_async16(Gs + tid * 4, a.Gc + row0 + tid * 4);
     auto issue = [&](int vt) {  // S0 columns and Vnᵀ rows of value tile vt
         load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
         load_tile<CH, 64, 128>(Vs + (vt & 1) * 64 * CH, vn + (size_t)vt * 64 * CH, CH, tid);
-        fa_commit();
+        cp_async_commit();
     };
     issue(0);
     if (nvt > 1) issue(1);
@@ -4259,7 +4243,7 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
     const int i0 = 16 * w + g;
     const size_t out0 = ((size_t)b * a.T + (size_t)c * CH + i0) * (size_t)(a.H * dv) + (size_t)h * dv;
     for (int vt = 0; vt < nvt; vt++) {
-        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+        if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
         __syncthreads();
         if (vt == 0) {
             lds_a<DK, DK>(fq, Qs, 16 * w);
@@ -4317,13 +4301,13 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
     const bf16 *ds = reinterpret_cast<const bf16 *>(a.dstate) + cc * DK * dv;
     const bf16 *dO = a.dout16 + ((size_t)b * a.T + (size_t)c * CH) * ldo + (size_t)h * dv;
     load_tile<DK, CH, 256>(Ws, a.Wb + row0 * DK, DK, tid);
-    if (tid < CH / 4) fa_cp16(Gs + tid * 4, a.Gc + row0 + tid * 4);
+    if (tid < CH / 4) cp_async16(Gs + tid * 4, a.Gc + row0 + tid * 4);
     auto issue = [&](int vt) {  // the S0, dSe and U tiles of value columns 64 vt ..
         bf16 *s = Ss + (vt & 1) * TS;
         load_tile<64, DK, 256>(s, st + vt * 64, dv, tid);
         load_tile<64, DK, 256>(s + DK * 64, ds + vt * 64, dv, tid);
         load_tile<64, LU, 256>(Us + (vt & 1) * CH * LU, a.U + row0 * dv + vt * 64, dv, tid);
-        fa_commit();
+        cp_async_commit();
     };
     issue(0);
     if (nvt > 1) issue(1);
@@ -4346,7 +4330,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
             const int r = (tid >> 3) + 32 * e, ch = tid & 7;
             *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = xo[e];
         }
-        if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+        if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
         __syncthreads();
         const bf16 *S0 = Ss + (vt & 1) * TS, *dSe = S0 + DK * 64;
         float V[4][4];
@@ -4447,8 +4431,8 @@ __global__ void __launch_bounds__(GC_NT) bwd_vloop_kernel(GA a) {
             ld_state<DK, GC_BV>(R1, GC_LBV, a, cc * DK * dv + v0, a.dstate, a.ds16);
             ld_tile<CH, GC_BV>(T1, GC_LBV, a.U + wrow0 * dv + v0, dv, true);
         }
-        cpa_commit();
-        cpa_wait<0>();
+        cp_async_commit();
+        cp_async_wait<0>();
         __syncthreads();
         if (PART == 0) {
             mm<CH, DK, GC_BV, false, true>(accA, LDK, T1, GC_LBV, S0s, GC_LBV, 1.f, bb);
@@ -4524,10 +4508,10 @@ __global__ void __launch_bounds__(GC_NT) bwd_final_kernel(GA a) {
     ld_tile<CH, CH>(M3, GC_L64, a.dPm + cc * CH * CH, CH, true);
     ld_tile<CH, CH>(M4, GC_L64, a.dTV + cc * CH * CH, CH, true);
     ld_tile<1, CH>(Gs, CH, a.Gc + wrow0, CH, true);
-    cpa_commit();
+    cp_async_commit();
     if (tid < CH) { bs[tid] = a.beta[(tok0 + tid) * H + h]; dG[tid] = 0.f; dB[tid] = a.dbv[wrow0 + tid]; }
     const float sdot = a.sdot[cc];
-    cpa_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();
     // E = dPm .* Pm (-> dG) in M2, dPmm = dPm .* Gam .* [i>=j] in M3; xk_j = k_j . X_j
     for (int idx = tid; idx < CH * CH; idx += GC_NT) {
@@ -4572,8 +4556,8 @@ __global__ void __launch_bounds__(GC_NT) bwd_final_kernel(GA a) {
     }
     __syncthreads();
     ld_tile<CH, DK>(D1, LDK, a.dWm + wrow0 * DK, DK, true);  // dW = -D1
-    cpa_commit();
-    cpa_wait<0>();
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     mm<CH, DK, CH, true, false>(Qs, LDK, M1, GC_L64, D1, LDK, -1.f, 0.f);  // R = T^T dW
     __syncthreads();
@@ -4697,10 +4681,10 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
             load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vsrc + vt * 64, a.ldv, tid);
             load_tile<CH, 64, 256>(Dv + (vt & 1) * 64 * CH, a.dVb + (cc * dv + vt * 64) * CH, CH, tid);
-            fa_commit();
+            cp_async_commit();
         };
         load_tile<CH, CH, 256>(Ts, a.Tb + cc * CH * CH, CH, tid);  // (T and G in the first group)
-        if (tid < CH / 4) fa_cp16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
+        if (tid < CH / 4) cp_async16(Gs + 4 * tid, a.Gc + row0 + 4 * tid);
         issue(0);
         if (nvt > 1) issue(1);
         float W1[DK / 16][4], P2[4][4], dbv0 = 0.f, dbv1 = 0.f;
@@ -4708,7 +4692,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         acc_zero(P2);
         uint32_t ftt[4][4];  // Tᵀ rows R0.. (A operand from T's columns: ldmatrix.trans)
         for (int vt = 0; vt < nvt; vt++) {
-            if (vt + 1 < nvt) fa_wait<1>(); else fa_wait<0>();
+            if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
             __syncthreads();
             const bf16 *Vt = Vs + (vt & 1) * CH * 64, *Dt = Dv + (vt & 1) * 64 * CH;
             if (vt == 0) lds_at<CH, CH>(ftt, Ts, R0);
@@ -4741,8 +4725,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     }
     load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
-    fa_commit();
-    fa_wait<0>();
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     if (tid < CH) es[tid] = expf(Gs[tid]);
     __syncthreads();
