@@ -1,6 +1,6 @@
 // bench_timing.h -- the median time of a GPU call, shared by the kernel benchmarks under dev/cuda (ce_bench,
-// norm_bench, gemm_tune): one untimed call (warm-up), then `reps` calls each between two events on the default
-// stream; returns the median in ms.
+// conv_bench, norm_bench, gemm_tune): one untimed call (warm-up), then `reps` calls each between two events on the
+// default stream; returns the median in ms.
 #ifndef NATSL_BENCH_TIMING_H
 #define NATSL_BENCH_TIMING_H
 

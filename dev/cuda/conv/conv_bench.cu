@@ -35,6 +35,7 @@
 
 #define TESTING
 #include "../../../train_natsl.cu"
+#include "../bench_timing.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -283,7 +284,7 @@ static void l2_two_pass(bf16 *yqk, bf16 *hat, float *rho, const bf16 *x, int ldx
     CUDA_CHECK(cudaGetLastError());
 }
 // one shape: B, T, H heads of d_k in Q and in K (V = 2K channels after them in x's rows, not touched)
-static bool l2_case(int B, int T, int H, int dk, bool oracle_check, cudaEvent_t e0, cudaEvent_t e1) {
+static bool l2_case(int B, int T, int H, int dk, bool oracle_check) {
     const size_t BT = (size_t)B * T, K = (size_t)H * dk, n = 4 * K;
     std::vector<bf16> x(BT * n);
     std::vector<float> w(n * 4);
@@ -350,17 +351,8 @@ static bool l2_case(int B, int T, int H, int dk, bool oracle_check, cudaEvent_t 
     }
     printf(" -> %s\n", ok ? "PASS" : "FAIL");
     if (!oracle_check) { // timing (median of 20): the fused pass without and with Q, K stored, the two passes
-        auto med = [&](const std::function<void()> &f) {
-            float t[20];
-            for (int rep = -3; rep < 20; rep++) {
-                CUDA_CHECK(cudaEventRecord(e0)); f(); CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
-                if (rep >= 0) CUDA_CHECK(cudaEventElapsedTime(&t[rep], e0, e1));
-            }
-            std::sort(t, t + 20);
-            return t[10];
-        };
         const double mb = 2.0 * BT * K * 2 / 1e6; // the Q | K columns of x, and q̂ | k̂, each this many MB
-        const float tg = med([&] { fused(false); }), tn = med([&] { fused(true); }), t2 = med(two);
+        const float tg = median_ms([&] { fused(false); }), tn = median_ms([&] { fused(true); }), t2 = median_ms(two);
         printf("TIME Q|K + L2 norm: fused %.4f ms (%4.0f GB/s), fused keeping Q, K %.4f ms, two passes %.4f ms\n", tg,
                2 * mb / tg, tn, t2);
     }
@@ -422,8 +414,8 @@ int main() {
                fwd_bytes / tf[10] / 1e6, tb[10], bwd_bytes / tb[10] / 1e6, same(r, ref) ? "yes" : "no");
     }
     printf("== Q | K with the L2 norm (conv_silu_l2norm_forward)\n");
-    for (int dk : {64, 128, 192}) ok &= l2_case(2, 256, 2, dk, true, e0, e1);
-    ok &= l2_case(8, 4096, 6, 128, false, e0, e1); // the 340m size
+    for (int dk : {64, 128, 192}) ok &= l2_case(2, 256, 2, dk, true);
+    ok &= l2_case(8, 4096, 6, 128, false); // the 340m size
     printf("CORRECTNESS %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
