@@ -2160,6 +2160,15 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo) {
 }
 constexpr uint32_t FA_TILE_BYTES = 64 * 64 * 2; // one [64][64] bf16 tile (the LBO of an MN-major operand)
 constexpr uint32_t FA_KSTEP_BYTES = 16 * 128;   // 16 rows: one k-step of an MN-major operand
+// gdst[0 .. bytes/4) += ssrc[0 .. bytes/4) in fp32 by the TMA unit (a bulk reduce-add from shared memory; bytes and
+// both addresses multiples of 16). The issuing thread's bulk group: commit, then wait until the source has been read.
+__device__ __forceinline__ void bulk_add_f32(float *gdst, const float *ssrc, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(gdst), "r"(fa_smem_u32(ssrc)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+constexpr int FA_DQ_LD = 72;   // row stride (floats) of the backward's dQ staging tile: float2 stores conflict-free
 // the A fragment of k-step kk (columns 16kk..16kk+15: n-tiles 2kk, 2kk+1) from a 64×64 fp32 accumulator, in bf16
 __device__ __forceinline__ void wgmma_afrag(uint32_t (&a)[4], const float (&d)[32], int kk) {
 #pragma unroll
@@ -2393,7 +2402,10 @@ template <> __device__ __forceinline__ void store_pair<bf16>(bf16 *p, float a, f
 //   P^T = w·exp2(S·sl2 − lse2), dS^T = P^T(dP^T − δ) and the router partial on the accumulators,
 //   dV += P^T dO and dK += dS^T Q (P^T, dS^T from registers; dO, Q read MN-major: stored [query][column]),
 //   dS^T -> shared memory (bf16), dQ = dS K (wgmma with both operands MN-major: dS^T is stored [key][query], K
-//   [key][dim]) -> fp32 vector atomics.
+//   [key][dim]) -> added to dq (these adds take a third of the backward's time: RESULTS, session 25). At DV = 64 (the
+//   A layer) each warp's 16 rows go to a shared staging tile (fp32) and from there by bulk reduce-adds (one a row,
+//   256 bytes, issued by the TMA unit); at DV = 128 the staging tile cost the block its registers' slack (spills, 3-15%
+//   slower: session 24), so there each thread adds its values by float4 atomics.
 // V and dO are stored as DV/64 tiles of [64 rows][64 columns] (the MN-major layout of dO for dV's product).
 // ------------------------------------------------------------------------------------------------------------------
 template <int DV, typename GT>
@@ -2414,6 +2426,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     float *sL = reinterpret_cast<float *>(sO + 2 * 64 * DV);   // [2][64] lse2
     float *sD = sL + 2 * 64;                                   // [2][64] delta
     float *sRed = sD + 2 * 64;                                 // [4]
+    float *sDQ = sRed + 4;                                     // [64][FA_DQ_LD] dQ staging (fp32; DV = 64 only)
 
     const int Nc = T / 64;
     // block L -> (bh = L / Nc, kc = L % Nc): the blocks in flight cover a few heads, so their Q, dO tiles and dq
@@ -2528,19 +2541,43 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         wgmma_keep(dVa);
         wgmma_keep(dKa);
         wgmma_keep(acc);
-        // float4 atomics: lanes t, t^1 pair up; even lane: row g, cols 2t..2t+3; odd lane: row g+8, cols 2t-2..2t+1
-        const bool odd = (t & 1);
-        const size_t qrow0 = (size_t)b * T + (size_t)qc * 64 + warp * 16 + g + (odd ? 8 : 0);
-        float *dqp = dq + qrow0 * lddq + h * DQ + 2 * (t & ~1);
+        if constexpr (DV == 64) {
+            // this warp's 16 rows (16w + g, 16w + g + 8) to its staging rows, then lane r < 16 adds row 16w + r to dq
+            float *wq = sDQ + warp * 16 * FA_DQ_LD;
+            if (lane < 16) bulk_wait_read();   // the previous tile's reduce-add has read the rows
+            __syncwarp();
 #pragma unroll
-        for (int nd = 0; nd < DQ / 8; ++nd) {
-            const float x0 = acc[4 * nd] * scale, x1 = acc[4 * nd + 1] * scale, x2 = acc[4 * nd + 2] * scale,
-                        x3 = acc[4 * nd + 3] * scale;
-            const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);
-            const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : x3, 1);
-            const float4 val = odd ? make_float4(r0, r1, x2, x3) : make_float4(x0, x1, r0, r1);
-            atomicAdd(reinterpret_cast<float4 *>(dqp + nd * 8), val);
+            for (int nd = 0; nd < DQ / 8; ++nd) {
+                *reinterpret_cast<float2 *>(wq + g * FA_DQ_LD + nd * 8 + 2 * t) =
+                    make_float2(acc[4 * nd] * scale, acc[4 * nd + 1] * scale);
+                *reinterpret_cast<float2 *>(wq + (g + 8) * FA_DQ_LD + nd * 8 + 2 * t) =
+                    make_float2(acc[4 * nd + 2] * scale, acc[4 * nd + 3] * scale);
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the rows, visible to the TMA unit
+            __syncwarp();
+            if (lane < 16) {
+                bulk_add_f32(dq + ((size_t)b * T + (size_t)qc * 64 + warp * 16 + lane) * lddq + h * DQ,
+                             wq + lane * FA_DQ_LD, DQ * sizeof(float));
+                bulk_commit();
+            }
+        } else {
+            // float4 atomics: lanes t, t^1 pair up; even lane: row g, cols 2t..2t+3; odd lane: row g+8, cols 2t-2..2t+1
+            const bool odd = (t & 1);
+            const size_t qrow0 = (size_t)b * T + (size_t)qc * 64 + warp * 16 + g + (odd ? 8 : 0);
+            float *dqp = dq + qrow0 * lddq + h * DQ + 2 * (t & ~1);
+#pragma unroll
+            for (int nd = 0; nd < DQ / 8; ++nd) {
+                const float x0 = acc[4 * nd] * scale, x1 = acc[4 * nd + 1] * scale, x2 = acc[4 * nd + 2] * scale,
+                            x3 = acc[4 * nd + 3] * scale;
+                const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);
+                const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : x3, 1);
+                const float4 val = odd ? make_float4(r0, r1, x2, x3) : make_float4(x0, x1, r0, r1);
+                atomicAdd(reinterpret_cast<float4 *>(dqp + nd * 8), val);
+            }
         }
+    }
+    if constexpr (DV == 64) {
+        if (lane < 16) bulk_wait_read();   // shared memory outlives the last reads
     }
     // ---- write dK (scaled; with rope, rotated back by RoPE (4.2): columns i and i + 32 of a row, n-tiles nd and nd + 4
     // of the same thread), dV; dA block reduction
@@ -2635,8 +2672,10 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
                                 const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int accum,
                                 const float2 *rope, cudaStream_t st) {
     const int Nc = T / 64;
-    // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], lse2 and δ [2][64], sRed
-    const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) + (4 * 64 + 4) * sizeof(float);
+    // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], lse2 and δ [2][64], sRed,
+    // at DV = 64 the dQ staging tile
+    const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) +
+                        (4 * 64 + 4 + (DV == 64 ? 64 * FA_DQ_LD : 0)) * sizeof(float);
     static bool set = false;
     if (!set) {
         smem_attr(fa_bwd_wgmma_kernel<DV, GT>, smem);
