@@ -2038,7 +2038,8 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 // bf16 in, fp32 accumulation) reading XOR-swizzled shared tiles that cp.async fills, online softmax in the exp2
 // domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile decision. Forward: block = 128 queries
 // (2 chunks) x 2 warpgroups; backward: block = 64 keys (one chunk) x 1 warpgroup, looping over the query chunks that
-// see it; dQ through shared dS and fp32 vector atomics. Their test harness, notes and measurements:
+// see it; dQ through shared dS, then fp32 adds into dq (bulk reduce-adds at dv = 64, vector atomics at dv = 128).
+// Their test harness, notes and measurements:
 // dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md (which also has the mma.sync m16n8k16 pair these replaced).
 typedef __nv_bfloat16 bf16;
 #define FA_LOG2E 1.4426950408889634f
