@@ -2409,6 +2409,7 @@ template <> __device__ __forceinline__ void store_pair<bf16>(bf16 *p, float a, f
 //   slower: session 24), so there each thread adds its values by float4 atomics.
 // V and dO are stored as DV/64 tiles of [64 rows][64 columns] (the MN-major layout of dO for dV's product).
 // ------------------------------------------------------------------------------------------------------------------
+constexpr int FA_BWD_GROUP = 16;
 template <int DV, typename GT>
 __global__ void __launch_bounds__(128, 2)
 fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv,
@@ -2430,10 +2431,17 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     float *sDQ = sRed + 4;                                     // [64][FA_DQ_LD] dQ staging (fp32; DV = 64 only)
 
     const int Nc = T / 64;
-    // block L -> (bh = L / Nc, kc = L % Nc): the blocks in flight cover a few heads, so their Q, dO tiles and dq
-    // accumulators stay in L2 (with heads fastest the mma.sync kernels of 2026-11-23 ran at 122, head-major 165-197
-    // TFLOP/s)
-    const int L = blockIdx.x, bh = L / Nc, b = bh / NH, h = bh - b * NH, kc = L % Nc;
+    // block L -> (bh, kc) in groups of G key chunks: every head's blocks of chunks [Gg, Gg + G) (head by head, chunk
+    // fastest) before the next group's. The blocks in flight cover a few heads or a few chunks of every head, so their
+    // Q, dO tiles and dq accumulators stay in L2 (with heads fastest the mma.sync kernels of 2026-11-23 ran at 122,
+    // head-major 165-197 TFLOP/s). Causal (m == NULL): G = Nc, whole heads in turn (head-major). Routed: G = 16, so
+    // every head's routed early chunks, whose blocks loop over the most query chunks, start first; head-major, a
+    // routed early chunk of the last head started late and ran on alone (N B1 T32768 fraction 0.1: 3.65 -> 2.57 ms,
+    // while A lost 1-2%: RESULTS session 25 runs 11, 12)
+    const int G = m ? min(FA_BWD_GROUP, Nc) : Nc;
+    const int BH = gridDim.x / Nc, L = blockIdx.x, grp = L / (BH * G), r = L - grp * BH * G;
+    const int gs = min(G, Nc - grp * G), bh = r / gs, kc = grp * G + r % gs;
+    const int b = bh / NH, h = bh - b * NH;
     const int n = h / (NH / NHm);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const float wkc = m ? __ldg(m + ((size_t)(b * Nc + kc) * NHm + n) * 2) : 1.f;
