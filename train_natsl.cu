@@ -59,6 +59,8 @@ Build: make train_natsl_cu (nvcc -O3 -arch=compute_90a -code=sm_90a (Hopper: the
 #include <vector>
 #include <deque>
 #include <type_traits>
+#include <cuda.h>          // CUtensorMap (the attention forward's TMA loads)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
@@ -2035,9 +2037,9 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 
 // ---- the bf16 tensor-core kernels (-p bf16, head dims (64,64) and (64,128)) ---------------------------------------
 // The same op on bf16 q, k, v, out, dout (fp32 lse, dq, dA; dk, dv fp32 or bf16) on Hopper's warpgroup MMA (wgmma,
-// bf16 in, fp32 accumulation) reading XOR-swizzled shared tiles that cp.async fills, online softmax in the exp2
-// domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile decision. Forward: block = 128 queries
-// (2 chunks) x 2 warpgroups; backward: block = 64 keys (one chunk) x 1 warpgroup, looping over the query chunks that
+// bf16 in, fp32 accumulation) reading XOR-swizzled shared tiles that the TMA unit fills (tensor maps of q, k, v, dO;
+// mbarriers), online softmax in the exp2 domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile
+// decision. Forward: block = 128 queries (2 chunks) x 2 warpgroups; backward: block = 64 keys (one chunk) x 1 warpgroup, looping over the query chunks that
 // see it; dQ through shared dS, then fp32 adds into dq (bulk reduce-adds at dv = 64, vector atomics at dv = 128).
 // Their test harness, notes and measurements:
 // dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md (which also has the mma.sync m16n8k16 pair these replaced).
@@ -2085,18 +2087,6 @@ __device__ __forceinline__ float fa_ex2(float x) {
 // 8 row addresses of one ldmatrix 8×8 matrix (8 consecutive rows, same logical chunk) hit 8 distinct bank groups
 template <int D> __device__ __forceinline__ int swz(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
 
-// ROWS × D bf16 tile, global (row stride ld elements) -> swizzled smem, 16-byte cp.async
-template <int D, int ROWS, int NT>
-__device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, int ld, int tid) {
-    constexpr int CPR = D / 8;
-    static_assert((ROWS * CPR) % NT == 0, "tile loader: whole passes");
-#pragma unroll
-    for (int it = 0; it < ROWS * CPR / NT; ++it) {
-        const int i = tid + it * NT, r = i / CPR, c = i % CPR;
-        cp_async16(s + swz<D>(r, c), g + (size_t)r * ld + c * 8);
-    }
-}
-
 // ------------------------------------------------------------------------------------------------------------------
 // forward on Hopper's warpgroup MMA (wgmma, sm_90a): block = (b·NH + h, query block qb of 128 queries = chunks
 // A = 2qb, B = 2qb+1) as 2 warpgroups of 4 warps: warpgroup w owns the 64 rows of chunk A + w (warp w·4 + i rows
@@ -2105,8 +2095,12 @@ __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, int ld, int ti
 // softmax (exp2 domain) on S's accumulators (per warp: 16 rows in the m16n8 accumulator layout of mma.sync),
 // O += P V by wgmma m64n(DV)k16 with P in registers and V read transposed from shared memory. The tiles are
 // XOR-swizzled rows of 64 bf16 (128 bytes: chunk c of row r at c ^ (r & 7)), which the wgmma descriptors call 128-byte
-// swizzling; V's DV columns are stored as DV/64 tiles of [64 keys][64 columns]. Tiles arrive by cp.async (three
-// buffers), then fence.proxy.async makes them visible to the tensor cores' (async proxy) reads.
+// swizzling; V's DV columns are stored as DV/64 tiles of [64 keys][64 columns]. Thread 0 has the TMA unit load
+// each tile (64 × 64 boxes of 2-D tensor maps, swizzled as the tensor cores read them) into a four-stage ring of
+// mbarriers: no thread computes a load address and no block barrier falls between tiles (against cp.async by every
+// thread into three buffers and a barrier a tile: 405 -> 333 instructions a warp and tile, A layer B8 T4096 0.866 ->
+// 0.78 ms, with the two changes below: RESULTS, session 26). The running max moves only when it grows past 2^8, so
+// most tiles skip the rescale of O; the wgmma descriptors are built once and stepped by adds on their low words.
 // ------------------------------------------------------------------------------------------------------------------
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "train_natsl.cu is built for sm_90a (nvcc -arch=sm_90a): the attention forward runs on Hopper's wgmma"
@@ -2156,9 +2150,12 @@ template <int N> __device__ __forceinline__ void wgmma_keep(float (&d)[N]) {
 }
 // descriptor of a 128B-swizzled operand at shared address `addr` (1024-aligned tile + an offset along K inside its
 // 128-byte rows): 8-row groups 1024 bytes apart (SBO); LBO = the distance between 64-column tiles (MN-major only)
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
-}
+// In two halves: the low word (start address >> 4, LBO >> 4) and the descriptor made from it. The address field
+// (bits 0-13) holds any shared address >> 4 without a carry, so the operand `bytes` on (a multiple of 16) has the low
+// word lo + bytes/16: one add where the whole descriptor would be rebuilt.
+__device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr, uint32_t lbo) { return ((addr & 0x3FFFF) >> 4) | (lbo >> 4) << 16; }
+__device__ __forceinline__ uint64_t wgmma_desc_of(uint32_t lo) { return (uint64_t)lo | (uint64_t)(1024 >> 4) << 32 | 1ull << 62; }
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo) { return wgmma_desc_of(wgmma_desc_lo(addr, lbo)); }
 constexpr uint32_t FA_TILE_BYTES = 64 * 64 * 2; // one [64][64] bf16 tile (the LBO of an MN-major operand)
 constexpr uint32_t FA_KSTEP_BYTES = 16 * 128;   // 16 rows: one k-step of an MN-major operand
 // gdst[0 .. bytes/4) += ssrc[0 .. bytes/4) in fp32 by the TMA unit (a bulk reduce-add from shared memory; bytes and
@@ -2169,6 +2166,7 @@ __device__ __forceinline__ void bulk_add_f32(float *gdst, const float *ssrc, uin
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+constexpr float FA_RESCALE_LOG2 = 8.f;   // the forward's running max moves when a row's grew by more than this (exp2 domain)
 constexpr int FA_DQ_LD = 72;   // row stride (floats) of the backward's dQ staging tile: float2 stores conflict-free
 // the A fragment of k-step kk (columns 16kk..16kk+15: n-tiles 2kk, 2kk+1) from a 64×64 fp32 accumulator, in bf16
 __device__ __forceinline__ void wgmma_afrag(uint32_t (&a)[4], const float (&d)[32], int kk) {
@@ -2176,38 +2174,68 @@ __device__ __forceinline__ void wgmma_afrag(uint32_t (&a)[4], const float (&d)[3
     for (int x = 0; x < 4; ++x) a[x] = pack_bf16(d[8 * kk + 2 * x], d[8 * kk + 2 * x + 1]);
 }
 
-// ROWS × DV bf16 tile -> DV/64 swizzled [ROWS][64] tiles, one after the other (the MN-major layout of wgmma's B)
-template <int DV, int ROWS, int NT>
-__device__ __forceinline__ void load_tile_cols64(bf16 *s, const bf16 *g, int ld, int tid) {
-    constexpr int CPR = DV / 8;
-#pragma unroll
-    for (int it = 0; it < ROWS * CPR / NT; ++it) {
-        const int i = tid + it * NT, r = i / CPR, c = i % CPR;
-        cp_async16(s + (c >> 3) * ROWS * 64 + swz<64>(r, c & 7), g + (size_t)r * ld + c * 8);
-    }
+// mbarriers (shared memory, CTA scope) and the TMA unit's loads: the attention kernels' tile buffers
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// the issuing thread's arrival, announcing `bytes` that the copies it issues next will complete on `bar`
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred p;\nMBAR_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra MBAR_WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// the [64 rows][64 columns] box at (column x, row y) of a 2-D bf16 tensor map -> a 128B-swizzled tile at dst (the
+// layout swz<64> writes), completing on mbarrier bar
+__device__ __forceinline__ void tma_load_tile(bf16 *dst, const CUtensorMap *map, int x, int y, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(fa_smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+
+// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned) by the TMA unit, completing on bar
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(fa_smem_u32(dst)), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+constexpr int FA_FWD_STAGES = 4;   // the forward's K/V ring: tile it + 2 loads while tiles it − 1 .. it + 1 are in use
+template <int DV> constexpr size_t fa_fwd_smem_bytes(int Nc) {
+    // 1024 to align the tiles, Q [128][64], K [NS][64][64], V [NS][64][DV], the key list (3 words a chunk) and its
+    // length, 8 to align the mbarriers, the mbarriers (Q's; full and empty a stage)
+    return 1024 + (size_t)(128 * 64 + FA_FWD_STAGES * 64 * (64 + DV)) * 2 + (size_t)Nc * 12 + 4 + 8 +
+           (size_t)(1 + 2 * FA_FWD_STAGES) * 8;
 }
 
 template <int DV>
 __global__ void __launch_bounds__(256, DV == 64 ? 2 : 1)
-fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q,
-                    const bf16 *__restrict__ k, int ldqk, const bf16 *__restrict__ v, int ldv,
+fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __grid_constant__ CUtensorMap tq,
+                    const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                     const float *__restrict__ m, int T, int NH, int NHm, float sl2) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the host pass compiles no body)
-    constexpr int DQ = 64, NT = 256;
+    constexpr int DQ = 64, NS = FA_FWD_STAGES;
     extern __shared__ uint4 fa_smem[];
     // tiles at 1024-byte boundaries (the swizzle pattern repeats every 8 rows of 128 bytes)
     bf16 *sQ = reinterpret_cast<bf16 *>(((uintptr_t)fa_smem + 1023) & ~(uintptr_t)1023);   // [2][64 × 64]
-    bf16 *sK = sQ + 128 * DQ;                                                               // [3][64 × 64]
-    bf16 *sV = sK + 3 * 64 * DQ;                                                            // [3][DV/64][64 × 64]
+    bf16 *sK = sQ + 128 * DQ;                                                               // [NS][64 × 64]
+    bf16 *sV = sK + NS * 64 * DQ;                                                           // [NS][DV/64][64 × 64]
     const int Nc = T / 64, nQB = (Nc + 1) / 2;
-    int *sList = reinterpret_cast<int *>(sV + 3 * 64 * DV);   // [Nc]
+    int *sList = reinterpret_cast<int *>(sV + NS * 64 * DV);  // [Nc]
     float *sWA = reinterpret_cast<float *>(sList + Nc);       // [Nc]
     float *sWB = sWA + Nc;                                    // [Nc]
     int *sN = reinterpret_cast<int *>(sWB + Nc);
+    const uint32_t qbar = (fa_smem_u32(sN + 1) + 7) & ~7u, full0 = qbar + 8, empty0 = full0 + 8 * NS;
 
+    // block L -> (bh, query block qb), heavy (late) query blocks first: causal (m == NULL) head by head, so that the
+    // blocks in flight share their heads' K, V in L2 (the A layer B8 T4096: 0.78 -> 0.74 ms); routed, heads fastest
+    // (head by head the N layer's forward lost 1-3%: RESULTS, session 26 run 4)
     const int L = blockIdx.x, nBH = gridDim.x / nQB;
-    const int bh = L % nBH, b = bh / NH, h = bh - b * NH;
-    const int qb = nQB - 1 - L / nBH;   // heavy (late) query blocks first
+    const int bh = m ? L % nBH : L / nQB, b = bh / NH, h = bh - b * NH;
+    const int qb = nQB - 1 - (m ? L / nBH : L % nQB);
     const int qcA = 2 * qb, qcB = 2 * qb + 1;
     const bool hasB = qcB < Nc;
     const int last = hasB ? qcB : qcA;
@@ -2239,52 +2267,79 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
             cnt += __popc(bal);
         }
         if (lane == 0) *sN = cnt;
+    } else if (tid == 32) {
+        mbar_init(qbar, 1);
+        for (int s = 0; s < NS; ++s) {
+            mbar_init(full0 + 8 * s, 1);    // the issuing thread's arrival, then the copies' bytes
+            mbar_init(empty0 + 8 * s, 8);   // every warp done with the stage
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    const bf16 *qbase = q + ((size_t)b * T + (size_t)qcA * 64) * ldqk + h * DQ;
-    if (hasB) load_tile<DQ, 128, NT>(sQ, qbase, ldqk, tid);
-    else load_tile<DQ, 64, NT>(sQ, qbase, ldqk, tid);
-    cp_async_commit();
     __syncthreads();
-    const int nact = *sN;
+    const int nact = *sN;   // ≥ 1: chunk A's own tile
 
-    const bf16 *kbase = k + (size_t)b * T * ldqk + h * DQ;
-    const bf16 *vbase = v + (size_t)b * T * ldv + h * DV;
+    // the ring: thread 0 issues tile it's K and V by the TMA unit into stage it % NS, completing on its `full`
+    // mbarrier; tile it + 2 goes into the stage of tile it − 2 once every warp has arrived on that one's `empty`
+    const int row0 = b * T;
     auto issue = [&](int it) {
-        const int kc = sList[it], st = it % 3;
-        load_tile<DQ, 64, NT>(sK + st * 64 * DQ, kbase + (size_t)kc * 64 * ldqk, ldqk, tid);
-        load_tile_cols64<DV, 64, NT>(sV + st * 64 * DV, vbase + (size_t)kc * 64 * ldv, ldv, tid);
-        cp_async_commit();
+        const int kc = sList[it], st = it % NS;
+        const uint32_t bar = full0 + 8 * st;
+        mbar_expect_tx(bar, 64 * (DQ + DV) * 2);
+        tma_load_tile(sK + st * 64 * DQ, &tk, h * DQ, row0 + kc * 64, bar);
+#pragma unroll
+        for (int j = 0; j < DV / 64; ++j) tma_load_tile(sV + st * 64 * DV + j * 64 * 64, &tv, h * DV + 64 * j, row0 + kc * 64, bar);
     };
-    issue(0);
+    if (tid == 0) {
+        mbar_expect_tx(qbar, (hasB ? 128 : 64) * DQ * 2);
+        tma_load_tile(sQ, &tq, h * DQ, row0 + qcA * 64, qbar);
+        if (hasB) tma_load_tile(sQ + 64 * DQ, &tq, h * DQ, row0 + qcB * 64, qbar);
+        issue(0);
+        if (nact > 1) issue(1);
+    }
 
     float o[DV / 2], s[32];
 #pragma unroll
     for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-    const uint32_t qaddr = fa_smem_u32(sQ + wg * 64 * DQ);
+    // descriptors' low words: this warpgroup's Q rows, K and V of stage 0 (stage st: st tiles on)
+    const uint32_t qlo = wgmma_desc_lo(fa_smem_u32(sQ + wg * 64 * DQ), 16), klo0 = wgmma_desc_lo(fa_smem_u32(sK), 16),
+                   vlo0 = wgmma_desc_lo(fa_smem_u32(sV), FA_TILE_BYTES);
     const int myc = qcA + wg;
+    // the last tile's P (bf16 A fragments) and V, whose product the next tile issues with its S; before the first tile
+    // and after a tile of weight 0, P = 0 (with V of a loaded stage): issuing every product unconditionally keeps ptxas
+    // from serializing the wgmmas (its warning C7520), for one idle product a warpgroup
+    uint32_t pa[4][4], pvlo = vlo0;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+    mbar_wait(qbar, 0);
 
-    // three tile buffers: tile it+1 loads while tile it is read and tile it-1's P V may still run; after the barrier of
-    // iteration it, every thread has waited for tile it-2's products, so its buffer takes tile it+1
+    // per tile: O += P V of the last tile, S = Q Kᵀ of this one; wait; the softmax; P packed for the next tile. A tile of
+    // weight 0 for a warpgroup (chunk B's own tile for A, chunk A's for B when the router sent it away) gets no softmax.
     for (int it = 0; it < nact; ++it) {
-        cp_async_wait<0>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        if (it + 1 < nact) issue(it + 1);
+        const int st = it % NS;
+        if (tid == 0 && it + 2 < nact) {
+            if (it >= 2) mbar_wait(empty0 + 8 * ((it - 2) % NS), ((it - 2) / NS) & 1);
+            issue(it + 2);
+        }
         const int kc = sList[it];
         const float w = wg ? sWB[it] : sWA[it];
-        if (w != 0.f) {
-            const uint32_t kaddr = fa_smem_u32(sK + (it % 3) * 64 * DQ), vaddr = fa_smem_u32(sV + (it % 3) * 64 * DV);
-            // ---- S = Q Kᵀ (the warpgroup's 64 rows × 64 keys): 4 k-steps of 16 dims (32 bytes along the rows)
-            wgmma_fence();
+        mbar_wait(full0 + 8 * st, (it / NS) & 1);
+        wgmma_fence();
+        // O += P V: k-step kk = keys 16kk..16kk+15 (P's n-tiles 2kk, 2kk+1 as an A fragment; V rows 16kk.. at 16 · 128 bytes)
 #pragma unroll
-            for (int ks = 0; ks < DQ / 16; ++ks) wgmma_ss_n64<0, 0>(s, wgmma_desc(qaddr + 32 * ks, 16), wgmma_desc(kaddr + 32 * ks, 16), ks);
-            wgmma_commit();
-            wgmma_wait<0>();   // this S, and the last tile's P V
-            wgmma_keep(s);
-            wgmma_keep(o);
-            // ---- online softmax (raw-score max, exponent s·sl2 − max·sl2 + log2 w; p = exp2(…)); s[4nt + e]: row rloc + g +
-            // 8(e >> 1), key 8nt + 2t + (e & 1)
+        for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], wgmma_desc_of(pvlo + kk * (FA_KSTEP_BYTES / 16)));
+        // S = Q Kᵀ (the warpgroup's 64 rows × 64 keys): 4 k-steps of 16 dims (32 bytes along the rows)
+        const uint32_t klo = klo0 + st * (64 * DQ * 2 / 16);
+#pragma unroll
+        for (int ks = 0; ks < DQ / 16; ++ks) wgmma_ss_n64<0, 0>(s, wgmma_desc_of(qlo + 2 * ks), wgmma_desc_of(klo + 2 * ks), ks);
+        wgmma_commit();
+        wgmma_wait<0>();   // this S, and the last tile's P V
+        wgmma_keep(s);
+        wgmma_keep(o);
+        if (it >= 1 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % NS));   // this warp is done with tile it − 1
+        if (w != 0.f) {
+            // ---- online softmax (raw-score max, exponent s·sl2 − max·sl2 + log2 w; p = exp2(…)); s[4nt + e]: row rloc +
+            // g + 8(e >> 1), key 8nt + 2t + (e & 1)
             if (kc == myc) {
 #pragma unroll
                 for (int i = 0; i < 32; ++i)
@@ -2293,39 +2348,49 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 
             float mx[2] = {mrow[0], mrow[1]};
 #pragma unroll
             for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-            // the weight goes into the exponent: w·2^x = 2^(x + log2 w) (w = 1 in every A layer and for 0/1 routing:
-            // log2 w = 0), a multiply an element fewer
-            const float lw = __log2f(w);
-            float alpha[2], ms[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                alpha[r] = fa_ex2((mrow[r] - mx[r]) * sl2);
-                mrow[r] = mx[r];
-                ms[r] = lw - mx[r] * sl2;
             }
+            // the running max moves only when a row of the warp's grew by more than FA_RESCALE_LOG2 (in the exp2
+            // domain; then every row of the warp takes its new max and O, l are rescaled): p ≤ 2^FA_RESCALE_LOG2 in
+            // between, and lse = max·sl2 + log2 l holds for whichever max l was summed against. Causal rows reach their
+            // max early, so most tiles skip the rescale's multiplies (its first tile always rescales: max = −∞).
+            if (__any_sync(0xffffffffu, (mx[0] - mrow[0]) * sl2 > FA_RESCALE_LOG2 || (mx[1] - mrow[1]) * sl2 > FA_RESCALE_LOG2)) {
+                float alpha[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    alpha[r] = fa_ex2((mrow[r] - mx[r]) * sl2);
+                    mrow[r] = mx[r];
+                    lrow[r] *= alpha[r];
+                }
+#pragma unroll
+                for (int i = 0; i < DV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+            }
+            // the weight goes into the exponent: w·2^x = 2^(x + log2 w) (w = 1 in every A layer and for 0/1 routing:
+            // log2 w = 0), a multiply an element fewer
+            const float lw = __log2f(w), ms[2] = {lw - mrow[0] * sl2, lw - mrow[1] * sl2};
             float ps[2] = {0.f, 0.f};
 #pragma unroll
             for (int i = 0; i < 32; ++i) {
                 s[i] = fa_ex2(fmaf(s[i], sl2, ms[(i >> 1) & 1]));
                 ps[(i >> 1) & 1] += s[i];
             }
-            lrow[0] = fmaf(lrow[0], alpha[0], ps[0]);
-            lrow[1] = fmaf(lrow[1], alpha[1], ps[1]);
-#pragma unroll
-            for (int i = 0; i < DV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-            // ---- O += P V: k-step kk = keys 16kk..16kk+15 (P's n-tiles 2kk, 2kk+1 as an A fragment; V rows 16kk.. at
-            // 16 · 128 bytes)
-            uint32_t pa[4][4];
+            lrow[0] += ps[0];
+            lrow[1] += ps[1];
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) wgmma_afrag(pa[kk], s, kk);
-            wgmma_fence();
+        } else {
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], wgmma_desc(vaddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES));
-            wgmma_commit();   // waited for with the next tile's S, or after the loop
+            for (int kk = 0; kk < 4; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
         }
+        pvlo = vlo0 + st * (64 * DV * 2 / 16);
     }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], wgmma_desc_of(pvlo + kk * (FA_KSTEP_BYTES / 16)));
+    wgmma_commit();
     wgmma_wait<0>();
     wgmma_keep(o);
     // ---- finalize: out = O / l (bf16), lse = (max·sl2 + log2 l)·ln2
@@ -2407,18 +2472,21 @@ template <> __device__ __forceinline__ void store_pair<bf16>(bf16 *p, float a, f
 //   A layer) each warp's 16 rows go to a shared staging tile (fp32) and from there by bulk reduce-adds (one a row,
 //   256 bytes, issued by the TMA unit); at DV = 128 the staging tile cost the block its registers' slack (spills, 3-15%
 //   slower: session 24), so there each thread adds its values by float4 atomics.
-// V and dO are stored as DV/64 tiles of [64 rows][64 columns] (the MN-major layout of dO for dV's product).
+// V and dO are stored as DV/64 tiles of [64 rows][64 columns] (the MN-major layout of dO for dV's product). Thread 0
+// has the TMA unit load them (tensor maps, as the forward) into two buffers of mbarriers, no block barrier at a tile's
+// top (against cp.async by every thread: A B8 T4096 2.70 -> 2.65 ms, N fraction 1.0 2.40 -> 2.25: RESULTS, session 26).
 // ------------------------------------------------------------------------------------------------------------------
 constexpr int FA_BWD_GROUP = 16;
 template <int DV, typename GT>
 __global__ void __launch_bounds__(128, 2)
 fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv,
-                    float *__restrict__ dA, const bf16 *__restrict__ dout, const float *__restrict__ lse2,
-                    const float *__restrict__ delta, const bf16 *__restrict__ q, const bf16 *__restrict__ k, int ldqk,
-                    const bf16 *__restrict__ v, int ldv, const float *__restrict__ m, int T, int NH, int NHm, float scale,
-                    float sl2, int accum, const float2 *__restrict__ rope) {
+                    float *__restrict__ dA, const __grid_constant__ CUtensorMap tdo, const float *__restrict__ lse2,
+                    const float *__restrict__ delta, const __grid_constant__ CUtensorMap tq,
+                    const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+                    const float *__restrict__ m, int T, int NH, int NHm, float scale, float sl2, int accum,
+                    const float2 *__restrict__ rope) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the host pass compiles no body)
-    constexpr int DQ = 64, NT = 128;
+    constexpr int DQ = 64;
     extern __shared__ uint4 fa_smem[];
     bf16 *sK = reinterpret_cast<bf16 *>(((uintptr_t)fa_smem + 1023) & ~(uintptr_t)1023);   // 64 × 64
     bf16 *sS = sK + 64 * DQ;                         // 64 × 64, dS^T [key][query]
@@ -2429,6 +2497,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     float *sD = sL + 2 * 64;                                   // [2][64] delta
     float *sRed = sD + 2 * 64;                                 // [4]
     float *sDQ = sRed + 4;                                     // [64][FA_DQ_LD] dQ staging (fp32; DV = 64 only)
+    const uint32_t full0 = (fa_smem_u32(sDQ + (DV == 64 ? 64 * FA_DQ_LD : 0)) + 7) & ~7u;   // [2] mbarriers
 
     const int Nc = T / 64;
     // block L -> (bh, kc) in groups of G key chunks: every head's blocks of chunks [Gg, Gg + G) (head by head, chunk
@@ -2448,21 +2517,33 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     const bool act = (wkc != 0.f);
     const int nq = act ? (Nc - kc) : 1;
 
-    const size_t ldo = (size_t)NH * DV;
-    load_tile<DQ, 64, NT>(sK, k + ((size_t)b * T + (size_t)kc * 64) * ldqk + h * DQ, ldqk, tid);
-    load_tile_cols64<DV, 64, NT>(sV, v + ((size_t)b * T + (size_t)kc * 64) * ldv + h * DV, ldv, tid);
-    const bf16 *qb = q + (size_t)b * T * ldqk + h * DQ;
-    const bf16 *ob = dout + (size_t)b * T * ldo + h * DV;
+    // thread 0 issues every load by the TMA unit: query tile it (Q, dO, lse2, δ; with tile 0 the block's K and V) into
+    // buffer it & 1, completing on that buffer's mbarrier. Tile it + 1 goes in at the top of iteration it: every warp
+    // has then passed tile it − 1's last reads of the buffer (the barrier before dQ, the wait for dV's and dK's products)
+    if (tid == 0) {
+        mbar_init(full0, 1);
+        mbar_init(full0 + 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int row0 = b * T;
     const float *lb = lse2 + ((size_t)b * NH + h) * T, *db = delta + ((size_t)b * NH + h) * T;
     auto issue = [&](int it) {
         const int qc = kc + it, st = it & 1;
-        load_tile<DQ, 64, NT>(sQ + st * 64 * DQ, qb + (size_t)qc * 64 * ldqk, ldqk, tid);
-        load_tile_cols64<DV, 64, NT>(sO + st * 64 * DV, ob + (size_t)qc * 64 * ldo, (int)ldo, tid);
-        if (tid < 16) cp_async16(sL + st * 64 + tid * 4, lb + qc * 64 + tid * 4);
-        else if (tid < 32) cp_async16(sD + st * 64 + (tid - 16) * 4, db + qc * 64 + (tid - 16) * 4);
-        cp_async_commit();
+        const uint32_t bar = full0 + 8 * st;
+        mbar_expect_tx(bar, 64 * (DQ + DV) * 2 * (it == 0 ? 2 : 1) + 2 * 64 * 4);   // Q, dO (K, V), lse2, δ
+        if (it == 0) {
+            tma_load_tile(sK, &tk, h * DQ, row0 + kc * 64, bar);
+#pragma unroll
+            for (int j = 0; j < DV / 64; ++j) tma_load_tile(sV + j * 64 * 64, &tv, h * DV + 64 * j, row0 + kc * 64, bar);
+        }
+        tma_load_tile(sQ + st * 64 * DQ, &tq, h * DQ, row0 + qc * 64, bar);
+#pragma unroll
+        for (int j = 0; j < DV / 64; ++j) tma_load_tile(sO + st * 64 * DV + j * 64 * 64, &tdo, h * DV + 64 * j, row0 + qc * 64, bar);
+        bulk_load(sL + st * 64, lb + qc * 64, 64 * 4, bar);
+        bulk_load(sD + st * 64, db + qc * 64, 64 * 4, bar);
     };
-    issue(0);
+    if (tid == 0) issue(0);
 
     float dKa[32], dVa[DV / 2];
 #pragma unroll
@@ -2470,28 +2551,31 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
 #pragma unroll
     for (int i = 0; i < DV / 2; ++i) dVa[i] = 0.f;
     float dAacc = 0.f;
-    const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), saddr = fa_smem_u32(sS);
+    // descriptors' low words (K-major operands: LBO 16; MN-major: LBO = FA_TILE_BYTES), the query tiles' of buffer 0
+    constexpr uint32_t MN = ((FA_TILE_BYTES - 16) >> 4) << 16;   // LBO 16 -> FA_TILE_BYTES
+    const uint32_t klo = wgmma_desc_lo(fa_smem_u32(sK), 16), vlo = wgmma_desc_lo(fa_smem_u32(sV), 16),
+                   slo = wgmma_desc_lo(fa_smem_u32(sS), FA_TILE_BYTES), qlo0 = wgmma_desc_lo(fa_smem_u32(sQ), 16),
+                   olo0 = wgmma_desc_lo(fa_smem_u32(sO), 16);
 
     for (int it = 0; it < nq; ++it) {
-        if (it + 1 < nq) { issue(it + 1); cp_async_wait<1>(); } else { cp_async_wait<0>(); }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
+        if (tid == 0 && it + 1 < nq) issue(it + 1);
+        mbar_wait(full0 + 8 * (it & 1), (it >> 1) & 1);
         const int qc = kc + it;
         const bool diag = (it == 0);
         const float w = diag ? 1.f : wkc;
         const float *cL = sL + (it & 1) * 64, *cD = sD + (it & 1) * 64;
-        const uint32_t qaddr = fa_smem_u32(sQ + (it & 1) * 64 * DQ), oaddr = fa_smem_u32(sO + (it & 1) * 64 * DV);
+        const uint32_t qlo = qlo0 + (it & 1) * (64 * DQ * 2 / 16), olo = olo0 + (it & 1) * (64 * DV * 2 / 16);
 
         // ---- S^T = K Q^T, dP^T = V dO^T (k-steps of 16 columns: 32 bytes along a 128-byte row, then the next tile)
         float s[32], dp[32];
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < DQ / 16; ++ks)
-            wgmma_ss_n64<0, 0>(s, wgmma_desc(kaddr + 32 * ks, 16), wgmma_desc(qaddr + 32 * ks, 16), ks);
+            wgmma_ss_n64<0, 0>(s, wgmma_desc_of(klo + 2 * ks), wgmma_desc_of(qlo + 2 * ks), ks);
 #pragma unroll
         for (int ks = 0; ks < DV / 16; ++ks) {
             const uint32_t off = (ks >> 2) * FA_TILE_BYTES + 32 * (ks & 3);
-            wgmma_ss_n64<0, 0>(dp, wgmma_desc(vaddr + off, 16), wgmma_desc(oaddr + off, 16), ks);
+            wgmma_ss_n64<0, 0>(dp, wgmma_desc_of(vlo + off / 16), wgmma_desc_of(olo + off / 16), ks);
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -2532,8 +2616,8 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-            wgmma_rs(dVa, pa[kk], wgmma_desc(oaddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES));
-            wgmma_rs(dKa, sa[kk], wgmma_desc(qaddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES));
+            wgmma_rs(dVa, pa[kk], wgmma_desc_of(olo + MN + kk * (FA_KSTEP_BYTES / 16)));
+            wgmma_rs(dKa, sa[kk], wgmma_desc_of(qlo + MN + kk * (FA_KSTEP_BYTES / 16)));
         }
         wgmma_commit();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -2543,8 +2627,8 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-            wgmma_ss_n64<1, 1>(acc, wgmma_desc(saddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES),
-                               wgmma_desc(kaddr + kk * FA_KSTEP_BYTES, FA_TILE_BYTES), kk);
+            wgmma_ss_n64<1, 1>(acc, wgmma_desc_of(slo + kk * (FA_KSTEP_BYTES / 16)),
+                               wgmma_desc_of(klo + MN + kk * (FA_KSTEP_BYTES / 16)), kk);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_keep(dVa);
@@ -2650,19 +2734,48 @@ static void fa_check_args(const char *who, const void *q, const void *k, int ldq
     }
 }
 
+// the 2-D tensor map of a rows × cols bf16 matrix at p (row stride ld elements) in 64 × 64 boxes, 128-byte swizzled
+// (the tiles' layout): what the TMA loads of both kernels read. cuTensorMapEncodeTiled is the driver's, found through the
+// runtime (no -lcuda).
+static CUtensorMap fa_tensor_map(const bf16 *p, size_t rows, int cols, int ld) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult qr;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &qr));
+        if (qr != cudaDriverEntryPointSuccess || !encode) {
+            fprintf(stderr, "error: flash_bf16_forward: the CUDA driver has no cuTensorMapEncodeTiled\n");
+            exit(1);
+        }
+    }
+    CUtensorMap map;
+    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)ld * sizeof(bf16)};
+    const cuuint32_t box[2] = {64, 64}, step[2] = {1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dim, stride, box, step,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: flash attention: cuTensorMapEncodeTiled failed (%d) for %zu x %d bf16, row stride %d\n",
+                (int)r, rows, cols, ld);
+        exit(1);
+    }
+    return map;
+}
+
 template <int DV>
 static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
                                 const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
     const int Nc = T / 64, nQB = (Nc + 1) / 2;
-    // 1024 bytes to align the tiles, Q [128][64], K [3][64][64], V [3][64][DV], the key list (3 words a chunk), its length
-    const size_t smem = 1024 + (size_t)(128 * 64 + 3 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) + (size_t)Nc * 12 + 4;
+    const size_t smem = fa_fwd_smem_bytes<DV>(Nc);
     static size_t set = 0;
     if (smem > set) {
         smem_attr(fa_fwd_wgmma_kernel<DV>, smem);
         set = smem;
     }
     const float sl2 = 0.125f * FA_LOG2E; // 1/sqrt(64)
-    fa_fwd_wgmma_kernel<DV><<<B * NH * nQB, 256, smem, st>>>(out, lse, q, k, ldqk, v, ldv, m, T, NH, NHm, sl2);
+    const size_t rows = (size_t)B * T;
+    fa_fwd_wgmma_kernel<DV><<<B * NH * nQB, 256, smem, st>>>(out, lse, fa_tensor_map(q, rows, NH * 64, ldqk),
+                                                             fa_tensor_map(k, rows, NH * 64, ldqk),
+                                                             fa_tensor_map(v, rows, NH * DV, ldv), m, T, NH, NHm, sl2);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -2682,18 +2795,20 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
                                 const float2 *rope, cudaStream_t st) {
     const int Nc = T / 64;
     // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], lse2 and δ [2][64], sRed,
-    // at DV = 64 the dQ staging tile
+    // at DV = 64 the dQ staging tile, 8 to align the two mbarriers
     const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) +
-                        (4 * 64 + 4 + (DV == 64 ? 64 * FA_DQ_LD : 0)) * sizeof(float);
+                        (4 * 64 + 4 + (DV == 64 ? 64 * FA_DQ_LD : 0)) * sizeof(float) + 8 + 2 * 8;
     static bool set = false;
     if (!set) {
         smem_attr(fa_bwd_wgmma_kernel<DV, GT>, smem);
         set = true;
     }
     const float scale = 0.125f; // 1/sqrt(64)
-    fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(dq, lddq, dk, lddk, dv, lddv, dA, dout, lse2, delta, q, k,
-                                                                ldqk, v, ldv, m, T, NH, NHm, scale, scale * FA_LOG2E, accum,
-                                                                rope);
+    const size_t rows = (size_t)B * T;
+    fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(
+        dq, lddq, dk, lddk, dv, lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), lse2, delta,
+        fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv), m,
+        T, NH, NHm, scale, scale * FA_LOG2E, accum, rope);
     CUDA_CHECK(cudaGetLastError());
 }
 
