@@ -2087,6 +2087,18 @@ __device__ __forceinline__ float fa_ex2(float x) {
 // 8 row addresses of one ldmatrix 8×8 matrix (8 consecutive rows, same logical chunk) hit 8 distinct bank groups
 template <int D> __device__ __forceinline__ int swz(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
 
+// ROWS × D bf16 tile, global (row stride ld elements) -> swizzled smem, 16-byte cp.async (the GDN op's kernels)
+template <int D, int ROWS, int NT>
+__device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, int ld, int tid) {
+    constexpr int CPR = D / 8;
+    static_assert((ROWS * CPR) % NT == 0, "tile loader: whole passes");
+#pragma unroll
+    for (int it = 0; it < ROWS * CPR / NT; ++it) {
+        const int i = tid + it * NT, r = i / CPR, c = i % CPR;
+        cp_async16(s + swz<D>(r, c), g + (size_t)r * ld + c * 8);
+    }
+}
+
 // ------------------------------------------------------------------------------------------------------------------
 // forward on Hopper's warpgroup MMA (wgmma, sm_90a): block = (b·NH + h, query block qb of 128 queries = chunks
 // A = 2qb, B = 2qb+1) as 2 warpgroups of 4 warps: warpgroup w owns the 64 rows of chunk A + w (warp w·4 + i rows
