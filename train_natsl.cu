@@ -2051,6 +2051,13 @@ typedef __nv_bfloat16 bf16;
 // device helpers
 // ------------------------------------------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t fa_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+// the first 1024-byte boundary at or after the dynamic shared memory's start (the swizzle pattern's period), as a
+// pointer that the compiler still knows to be shared: through an integer (uintptr_t) it loses that, and every access
+// through it becomes a generic LD/ST (the backward's dS and dQ stores, the lse2/δ and key-list loads) instead of
+// LDS/STS
+__device__ __forceinline__ bf16 *fa_align1024(uint4 *smem) {
+    return reinterpret_cast<bf16 *>(reinterpret_cast<char *>(smem) + ((1024u - (fa_smem_u32(smem) & 1023u)) & 1023u));
+}
 
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -2232,7 +2239,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
     constexpr int DQ = 64, NS = FA_FWD_STAGES;
     extern __shared__ uint4 fa_smem[];
     // tiles at 1024-byte boundaries (the swizzle pattern repeats every 8 rows of 128 bytes)
-    bf16 *sQ = reinterpret_cast<bf16 *>(((uintptr_t)fa_smem + 1023) & ~(uintptr_t)1023);   // [2][64 × 64]
+    bf16 *sQ = fa_align1024(fa_smem);                                                       // [2][64 × 64]
     bf16 *sK = sQ + 128 * DQ;                                                               // [NS][64 × 64]
     bf16 *sV = sK + NS * 64 * DQ;                                                           // [NS][DV/64][64 × 64]
     const int Nc = T / 64, nQB = (Nc + 1) / 2;
@@ -2500,7 +2507,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the host pass compiles no body)
     constexpr int DQ = 64;
     extern __shared__ uint4 fa_smem[];
-    bf16 *sK = reinterpret_cast<bf16 *>(((uintptr_t)fa_smem + 1023) & ~(uintptr_t)1023);   // 64 × 64
+    bf16 *sK = fa_align1024(fa_smem);                // 64 × 64
     bf16 *sS = sK + 64 * DQ;                         // 64 × 64, dS^T [key][query]
     bf16 *sV = sS + 64 * 64;                         // [DV/64][64 × 64]
     bf16 *sQ = sV + 64 * DV;                         // [2][64 × 64]
