@@ -59,7 +59,7 @@ Build: make train_natsl_cu (nvcc -O3 -arch=compute_90a -code=sm_90a (Hopper: the
 #include <vector>
 #include <deque>
 #include <type_traits>
-#include <cuda.h>          // CUtensorMap (the attention forward's TMA loads)
+#include <cuda.h>          // CUtensorMap (the attention kernels' TMA loads)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -2039,8 +2039,9 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 // The same op on bf16 q, k, v, out, dout (fp32 lse, dq, dA; dk, dv fp32 or bf16) on Hopper's warpgroup MMA (wgmma,
 // bf16 in, fp32 accumulation) reading XOR-swizzled shared tiles that the TMA unit fills (tensor maps of q, k, v, dO;
 // mbarriers), online softmax in the exp2 domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile
-// decision. Forward: block = 128 queries (2 chunks) x 2 warpgroups; backward: block = 64 keys (one chunk) x 1 warpgroup, looping over the query chunks that
-// see it; dQ through shared dS, then fp32 adds into dq (bulk reduce-adds at dv = 64, vector atomics at dv = 128).
+// decision. Forward: block = 128 queries (2 chunks) x 2 warpgroups; backward: block = 64 keys (one chunk) x 1
+// warpgroup, looping over the query chunks that see it; dQ through shared dS, then fp32 adds into dq (bulk
+// reduce-adds at dv = 64, vector atomics at dv = 128).
 // Their test harness, notes and measurements:
 // dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md (which also has the mma.sync m16n8k16 pair these replaced).
 typedef __nv_bfloat16 bf16;
