@@ -2169,13 +2169,12 @@ template <int N> __device__ __forceinline__ void wgmma_keep(float (&d)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 // descriptor of a 128B-swizzled operand at shared address `addr` (1024-aligned tile + an offset along K inside its
-// 128-byte rows): 8-row groups 1024 bytes apart (SBO); LBO = the distance between 64-column tiles (MN-major only)
+// 128-byte rows): 8-row groups 1024 bytes apart (SBO); LBO = the distance between 64-column tiles (MN-major only).
 // In two halves: the low word (start address >> 4, LBO >> 4) and the descriptor made from it. The address field
 // (bits 0-13) holds any shared address >> 4 without a carry, so the operand `bytes` on (a multiple of 16) has the low
 // word lo + bytes/16: one add where the whole descriptor would be rebuilt.
 __device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr, uint32_t lbo) { return ((addr & 0x3FFFF) >> 4) | (lbo >> 4) << 16; }
 __device__ __forceinline__ uint64_t wgmma_desc_of(uint32_t lo) { return (uint64_t)lo | (uint64_t)(1024 >> 4) << 32 | 1ull << 62; }
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo) { return wgmma_desc_of(wgmma_desc_lo(addr, lbo)); }
 constexpr uint32_t FA_TILE_BYTES = 64 * 64 * 2; // one [64][64] bf16 tile (the LBO of an MN-major operand)
 constexpr uint32_t FA_KSTEP_BYTES = 16 * 128;   // 16 rows: one k-step of an MN-major operand
 // gdst[0 .. bytes/4) += ssrc[0 .. bytes/4) in fp32 by the TMA unit (a bulk reduce-add from shared memory; bytes and
@@ -2188,6 +2187,10 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 constexpr float FA_RESCALE_LOG2 = 8.f;   // the forward's running max moves when a row's grew by more than this (exp2 domain)
 constexpr int FA_DQ_LD = 72;   // row stride (floats) of the backward's dQ staging tile: float2 stores conflict-free
+// the backward adds dQ by bulk reduce-adds from the staging tile at DV = 64 only (float4 atomics at DV = 128: see the
+// kernel's header); the tile's floats (0: none)
+template <int DV> constexpr bool FA_BULK_DQ = DV == 64;
+template <int DV> constexpr int FA_DQ_STAGE = FA_BULK_DQ<DV> ? 64 * FA_DQ_LD : 0;
 // the A fragment of k-step kk (columns 16kk..16kk+15: n-tiles 2kk, 2kk+1) from a 64×64 fp32 accumulator, in bf16
 __device__ __forceinline__ void wgmma_afrag(uint32_t (&a)[4], const float (&d)[32], int kk) {
 #pragma unroll
@@ -2516,8 +2519,8 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     float *sL = reinterpret_cast<float *>(sO + 2 * 64 * DV);   // [2][64] lse2
     float *sD = sL + 2 * 64;                                   // [2][64] delta
     float *sRed = sD + 2 * 64;                                 // [4]
-    float *sDQ = sRed + 4;                                     // [64][FA_DQ_LD] dQ staging (fp32; DV = 64 only)
-    const uint32_t full0 = (fa_smem_u32(sDQ + (DV == 64 ? 64 * FA_DQ_LD : 0)) + 7) & ~7u;   // [2] mbarriers
+    float *sDQ = sRed + 4;                                     // [FA_DQ_STAGE] dQ staging (fp32)
+    const uint32_t full0 = (fa_smem_u32(sDQ + FA_DQ_STAGE<DV>) + 7) & ~7u;   // [2] mbarriers
 
     const int Nc = T / 64;
     // block L -> (bh, kc) in groups of G key chunks: every head's blocks of chunks [Gg, Gg + G) (head by head, chunk
@@ -2654,7 +2657,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         wgmma_keep(dVa);
         wgmma_keep(dKa);
         wgmma_keep(acc);
-        if constexpr (DV == 64) {
+        if constexpr (FA_BULK_DQ<DV>) {
             // this warp's 16 rows (16w + g, 16w + g + 8) to its staging rows, then lane r < 16 adds row 16w + r to dq
             float *wq = sDQ + warp * 16 * FA_DQ_LD;
             if (lane < 16) bulk_wait_read();   // the previous tile's reduce-add has read the rows
@@ -2689,7 +2692,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
             }
         }
     }
-    if constexpr (DV == 64) {
+    if constexpr (FA_BULK_DQ<DV>) {
         if (lane < 16) bulk_wait_read();   // shared memory outlives the last reads
     }
     // ---- write dK (scaled; with rope, rotated back by RoPE (4.2): columns i and i + 32 of a row, n-tiles nd and nd + 4
@@ -2763,7 +2766,7 @@ static CUtensorMap fa_tensor_map(const bf16 *p, size_t rows, int cols, int ld) {
         cudaDriverEntryPointQueryResult qr;
         CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &qr));
         if (qr != cudaDriverEntryPointSuccess || !encode) {
-            fprintf(stderr, "error: flash_bf16_forward: the CUDA driver has no cuTensorMapEncodeTiled\n");
+            fprintf(stderr, "error: flash attention: the CUDA driver has no cuTensorMapEncodeTiled\n");
             exit(1);
         }
     }
@@ -2817,7 +2820,7 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
     // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], lse2 and δ [2][64], sRed,
     // at DV = 64 the dQ staging tile, 8 to align the two mbarriers
     const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) +
-                        (4 * 64 + 4 + (DV == 64 ? 64 * FA_DQ_LD : 0)) * sizeof(float) + 8 + 2 * 8;
+                        (4 * 64 + 4 + FA_DQ_STAGE<DV>) * sizeof(float) + 8 + 2 * 8;
     static bool set = false;
     if (!set) {
         smem_attr(fa_bwd_wgmma_kernel<DV, GT>, smem);

@@ -15,8 +15,8 @@
 //   chunks > c} Σ_{keys of c} exp(e − lse)(dP − δ) (0 where m == 0 and at the last chunk; dA[...,1] untouched).
 //
 // Kernels: Hopper wgmma (bf16 in, fp32 accumulate) on XOR-swizzled (= wgmma's 128-byte swizzle) shared tiles filled
-// by the TMA unit (tensor maps, mbarriers), online softmax in the exp2 domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile
-// decision. Forward: block = 128 queries (2 chunks) × 2 warpgroups; backward: block = 64 keys (one chunk) × 1
+// by the TMA unit (tensor maps, mbarriers), online softmax in the exp2 domain. Tiles are NAtS chunks (64 tokens), so
+// routing is a per-tile decision. Forward: block = 128 queries (2 chunks) × 2 warpgroups; backward: block = 64 keys (one chunk) × 1
 // warpgroup, looping over query chunks; dQ through smem dS, then fp32 adds into dq (bulk reduce-adds from a shared
 // staging tile at dv = 64, vector atomics at dv = 128).
 
