@@ -2177,20 +2177,20 @@ __device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr, uint32_t lbo) {
 __device__ __forceinline__ uint64_t wgmma_desc_of(uint32_t lo) { return (uint64_t)lo | (uint64_t)(1024 >> 4) << 32 | 1ull << 62; }
 constexpr uint32_t FA_TILE_BYTES = 64 * 64 * 2; // one [64][64] bf16 tile (the LBO of an MN-major operand)
 constexpr uint32_t FA_KSTEP_BYTES = 16 * 128;   // 16 rows: one k-step of an MN-major operand
-// gdst[0 .. bytes/4) += ssrc[0 .. bytes/4) in fp32 by the TMA unit (a bulk reduce-add from shared memory; bytes and
-// both addresses multiples of 16). The issuing thread's bulk group: commit, then wait until the source has been read.
-__device__ __forceinline__ void bulk_add_f32(float *gdst, const float *ssrc, uint32_t bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-                 ::"l"(gdst), "r"(fa_smem_u32(ssrc)), "r"(bytes) : "memory");
+// the [16 rows][32 columns] box at (column x, row y) of a 2-D fp32 tensor map += the 128B-swizzled box at src (2 KiB,
+// 1024-aligned; the layout fa_dq_swz writes), in fp32 by the TMA unit (a reduce-add from shared memory). The issuing
+// thread's bulk group: commit, then wait until the source has been read.
+__device__ __forceinline__ void tma_add_box(const CUtensorMap *map, int x, int y, const float *src) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n"
+                 ::"l"(map), "r"(fa_smem_u32(src)), "r"(x), "r"(y) : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 constexpr float FA_RESCALE_LOG2 = 8.f;   // the forward's running max moves when a row's grew by more than this (exp2 domain)
-constexpr int FA_DQ_LD = 72;   // row stride (floats) of the backward's dQ staging tile: float2 stores conflict-free
-// the backward adds dQ by bulk reduce-adds from the staging tile at DV = 64 only (float4 atomics at DV = 128: see the
-// kernel's header); the tile's floats (0: none)
-template <int DV> constexpr bool FA_BULK_DQ = DV == 64;
-template <int DV> constexpr int FA_DQ_STAGE = FA_BULK_DQ<DV> ? 64 * FA_DQ_LD : 0;
+// a warp's dQ staging: its 16 rows × 64 columns as two [16][32] fp32 boxes of tma_add_box (128-byte swizzle: the 16-byte
+// chunk c of row r at chunk c ^ (r & 7)), the float offset of (row r, column c). A thread's float2 stores at rows g,
+// columns 8nd + 2t fill 2 chunks of each of 8 rows on distinct banks: no conflicts.
+__device__ __forceinline__ int fa_dq_swz(int r, int c) { return (c >> 5) * 512 + r * 32 + ((((c & 31) >> 2) ^ (r & 7)) << 2) + (c & 3); }
 // the A fragment of k-step kk (columns 16kk..16kk+15: n-tiles 2kk, 2kk+1) from a 64×64 fp32 accumulator, in bf16
 __device__ __forceinline__ void wgmma_afrag(uint32_t (&a)[4], const float (&d)[32], int kk) {
 #pragma unroll
@@ -2491,10 +2491,11 @@ template <> __device__ __forceinline__ void store_pair<bf16>(bf16 *p, float a, f
 //   P^T = w·exp2(S·sl2 − lse2), dS^T = P^T(dP^T − δ) and the router partial on the accumulators,
 //   dV += P^T dO and dK += dS^T Q (P^T, dS^T from registers; dO, Q read MN-major: stored [query][column]),
 //   dS^T -> shared memory (bf16), dQ = dS K (wgmma with both operands MN-major: dS^T is stored [key][query], K
-//   [key][dim]) -> added to dq (these adds take a third of the backward's time: RESULTS, session 25). At DV = 64 (the
-//   A layer) each warp's 16 rows go to a shared staging tile (fp32) and from there by bulk reduce-adds (one a row,
-//   256 bytes, issued by the TMA unit); at DV = 128 the staging tile cost the block its registers' slack (spills, 3-15%
-//   slower: session 24), so there each thread adds its values by float4 atomics.
+//   [key][dim]) -> added to dq: each warp's 16 rows go to a shared staging tile (fp32, two 128B-swizzled [16][32]
+//   boxes) and from there into dq by two 2-D reduce-adds of the TMA unit (tensor map tdq). The commands are few
+//   because the TMA unit also serves the loads: one 256-byte bulk reduce-add a row (16 a warp and tile) held the next
+//   tile's loads back (A B8 T4096 2.59 -> 2.27 ms; float4 atomics at DV = 128: N fraction 0.25 1.06 -> 0.96 ms:
+//   RESULTS, session 27).
 // V and dO are stored as DV/64 tiles of [64 rows][64 columns] (the MN-major layout of dO for dV's product). Thread 0
 // has the TMA unit load them (tensor maps, as the forward) into two buffers of mbarriers, no block barrier at a tile's
 // top (against cp.async by every thread: A B8 T4096 2.70 -> 2.65 ms, N fraction 1.0 2.40 -> 2.25: RESULTS, session 26).
@@ -2507,7 +2508,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
                     const float *__restrict__ delta, const __grid_constant__ CUtensorMap tq,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                     const float *__restrict__ m, int T, int NH, int NHm, float scale, float sl2, int accum,
-                    const float2 *__restrict__ rope) {
+                    const float2 *__restrict__ rope, const __grid_constant__ CUtensorMap tdq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the host pass compiles no body)
     constexpr int DQ = 64;
     extern __shared__ uint4 fa_smem[];
@@ -2516,11 +2517,11 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     bf16 *sV = sS + 64 * 64;                         // [DV/64][64 × 64]
     bf16 *sQ = sV + 64 * DV;                         // [2][64 × 64]
     bf16 *sO = sQ + 2 * 64 * DQ;                     // [2][DV/64][64 × 64]   (dO)
-    float *sL = reinterpret_cast<float *>(sO + 2 * 64 * DV);   // [2][64] lse2
+    float *sDQ = reinterpret_cast<float *>(sO + 2 * 64 * DV);  // [4][2][16 × 32] dQ staging (fp32; 1024-aligned)
+    float *sL = sDQ + 64 * 64;                                 // [2][64] lse2
     float *sD = sL + 2 * 64;                                   // [2][64] delta
     float *sRed = sD + 2 * 64;                                 // [4]
-    float *sDQ = sRed + 4;                                     // [FA_DQ_STAGE] dQ staging (fp32)
-    const uint32_t full0 = (fa_smem_u32(sDQ + FA_DQ_STAGE<DV>) + 7) & ~7u;   // [2] mbarriers
+    const uint32_t full0 = (fa_smem_u32(sRed + 4) + 7) & ~7u;  // [2] mbarriers
 
     const int Nc = T / 64;
     // block L -> (bh, kc) in groups of G key chunks: every head's blocks of chunks [Gg, Gg + G) (head by head, chunk
@@ -2657,44 +2658,27 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         wgmma_keep(dVa);
         wgmma_keep(dKa);
         wgmma_keep(acc);
-        if constexpr (FA_BULK_DQ<DV>) {
-            // this warp's 16 rows (16w + g, 16w + g + 8) to its staging rows, then lane r < 16 adds row 16w + r to dq
-            float *wq = sDQ + warp * 16 * FA_DQ_LD;
-            if (lane < 16) bulk_wait_read();   // the previous tile's reduce-add has read the rows
-            __syncwarp();
+        // this warp's 16 rows (16w + g, 16w + g + 8) to its staging boxes, then lane 0 adds both boxes to dq
+        float *wq = sDQ + warp * 16 * 64;
+        if (lane == 0) bulk_wait_read();   // the previous tile's reduce-add has read the boxes
+        __syncwarp();
 #pragma unroll
-            for (int nd = 0; nd < DQ / 8; ++nd) {
-                *reinterpret_cast<float2 *>(wq + g * FA_DQ_LD + nd * 8 + 2 * t) =
-                    make_float2(acc[4 * nd] * scale, acc[4 * nd + 1] * scale);
-                *reinterpret_cast<float2 *>(wq + (g + 8) * FA_DQ_LD + nd * 8 + 2 * t) =
-                    make_float2(acc[4 * nd + 2] * scale, acc[4 * nd + 3] * scale);
-            }
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the rows, visible to the TMA unit
-            __syncwarp();
-            if (lane < 16) {
-                bulk_add_f32(dq + ((size_t)b * T + (size_t)qc * 64 + warp * 16 + lane) * lddq + h * DQ,
-                             wq + lane * FA_DQ_LD, DQ * sizeof(float));
-                bulk_commit();
-            }
-        } else {
-            // float4 atomics: lanes t, t^1 pair up; even lane: row g, cols 2t..2t+3; odd lane: row g+8, cols 2t-2..2t+1
-            const bool odd = (t & 1);
-            const size_t qrow0 = (size_t)b * T + (size_t)qc * 64 + warp * 16 + g + (odd ? 8 : 0);
-            float *dqp = dq + qrow0 * lddq + h * DQ + 2 * (t & ~1);
-#pragma unroll
-            for (int nd = 0; nd < DQ / 8; ++nd) {
-                const float x0 = acc[4 * nd] * scale, x1 = acc[4 * nd + 1] * scale, x2 = acc[4 * nd + 2] * scale,
-                            x3 = acc[4 * nd + 3] * scale;
-                const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);
-                const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : x3, 1);
-                const float4 val = odd ? make_float4(r0, r1, x2, x3) : make_float4(x0, x1, r0, r1);
-                atomicAdd(reinterpret_cast<float4 *>(dqp + nd * 8), val);
-            }
+        for (int nd = 0; nd < DQ / 8; ++nd) {
+            *reinterpret_cast<float2 *>(wq + fa_dq_swz(g, nd * 8 + 2 * t)) =
+                make_float2(acc[4 * nd] * scale, acc[4 * nd + 1] * scale);
+            *reinterpret_cast<float2 *>(wq + fa_dq_swz(g + 8, nd * 8 + 2 * t)) =
+                make_float2(acc[4 * nd + 2] * scale, acc[4 * nd + 3] * scale);
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the boxes, visible to the TMA unit
+        __syncwarp();
+        if (lane == 0) {
+            const int y = b * T + qc * 64 + warp * 16;
+            tma_add_box(&tdq, h * DQ, y, wq);
+            tma_add_box(&tdq, h * DQ + 32, y, wq + 512);
+            bulk_commit();
         }
     }
-    if constexpr (FA_BULK_DQ<DV>) {
-        if (lane < 16) bulk_wait_read();   // shared memory outlives the last reads
-    }
+    if (lane == 0) bulk_wait_read();   // shared memory outlives the last reads
     // ---- write dK (scaled; with rope, rotated back by RoPE (4.2): columns i and i + 32 of a row, n-tiles nd and nd + 4
     // of the same thread), dV; dA block reduction
     if (rope) {
@@ -2757,10 +2741,11 @@ static void fa_check_args(const char *who, const void *q, const void *k, int ldq
     }
 }
 
-// the 2-D tensor map of a rows × cols bf16 matrix at p (row stride ld elements) in 64 × 64 boxes, 128-byte swizzled
-// (the tiles' layout): what the TMA loads of both kernels read. cuTensorMapEncodeTiled is the driver's, found through the
-// runtime (no -lcuda).
-static CUtensorMap fa_tensor_map(const bf16 *p, size_t rows, int cols, int ld) {
+// the 2-D tensor map of a rows × cols matrix at p (row stride ld elements of esize bytes) in boxes of bc columns × br
+// rows, 128-byte swizzled: what the attention kernels' TMA copies read and write. cuTensorMapEncodeTiled is the
+// driver's, found through the runtime (no -lcuda).
+static CUtensorMap fa_tensor_map_of(const void *p, CUtensorMapDataType type, size_t esize, size_t rows, int cols, int ld,
+                                    int bc, int br) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     if (!encode) {
         cudaDriverEntryPointQueryResult qr;
@@ -2771,17 +2756,20 @@ static CUtensorMap fa_tensor_map(const bf16 *p, size_t rows, int cols, int ld) {
         }
     }
     CUtensorMap map;
-    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)ld * sizeof(bf16)};
-    const cuuint32_t box[2] = {64, 64}, step[2] = {1, 1};
-    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dim, stride, box, step,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)ld * esize};
+    const cuuint32_t box[2] = {(cuuint32_t)bc, (cuuint32_t)br}, step[2] = {1, 1};
+    const CUresult r = encode(&map, type, 2, (void *)p, dim, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "error: flash attention: cuTensorMapEncodeTiled failed (%d) for %zu x %d bf16, row stride %d\n",
-                (int)r, rows, cols, ld);
+        fprintf(stderr, "error: flash attention: cuTensorMapEncodeTiled failed (%d) for %zu x %d, %zu-byte elements, row stride %d\n",
+                (int)r, rows, cols, esize, ld);
         exit(1);
     }
     return map;
+}
+// bf16 q, k, v, dO in the [64][64] tiles both kernels load
+static CUtensorMap fa_tensor_map(const bf16 *p, size_t rows, int cols, int ld) {
+    return fa_tensor_map_of(p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(bf16), rows, cols, ld, 64, 64);
 }
 
 template <int DV>
@@ -2817,10 +2805,10 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
                                 const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int accum,
                                 const float2 *rope, cudaStream_t st) {
     const int Nc = T / 64;
-    // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], lse2 and δ [2][64], sRed,
-    // at DV = 64 the dQ staging tile, 8 to align the two mbarriers
+    // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], the dQ staging tile,
+    // lse2 and δ [2][64], sRed, 8 to align the two mbarriers
     const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) +
-                        (4 * 64 + 4 + FA_DQ_STAGE<DV>) * sizeof(float) + 8 + 2 * 8;
+                        (64 * 64 + 4 * 64 + 4) * sizeof(float) + 8 + 2 * 8;
     static bool set = false;
     if (!set) {
         smem_attr(fa_bwd_wgmma_kernel<DV, GT>, smem);
@@ -2831,7 +2819,8 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
     fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(
         dq, lddq, dk, lddk, dv, lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), lse2, delta,
         fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv), m,
-        T, NH, NHm, scale, scale * FA_LOG2E, accum, rope);
+        T, NH, NHm, scale, scale * FA_LOG2E, accum, rope,
+        fa_tensor_map_of(dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, lddq, 32, 16));
     CUDA_CHECK(cudaGetLastError());
 }
 

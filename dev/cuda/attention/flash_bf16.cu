@@ -17,8 +17,8 @@
 // Kernels: Hopper wgmma (bf16 in, fp32 accumulate) on XOR-swizzled (= wgmma's 128-byte swizzle) shared tiles filled
 // by the TMA unit (tensor maps, mbarriers), online softmax in the exp2 domain. Tiles are NAtS chunks (64 tokens), so
 // routing is a per-tile decision. Forward: block = 128 queries (2 chunks) × 2 warpgroups; backward: block = 64 keys (one chunk) × 1
-// warpgroup, looping over query chunks; dQ through smem dS, then fp32 adds into dq (bulk reduce-adds from a shared
-// staging tile at dv = 64, vector atomics at dv = 128).
+// warpgroup, looping over query chunks; dQ through smem dS, then fp32 adds into dq (2-D TMA reduce-adds from a
+// shared staging tile).
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
