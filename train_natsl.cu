@@ -315,32 +315,37 @@ __global__ void encoder_backward_kernel(float *dwte, const MP *dout, const int *
 }
 static void encoder_backward(real *dwte, const real *dout, const int *ids, int BT, int D) {
     PROF_OP();
-    // the positions of each token of the batch, by a counting sort of the ids on the host: pos (BT), the tokens present
-    // (tok, n of them) and where each one's positions start (start, n + 1); host and device scratch kept between calls
+    // ids: the batch on the host (model_backward's inputs). The positions of each token of the batch by a counting
+    // sort on the host, while the GPU still runs the layers' backward: pos (BT), the tokens present (tok, n of them)
+    // and where each one's positions start (start, n + 1), in one pinned buffer sent by one asynchronous copy (no
+    // synchronization with the device: a copy of the device's ids and a sort between two kernels left the GPU idle,
+    // RESULTS session 27); host and device scratch kept between calls, the buffer reused once its last copy is done
     static int *h = NULL, *d = NULL, *count = NULL, cap = 0, vcap = 0;
+    static cudaEvent_t sent = NULL;
     int V = 0;
+    if (!sent) CUDA_CHECK(cudaEventCreateWithFlags(&sent, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventSynchronize(sent)); // the previous call's copy has read the buffer
     if (BT > cap) {
-        free(h); if (d) CUDA_CHECK(cudaFree(d));
+        if (h) CUDA_CHECK(cudaFreeHost(h));
+        if (d) CUDA_CHECK(cudaFree(d));
         cap = BT;
-        h = (int *)xcalloc(4 * (size_t)cap + 2, sizeof(int)); // ids, pos, tok, start
+        CUDA_CHECK(cudaMallocHost(&h, (3 * (size_t)cap + 2) * sizeof(int))); // pos, tok, start
         d = (int *)xcudamalloc((3 * (size_t)cap + 2) * sizeof(int));
     }
-    int *hid = h, *hpos = h + cap, *htok = h + 2 * cap, *hstart = h + 3 * cap;
-    CUDA_CHECK(cudaMemcpy(hid, ids, BT * sizeof(int), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < BT; i++) V = std::max(V, hid[i] + 1);
+    int *hpos = h, *htok = h + cap, *hstart = h + 2 * cap;
+    for (int i = 0; i < BT; i++) V = std::max(V, ids[i] + 1);
     if (V > vcap) { free(count); vcap = V; count = (int *)xcalloc(vcap + 1, sizeof(int)); }
     memset(count, 0, (V + 1) * sizeof(int));
-    for (int i = 0; i < BT; i++) count[hid[i] + 1]++;
+    for (int i = 0; i < BT; i++) count[ids[i] + 1]++;
     int n = 0;
     for (int v = 0; v < V; v++) {
         if (count[v + 1]) { htok[n] = v; hstart[n++] = count[v]; }
         count[v + 1] += count[v]; // count[v]: where token v's positions start
     }
     hstart[n] = BT;
-    for (int i = 0; i < BT; i++) hpos[count[hid[i]]++] = i;
-    CUDA_CHECK(cudaMemcpy(d, hpos, BT * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(d + cap, htok, n * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(d + 2 * cap, hstart, (n + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    for (int i = 0; i < BT; i++) hpos[count[ids[i]]++] = i;
+    CUDA_CHECK(cudaMemcpyAsync(d, h, (2 * (size_t)cap + n + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaEventRecord(sent));
     with_mp(dout, 1, [&](auto o) { encoder_backward_kernel<<<n, 128>>>(dwte, o, d, d + 2 * cap, d + cap, D); });
     CUDA_CHECK(cudaGetLastError());
 }
@@ -6156,7 +6161,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0, 1);
         grads_ready(M, l + 1);
     }
-    encoder_backward(M->g.wte, M->dres, M->inputs, BT, D);
+    encoder_backward(M->g.wte, M->dres, inputs, BT, D);
     grads_ready(M, 0);
 }
 
