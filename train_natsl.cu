@@ -2442,9 +2442,11 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
 }
 
 // ------------------------------------------------------------------------------------------------------------------
-// backward pre-pass: δ = dO·O (bf16 in, fp32), lse2 = lse·log2e, zero dq head columns (unless accumulating), zero dA[..,0]
+// backward pre-pass: lse2 = lse·log2e and δ = dO·O (bf16 in, fp32) into ld2 [B][NH][T/64][lse2 64, δ 64] (a query
+// tile's both in one 512-byte run: one bulk load; two took one TMA command a tile more, A B8 T4096 backward 1-2% slower:
+// RESULTS session 27), zero dq head columns (unless accumulating), zero dA[..,0]
 // ------------------------------------------------------------------------------------------------------------------
-__global__ void fa_bwd_pre_kernel(float *__restrict__ delta, float *__restrict__ lse2, float *__restrict__ dq, int lddq,
+__global__ void fa_bwd_pre_kernel(float *__restrict__ ld2, float *__restrict__ dq, int lddq,
                                   float *__restrict__ dA, const bf16 *__restrict__ dout, const bf16 *__restrict__ out,
                                   const float *__restrict__ lse, int B, int T, int NH, int NHm, int DQ, int DV) {
     const long gw = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;   // one warp per (b, i, h)
@@ -2465,9 +2467,9 @@ __global__ void fa_bwd_pre_kernel(float *__restrict__ delta, float *__restrict__
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) {
-        const size_t idx = ((size_t)b * NH + h) * T + i;
-        delta[idx] = acc;
-        lse2[idx] = lse[idx] * FA_LOG2E;
+        const size_t idx = ((size_t)b * NH + h) * T + i, idx2 = (idx - (i & 63)) * 2 + (i & 63);
+        ld2[idx2] = lse[idx] * FA_LOG2E;
+        ld2[idx2 + 64] = acc;
     }
     if (dq) {
         float *pq = dq + bt * (long)lddq + (long)h * DQ;
@@ -2509,8 +2511,8 @@ constexpr int FA_BWD_GROUP = 16;
 template <int DV, typename GT>
 __global__ void __launch_bounds__(128, 2)
 fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv,
-                    float *__restrict__ dA, const __grid_constant__ CUtensorMap tdo, const float *__restrict__ lse2,
-                    const float *__restrict__ delta, const __grid_constant__ CUtensorMap tq,
+                    float *__restrict__ dA, const __grid_constant__ CUtensorMap tdo, const float *__restrict__ ld2,
+                    const __grid_constant__ CUtensorMap tq,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                     const float *__restrict__ m, int T, int NH, int NHm, float scale, float sl2, int accum,
                     const float2 *__restrict__ rope, const __grid_constant__ CUtensorMap tdq) {
@@ -2523,9 +2525,8 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     bf16 *sQ = sV + 64 * DV;                         // [2][64 × 64]
     bf16 *sO = sQ + 2 * 64 * DQ;                     // [2][DV/64][64 × 64]   (dO)
     float *sDQ = reinterpret_cast<float *>(sO + 2 * 64 * DV);  // [4][2][16 × 32] dQ staging (fp32; 1024-aligned)
-    float *sL = sDQ + 64 * 64;                                 // [2][64] lse2
-    float *sD = sL + 2 * 64;                                   // [2][64] delta
-    float *sRed = sD + 2 * 64;                                 // [4]
+    float *sL = sDQ + 64 * 64;                                 // [2][lse2 64, δ 64]
+    float *sRed = sL + 2 * 128;                                // [4]
     const uint32_t full0 = (fa_smem_u32(sRed + 4) + 7) & ~7u;  // [2] mbarriers
 
     const int Nc = T / 64;
@@ -2556,7 +2557,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
     }
     __syncthreads();
     const int row0 = b * T;
-    const float *lb = lse2 + ((size_t)b * NH + h) * T, *db = delta + ((size_t)b * NH + h) * T;
+    const float *lb = ld2 + ((size_t)b * NH + h) * T * 2;
     auto issue = [&](int it) {
         const int qc = kc + it, st = it & 1;
         const uint32_t bar = full0 + 8 * st;
@@ -2569,8 +2570,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         tma_load_tile(sQ + st * 64 * DQ, &tq, h * DQ, row0 + qc * 64, bar);
 #pragma unroll
         for (int j = 0; j < DV / 64; ++j) tma_load_tile(sO + st * 64 * DV + j * 64 * 64, &tdo, h * DV + 64 * j, row0 + qc * 64, bar);
-        bulk_load(sL + st * 64, lb + qc * 64, 64 * 4, bar);
-        bulk_load(sD + st * 64, db + qc * 64, 64 * 4, bar);
+        bulk_load(sL + st * 128, lb + qc * 128, 128 * 4, bar);
     };
     if (tid == 0) issue(0);
 
@@ -2592,7 +2592,7 @@ fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int l
         const int qc = kc + it;
         const bool diag = (it == 0);
         const float w = diag ? 1.f : wkc;
-        const float *cL = sL + (it & 1) * 64, *cD = sD + (it & 1) * 64;
+        const float *cL = sL + (it & 1) * 128, *cD = cL + 64;
         const uint32_t qlo = qlo0 + (it & 1) * (64 * DQ * 2 / 16), olo = olo0 + (it & 1) * (64 * DV * 2 / 16);
 
         // ---- S^T = K Q^T, dP^T = V dO^T (k-steps of 16 columns: 32 bytes along a 128-byte row, then the next tile)
@@ -2806,12 +2806,12 @@ static void flash_bf16_forward(bf16 *out, float *lse, const bf16 *q, const bf16 
 
 template <int DV, typename GT>
 static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, int lddv, float *dA, const bf16 *dout,
-                                const float *lse2, const float *delta, const bf16 *q, const bf16 *k, int ldqk,
+                                const float *ld2, const bf16 *q, const bf16 *k, int ldqk,
                                 const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int accum,
                                 const float2 *rope, cudaStream_t st) {
     const int Nc = T / 64;
     // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], the dQ staging tile,
-    // lse2 and δ [2][64], sRed, 8 to align the two mbarriers
+    // lse2 and δ [2][2][64], sRed, 8 to align the two mbarriers
     const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) +
                         (64 * 64 + 4 * 64 + 4) * sizeof(float) + 8 + 2 * 8;
     static bool set = false;
@@ -2822,7 +2822,7 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
     const float scale = 0.125f; // 1/sqrt(64)
     const size_t rows = (size_t)B * T;
     fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(
-        dq, lddq, dk, lddk, dv, lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), lse2, delta,
+        dq, lddq, dk, lddk, dv, lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
         fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv), m,
         T, NH, NHm, scale, scale * FA_LOG2E, accum, rope,
         fa_tensor_map_of(dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, lddq, 32, 16));
@@ -2837,7 +2837,7 @@ static size_t g_fa_scratch_n = 0;
 // accumulated over key chunks); accumulate == 1: all three are ADDED to (dq += , dk += , dv += ). dA[...,0] (when m and
 // dA are non-NULL) is written: zeroed, then the G heads of a group add into it; dA[...,1] is never touched.
 // rope_dk (NULL: none; the A layer): dk is rotated back by RoPE (4.2) as it is written, rope_dk the (cos, sin) table
-// [T][dq/2] of rope_table. Uses a static scratch of 2·B·NH·T floats (δ, lse·log2e): not thread-safe, one stream at a time.
+// [T][dq/2] of rope_table. Uses a static scratch of 2·B·NH·T floats (lse·log2e, δ): not thread-safe, one stream at a time.
 static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *dv, int lddv, int grads_bf16, int accumulate,
                          float *dA, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
                          int ldqk, const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int dq_,
@@ -2855,12 +2855,12 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
         CUDA_CHECK(cudaMalloc(&g_fa_scratch, need * sizeof(float)));
         g_fa_scratch_n = need;
     }
-    float *delta = g_fa_scratch, *lse2 = g_fa_scratch + (size_t)B * NH * T;
+    float *ld2 = g_fa_scratch;
     {
         const long warps = (long)B * T * NH;
         const int threads = 256;
         const long blocks = (warps * 32 + threads - 1) / threads;
-        fa_bwd_pre_kernel<<<(unsigned)blocks, threads, 0, st>>>(delta, lse2, accumulate ? nullptr : dq, lddq,
+        fa_bwd_pre_kernel<<<(unsigned)blocks, threads, 0, st>>>(ld2, accumulate ? nullptr : dq, lddq,
                                                                 (m && dA) ? dA : nullptr, dout, out, lse, B, T, NH, NHm,
                                                                 dq_, dvh);
         CUDA_CHECK(cudaGetLastError());
@@ -2868,7 +2868,7 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
     const float *mm = m;
     float *dAp = m ? dA : nullptr;
 #define FA_BD(DV_, GT)                                                                                                \
-    fa_launch_bwd_wgmma<DV_, GT>(dq, lddq, (GT *)dk, lddk, (GT *)dv, lddv, dAp, dout, lse2, delta, q, k, ldqk, v, ldv, \
+    fa_launch_bwd_wgmma<DV_, GT>(dq, lddq, (GT *)dk, lddk, (GT *)dv, lddv, dAp, dout, ld2, q, k, ldqk, v, ldv,        \
                                  mm, B, T, NH, NHm, accumulate, rope_dk, st)
     if (dvh == 64) { if (grads_bf16) FA_BD(64, bf16); else FA_BD(64, float); }
     else { if (grads_bf16) FA_BD(128, bf16); else FA_BD(128, float); }
