@@ -2045,8 +2045,8 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 // bf16 in, fp32 accumulation) reading XOR-swizzled shared tiles that the TMA unit fills (tensor maps of q, k, v, dO;
 // mbarriers), online softmax in the exp2 domain. Tiles are NAtS chunks (64 tokens), so routing is a per-tile
 // decision. Forward: block = 128 queries (2 chunks) x 2 warpgroups; backward: block = 64 keys (one chunk) x 1
-// warpgroup, looping over the query chunks that see it; dQ through shared dS, then fp32 adds into dq (bulk
-// reduce-adds at dv = 64, vector atomics at dv = 128).
+// warpgroup, looping over the query chunks that see it; dQ through shared dS, then fp32 adds into dq (2-D reduce-adds
+// of the TMA unit through a tensor map of dq).
 // Their test harness, notes and measurements:
 // dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md (which also has the mma.sync m16n8k16 pair these replaced).
 typedef __nv_bfloat16 bf16;
@@ -2510,9 +2510,8 @@ template <> __device__ __forceinline__ void store_pair<bf16>(bf16 *p, float a, f
 constexpr int FA_BWD_GROUP = 16;
 template <int DV, typename GT>
 __global__ void __launch_bounds__(128, 2)
-fa_bwd_wgmma_kernel(float *__restrict__ dq, int lddq, GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv,
-                    float *__restrict__ dA, const __grid_constant__ CUtensorMap tdo, const float *__restrict__ ld2,
-                    const __grid_constant__ CUtensorMap tq,
+fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv, float *__restrict__ dA,
+                    const __grid_constant__ CUtensorMap tdo, const float *__restrict__ ld2, const __grid_constant__ CUtensorMap tq,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                     const float *__restrict__ m, int T, int NH, int NHm, float scale, float sl2, int accum,
                     const float2 *__restrict__ rope, const __grid_constant__ CUtensorMap tdq) {
@@ -2822,7 +2821,7 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
     const float scale = 0.125f; // 1/sqrt(64)
     const size_t rows = (size_t)B * T;
     fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(
-        dq, lddq, dk, lddk, dv, lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
+        dk, lddk, dv, lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
         fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv), m,
         T, NH, NHm, scale, scale * FA_LOG2E, accum, rope,
         fa_tensor_map_of(dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, lddq, 32, 16));
