@@ -43,7 +43,8 @@ GPU organization (see dev/cuda/README.md):
     and attention runs on the bf16 tensor cores for head dims (64,64) and (64,128) (the A layer, the 340m/760m
     N layers; else 1xTF32), the GDN op as above; the residual stream, the op outputs, the other norms' inputs,
     master weights and AdamW stay fp32 (train_natsl -p bf16 rounds the same values on the CPU);
-  * NATSL_PROFILE=1 in the environment: per-op-kind GPU times printed at the end of training.
+  * NATSL_PROFILE=1 in the environment: per-op-kind GPU times printed at the end of training (each op waited
+    for); NATSL_PROFILE=2: the same without waiting, with the GPU time between the ops (launch gaps).
 Build: make train_natsl_cu (nvcc -O3 -arch=compute_90a -code=sm_90a (Hopper: the attention forward uses wgmma), links cuBLAS, cuBLASLt and NCCL; make train_natsl_cu_mpi adds MPI).
 */
 #include <stdint.h>
@@ -224,43 +225,73 @@ static void colsum_finish(float *dw, const float *part, int np, int n, int ld, i
 }
 
 // ------------------------------------------------------------------------------------------------
-// optional op timing (environment NATSL_PROFILE=1): CUDA events around every op (PROF_OP() at the top of each
+// optional op timing (environment NATSL_PROFILE): CUDA events around every op (PROF_OP() at the top of each
 // host function that launches kernels, named after it), summed per name and printed, largest first, at the
-// end of training. Each timed op is synchronized, so launch gaps add a little.
+// end of training. NATSL_PROFILE=1 waits for each timed op (its time alone; the waits leave the GPU idle while the
+// next launches are made, so the step runs slower); =2 does not wait: the step runs as untimed, the events are read
+// when it has finished (prof_flush), and the time from each op's end to the next op's start (the GPU idle between
+// launches, and any kernel launched outside an op) is summed as "between the ops".
 
 #define PROF_MAX 64
 static int g_prof = 0, g_prof_n = 0;
 static const char *g_prof_name[PROF_MAX];
-static double g_prof_ms[PROF_MAX];
+static double g_prof_ms[PROF_MAX], g_prof_between_ms;
 static int g_prof_depth = 0; // an op inside another op (router_forward's matmul) counts toward the outer one
+struct ProfTimed { int k; cudaEvent_t e0, e1; };
+static std::vector<ProfTimed> g_prof_timed; // the ops recorded and not read yet, in launch order
+static std::vector<cudaEvent_t> g_prof_events; // the event pool: the first 2·g_prof_timed.size() are in use
+// Reads the recorded ops' events (waiting for the last) into the sums
+static void prof_flush(void) {
+    if (g_prof_timed.empty()) return;
+    CUDA_CHECK(cudaEventSynchronize(g_prof_timed.back().e1));
+    for (size_t i = 0; i < g_prof_timed.size(); i++) {
+        const ProfTimed &o = g_prof_timed[i];
+        float ms = 0.f, gap = 0.f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, o.e0, o.e1));
+        if (o.k < PROF_MAX) g_prof_ms[o.k] += ms;
+        if (i) CUDA_CHECK(cudaEventElapsedTime(&gap, g_prof_timed[i - 1].e1, o.e0));
+        g_prof_between_ms += gap;
+    }
+    g_prof_timed.clear();
+}
+static void prof_reset(void) {
+    prof_flush();
+    memset(g_prof_ms, 0, sizeof(g_prof_ms));
+    g_prof_between_ms = 0;
+}
 struct ProfScope {
-    const char *name; cudaEvent_t e0, e1; bool on;
+    const char *name; bool on;
     explicit ProfScope(const char *n) : name(n), on(g_prof && g_prof_depth++ == 0) {
         if (!on) return;
-        CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
-        CUDA_CHECK(cudaEventRecord(e0));
+        const size_t used = 2 * g_prof_timed.size();
+        while (g_prof_events.size() < used + 2) {
+            cudaEvent_t e;
+            CUDA_CHECK(cudaEventCreate(&e));
+            g_prof_events.push_back(e);
+        }
+        CUDA_CHECK(cudaEventRecord(g_prof_events[used]));
     }
     ~ProfScope() {
         if (g_prof) g_prof_depth--;
         if (!on) return;
-        float ms = 0.f;
-        CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        const size_t used = 2 * g_prof_timed.size();
         int k = 0;
         while (k < g_prof_n && strcmp(g_prof_name[k], name)) k++;
         if (k == g_prof_n && g_prof_n < PROF_MAX) g_prof_name[g_prof_n++] = name;
-        if (k < PROF_MAX) g_prof_ms[k] += ms;
-        cudaEventDestroy(e0); cudaEventDestroy(e1);
+        CUDA_CHECK(cudaEventRecord(g_prof_events[used + 1]));
+        g_prof_timed.push_back({k, g_prof_events[used], g_prof_events[used + 1]});
+        if (g_prof == 1 || g_prof_timed.size() >= 16384) prof_flush();
     }
 };
 #define PROF_OP() ProfScope prof_op_(__func__)
 // The table of the ops timed so far: ms per step over `steps` steps that took step_ms in all, largest first.
 static void prof_print(double step_ms, int steps) {
+    prof_flush();
     double known = 0;
     int order[PROF_MAX];
     for (int k = 0; k < g_prof_n; k++) order[k] = k;
     std::sort(order, order + g_prof_n, [](int x, int y) { return g_prof_ms[x] > g_prof_ms[y]; });
-    printf("profile (NATSL_PROFILE=1), ms per step over %d steps after the warm-up, step %.1f ms:\n", steps,
+    printf("profile (NATSL_PROFILE=%d), ms per step over %d steps after the warm-up, step %.1f ms:\n", g_prof, steps,
            step_ms / steps);
     for (int i = 0; i < g_prof_n; i++) {
         int k = order[i];
@@ -268,6 +299,9 @@ static void prof_print(double step_ms, int steps) {
         known += g_prof_ms[k];
     }
     printf("  %-32s %9.2f ms  %5.1f%%\n", "everything else", (step_ms - known) / steps, 100 * (step_ms - known) / step_ms);
+    if (g_prof == 2)
+        printf("  of which between the ops        %9.2f ms  %5.1f%%  (the GPU idle between launches, and kernels outside the ops)\n",
+               g_prof_between_ms / steps, 100 * g_prof_between_ms / step_ms);
 }
 
 static int g_bf16 = 0; // bf16 mode (-p bf16): the matmul precision is bf16
@@ -6531,7 +6565,7 @@ static void backend_start(const TrainArgs *a) {
 #ifdef USE_MPI
     if (g_world > 1 && (a->pi ? !strcmp(a->pi, "mpi") : g_job.mpi)) MPI_Init(NULL, NULL);
 #endif
-    g_prof = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
+    g_prof = getenv("NATSL_PROFILE") ? std::min(std::max(atoi(getenv("NATSL_PROFILE")), 0), 2) : 0;
     dist_start(a);
     int dev;
     cudaDeviceProp prop;
@@ -6546,8 +6580,8 @@ static void backend_start(const TrainArgs *a) {
 }
 static void backend_step_timed(int first, double dt) {
     gemm_cache_save();
-    if (g_prof && first) memset(g_prof_ms, 0, sizeof(g_prof_ms)); // skip the first (warm-up) step
-    else if (g_prof) { g_prof_step_ms += dt * 1e3; g_prof_steps++; }
+    if (g_prof && first) prof_reset(); // skip the first (warm-up) step
+    else if (g_prof) { prof_flush(); g_prof_step_ms += dt * 1e3; g_prof_steps++; }
 }
 // MFU: the model FLOPs of the step (dev/model_flops.h, the routing of its last micro-batch) over the time, against
 // the H100's dense bf16 peak (989 TFLOP/s; fp32 runs are measured against the same number, as in bench_gpu)

@@ -3,6 +3,7 @@ bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included w
   step:  one full training step (forward, backward, gradient norm + clip, AdamW) of a preset for several
          patterns, in -p bf16 and fp32: ms/step, tokens/s, MFU and peak GPU memory; with NATSL_PROFILE=1 in the
          environment, then as many steps again with every op timed (each synchronized) and their per-op table;
+         NATSL_PROFILE=2: the ops timed without synchronizing, and the GPU time between them (launch gaps);
   gemm:  the 340m model's linear layers alone (bf16): matmul_forward / matmul_backward as the trainer calls
          them (input stored in bf16; weight and dout copied to bf16) and the bare cuBLAS products on ready bf16
          operands, in TFLOP/s,
@@ -179,14 +180,17 @@ static void bench_step(const char *preset, const char *pattern, int V, int B0, i
         double plan = planned_bytes(&c, B, T, recompute, &np) / 1073741824.0;
         printf("  memory: %.2f GiB planned (bench_gpu mem), %.2f GiB more at the peak (the lazily grown operand copies, "
                "cuBLAS's workspace)\n", plan, peak - plan);
-        if (profile) { // as many steps again with every op timed (and synchronized), then their table
-            g_prof = 1;
+        if (profile) { // as many steps again with every op timed (NATSL_PROFILE=1: each synchronized), then their table
+            g_prof = profile;
             g_prof_n = 0;
-            memset(g_prof_ms, 0, sizeof(g_prof_ms));
+            prof_reset();
             double total = 0;
-            for (int it = 0; it < iters; it++) total += step();
-            g_prof = 0;
+            for (int it = 0; it < iters; it++) {
+                total += step();
+                prof_flush();
+            }
             prof_print(total, iters);
+            g_prof = 0;
         }
         fflush(stdout);
         model_free(&M);
@@ -396,7 +400,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!strcmp(mode, "step") || !strcmp(mode, "all")) {
-        int profile = getenv("NATSL_PROFILE") && atoi(getenv("NATSL_PROFILE")) > 0;
+        int profile = getenv("NATSL_PROFILE") ? std::min(std::max(atoi(getenv("NATSL_PROFILE")), 0), 2) : 0;
         for (const auto &pat : patterns) bench_step(preset, pat.c_str(), V, B, T, iters, recompute, precs, profile);
     }
     if (!strcmp(mode, "gemm") || !strcmp(mode, "all")) {
