@@ -38,7 +38,8 @@ GPU organization (see dev/cuda/README.md):
     tensors that only feed matmuls, and matmul outputs read only by kernels that take bf16, are stored in
     bf16 (the normalized block inputs, the gated norm's and SwiGLU's outputs, the projection into the short
     conv, the gate, the MLP's gate/up, the logits, and the gradients those kernels write for matmuls);
-    weights and the other fp32 operands are copied to bf16 per call; the token mixers' operands (the conv's
+    the matmul weights' bf16 copies are made once per parameter update (AdamW writes them), the other fp32
+    operands are copied to bf16 per call; the token mixers' operands (the conv's
     Q, K, V, q̂ and k̂, the N layer's qa and ka, the A layer's projection) are stored in bf16 by their producers,
     and attention runs on the bf16 tensor cores for head dims (64,64) and (64,128) (the A layer, the 340m/760m
     N layers; else 1xTF32), the GDN op as above; the residual stream, the op outputs, the other norms' inputs,
@@ -636,13 +637,56 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
 // The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot`, bf16 values behind a real
 // pointer. train_natsl.c has no such calls: its gemm rounds every operand as it packs it.
 static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
+// bf16 mode: the bf16 copies of a model's matmul weights (the matrices but the embedding, which is looked up), each at
+// a 256-byte boundary, made once after the parameters change instead of at every product that reads a weight: AdamW
+// writes a weight's copy as it updates the weight, and model_forward remakes them all where they are stale (after
+// init, a load, ZeRO-1's gather). At the 340m size 348M values, 0.65 GiB, for two conversions of each a step (4.2 GB
+// moved, ~250 launches). The same bits: a weight rounds to the same bf16 either way.
+#define WCOPY_NONE ((size_t)-1)
+typedef struct {
+    const real *params;                // the model's parameters
+    const ParamTensor *tensors;        // its tensors, in offset order
+    int ntensors;
+    __nv_bfloat16 *buf;                // the copies (device; allocated at their first making)
+    size_t n;                          // values buf holds
+    size_t at[NATSL_MAX_TENSORS];      // tensor k's copy starts at buf + at[k] (WCOPY_NONE: it has none)
+    int fresh;                         // buf holds the parameters' present values; whoever else writes them clears it
+} WeightCopies;
+static const WeightCopies *g_wcopy;    // the copies weight_operand takes from: the model running (weights_use)
+// Lays out the copies of tensors t[0..nt) (at[k] as above); returns the values they take
+static size_t weight_copies_layout(const ParamTensor *t, int nt, size_t *at) {
+    size_t n = 0;
+    for (int k = 0; k < nt; k++) {
+        at[k] = t[k].decay && strcmp(t[k].name, "wte") ? n : WCOPY_NONE; // the decayed tensors are the matrices
+        if (at[k] != WCOPY_NONE) n += CEIL_DIV(t[k].numel, 128) * 128;
+    }
+    return n;
+}
+// The bf16 operand of weight w[n] (values of a model's parameters): its copy where it has a fresh one, else a copy
+// made now in the weight's scratch slot; fp32 mode: w itself.
+static const real *weight_operand(const real *w, size_t n) {
+    if (!g_bf16) return w;
+    const WeightCopies *c = g_wcopy;
+    if (c && c->fresh && c->ntensors && w >= c->params) {
+        const size_t o = (size_t)(w - c->params);
+        int lo = 0, hi = c->ntensors - 1; // the last tensor that starts at or before o
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (c->tensors[mid].offset <= o) lo = mid;
+            else hi = mid - 1;
+        }
+        const ParamTensor *t = &c->tensors[lo];
+        if (c->at[lo] != WCOPY_NONE && o + n <= t->offset + t->numel) return (const real *)(c->buf + c->at[lo] + (o - t->offset));
+    }
+    return operand(w, n, OPERAND_WEIGHT);
+}
 // out_mp: out is stored in the matmul precision (it feeds only kernels that read that precision: the short conv,
 // the gated norm's gate, SwiGLU, the classifier). add (NULL: none; fp32, out_mp 0): out = inp Wᵀ + add, in the
 // product's epilogue in bf16 mode.
 static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_mp,
                            const real *add) {
     PROF_OP();
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, inp, C, 0.f, out, OC,
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, weight_operand(weight, (size_t)OC * C), C, inp, C, 0.f, out, OC,
          out_mp, add);
 }
 // dinp = dout W, += with DINP_ADD, stored in the matmul precision with DINP_WRITE_MP (skipped when dinp is NULL);
@@ -650,7 +694,7 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                             const real *weight, int BT, int C, int OC, int dinp_mode) {
     PROF_OP();
-    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, operand(weight, (size_t)OC * C, OPERAND_WEIGHT), C, dout, OC,
+    if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, weight_operand(weight, (size_t)OC * C), C, dout, OC,
                    dinp_mode == DINP_ADD ? 1.f : 0.f, dinp, C, dinp_mode == DINP_WRITE_MP);
     if (dweight) gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.f, dweight, C);
 }
@@ -5707,8 +5751,8 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
 // 3. The model: parameters, activations, and the four layer kinds (device buffers, C layouts)
 // ================================================================================================
 
-typedef struct { size_t p, m; int n, decay; } AdamRun; // a run of AdamW: parameter and moment offsets, length,
-                                                       //   weight decay on/off (adamw_runs)
+typedef struct { size_t p, m, c; int n, decay; } AdamRun; // a run of AdamW: parameter, moment and bf16 copy offsets
+                                                          //   (c: WCOPY_NONE), length, weight decay (adamw_runs)
 typedef struct {
     Config cfg;
     ParamTensor tensors[NATSL_MAX_TENSORS];
@@ -5719,6 +5763,7 @@ typedef struct {
     int nbucket;                             // the gradient buckets reduced over the ranks (model_buckets, §9.4)
     size_t bucket[NATSL_MAX_LAYERS + 3];     // bucket k is [bucket[k], bucket[k+1])
     real *params, *grads, *adam_m, *adam_v; // flat device buffers
+    WeightCopies wc;                         // bf16 mode: the matmul weights' bf16 copies (section 1)
     AdamRun *adam_runs;                      // AdamW's runs of values (adamw_runs), built at the first step
     int adam_nruns;
     ParamPtrs p, g;                          // named device pointers into params and grads
@@ -5778,6 +5823,29 @@ static void model_build(Model *M, const Config *c) {
     param_pointers(&M->p, M->tensors, M->ntensors, M->params);
     param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
     M->d_scalar = (double *)xcudamalloc(4 * sizeof(double));
+    M->wc.params = M->params;
+    M->wc.tensors = M->tensors;
+    M->wc.ntensors = M->ntensors;
+    M->wc.n = weight_copies_layout(M->tensors, M->ntensors, M->wc.at);
+}
+
+// bf16 mode: has the products of M's passes take its weights' bf16 copies, made first where they are stale (fp32 mode:
+// nothing). The first pass after init or a load allocates them.
+static void weights_use(Model *M) {
+    if (!g_bf16) return;
+    WeightCopies *c = &M->wc;
+    if (!c->fresh) {
+        if (!c->buf) c->buf = (__nv_bfloat16 *)xcudamalloc(std::max(c->n, (size_t)1) * sizeof(__nv_bfloat16));
+        for (int k = 0; k < c->ntensors; k++) {
+            if (c->at[k] == WCOPY_NONE) continue;
+            const size_t n = c->tensors[k].numel;
+            to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16), 256>>>(c->buf + c->at[k],
+                    c->params + c->tensors[k].offset, n);
+            CUDA_CHECK(cudaGetLastError());
+        }
+        c->fresh = 1;
+    }
+    g_wcopy = c;
 }
 
 // Initialization (§2), from one seeded stream: init_params (common/layout.h) on the host, exactly as
@@ -5874,8 +5942,9 @@ static void model_alloc_moments(Model *M) {
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
                   M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gnoise,
-                  M->adam_runs}; // gdn_ws lies in logits
+                  M->adam_runs, M->wc.buf}; // gdn_ws lies in logits
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
+    if (g_wcopy == &M->wc) g_wcopy = NULL;
 }
 
 static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->nalloc * sizeof(real))); }
@@ -6118,6 +6187,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     }
     CUDA_CHECK(cudaMemcpy(M->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
     if (targets) CUDA_CHECK(cudaMemcpy(M->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
+    weights_use(M);
     encoder_forward(M->la[0].res, M->inputs, M->p.wte, BT, D);
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
@@ -6158,6 +6228,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     (void)inputs; (void)targets;
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
+    weights_use(M);
     real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
     double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
     if (M->fused_dloss <= 0) crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
@@ -6446,21 +6517,27 @@ __device__ __forceinline__ void adamw_one(float &w, float g32, float &m, float &
     const double mh = m / s.c1, vh = v / s.c2;
     w -= s.lr * (mh / (sqrt(vh) + ADAMW_EPS) + s.decay * w);
 }
+// copies (NULL: none): the bf16 weight copies, written where a run has one (r.c)
 __global__ void __launch_bounds__(256) adamw_kernel(float *params, const float *grads, float *m, float *v,
-        const AdamRun *runs, double lr, double wd, double grad_scale, double c1, double c2) {
+        __nv_bfloat16 *copies, const AdamRun *runs, double lr, double wd, double grad_scale, double c1, double c2) {
     const AdamRun r = runs[blockIdx.x];
     const AdamStep s = {lr, r.decay ? wd : 0, grad_scale, c1, c2};
     float *w = params + r.p, *mm = m + r.m, *vv = v + r.m;
     const float *g = grads + r.p;
-    const int n4 = r.p % 4 == 0 && r.m % 4 == 0 ? r.n / 4 : 0;
+    __nv_bfloat16 *wc = copies && r.c != WCOPY_NONE ? copies + r.c : NULL;
+    const int n4 = r.p % 4 == 0 && r.m % 4 == 0 && (!wc || r.c % 4 == 0) ? r.n / 4 : 0;
     for (int j = threadIdx.x; j < n4; j += blockDim.x) {
         float4 w4 = ((float4 *)w)[j], m4 = ((float4 *)mm)[j], v4 = ((float4 *)vv)[j];
         const float4 g4 = ((const float4 *)g)[j];
         adamw_one(w4.x, g4.x, m4.x, v4.x, s); adamw_one(w4.y, g4.y, m4.y, v4.y, s);
         adamw_one(w4.z, g4.z, m4.z, v4.z, s); adamw_one(w4.w, g4.w, m4.w, v4.w, s);
         ((float4 *)w)[j] = w4; ((float4 *)mm)[j] = m4; ((float4 *)vv)[j] = v4;
+        if (wc) st4(wc + 4 * j, w4.x, w4.y, w4.z, w4.w);
     }
-    for (int j = 4 * n4 + threadIdx.x; j < r.n; j += blockDim.x) adamw_one(w[j], g[j], mm[j], vv[j], s);
+    for (int j = 4 * n4 + threadIdx.x; j < r.n; j += blockDim.x) {
+        adamw_one(w[j], g[j], mm[j], vv[j], s);
+        if (wc) wc[j] = __float2bfloat16_rn(w[j]);
+    }
 }
 // The runs adamw_kernel takes (device), built once: of every tensor, or under ZeRO-1 of the parts of the tensors
 // in this rank's slices.
@@ -6476,8 +6553,10 @@ static const AdamRun *adamw_runs(Model *M) {
                 size_t slo, n = zero_slice(M, b, &slo, &mom);
                 lo = std::max(o, slo); hi = std::min(e, slo + n); m = mom + (lo - slo);
             }
+            const size_t c = M->wc.at[k];
             for (size_t j = lo; j < hi; j += ADAMW_RUN)
-                runs.push_back({j, m + (j - lo), (int)std::min((size_t)ADAMW_RUN, hi - j), pt->decay});
+                runs.push_back({j, m + (j - lo), c == WCOPY_NONE ? WCOPY_NONE : c + (j - o),
+                                (int)std::min((size_t)ADAMW_RUN, hi - j), pt->decay});
         }
     }
     M->adam_nruns = (int)runs.size();
@@ -6487,14 +6566,17 @@ static const AdamRun *adamw_runs(Model *M) {
 }
 // One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), as train_natsl.c: of
 // every tensor, or under ZeRO-1 of the parts of the tensors in this rank's slices, whose parameters are then
-// all-gathered from their ranks.
+// all-gathered from their ranks. The weights' bf16 copies where they are fresh stay so (written with the weights),
+// but under ZeRO-1: there the next pass remakes them from the gathered parameters.
 static void adamw_update(Model *M, double lr, double wd, double grad_scale, int t) {
     PROF_OP();
     model_alloc_moments(M);
     double c1 = 1 - pow(ADAMW_BETA1, t), c2 = 1 - pow(ADAMW_BETA2, t);
     const AdamRun *runs = adamw_runs(M);
+    if (g_zero) M->wc.fresh = 0;
     if (M->adam_nruns) {
-        adamw_kernel<<<M->adam_nruns, 256>>>(M->params, M->grads, M->adam_m, M->adam_v, runs, lr, wd, grad_scale, c1, c2);
+        adamw_kernel<<<M->adam_nruns, 256>>>(M->params, M->grads, M->adam_m, M->adam_v, M->wc.fresh ? M->wc.buf : NULL,
+                                             runs, lr, wd, grad_scale, c1, c2);
         CUDA_CHECK(cudaGetLastError());
     }
     if (!g_zero) return;

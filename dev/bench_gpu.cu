@@ -63,11 +63,18 @@ static int make_config(Config *c, const char *preset, const char *pattern, int V
     return 0;
 }
 
+// the bf16 mode's weight copies (weight_copies_layout)
+static size_t weight_copies_bytes(const Config *c) {
+    ParamTensor t[NATSL_MAX_TENSORS];
+    size_t np, at[NATSL_MAX_TENSORS];
+    int nt = param_tensors(c, t, &np);
+    return g_bf16 ? weight_copies_layout(t, nt, at) * sizeof(__nv_bfloat16) : 0;
+}
 // bytes model_build + model_alloc_acts + AdamW take (bench_gpu mem's plan); *np gets the parameter count
 static size_t planned_bytes(const Config *c, int B, int T, int recompute, size_t *np, size_t *parts = NULL) {
     ParamTensor t[NATSL_MAX_TENSORS];
     param_tensors(c, t, np);
-    return 4 * *np * sizeof(float) + model_acts_bytes(c, B, T, recompute, parts);
+    return 4 * *np * sizeof(float) + weight_copies_bytes(c) + model_acts_bytes(c, B, T, recompute, parts);
 }
 // the plan + the attention scratch + cuBLAS and the context (a slightly generous estimate)
 static size_t estimate_bytes(const Config *c, int B, int T, int recompute) {
@@ -93,6 +100,7 @@ static void bench_mem(const char *preset, const char *pattern, int V, int B, int
     printf("mem %s %s %s: V=%d B=%d T=%d recompute %d: %.2f GiB planned\n", preset, pattern, prec ? "bf16" : "fp32", V,
            B, T, recompute, all / GiB);
     printf("  parameters, gradients, AdamW m and v  %6.2f GiB  (%zu parameters, fp32)\n", model / GiB, np);
+    if (prec) printf("  the matmul weights' bf16 copies       %6.2f GiB\n", weight_copies_bytes(&c) / GiB);
     const char *what[ACTS_BYTES_PARTS] = {"activations", "gradient scratch", "GDN op workspace beyond the logits'",
                                           "final norm, classifier, ids"};
     for (int k = 0; k < ACTS_BYTES_PARTS; k++) printf("  %-38s %6.2f GiB\n", what[k], parts[k] / GiB);
