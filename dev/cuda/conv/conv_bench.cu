@@ -22,6 +22,9 @@
 // with the rows as floats (168 registers, four blocks an SM) 0.164 ms against the two passes' 0.159; the rows kept
 // packed until used 0.139 (4 blocks), 0.129 (registers capped for 6), 0.128 (8: spills); the next eight rows' loads
 // issued before the current ones are used, 0.147 / 0.144 (4 / 6 blocks). The trainer keeps them packed at 6.
+// Session 28: the backward staged in shared memory (a block of 128 channels, 4 tiles of 64 steps, each tile's x and dy
+// rows copied by cp.async before the threads walk down it; dev/results/2026-11-27_s28_run5_h100) was correct, dx the
+// same bits, but slower than the trainer's form: 0.509 against 0.367 ms; not kept.
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench
