@@ -189,39 +189,44 @@ static float *colpart(size_t n) {
 }
 static int colsum_parts(int R) { int p = R / 512; return p < 1 ? 1 : p > 64 ? 64 : p; }
 
+// Both kernels: a block of 32 columns × COLSUM_ROWS row-threads, each thread summing every COLSUM_ROWS-th row of its
+// block's share, then warp row 0 adding the COLSUM_ROWS sums in order. With 8 row-threads (before session 28) the GDN
+// gates' sums over 32768 rows took 65.6 µs (ncu: 64 blocks of 8 warps, each thread's 64 rows one after the other, 12.5%
+// occupancy) and the finishes over few columns 11-16 µs; with 32, 20.1 µs and 5.5-6.7 µs (dev/results, s28 runs 8, 9).
+#define COLSUM_ROWS 32
 template <class F>
-__global__ void colsum_partial_kernel(float *part, int R, int n, F f) {
-    __shared__ float sh[8][33];
+__global__ void __launch_bounds__(32 * COLSUM_ROWS) colsum_partial_kernel(float *part, int R, int n, F f) {
+    __shared__ float sh[COLSUM_ROWS][33];
     int i = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.f;
     if (i < n)
-        for (int r = blockIdx.y * 8 + threadIdx.y; r < R; r += gridDim.y * 8) acc += f(r, i);
+        for (int r = blockIdx.y * COLSUM_ROWS + threadIdx.y; r < R; r += gridDim.y * COLSUM_ROWS) acc += f(r, i);
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && i < n) {
         float s = 0.f;
-        for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x];
+        for (int k = 0; k < COLSUM_ROWS; k++) s += sh[k][threadIdx.x];
         part[(size_t)blockIdx.y * n + i] = s;
     }
 }
-// dw[i] += Σ_p part[p][off + i] for i < n (part rows have stride ld). A block takes 32 columns; its 8 warps sum
-// every 8th row each, then warp 0 adds the 8 sums in order.
-__global__ void colsum_finish_kernel(float *dw, const float *part, int np, int n, int ld, int off) {
-    __shared__ float sh[8][33];
+// dw[i] += Σ_p part[p][off + i] for i < n (part rows have stride ld)
+__global__ void __launch_bounds__(32 * COLSUM_ROWS) colsum_finish_kernel(float *dw, const float *part, int np, int n,
+                                                                          int ld, int off) {
+    __shared__ float sh[COLSUM_ROWS][33];
     int i = blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
     if (i < n)
-        for (int p = threadIdx.y; p < np; p += 8) s += part[(size_t)p * ld + off + i];
+        for (int p = threadIdx.y; p < np; p += COLSUM_ROWS) s += part[(size_t)p * ld + off + i];
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && i < n) {
         float t = 0.f;
-        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+        for (int k = 0; k < COLSUM_ROWS; k++) t += sh[k][threadIdx.x];
         dw[i] += t;
     }
 }
 static void colsum_finish(float *dw, const float *part, int np, int n, int ld, int off) {
-    colsum_finish_kernel<<<CEIL_DIV(n, 32), dim3(32, 8)>>>(dw, part, np, n, ld, off);
+    colsum_finish_kernel<<<CEIL_DIV(n, 32), dim3(32, COLSUM_ROWS)>>>(dw, part, np, n, ld, off);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -1283,7 +1288,7 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
     GatesDw f = {dg, ab, g, A_log, dt_bias, H};
     int np = colsum_parts(BT), n = 2 * H;
     float *part = colpart((size_t)np * n);
-    colsum_partial_kernel<<<dim3(CEIL_DIV(n, 32), np), dim3(32, 8)>>>(part, BT, n, f);
+    colsum_partial_kernel<<<dim3(CEIL_DIV(n, 32), np), dim3(32, COLSUM_ROWS)>>>(part, BT, n, f);
     CUDA_CHECK(cudaGetLastError());
     colsum_finish(ddt_bias, part, np, H, n, 0);
     colsum_finish(dA_log, part, np, H, n, H);
