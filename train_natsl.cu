@@ -194,6 +194,15 @@ static int colsum_parts(int R) { int p = R / 512; return p < 1 ? 1 : p > 64 ? 64
 // gates' sums over 32768 rows took 65.6 µs (ncu: 64 blocks of 8 warps, each thread's 64 rows one after the other, 12.5%
 // occupancy) and the finishes over few columns 11-16 µs; with 32, 20.1 µs and 5.5-6.7 µs (dev/results, s28 runs 8, 9).
 #define COLSUM_ROWS 32
+// the block's COLSUM_ROWS per-thread sums v of its 32 columns, added in row order: the total, on row-thread 0
+__device__ __forceinline__ float colsum_rows(float v, float (*sh)[33]) {
+    sh[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    float t = 0.f;
+    if (threadIdx.y == 0)
+        for (int k = 0; k < COLSUM_ROWS; k++) t += sh[k][threadIdx.x];
+    return t;
+}
 template <class F>
 __global__ void __launch_bounds__(32 * COLSUM_ROWS) colsum_partial_kernel(float *part, int R, int n, F f) {
     __shared__ float sh[COLSUM_ROWS][33];
@@ -201,13 +210,8 @@ __global__ void __launch_bounds__(32 * COLSUM_ROWS) colsum_partial_kernel(float 
     float acc = 0.f;
     if (i < n)
         for (int r = blockIdx.y * COLSUM_ROWS + threadIdx.y; r < R; r += gridDim.y * COLSUM_ROWS) acc += f(r, i);
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && i < n) {
-        float s = 0.f;
-        for (int k = 0; k < COLSUM_ROWS; k++) s += sh[k][threadIdx.x];
-        part[(size_t)blockIdx.y * n + i] = s;
-    }
+    const float s = colsum_rows(acc, sh);
+    if (threadIdx.y == 0 && i < n) part[(size_t)blockIdx.y * n + i] = s;
 }
 // dw[i] += Σ_p part[p][off + i] for i < n (part rows have stride ld)
 __global__ void __launch_bounds__(32 * COLSUM_ROWS) colsum_finish_kernel(float *dw, const float *part, int np, int n,
@@ -217,13 +221,8 @@ __global__ void __launch_bounds__(32 * COLSUM_ROWS) colsum_finish_kernel(float *
     float s = 0.f;
     if (i < n)
         for (int p = threadIdx.y; p < np; p += COLSUM_ROWS) s += part[(size_t)p * ld + off + i];
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && i < n) {
-        float t = 0.f;
-        for (int k = 0; k < COLSUM_ROWS; k++) t += sh[k][threadIdx.x];
-        dw[i] += t;
-    }
+    const float t = colsum_rows(s, sh);
+    if (threadIdx.y == 0 && i < n) dw[i] += t;
 }
 static void colsum_finish(float *dw, const float *part, int np, int n, int ld, int off) {
     colsum_finish_kernel<<<CEIL_DIV(n, 32), dim3(32, COLSUM_ROWS)>>>(dw, part, np, n, ld, off);
@@ -243,6 +242,11 @@ static int g_prof = 0, g_prof_n = 0;
 static const char *g_prof_name[PROF_MAX];
 static double g_prof_ms[PROF_MAX], g_prof_between_ms;
 static int g_prof_depth = 0; // an op inside another op (router_forward's matmul) counts toward the outer one
+// the profiling level NATSL_PROFILE asks for: 0 (unset: none), 1 or 2
+static int prof_level(void) {
+    const char *e = getenv("NATSL_PROFILE");
+    return e ? std::min(std::max(atoi(e), 0), 2) : 0;
+}
 struct ProfTimed { int k; cudaEvent_t e0, e1; };
 static std::vector<ProfTimed> g_prof_timed; // the ops recorded and not read yet, in launch order
 static std::vector<cudaEvent_t> g_prof_events; // the event pool: the first 2·g_prof_timed.size() are in use
@@ -403,6 +407,13 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __float2bfloat16_rn(x[i]);
 }
+// the grid of 256-thread blocks a grid-stride kernel over n values takes (at most 16 blocks an SM)
+static unsigned rows_grid(size_t n) { return (unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16); }
+// y[0..n) = x[0..n) rounded to bf16 (round to nearest even)
+static void to_bf16_copy(__nv_bfloat16 *y, const float *x, size_t n) {
+    to_bf16_kernel<<<rows_grid(n), 256>>>(y, x, n);
+    CUDA_CHECK(cudaGetLastError());
+}
 // The scratch slots of the bf16 operand copies: one per operand of a product, so the three can coexist.
 enum { OPERAND_DOUT, OPERAND_WEIGHT, OPERAND_INPUT, OPERAND_SLOTS };
 static struct {
@@ -426,8 +437,7 @@ static const __nv_bfloat16 *to_bf16(const float *x, size_t n, int slot) {
     const int ready = g_operand[slot].ready == x && g_operand[slot].ready_n == n;
     g_operand[slot].ready = NULL;
     if (ready) return buf;
-    to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16), 256>>>(buf, x, n);
-    CUDA_CHECK(cudaGetLastError());
+    to_bf16_copy(buf, x, n);
     return buf;
 }
 // bf16 mode: where x's producer is to write the bf16 copy of its final values x[n] that the next to_bf16(x, n,
@@ -2975,7 +2985,6 @@ __global__ void rows_from_bf16_kernel(float *y, int ldy, const bf16 *x, int ldx,
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)gridDim.x * blockDim.x)
         y[(i / cols) * ldy + i % cols] = __bfloat162float(x[(i / cols) * ldx + i % cols]);
 }
-static unsigned rows_grid(size_t n) { return (unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16); }
 // rows × cols of fp32 x (row stride ldx) to bf16 y (row stride ldy)
 static void rows_to_bf16(bf16 *y, int ldy, const float *x, int ldx, size_t rows, int cols) {
     rows_to_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, ldy, x, ldx, rows, cols);
@@ -5841,13 +5850,9 @@ static void weights_use(Model *M) {
     WeightCopies *c = &M->wc;
     if (!c->fresh) {
         if (!c->buf) c->buf = (__nv_bfloat16 *)xcudamalloc(std::max(c->n, (size_t)1) * sizeof(__nv_bfloat16));
-        for (int k = 0; k < c->ntensors; k++) {
-            if (c->at[k] == WCOPY_NONE) continue;
-            const size_t n = c->tensors[k].numel;
-            to_bf16_kernel<<<(unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16), 256>>>(c->buf + c->at[k],
-                    c->params + c->tensors[k].offset, n);
-            CUDA_CHECK(cudaGetLastError());
-        }
+        for (int k = 0; k < c->ntensors; k++)
+            if (c->at[k] != WCOPY_NONE)
+                to_bf16_copy(c->buf + c->at[k], c->params + c->tensors[k].offset, c->tensors[k].numel);
         c->fresh = 1;
     }
     g_wcopy = c;
@@ -6652,7 +6657,7 @@ static void backend_start(const TrainArgs *a) {
 #ifdef USE_MPI
     if (g_world > 1 && (a->pi ? !strcmp(a->pi, "mpi") : g_job.mpi)) MPI_Init(NULL, NULL);
 #endif
-    g_prof = getenv("NATSL_PROFILE") ? std::min(std::max(atoi(getenv("NATSL_PROFILE")), 0), 2) : 0;
+    g_prof = prof_level();
     dist_start(a);
     int dev;
     cudaDeviceProp prop;

@@ -408,7 +408,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!strcmp(mode, "step") || !strcmp(mode, "all")) {
-        int profile = getenv("NATSL_PROFILE") ? std::min(std::max(atoi(getenv("NATSL_PROFILE")), 0), 2) : 0;
+        int profile = prof_level();
         for (const auto &pat : patterns) bench_step(preset, pat.c_str(), V, B, T, iters, recompute, precs, profile);
     }
     if (!strcmp(mode, "gemm") || !strcmp(mode, "all")) {
