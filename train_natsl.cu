@@ -5571,12 +5571,17 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
     router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
     CUDA_CHECK(cudaGetLastError());
 }
-__global__ void router_dx_kernel(float *dx, const float *dpool, int B, int T, int D) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * T * D) return;
-    size_t bt = idx / D, b = bt / T, t = bt % T;
-    int i = (int)(idx % D), Nc = T / CH;
-    dx[idx] += dpool[(b * Nc + t / CH) * D + i] / CH;
+// dx_t += dp_{c(t)} / 64: a block per chunk (b, c), a thread per column, down the chunk's 64 rows
+// dx_t += dp_{c(t)} / 64: a block per chunk (b, c) and ROUTER_DX_ROWS of its rows, a thread per column
+#define ROUTER_DX_ROWS 16
+__global__ void router_dx_kernel(float *dx, const float *dpool, int T, int D) {
+    const int Nc = T / CH, b = blockIdx.x / Nc, c = blockIdx.x % Nc;
+    float *x = dx + ((size_t)b * T + (size_t)c * CH + (size_t)blockIdx.y * ROUTER_DX_ROWS) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        const float g = dpool[(size_t)blockIdx.x * D + i] / CH;
+#pragma unroll
+        for (int t = 0; t < ROUTER_DX_ROWS; t++) x[(size_t)t * D + i] += g;
+    }
 }
 // The §7 straight-through: dℓ0 = y0·y1·((dA0 + dpi0) − (dA1 + dpi1))/τ = −dℓ1, the last chunk's pairs skipped
 __global__ void router_dlogits_kernel(float *dx, const float *dA, const float *y, size_t npairs, int H, int Nc,
@@ -5603,7 +5608,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
     CUDA_CHECK(cudaGetLastError());
     matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, OPERAND_DOUT),
                     operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, DINP_WRITE);
-    router_dx_kernel<<<(unsigned)CEIL_DIV((size_t)B * T * D, 256), 256>>>(dx, dpool, B, T, D);
+    router_dx_kernel<<<dim3((unsigned)(B * Nc), CH / ROUTER_DX_ROWS), 256>>>(dx, dpool, T, D);
     CUDA_CHECK(cudaGetLastError());
 }
 
