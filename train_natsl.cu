@@ -449,17 +449,17 @@ static __nv_bfloat16 *operand_claim(const float *x, size_t n, int slot) {
     g_operand[slot].ready_n = n;
     return buf;
 }
-// bf16 mode runs the products through cuBLASLt with, for each distinct product (shape, transposes, strides,
-// accumulate or not, output type), the fastest of the first GEMM_CANDIDATES algorithms its heuristic offers, timed
-// once on the product's own operands (dev/cuda/gemm_tune: cublasGemmEx's choice, which equals the heuristic's first,
-// is 6.8% slower over the 340m's linear layers). The choice is fixed for the run, so recompute reruns stay
-// bit-identical; a run keeps its choices in the file that NATSL_GEMM_ALGOS names or else, with -o, in
-// <dir>/gemm_algos.bin (several ranks: each its own, _rNNN), and a run that finds the file (a resume) takes them from
-// there, so that it computes the same bits as the run it continues (gemm_cache_*). cuBLASLt's algorithms may need
+// bf16 mode runs the products through cuBLASLt with, for each distinct product (shape, transposes, strides, accumulate
+// or not, output type), the fastest of the algorithms gemm_candidates lists, timed at its first call on the product's
+// own operands (dev/cuda/gemm_tune: cublasGemmEx's choice, which equals the heuristic's first, is 6.8% slower over the
+// 340m's linear layers; NATSL_GEMM_REPORT=1 prints a line for each product timed). The choice is fixed for the run, so
+// recompute reruns stay bit-identical; a run keeps its choices in the file that NATSL_GEMM_ALGOS names or else, with
+// -o, in <dir>/gemm_algos.bin (several ranks: each its own, _rNNN), and a run that finds the file (a resume) takes them
+// from there, so that it computes the same bits as the run it continues (gemm_cache_*). cuBLASLt's algorithms may need
 // aligned pointers: the key holds the operands' alignments. NATSL_GEMM_TIMED=0 takes the heuristic's first candidate
-// untimed, so that separate runs compute the same bits (make test's CPU-vs-GPU comparison: timing noise otherwise
-// picks other algorithms from run to run, whose bf16 roundings moved the 760m router weight's gradient by 1.7e-2 to
-// 3.6e-2 against the CPU, across its 3e-2 bar).
+// untimed, so that separate runs compute the same bits (make test's CPU-vs-GPU comparison: timing noise otherwise picks
+// other algorithms from run to run, whose bf16 roundings moved the 760m router weight's gradient by 1.7e-2 to 3.6e-2
+// against the CPU, across its 3e-2 bar).
 #define GEMM_CANDIDATES 8
 #define GEMM_WORKSPACE (32u << 20)
 typedef struct {
@@ -552,9 +552,66 @@ static void gemm_cache_save(void) {
     }
     g_plans_saved = g_plans.size();
 }
-// The plan of a product: a known one, one read from the run directory, or a new choice, timed on its operands
-// (median of 3 after one warm-up each) into D itself where D's old values are not read, else into a scratch
-// output (the heuristic's first candidate where no scratch fits in memory).
+// NATSL_GEMM_REPORT=1: a line for each product timed (its candidates, their best, the one taken)
+static int gemm_report(void) {
+    static int r = -1;
+    if (r < 0) { const char *e = getenv("NATSL_GEMM_REPORT"); r = e && atoi(e) != 0; }
+    return r;
+}
+// The algorithms a product may take: the heuristic's first GEMM_CANDIDATES (its best fit, in its order), then (when
+// they are timed) for every algorithm id cuBLASLt has for these types, up to GEMM_CANDIDATES_PER_ID configurations
+// of that id that its heuristic offers (those not already in: ~13 more at the 340m). Returns how many came first.
+#define GEMM_CANDIDATES_PER_ID 32
+static int gemm_candidates(const GemmPlan *p, const GemmKey *want, std::vector<cublasLtMatmulAlgo_t> *out) {
+    if (g_gemm_timed < 0) { const char *e = getenv("NATSL_GEMM_TIMED"); g_gemm_timed = !(e && atoi(e) == 0); }
+    cublasLtMatmulPreference_t pref;
+    const size_t ws = GEMM_WORKSPACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t al[4] = {(uint32_t)want->align_a, (uint32_t)want->align_b, (uint32_t)want->align_c, (uint32_t)want->align_c};
+    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof(al[i])));
+    cublasLtMatmulHeuristicResult_t cand[GEMM_CANDIDATES_PER_ID];
+    int ncand = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->a, p->b, p->c, p->c, pref, GEMM_CANDIDATES, cand, &ncand));
+    if (ncand == 0) {
+        fprintf(stderr, "error: cuBLASLt has no algorithm for a %dx%dx%d product\n", want->m, want->n, want->k);
+        exit(1);
+    }
+    for (int i = 0; i < ncand; i++) out->push_back(cand[i].algo);
+    const int n_first = ncand;
+    if (g_gemm_timed) {
+        const cudaDataType_t ct = want->C_mp ? CUDA_R_16BF : CUDA_R_32F;
+        int ids[256], nids = 0;
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(g_lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ct, ct, 256,
+                                              ids, &nids));
+        const uint32_t mode = CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode, sizeof(mode)));
+        for (int j = 0; j < nids; j++) {
+            cublasLtMatmulAlgo_t algo;
+            if (cublasLtMatmulAlgoInit(g_lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ct, ct, ids[j],
+                                       &algo) != CUBLAS_STATUS_SUCCESS) continue;
+            for (cublasLtMatmulHeuristicResult_t &c : cand) c.algo = algo; // the id the search keeps to
+            int nj = 0;
+            if (cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->a, p->b, p->c, p->c, pref, GEMM_CANDIDATES_PER_ID, cand,
+                                               &nj) != CUBLAS_STATUS_SUCCESS) continue;
+            for (int i = 0; i < nj; i++) {
+                int seen = 0;
+                for (const cublasLtMatmulAlgo_t &a : *out) seen |= !memcmp(&a, &cand[i].algo, sizeof(a));
+                if (!seen && cand[i].state == CUBLAS_STATUS_SUCCESS) out->push_back(cand[i].algo);
+            }
+        }
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    return n_first;
+}
+// The plan of a product: a known one, one read from the run directory, or a new choice, timed on its operands into D
+// itself where D's old values are not read, else into a scratch output (the heuristic's first candidate where no
+// scratch fits in memory). The candidates take turns: a round that warms each up and times it once, which drops
+// those over 1.15× the fastest, then GEMM_ROUNDS rounds whose median decides. (Timed one after the other, 3 times
+// each, the same algorithm measured up to 15% apart from run to run as the clocks moved, and the choice with it.)
+#define GEMM_ROUNDS 5
 static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void *B, const float *Cin, void *D) {
     for (const GemmPlan &p : g_plans)
         if (gemm_key_same(&p.key, want)) return &p;
@@ -581,49 +638,63 @@ static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void 
                 return &g_plans.back();
             }
         }
-    cublasLtMatmulPreference_t pref;
-    const size_t ws = GEMM_WORKSPACE;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    const uint32_t al[4] = {(uint32_t)want->align_a, (uint32_t)want->align_b, (uint32_t)want->align_c, (uint32_t)want->align_c};
-    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof(al[i])));
-    cublasLtMatmulHeuristicResult_t cand[GEMM_CANDIDATES];
-    int ncand = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p.op, p.a, p.b, p.c, p.c, pref, GEMM_CANDIDATES, cand, &ncand));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (ncand == 0) { fprintf(stderr, "error: cuBLASLt has no algorithm for a %dx%dx%d product\n", m, n, k); exit(1); }
-    if (g_gemm_timed < 0) { const char *e = getenv("NATSL_GEMM_TIMED"); g_gemm_timed = !(e && atoi(e) == 0); }
-    if (!g_gemm_timed) ncand = 1;
-    p.key.algo = cand[0].algo;
+    std::vector<cublasLtMatmulAlgo_t> cand;
+    const int n_first = gemm_candidates(&p, want, &cand);
+    const int ncand = g_gemm_timed ? (int)cand.size() : 1;
+    p.key.algo = cand[0];
     void *out = D, *scratch = NULL;
-    if (ncand > 1 && want->accumulate && Cin == D) { // the product reads D: time it elsewhere
+    int timed = ncand > 1;
+    if (timed && want->accumulate && Cin == D) { // the product reads D: time it elsewhere
         size_t bytes = (size_t)want->ldc * n * (want->C_mp ? 2 : 4);
         if (cudaMalloc(&scratch, bytes) == cudaSuccess) CUDA_CHECK(cudaMemset(scratch, 0, bytes));
-        else { (void)cudaGetLastError(); ncand = 1; }
+        else { (void)cudaGetLastError(); timed = 0; }
         out = scratch;
     }
-    if (ncand > 1) {
+    if (timed) {
         cudaEvent_t e0, e1;
         CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
         const float one = 1.f, beta = want->accumulate ? 1.f : 0.f;
         const void *C = Cin == D ? out : Cin;
-        float best = 1e30f;
-        for (int i = 0; i < ncand; i++) {
-            float t[3];
-            for (int r = -1; r < 3; r++) {
+        auto run = [&](int i) {
+            return cublasLtMatmul(g_lt, p.op, &one, A, p.a, B, p.b, &beta, C, p.c, out, p.c, &cand[i], g_lt_ws,
+                                  GEMM_WORKSPACE, 0) == CUBLAS_STATUS_SUCCESS;
+        };
+        std::vector<float> t((size_t)ncand * (GEMM_ROUNDS + 1), INFINITY); // t[i·(R+1) + r]: candidate i, round r
+        float best0 = INFINITY;
+        for (int r = 0; r <= GEMM_ROUNDS; r++)
+            for (int i = 0; i < ncand; i++) {
+                float *ti = &t[(size_t)i * (GEMM_ROUNDS + 1)];
+                if (r > 0 && ti[0] > 1.15f * best0) continue; // failed or far from the fastest in round 0
+                if (r == 0 && !run(i)) continue;                // (warm-up; a candidate that does not run stays out)
                 CUDA_CHECK(cudaEventRecord(e0));
-                CUBLAS_CHECK(cublasLtMatmul(g_lt, p.op, &one, A, p.a, B, p.b, &beta, C, p.c, out, p.c, &cand[i].algo,
-                                            g_lt_ws, GEMM_WORKSPACE, 0));
+                if (!run(i)) { ti[0] = INFINITY; continue; }
                 CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
-                if (r >= 0) CUDA_CHECK(cudaEventElapsedTime(&t[r], e0, e1));
+                CUDA_CHECK(cudaEventElapsedTime(&ti[r], e0, e1));
+                if (r == 0) best0 = std::min(best0, ti[0]);
             }
-            std::sort(t, t + 3);
-            if (t[1] < best) { best = t[1]; p.key.algo = cand[i].algo; }
+        float best = INFINITY, best_first = INFINITY, first = 0.f;
+        int best_i = 0;
+        for (int i = 0; i < ncand; i++) {
+            float *ti = &t[(size_t)i * (GEMM_ROUNDS + 1)];
+            std::sort(ti + 1, ti + GEMM_ROUNDS + 1);
+            const float med = ti[1 + GEMM_ROUNDS / 2], rep = isinf(med) ? ti[0] : med; // (rep: for the report)
+            if (i == 0) first = rep;
+            if (i < n_first) best_first = std::min(best_first, rep);
+            if (med < best) { best = med; best_i = i; p.key.algo = cand[i]; }
         }
         cudaEvent_t ev[] = {e0, e1};
         for (cudaEvent_t e : ev) CUDA_CHECK(cudaEventDestroy(e));
+        if (gemm_report()) {
+            int cfg[4] = {0, 0, 0, 0}; // algorithm id, tile, stages, split-K
+            const cublasLtMatmulAlgoConfigAttributes_t at[4] = {CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID,
+                CUBLASLT_ALGO_CONFIG_STAGES_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM};
+            for (int j = 0; j < 4; j++) cublasLtMatmulAlgoConfigGetAttribute(&p.key.algo, at[j], &cfg[j], sizeof(int), NULL);
+            printf("gemm %c%c m=%d n=%d k=%d%s%s: %d candidates (%d best-fit); the heuristic's first %.3f ms, best of "
+                   "its %d %.3f, best %.3f ms (%.0f TFLOP/s; #%d: id %d tile %d stages %d split-K %d)\n",
+                   "NT"[want->ta != 0], "NT"[want->tb != 0], m, n, k, want->accumulate ? " +C" : "",
+                   want->C_mp ? " bf16" : "", ncand, n_first, first, n_first, best_first, best,
+                   2e-9 * m * n * k / best, best_i, cfg[0], cfg[1], cfg[2], cfg[3]);
+        }
     }
     if (scratch) CUDA_CHECK(cudaFree(scratch));
     g_plans.push_back(p);
