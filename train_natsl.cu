@@ -1653,12 +1653,18 @@ static void residual_add(real *out, const real *x, const real *res, size_t n) {
 
 // Σ a_i·b_i of two device vectors, in double and in a fixed partition and order (bitwise reproducible): the
 // gradient norm (§9), an S gate's ⟨dout, mixer output⟩ (7.3d). One host read. a_mp: a is stored in the matmul
-// precision (dout).
+// precision (dout). A thread takes runs of four values where a and b are aligned for them (the gradient norm took
+// 0.79 ms a 340m step in scalar loads, 1.8 TB/s), the rest one by one.
 template <class A> __global__ void dot_partial_kernel(double *part, const A *a, const float *b, size_t n) {
     __shared__ double sh[512];
     double s = 0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += (double)ld(a + i) * b[i];
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t n4 = (uintptr_t)a % (4 * sizeof(A)) == 0 && (uintptr_t)b % 16 == 0 ? n / 4 : 0;
+    for (size_t i = first; i < n4; i += stride) {
+        const float4 x = ld4(a + 4 * i), y = ld4(b + 4 * i);
+        s += ((double)x.x * y.x + (double)x.y * y.y) + ((double)x.z * y.z + (double)x.w * y.w);
+    }
+    for (size_t i = 4 * n4 + first; i < n; i += stride) s += (double)ld(a + i) * b[i];
     sh[threadIdx.x] = s;
     __syncthreads();
     for (int o = blockDim.x / 2; o > 0; o >>= 1) {
