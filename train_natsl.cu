@@ -478,7 +478,6 @@ static std::deque<GemmPlan> g_plans;    // (a deque: the plans handed out stay w
 static std::vector<GemmKey> g_plan_cache; // the choices read from the file
 static char g_plan_path[1100];            // where this run keeps its choices ("" = nowhere)
 static size_t g_plans_saved;              // how many of g_plans the file holds
-static int g_gemm_timed = -1;             // time the candidates (NATSL_GEMM_TIMED, default 1)
 static int gemm_key_same(const GemmKey *x, const GemmKey *y) { // the product, not the algorithm
     return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->lda == y->lda &&
            x->ldb == y->ldb && x->ldc == y->ldc && x->accumulate == y->accumulate && x->C_mp == y->C_mp &&
@@ -552,6 +551,12 @@ static void gemm_cache_save(void) {
     }
     g_plans_saved = g_plans.size();
 }
+// Whether the candidates are timed (NATSL_GEMM_TIMED, default 1; 0: the heuristic's first, untimed)
+static int gemm_timed(void) {
+    static int r = -1;
+    if (r < 0) { const char *e = getenv("NATSL_GEMM_TIMED"); r = !(e && atoi(e) == 0); }
+    return r;
+}
 // NATSL_GEMM_REPORT=1: a line for each product timed (its candidates, their best, the one taken)
 static int gemm_report(void) {
     static int r = -1;
@@ -563,7 +568,6 @@ static int gemm_report(void) {
 // of that id that its heuristic offers (those not already in: ~13 more at the 340m). Returns how many came first.
 #define GEMM_CANDIDATES_PER_ID 32
 static int gemm_candidates(const GemmPlan *p, const GemmKey *want, std::vector<cublasLtMatmulAlgo_t> *out) {
-    if (g_gemm_timed < 0) { const char *e = getenv("NATSL_GEMM_TIMED"); g_gemm_timed = !(e && atoi(e) == 0); }
     cublasLtMatmulPreference_t pref;
     const size_t ws = GEMM_WORKSPACE;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -581,7 +585,7 @@ static int gemm_candidates(const GemmPlan *p, const GemmKey *want, std::vector<c
     }
     for (int i = 0; i < ncand; i++) out->push_back(cand[i].algo);
     const int n_first = ncand;
-    if (g_gemm_timed) {
+    if (gemm_timed()) {
         const cudaDataType_t ct = want->C_mp ? CUDA_R_16BF : CUDA_R_32F;
         int ids[256], nids = 0;
         CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(g_lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ct, ct, 256,
@@ -640,7 +644,7 @@ static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void 
         }
     std::vector<cublasLtMatmulAlgo_t> cand;
     const int n_first = gemm_candidates(&p, want, &cand);
-    const int ncand = g_gemm_timed ? (int)cand.size() : 1;
+    const int ncand = gemm_timed() ? (int)cand.size() : 1;
     p.key.algo = cand[0];
     void *out = D, *scratch = NULL;
     int timed = ncand > 1;
@@ -5648,7 +5652,6 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
     router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
     CUDA_CHECK(cudaGetLastError());
 }
-// dx_t += dp_{c(t)} / 64: a block per chunk (b, c), a thread per column, down the chunk's 64 rows
 // dx_t += dp_{c(t)} / 64: a block per chunk (b, c) and ROUTER_DX_ROWS of its rows, a thread per column
 #define ROUTER_DX_ROWS 16
 __global__ void router_dx_kernel(float *dx, const float *dpool, int T, int D) {
