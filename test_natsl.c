@@ -185,13 +185,16 @@ static void test_grad_swiglu(void) {
 }
 
 static double conv_loss(void *p) { NormCtx *c = p; conv_silu_forward(c->y, c->x, 5, 1, c->w, 2, 6, 3); return dot_r(c->y, c->R, 36); }
-static void test_grad_conv_silu(void) { // B=2, T=6, channels 1..3 of rows of stride 5 (weights [5][4])
+static void test_grad_conv_silu(void) { // B=2, T=6, channels 1..3 of rows of stride 5 (weights [5][4]); dx's rows of 7
     NormCtx c = {vec(60), vec(20), vec(36), NULL, vec(36)};
-    real *dx = vec(60), *dw = vec(20);
+    real *dx = vec(60), *dw = vec(20), *dx7 = vec(84);
     fill_normal(c.x, 60, 1); fill_normal(c.w + 4, 12, 0.7); fill_normal(c.R, 36, 1); // the weights of channels 1..3
+    fill_normal(dx7, 84, 1); // the channels it writes start as garbage: it writes them, it does not add to them
+    for (int i = 0; i < 84; i++) if (i % 7 < 1 || i % 7 > 3) dx7[i] = 0;
     conv_loss(&c);
-    conv_silu_backward(dx, dw, c.R, c.x, 5, 1, c.w, 2, 6, 3);
-    for (int i = 0; i < 60; i++) if (i % 5 < 1 || i % 5 > 3) CHECK(dx[i] == 0, "the conv wrote outside its channels");
+    conv_silu_backward(dx7, 7, dw, c.R, c.x, 5, 1, c.w, 2, 6, 3);
+    for (int i = 0; i < 84; i++) if (i % 7 < 1 || i % 7 > 3) CHECK(dx7[i] == 0, "the conv wrote outside its channels");
+    for (int i = 0; i < 60; i++) dx[i] = dx7[i / 5 * 7 + i % 5];
     for (int i = 0; i < 20; i++) if (i < 4 || i >= 16) CHECK(dw[i] == 0, "the conv's weight gradient left its channels");
     Var v[] = {{"x", c.x, dx, 60}, {"w", c.w, dw, 20}};
     fd_check("short conv + silu", v, 2, conv_loss, &c, 0);
@@ -210,12 +213,16 @@ static void test_grad_l2norm(void) {
 
 typedef struct { real *ab, *alog, *dtb, *g, *beta, *R1, *R2; } GateCtx;
 static double gates_loss(void *p) { GateCtx *c = p; gdn_gates_forward(c->g, c->beta, c->ab, c->alog, c->dtb, 5, 2); return dot_r(c->g, c->R1, 10) + dot_r(c->beta, c->R2, 10); }
-static void test_grad_gdn_gates(void) {
+static void test_grad_gdn_gates(void) { // dab written in rows of stride 7: da | db | 2 zeros | one column left alone
     GateCtx c = {vec(20), vec(2), vec(2), vec(10), vec(10), vec(10), vec(10)};
-    real *dab = vec(20), *dal = vec(2), *ddt = vec(2);
+    real *dab = vec(20), *dal = vec(2), *ddt = vec(2), *d7 = vec(35);
     fill_normal(c.ab, 20, 1); fill_uniform(c.alog, 2, -1, 2); fill_normal(c.dtb, 2, 1); fill_normal(c.R1, 10, 1); fill_normal(c.R2, 10, 1);
+    for (int i = 0; i < 35; i++) d7[i] = 1e3;
     gates_loss(&c);
-    gdn_gates_backward(dab, dal, ddt, c.R1, c.R2, c.ab, c.g, c.beta, c.alog, c.dtb, 5, 2);
+    gdn_gates_backward(d7, 7, 6, dal, ddt, c.R1, c.R2, c.ab, c.g, c.beta, c.alog, c.dtb, 5, 2);
+    for (int i = 0; i < 35; i++)
+        CHECK(i % 7 < 4 || (i % 7 < 6 ? d7[i] == 0 : d7[i] == 1e3), "the gates' pad columns: %g at column %d", d7[i], i % 7);
+    for (int i = 0; i < 20; i++) dab[i] = d7[i / 4 * 7 + i % 4];
     Var v[] = {{"ab", c.ab, dab, 20}, {"A_log", c.alog, dal, 2}, {"dt_bias", c.dtb, ddt, 2}};
     fd_check("gdn gates (g, beta)", v, 3, gates_loss, &c, 0);
 }
@@ -254,19 +261,23 @@ static void test_grad_pair_softmax(void) {
 typedef struct { int R, n, two; real *o1, *w1, *o2, *w2, *om, *gate, *y, *rstd, *Rr; } GnCtx;
 static double gn_loss(void *p) {
     GnCtx *c = p;
-    GatedNormArgs a = {c->o1, c->w1, c->two ? c->o2 : NULL, c->two ? c->w2 : NULL, c->two ? c->om : NULL, c->gate, c->R, c->n};
+    GatedNormArgs a = {c->o1, c->w1, c->two ? c->o2 : NULL, c->two ? c->w2 : NULL, c->two ? c->om : NULL, c->gate, c->R, c->n,
+                       2, 2 * c->n};
     gated_norm_forward(c->y, c->rstd, &a);
     return dot_r(c->y, c->Rr, (size_t)c->R * c->n);
 }
 static void test_grad_gated_norm(void) {
     for (int two = 0; two <= 1; two++) {
         GnCtx c = {6, 5, two, vec(30), vec(5), vec(30), vec(5), vec(12), vec(30), vec(30), vec(12), vec(30)};
-        real *d1 = vec(30), *dw1 = vec(5), *d2 = vec(30), *dw2 = vec(5), *dom = vec(12), *dg = vec(30);
+        real *d1 = vec(30), *dw1 = vec(5), *d2 = vec(30), *dw2 = vec(5), *dom = vec(12), *dg = vec(30), *dg13 = vec(39);
         fill_normal(c.o1, 30, 1); fill_normal(c.w1, 5, 1); fill_normal(c.o2, 30, 1); fill_normal(c.w2, 5, 1);
         fill_uniform(c.om, 12, 0.1, 0.9); fill_normal(c.gate, 30, 1.5); fill_normal(c.Rr, 30, 1);
         gn_loss(&c);
-        GatedNormArgs a = {c.o1, c.w1, two ? c.o2 : NULL, two ? c.w2 : NULL, two ? c.om : NULL, c.gate, 6, 5};
-        gated_norm_backward(d1, dw1, two ? d2 : NULL, two ? dw2 : NULL, two ? dom : NULL, dg, c.Rr, c.rstd, &a);
+        // dgate: 2 rows a token, the token's at a row of 13 (its last 3 columns left alone)
+        GatedNormArgs a = {c.o1, c.w1, two ? c.o2 : NULL, two ? c.w2 : NULL, two ? c.om : NULL, c.gate, 6, 5, 2, 13};
+        gated_norm_backward(d1, dw1, two ? d2 : NULL, two ? dw2 : NULL, two ? dom : NULL, dg13, c.Rr, c.rstd, &a);
+        for (int i = 0; i < 39; i++) CHECK(i % 13 < 10 || dg13[i] == 0, "the gated norm wrote outside dgate's rows");
+        for (int i = 0; i < 30; i++) dg[i] = dg13[i / 10 * 13 + i % 10];
         Var v[] = {{"o1", c.o1, d1, 30}, {"w1", c.w1, dw1, 5}, {"gate", c.gate, dg, 30},
                    {"o2", c.o2, d2, 30}, {"w2", c.w2, dw2, 5}, {"omega", c.om, dom, 12}};
         fd_check(two ? "gated norm, two inputs" : "gated norm, one input", v, two ? 6 : 3, gn_loss, &c, 0);
@@ -597,10 +608,10 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     LayerCtx c = {&M, 0, B, T, vec((size_t)B * T * cf.D), vec((size_t)B * T * cf.D), vec((size_t)B * T * cf.D), {0}};
     real *abuf = vec(layer_acts_layout(&c.a, &cf, pattern[0], B, T, NULL, ACTS_ALL));
     layer_acts_layout(&c.a, &cf, pattern[0], B, T, abuf, ACTS_ALL);
-    LayerActs d;
-    size_t dn = layer_acts_layout(&d, &cf, pattern[0], B, T, NULL, ACTS_ALL);
+    LayerActs d; // the mixer's gradient layout, as model_backward's
+    size_t dn = layer_acts_layout(&d, &cf, pattern[0], B, T, NULL, ACTS_GRADS);
     real *dbuf = vec(dn), *dx = vec((size_t)B * T * cf.D);
-    layer_acts_layout(&d, &cf, pattern[0], B, T, dbuf, ACTS_ALL);
+    layer_acts_layout(&d, &cf, pattern[0], B, T, dbuf, ACTS_GRADS);
     fill_normal(c.x, (size_t)B * T * cf.D, 1); fill_normal(c.R, (size_t)B * T * cf.D, 1);
     // make the router's choices clear-cut (and mixed) so small perturbations rarely flip them
     if (pattern[0] == 'N') fill_normal(M.p.layer[0].wr, 2 * cf.H * cf.D, 0.5);
@@ -924,6 +935,17 @@ static void test_param_counts(void) {
     CHECK(config_set_pattern(&c, "natsl", err, sizeof(err)) == 0 && c.rope == 1, "pure natsl turns RoPE on");
     CHECK(config_set_pattern(&c, "GAX", err, sizeof(err)) == -1 && strstr(err, "'X'"), "bad pattern accepted: %s", err);
     CHECK(config_set_pattern(&c, "GAN", err, sizeof(err)) == 0 && c.L == 3, "literal pattern");
+    // W_qkv, W_g, W_ab lie one after another in every G, N and S layer (gdn_inputs_backward's one product reads them so)
+    CHECK(config_set_pattern(&c, "GNSA", err, sizeof(err)) == 0, "%s", err);
+    ParamTensor t[NATSL_MAX_TENSORS];
+    size_t total;
+    int nt = param_tensors(&c, t, &total);
+    for (int l = 0; l < 3; l++) {
+        size_t at[NSLOT] = {0};
+        for (int i = 0; i < nt; i++) if (t[i].layer == l) at[t[i].slot] = t[i].offset;
+        CHECK(at[P_WG] == at[P_WQKV] + (size_t)(2 * cfg_K(&c) + cfg_Vt(&c)) * c.D && at[P_WAB] == at[P_WG] + (size_t)cfg_Vt(&c) * c.D,
+              "layer %d (%c): W_qkv, W_g, W_ab not one after another", l, c.pattern[l]);
+    }
 }
 // The GPU's bf16-mode activation layout (ACTS_BF16, common/layout.h): the fields stored in the matmul precision take
 // half the room, so the planes of qk, qk_hat and qka start half as many reals apart, and the last plane of each ends
@@ -964,6 +986,15 @@ static void test_acts_layout_bf16(void) {
             const size_t gplane = half && *k != 'N' ? BT * K / 2 : BT * K;
             CHECK(a.q == a.qk && a.k - a.q == (ptrdiff_t)gplane, "%c layer (%s): the gradients' q, k planes misplaced", *k,
                   half ? "bf16" : "fp32");
+            // the input projections' gradients: column blocks of rows of gdn_in_ld, after them the layout's next field
+            const size_t W = 2 * K + Vt, ld = gdn_in_ld(&c), row = half ? ld / 2 : ld;
+            CHECK(a.gate - a.proj == (ptrdiff_t)(half ? W / 2 : W) && a.ab - a.gate == (ptrdiff_t)(half ? Vt / 2 : Vt) &&
+                  ld % 8 == 0 && ld >= W + Vt + 2 * c.H && ld < W + Vt + 2 * c.H + 8,
+                  "%c layer (%s): d proj | d gate | d ab misplaced", *k, half ? "bf16" : "fp32");
+            real *const fields[] = {a.xn, a.qk, a.v, a.g, a.beta, a.gdn_out, a.y};
+            for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++)
+                CHECK(fields[f] >= a.proj + BT * row || fields[f] < a.proj, "%c layer (%s): a gradient field overlaps d proj's rows",
+                      *k, half ? "bf16" : "fp32");
             free(buf);
         }
 }

@@ -119,15 +119,21 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
     }
 }
 // dinp[BT][C] = dout[BT][OC] · W, += with dinp_mode DINP_ADD, rounded to the matmul precision with DINP_WRITE_MP
-// (skipped if dinp == NULL);  dweight[OC][C] += doutᵀ · inp (skipped if dweight == NULL)
-static void matmul_backward(real *dinp, real *dweight, const real *dout,
-                            const real *inp, const real *weight, int BT, int C, int OC, int dinp_mode) {
-    if (dinp) gemm(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC, dinp_mode == DINP_ADD);
+// (skipped if dinp == NULL);  dweight[OC][C] += doutᵀ · inp (skipped if dweight == NULL). dout's rows are of stride
+// ldo ≥ OC (matmul_backward_ld: the layers' input projections, gdn_in_ld; the GPU's product in bf16 mode runs over all
+// ldo columns, the pad's zeros too).
+static void matmul_backward_ld(real *dinp, real *dweight, const real *dout, int ldo, const real *inp, const real *weight,
+                               int BT, int C, int OC, int dinp_mode) {
+    if (dinp) gemm(dinp, C, dout, ldo, 1, weight, C, 1, BT, C, OC, dinp_mode == DINP_ADD);
     if (dinp && dinp_mode == DINP_WRITE_MP && g_bf16) {
         #pragma omp parallel for
         for (size_t i = 0; i < (size_t)BT * C; i++) dinp[i] = matmul_precision(dinp[i]);
     }
-    if (dweight) gemm(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
+    if (dweight) gemm(dweight, C, dout, 1, ldo, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
+}
+static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp, const real *weight, int BT,
+                            int C, int OC, int dinp_mode) {
+    matmul_backward_ld(dinp, dweight, dout, OC, inp, weight, BT, C, OC, dinp_mode);
 }
 
 // ---- RMSNorm (§0, (0.3)): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
@@ -227,17 +233,17 @@ static void conv_silu_forward(real *y, const real *x, int ldx, int col, const re
         }
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
-// WRITES dx's channels col .. col+n−1 (the conv is their only producer).
-static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x, int ldx, int col, const real *w,
-                               int B, int T, int n) {
+// WRITES dx's channels col .. col+n−1 (the conv is their only producer; rows of stride lddx).
+static void conv_silu_backward(real *dx, int lddx, real *dw, const real *dy, const real *x, int ldx, int col,
+                               const real *w, int B, int T, int n) {
     #pragma omp parallel for
     for (int ch = 0; ch < n; ch++) { // channels are independent: one thread owns a channel
         const real *wc = w + (col + ch) * NATSL_CONV;
         real dwc[NATSL_CONV] = {0};
         for (int b = 0; b < B; b++) {
             const real *xc = x + (size_t)b * T * ldx + col + ch;
-            real *dxc = dx + (size_t)b * T * ldx + col + ch;
-            for (int t = 0; t < T; t++) dxc[(size_t)t * ldx] = 0;
+            real *dxc = dx + (size_t)b * T * lddx + col + ch;
+            for (int t = 0; t < T; t++) dxc[(size_t)t * lddx] = 0;
             for (int t = 0; t < T; t++) {
                 size_t bt = (size_t)b * T + t;
                 real dp = dy[bt * n + ch] * dsilu(conv_pre(xc, ldx, wc, t));
@@ -245,7 +251,7 @@ static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x
                     int tau = t - (NATSL_CONV - 1) + i;
                     if (tau < 0) continue;
                     dwc[i] += dp * xc[(size_t)tau * ldx];
-                    dxc[(size_t)tau * ldx] += dp * wc[i];
+                    dxc[(size_t)tau * lddx] += dp * wc[i];
                 }
             }
         }
@@ -254,18 +260,18 @@ static void conv_silu_backward(real *dx, real *dw, const real *dy, const real *x
 }
 
 // The G and N layers' Q, K, V (K, K and Vt channels) from the projection's columns Q | K | V (rows of stride ldx), and
-// the backward that WRITES dx's columns Q | K | V (the GPU takes the three runs in one launch).
+// the backward that WRITES dx's columns Q | K | V (rows of stride lddx; the GPU takes the three runs in one launch).
 static void conv_silu_qkv_forward(real *q, real *k, real *v, const real *x, int ldx, const real *w, int B, int T, int K,
                                   int Vt) {
     conv_silu_forward(q, x, ldx, 0, w, B, T, K);
     conv_silu_forward(k, x, ldx, K, w, B, T, K);
     conv_silu_forward(v, x, ldx, 2 * K, w, B, T, Vt);
 }
-static void conv_silu_qkv_backward(real *dx, real *dw, const real *dq, const real *dk, const real *dv, const real *x,
-                                   int ldx, const real *w, int B, int T, int K, int Vt) {
-    conv_silu_backward(dx, dw, dq, x, ldx, 0, w, B, T, K);
-    conv_silu_backward(dx, dw, dk, x, ldx, K, w, B, T, K);
-    conv_silu_backward(dx, dw, dv, x, ldx, 2 * K, w, B, T, Vt);
+static void conv_silu_qkv_backward(real *dx, int lddx, real *dw, const real *dq, const real *dk, const real *dv,
+                                   const real *x, int ldx, const real *w, int B, int T, int K, int Vt) {
+    conv_silu_backward(dx, lddx, dw, dq, x, ldx, 0, w, B, T, K);
+    conv_silu_backward(dx, lddx, dw, dk, x, ldx, K, w, B, T, K);
+    conv_silu_backward(dx, lddx, dw, dv, x, ldx, 2 * K, w, B, T, Vt);
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
@@ -306,17 +312,20 @@ static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A
         }
 }
 // da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (3.4l-m)
-static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const real *dg, const real *dbeta,
-                               const real *ab, const real *g, const real *beta, const real *A_log,
+// WRITES dab's rows (stride ld): da | db, then zeros up to column ncol (the pad of the layers' gradient rows, gdn_in_ld)
+static void gdn_gates_backward(real *dab, int ld, int ncol, real *dA_log, real *ddt_bias, const real *dg,
+                               const real *dbeta, const real *ab, const real *g, const real *beta, const real *A_log,
                                const real *dt_bias, int BT, int H) {
+    for (int bt = 0; bt < BT; bt++)
+        for (int j = 2 * H; j < ncol; j++) dab[(size_t)bt * ld + j] = 0;
     for (int h = 0; h < H; h++) {
         real sa = 0, sd = 0;
         for (int bt = 0; bt < BT; bt++) {
             size_t i = (size_t)bt * H + h;
             real da = dg[i] * -exp(A_log[h]) * sigmoid(ab[(size_t)bt * 2 * H + h] + dt_bias[h]);
-            real *d = dab + (size_t)bt * 2 * H;
-            d[h] += da;
-            d[H + h] += dbeta[i] * beta[i] * (1 - beta[i]);
+            real *d = dab + (size_t)bt * ld;
+            d[h] = da;
+            d[H + h] = dbeta[i] * beta[i] * (1 - beta[i]);
             sd += da;
             sa += dg[i] * g[i];
         }
@@ -790,13 +799,13 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
     int R = a->rows, n = a->n;
     #pragma omp parallel for
     for (int r = 0; r < R; r++) {
-        size_t o = (size_t)r * n;
+        size_t o = (size_t)r * n, og = (size_t)(r / a->heads) * a->ld_dgate + (size_t)(r % a->heads) * n;
         real s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0, w_1 = o2 ? omega[2 * r] : 1, w_2 = o2 ? omega[2 * r + 1] : 0;
         real dom1 = 0, dom2 = 0, dot1 = 0, dot2 = 0;
         for (int i = 0; i < n; i++) {
             real n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0;
             real dn = dy[o + i] * silu(gate[o + i]);
-            dgate[o + i] = dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]);
+            dgate[og + i] = dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]);
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += o1[o + i] * s1 * w1[i] * w_1 * dn;
             if (o2) dot2 += o2[o + i] * s2 * w2[i] * w_2 * dn;
@@ -916,15 +925,16 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
 // Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
-// parameters and dx, which it WRITES (the W_ab product writes, the other two add).
+// parameters and dx, which it WRITES. d proj | d gate | d ab share rows (gdn_in_ld), as [W_q;W_k;W_v], W_g, [W_a;W_b]
+// lie one after another, so one product takes dx = [d proj | d gate | d ab] [W_qkv; W_g; W_ab] and all three
+// weights' gradients.
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
                                 const LayerParams *p, int B, int T) {
-    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
-    gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log, p->dt_bias, BT, H);
-    conv_silu_qkv_backward(d->proj, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt);
-    matmul_backward(dx, gp->wab, d->ab, a->xn, p->wab, BT, D, 2 * H, DINP_WRITE);
-    matmul_backward(dx, gp->wg, d->gate, a->xn, p->wg, BT, D, Vt, DINP_ADD);
-    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, W, DINP_ADD);
+    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, ld = gdn_in_ld(c);
+    gdn_gates_backward(d->ab, ld, ld - W - Vt, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log,
+                       p->dt_bias, BT, H);
+    conv_silu_qkv_backward(d->proj, ld, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt);
+    matmul_backward_ld(dx, gp->wqkv, d->proj, ld, a->xn, p->wqkv, BT, D, gdn_in_cols(c), DINP_WRITE);
 }
 
 // Every layer's _backward WRITES dx, the gradient of its normalized input x (no other op produces it).

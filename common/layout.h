@@ -50,6 +50,13 @@ static void init_params(real *w, const ParamTensor *t, int nt, uint64_t seed) {
     }
 }
 
+// The G, N and S layers' input projections x[W_q;W_k;W_v]ᵀ (proj), x W_gᵀ (gate), x[W_a;W_b]ᵀ (ab): gdn_in_cols
+// columns in all. Their weights lie one after another in the parameter buffer (P_WQKV, P_WG, P_WAB), and in the
+// gradient layout (GRADS) the three gradients share rows: d proj | d gate | d ab, then zero columns up to gdn_in_ld (a
+// multiple of 8), so that one product takes them to dx and to the three weights' gradients (gdn_inputs_backward).
+static inline int gdn_in_cols(const Config *c) { return 2 * cfg_K(c) + 2 * cfg_Vt(c) + 2 * c->H; }
+static inline int gdn_in_ld(const Config *c) { return (gdn_in_cols(c) + 7) / 8 * 8; }
+
 // One layer's activations (and, with the same layout, the gradients of one layer's activations).
 typedef struct {
     real *res;                  // h^l, the block input [BT][D] (the residual stream: stored in the matmul precision)
@@ -59,7 +66,8 @@ typedef struct {
     real *qk, *v;               // G,N: silu(conv(proj)): planes Q [BT][K] | K [BT][K], and V [BT][Vt]
     real *q, *k;                // G,N: the two planes of qk;  A: the q, k column blocks of proj (row stride 3D; v: its
                                 //   v block)
-    real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H]
+    real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H] (the gradients
+                                //   of proj, gate and ab: column blocks of rows of stride gdn_in_ld, at proj)
     real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
     real *q_hat, *k_hat;        // G,N: the two planes of qk_hat
     real *gdn_out, *state;      // G,N: GDN op output [BT][Vt], committed states [B][H][Nc][dk][dv]
@@ -143,13 +151,14 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             if (g_layout_report && !grads) g_layout_report(#field, (n_ + 63) / 64 * 64); } } while (0)
         TAKE(res, BT * D, KP | MA); TAKE(xn, BT * D, SH | G | WH | MA); TAKE(rstd1, BT, R);
         if (kind == 'G' || kind == 'N' || kind == 'S') {
-            TAKE(proj, BT * (2 * K + Vt), R | G | WH | MA | MG);
+            if (grads) TAKE(proj, BT * gdn_in_ld(c), G | WH | MG); // d proj | d gate | d ab | 0 (gdn_in_ld)
+            else TAKE(proj, BT * (2 * K + Vt), R | MA);
             // N: its backward reads Q, K (ω, qa, ka); their gradients are stored in the matmul precision where the
             // GDN op is their one producer (G, S: GdnArgs.grads_mp), not in N, where other ops add to them
             const int qkv_mg = kind == 'N' ? 0 : MG;
             TAKE(qk, 2 * BT * K, (kind == 'N' ? R : SH) | G | WH | MA | qkv_mg);
             TAKE(v, BT * Vt, SH | G | WH | MA | qkv_mg); // the GDN op (G) or the softmax op (N: the GDN op adds) writes dV
-            TAKE(gate, BT * Vt, R | G | WH | MA | MG); TAKE(ab, BT * 2 * H, R | G | MG);
+            if (!grads) { TAKE(gate, BT * Vt, R | MA); TAKE(ab, BT * 2 * H, R); }
             TAKE(g, BT * H, R | G | WH); TAKE(beta, BT * H, R | G | WH);
             TAKE(qk_hat, 2 * BT * K, R | MA); TAKE(qk_rho, 2 * BT * H, R);
             TAKE(gdn_out, BT * Vt, OP | G | WH | MA | MG); TAKE(state, (size_t)B * H * Nc * c->dk * c->dv, OP | MA);
@@ -171,6 +180,10 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
 #undef TAKE
     }
     if (base) layer_planes(a, c, kind, B, T, half && (!grads || kind == 'G' || kind == 'S')); // grads: qk's (qkv_mg)
+    if (base && grads && kind != 'A' && a->proj) { // the column blocks of the input projections' gradients
+        a->gate = a->proj + (half ? (2 * K + Vt) / 2 : 2 * K + Vt);
+        a->ab = a->gate + (half ? Vt / 2 : Vt);
+    }
     return off;
 }
 
@@ -243,10 +256,12 @@ typedef struct {
 } GdnArgs;
 
 // The gated output norm (§3.3, §5.6) over `rows` rows of width n: one input o1 (G layer: o2, w2, omega NULL)
-// or two (N layer), the gate [rows][n] and the mixing weights omega [rows][2].
+// or two (N layer), the gate [rows][n] and the mixing weights omega [rows][2]. The gate's gradient: `heads` rows a
+// token, token t's at t·ld_dgate (the layers': the columns of the input projections' gradients, gdn_in_ld).
 typedef struct {
     const real *o1, *w1, *o2, *w2, *omega, *gate;
     int rows, n;
+    int heads, ld_dgate;
 } GatedNormArgs;
 
 // §7.3: an S layer's A mixer, as an A layer's fields and parameters: its projection aproj (planes q, k, v) where
@@ -292,11 +307,11 @@ static inline AttnArgs attn_layer_op_args(const Config *c, const LayerActs *a, i
     return o;
 }
 static inline GatedNormArgs gdn_layer_norm_args(const Config *c, const LayerActs *a, const real *o_norm, int B, int T) {
-    GatedNormArgs o = {a->gdn_out, o_norm, NULL, NULL, NULL, a->gate, B * T * c->H, c->dv};
+    GatedNormArgs o = {a->gdn_out, o_norm, NULL, NULL, NULL, a->gate, B * T * c->H, c->dv, c->H, gdn_in_ld(c)};
     return o;
 }
 static inline GatedNormArgs natsl_norm_args(const Config *c, const LayerActs *a, const real *n1, const real *n2, int B, int T) {
-    GatedNormArgs o = {a->gdn_out, n1, a->att_out, n2, a->omega, a->gate, B * T * c->Ha, cfg_dva(c)};
+    GatedNormArgs o = {a->gdn_out, n1, a->att_out, n2, a->omega, a->gate, B * T * c->Ha, cfg_dva(c), c->Ha, gdn_in_ld(c)};
     return o;
 }
 

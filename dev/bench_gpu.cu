@@ -66,9 +66,9 @@ static int make_config(Config *c, const char *preset, const char *pattern, int V
 // the bf16 mode's weight copies (weight_copies_layout)
 static size_t weight_copies_bytes(const Config *c) {
     ParamTensor t[NATSL_MAX_TENSORS];
-    size_t np, at[NATSL_MAX_TENSORS];
+    size_t np, at[NATSL_MAX_TENSORS], end[NATSL_MAX_TENSORS];
     int nt = param_tensors(c, t, &np);
-    return g_bf16 ? weight_copies_layout(t, nt, at) * sizeof(__nv_bfloat16) : 0;
+    return g_bf16 ? weight_copies_layout(c, t, nt, at, end) * sizeof(__nv_bfloat16) : 0;
 }
 // bytes model_build + model_alloc_acts + AdamW take (bench_gpu mem's plan); *np gets the parameter count
 static size_t planned_bytes(const Config *c, int B, int T, int recompute, size_t *np, size_t *parts = NULL) {

@@ -159,7 +159,7 @@ static void trainer_fwd(const ConvRuns &o, const bf16 *x, int ldx, const float *
     conv_silu_forward_runs(o, (const real *)x, ldx, 0, w, B, T);
 }
 static void trainer_bwd(bf16 *dx, float *dw, const ConvRuns &o, const bf16 *x, int ldx, const float *w, int B, int T, int) {
-    conv_silu_backward_runs((real *)dx, dw, o, (const real *)x, ldx, 0, w, B, T, 0); // dy fp32 (an N layer's)
+    conv_silu_backward_runs((real *)dx, ldx, dw, o, (const real *)x, ldx, 0, w, B, T, 0); // dy fp32 (an N layer's)
 }
 template <int CPT, int TILE> static void batched_fwd(const ConvRuns &o, const bf16 *x, int ldx, const float *w, int B, int T, int n) {
     dim3 grid(CEIL_DIV(n / CPT, 128), B * (T / TILE));
