@@ -259,10 +259,15 @@ static void test_grad_pair_softmax(void) {
 }
 
 typedef struct { int R, n, two; real *o1, *w1, *o2, *w2, *om, *gate, *y, *rstd, *Rr; } GnCtx;
+// dgate: 2 rows a token, the token's at a row of 13 (its last 3 columns left alone)
+static GatedNormArgs gn_args(const GnCtx *c) {
+    GatedNormArgs a = {c->o1, c->w1, c->two ? c->o2 : NULL, c->two ? c->w2 : NULL, c->two ? c->om : NULL, c->gate, c->R, c->n,
+                       2, 13};
+    return a;
+}
 static double gn_loss(void *p) {
     GnCtx *c = p;
-    GatedNormArgs a = {c->o1, c->w1, c->two ? c->o2 : NULL, c->two ? c->w2 : NULL, c->two ? c->om : NULL, c->gate, c->R, c->n,
-                       2, 2 * c->n};
+    GatedNormArgs a = gn_args(c);
     gated_norm_forward(c->y, c->rstd, &a);
     return dot_r(c->y, c->Rr, (size_t)c->R * c->n);
 }
@@ -273,8 +278,7 @@ static void test_grad_gated_norm(void) {
         fill_normal(c.o1, 30, 1); fill_normal(c.w1, 5, 1); fill_normal(c.o2, 30, 1); fill_normal(c.w2, 5, 1);
         fill_uniform(c.om, 12, 0.1, 0.9); fill_normal(c.gate, 30, 1.5); fill_normal(c.Rr, 30, 1);
         gn_loss(&c);
-        // dgate: 2 rows a token, the token's at a row of 13 (its last 3 columns left alone)
-        GatedNormArgs a = {c.o1, c.w1, two ? c.o2 : NULL, two ? c.w2 : NULL, two ? c.om : NULL, c.gate, 6, 5, 2, 13};
+        GatedNormArgs a = gn_args(&c);
         gated_norm_backward(d1, dw1, two ? d2 : NULL, two ? dw2 : NULL, two ? dom : NULL, dg13, c.Rr, c.rstd, &a);
         for (int i = 0; i < 39; i++) CHECK(i % 13 < 10 || dg13[i] == 0, "the gated norm wrote outside dgate's rows");
         for (int i = 0; i < 30; i++) dg[i] = dg13[i / 10 * 13 + i % 10];

@@ -5961,8 +5961,9 @@ static void weights_use(Model *M) {
     WeightCopies *c = &M->wc;
     if (!c->fresh) {
         if (!c->buf) { // zeroed: the zero rows after the runs (weight_copies_layout)
-            c->buf = (__nv_bfloat16 *)xcudamalloc(std::max(c->n, (size_t)1) * sizeof(__nv_bfloat16));
-            CUDA_CHECK(cudaMemset(c->buf, 0, std::max(c->n, (size_t)1) * sizeof(__nv_bfloat16)));
+            const size_t bytes = std::max(c->n, (size_t)1) * sizeof(__nv_bfloat16);
+            c->buf = (__nv_bfloat16 *)xcudamalloc(bytes);
+            CUDA_CHECK(cudaMemset(c->buf, 0, bytes));
         }
         for (int k = 0; k < c->ntensors; k++)
             if (c->at[k] != WCOPY_NONE)
