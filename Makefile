@@ -5,6 +5,11 @@ CC_IS_CLANG := $(shell $(CC) --version 2>/dev/null | grep -qi clang && echo 1)
 GCC_ONLY_FLAGS := $(if $(CC_IS_CLANG),,-Wno-format-truncation)
 WARNFLAGS = -Wall -Wextra -Werror -Wno-unused-function $(GCC_ONLY_FLAGS)
 CFLAGS ?= -O3 -march=native -ffast-math $(WARNFLAGS)
+# gcc 13's loop unswitching miscompiles layer_acts_layout at -O3 (the gradient layout of an A layer lost its fields:
+# GCC PR 109934): off from gcc 13 on, for the C programs and for nvcc's host compiler
+GCC_MAJOR = $(if $(CC_IS_CLANG),0,$(firstword $(subst ., ,$(shell $(CC) -dumpversion 2>/dev/null))))
+NO_UNSWITCH = $(if $(shell test "$(1)" -ge 13 2>/dev/null && echo y),-fno-unswitch-loops)
+FIXFLAGS = $(call NO_UNSWITCH,$(GCC_MAJOR))
 OMPFLAGS ?= -fopenmp
 LDLIBS = -lm
 HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h common/budget.h
@@ -14,17 +19,19 @@ HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h co
 all: train_natsl test_natsl
 
 train_natsl: train_natsl.c $(HEADERS)
-	$(CC) $(CFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(FIXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # the tests include train_natsl.c and run it in double precision
 test_natsl: test_natsl.c train_natsl.c $(HEADERS)
-	$(CC) $(CFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(FIXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # the GPU trainer (CUDA 12+/13, sm_90a = H100/H200); needs nvcc, cuBLAS and NCCL (several GPUs). NCCL is looked for
 # in NCCL_HOME, the system (/usr) and the CUDA toolkit, in that order; USE_MPI=1 adds mpirun's rank discovery and
 # -pi mpi (MPI's flags from mpicc --showme).
 NVCC ?= nvcc
 NVCCFLAGS ?= -O3 -arch=compute_90a -code=sm_90a -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-format-truncation
+HOST_GXX_MAJOR = $(firstword $(subst ., ,$(shell g++ -dumpversion 2>/dev/null)))
+NVCCFLAGS += $(if $(call NO_UNSWITCH,$(HOST_GXX_MAJOR)),-Xcompiler -fno-unswitch-loops)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
 NCCL_PAIRS = $(if $(NCCL_HOME),$(NCCL_HOME)/include:$(NCCL_HOME)/lib) /usr/include:/usr/lib/x86_64-linux-gnu \
              /usr/include:/usr/lib/aarch64-linux-gnu $(CUDA_HOME)/include:$(CUDA_HOME)/lib $(CUDA_HOME)/include:$(CUDA_HOME)/lib64
@@ -62,9 +69,9 @@ SANENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTI
          LSAN_OPTIONS=suppressions=dev/lsan_test_fixtures.supp:print_suppressions=0 NATSL_TRAINER=./train_natsl_san
 SANRUN = out_san_run
 train_natsl_san: train_natsl.c $(HEADERS)
-	$(CC) $(SANFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
+	$(CC) $(SANFLAGS) $(FIXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
 test_natsl_san: test_natsl.c train_natsl.c $(HEADERS)
-	$(CC) $(SANFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
+	$(CC) $(SANFLAGS) $(FIXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
 define SAN_STEPS
 	rm -rf $(SANRUN)
 	$(SANENV) ./train_natsl_san -b 1 -t 128 -x 3 -n 2 -v 2 -m 1 -s 3 -g 8 -o $(SANRUN)

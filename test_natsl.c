@@ -982,7 +982,17 @@ static void test_acts_layout_bf16(void) {
                 CHECK(a.ka - a.qa == (ptrdiff_t)plane && a.ka + plane <= a.qka_rstd, "N layer (%s): qa, ka planes misplaced",
                       half ? "bf16" : "fp32");
             free(buf);
-            if (*k == 'A') continue;
+            if (*k == 'A') { // the gradient layout of an A layer: dq, dk, dv are the (fp32) column blocks of d proj
+                const int gpart = ACTS_GRADS | (half ? ACTS_BF16 : 0);
+                size_t n = layer_acts_layout(&a, &c, 'A', B, T, NULL, gpart);
+                buf = vec(n);
+                layer_acts_layout(&a, &c, 'A', B, T, buf, gpart);
+                CHECK(a.xn && a.proj && a.att_out && a.q == a.proj && a.k - a.q == (ptrdiff_t)D &&
+                      a.v - a.q == (ptrdiff_t)(2 * D) && a.att_out + BT * D / (half ? 2 : 1) <= buf + n,
+                      "A layer (%s): the gradients' xn, proj (q, k, v) or att_out missing or misplaced", half ? "bf16" : "fp32");
+                free(buf);
+                continue;
+            }
             // the gradient layout: a G or S layer's dQ, dK are stored in bf16 (GdnArgs.grads_mp), an N layer's in fp32
             const int gpart = ACTS_GRADS | (half ? ACTS_BF16 : 0);
             buf = vec(layer_acts_layout(&a, &c, *k, B, T, NULL, gpart));
