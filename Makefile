@@ -7,7 +7,7 @@ WARNFLAGS = -Wall -Wextra -Werror -Wno-unused-function $(GCC_ONLY_FLAGS)
 CFLAGS ?= -O3 -march=native -ffast-math $(WARNFLAGS)
 OMPFLAGS ?= -fopenmp
 LDLIBS = -lm
-HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h common/budget.h
+HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/dump.h common/budget.h common/model_routing.inc common/model_io.inc common/train_main.inc
 
 .PHONY: all test clean sanitize sanitize-quick
 
@@ -35,11 +35,11 @@ NCCL_FLAGS = -I$(NCCL_INC) -L$(NCCL_LIB) -Xlinker -rpath,$(NCCL_LIB) -lnccl
 MPI_ON = -DUSE_MPI $(addprefix -I,$(shell mpicc --showme:incdirs)) $(addprefix -L,$(shell mpicc --showme:libdirs)) -lmpi
 MPI_FLAGS = $(if $(filter 1,$(USE_MPI)),$(MPI_ON))
 GPU_LIBS = -lcublasLt -lcublas $(NCCL_FLAGS) $(MPI_FLAGS)
-train_natsl_cu: train_natsl.cu $(HEADERS)
+train_natsl_cu: train_natsl.cu $(HEADERS) dev/model_flops.h
 	@test -n "$(NCCL_PAIR)" || { echo "train_natsl_cu needs NCCL: no nccl.h with libnccl.so in $(NCCL_PAIRS) (set NCCL_HOME)"; exit 1; }
 	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ $(GPU_LIBS)
 # the same with MPI, under its own name (CI compiles both)
-train_natsl_cu_mpi: train_natsl.cu $(HEADERS)
+train_natsl_cu_mpi: train_natsl.cu $(HEADERS) dev/model_flops.h
 	@command -v mpicc > /dev/null || { echo "train_natsl_cu_mpi needs MPI (mpicc: e.g. apt-get install libopenmpi-dev)"; exit 1; }
 	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ -lcublasLt -lcublas $(NCCL_FLAGS) $(MPI_ON)
 # the benchmarks and kernel harnesses of dev/ (they include train_natsl.cu)

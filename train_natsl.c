@@ -15,7 +15,7 @@ The file reads in this order:
   2. the two NAtS-L token mixers (the softmax op and the GDN op) and the router
   3. the model: the G, A, N and S layers, the block, the forward and backward passes
   4. the training step: gradient norm, clipping, AdamW
-  5. checkpoints and the program (the loop around train_step lives in common/train_main.h)
+  5. checkpoints and the program (the loop around train_step lives in common/train_main.inc)
   Appendix: speed and checking machinery that is not model math (the blocked matmul, bf16 emulation).
 What is not model math and is shared with the GPU trainer train_natsl.cu lives in common/: the
 configuration and parameter layout (config.h), the activation layout (layout.h), data loader, tokenizer,
@@ -48,14 +48,7 @@ Conventions
 #include "common/train_util.h"
 #include "common/budget.h"
 #include "common/dist.h"
-
-#ifdef NATSL_DOUBLE
-typedef double real;
-#else
-typedef float real;
-#endif
-
-#include "common/layout.h" // LayerParams, LayerActs: named pointers into the flat buffers; the ops' arguments
+#include "common/layout.h" // real; LayerParams, LayerActs: named pointers into the flat buffers; the ops' arguments
 
 #define CH NATSL_CHUNK
 
@@ -870,7 +863,7 @@ static void model_build(Model *M, const Config *c) {
     param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
 }
 
-// Initialization (§2), from one seeded stream: init_params (common/model_io.h) fills the buffer.
+// Initialization (§2), from one seeded stream: init_params (common/layout.h) fills the buffer.
 static void model_init(Model *M, uint64_t seed) { init_params(M->params, M->tensors, M->ntensors, seed); }
 
 // Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64); recompute: see
@@ -1081,10 +1074,29 @@ static void select_layer_backward(const Config *c, real *dx, const real *dout, L
     }
 }
 
-// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass, an S layer's gate its
-// s_sel (common/model_io.h)
-static void router_aux_forward(Model *M, int B, int T);
-static SelGate select_gate(const Model *M, int l);
+// Host float32 copies of a model buffer and back (routing statistics, checkpoints, logs, the -D dump); the GPU twins
+// copy from and to the device.
+static float *to_float32(const real *x, size_t n) {
+    float *f = xcalloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
+    return f;
+}
+static double *to_float64(const real *x, size_t n) {
+    double *f = xcalloc(n, sizeof(double));
+    for (size_t i = 0; i < n; i++) f[i] = x[i];
+    return f;
+}
+static void from_float32(real *x, const float *f, size_t n) { for (size_t i = 0; i < n; i++) x[i] = f[i]; }
+static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
+    return to_float32(M->logits + row * M->cfg.Vp, nrows * M->cfg.Vp);
+}
+
+// ---- §7: the routing of a whole pass. Shared with train_natsl.cu, a part of this program written on the functions
+// above (its top lists what it takes from it): the router's statistics and auxiliary terms (softmax_fraction,
+// router_aux_forward), the Gumbel noise (gumbel_draw, next_micro_batch) and the S layers' gates (select_gate,
+// select_draw, select_pattern).
+#include "common/model_routing.inc"
+
 // This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
 static real *router_noise(Model *M, int l, int B, int T) {
     if (!M->rb.noise) return NULL;
@@ -1205,26 +1217,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }
 
-// Host float32 copies of a model buffer and back (checkpoints, logs, the -D dump); the GPU twins copy
-// from and to the device.
-static float *to_float32(const real *x, size_t n) {
-    float *f = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
-    return f;
-}
-static double *to_float64(const real *x, size_t n) {
-    double *f = xcalloc(n, sizeof(double));
-    for (size_t i = 0; i < n; i++) f[i] = x[i];
-    return f;
-}
-static void from_float32(real *x, const float *f, size_t n) { for (size_t i = 0; i < n; i++) x[i] = f[i]; }
-static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
-    return to_float32(M->logits + row * M->cfg.Vp, nrows * M->cfg.Vp);
-}
-
-// Shared with train_natsl.cu, written on the functions above: the router statistics (softmax_fraction) and
-// the checkpoint files (save_model, load_model, save_state, load_state).
-#include "common/model_io.h"
+// Shared with train_natsl.cu, a part of this program (its top lists what it takes from it): freezing the S layers
+// and the checkpoint files (save_model, load_model, save_state, load_state and ZeRO-1's shards).
+#include "common/model_io.inc"
 
 // ================================================================================================
 // 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW
@@ -1293,7 +1288,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
 }
 
 // ================================================================================================
-// 5. The program: the CPU backend of the training driver common/train_main.h (flags, model, data, the loop
+// 5. The program: the CPU backend of the training driver common/train_main.inc (flags, model, data, the loop
 // around train_step with validation, samples, logging and checkpoints). main is left out when test_natsl.c
 // includes this file.
 // ================================================================================================
@@ -1313,7 +1308,7 @@ static void backend_step_timed(int first, double dt) { (void)first; (void)dt; }
 static void backend_step_note(const Model *M, int B, int T, int accum, double dt) { (void)M; (void)B; (void)T; (void)accum; (void)dt; }
 static void backend_finish(void) {}
 
-#include "common/train_main.h"
+#include "common/train_main.inc"
 
 #ifndef TESTING
 int main(int argc, char **argv) { return train_main(argc, argv); }

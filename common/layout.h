@@ -1,12 +1,19 @@
 // The named pointers into natsl.c's flat buffers, shared by train_natsl.c and train_natsl.cu so both
 // programs lay out parameters and activations the same way (sizes are computed only here and in
-// config.h's param_tensors). The including file defines the element type `real` first.
+// config.h's param_tensors), and the arguments of the ops that read them.
 #ifndef NATSL_LAYOUT_H
 #define NATSL_LAYOUT_H
 
 #include <string.h>
 #include "config.h"
 #include "train_util.h" // rng_seed, rng_normal, rng_uniform
+
+// The element type of the flat buffers: float; double with -DNATSL_DOUBLE (the CPU build of the tests).
+#ifdef NATSL_DOUBLE
+typedef double real;
+#else
+typedef float real;
+#endif
 
 typedef union { // named pointers into the flat parameter (or gradient) buffer, in P_* order
     struct { real *ln_mix, *wqkv, *wg, *wab, *a_log, *dt_bias, *conv, *o_norm, *wr, *wow, *qn, *kn, *n1, *n2,
