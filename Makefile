@@ -55,7 +55,7 @@ test: train_natsl test_natsl $(if $(HAVE_NVCC),train_natsl_cu)
 # make sanitize: the whole test suite (its CLI tests run the sanitized trainer) and a few training steps
 # with checkpoints and a resume; any sanitizer report fails. make sanitize-quick: the same on the data,
 # checkpoint and CLI tests only (the hz tests resume through the sanitized trainer; the bit-identical resume
-# test, 6+6 steps of the sanitized trainer, is left to make sanitize: 17 min on a loaded machine) (CI).
+# test, 6+6 steps of the sanitized trainer, is left to make sanitize: the slowest of them) (CI).
 SANFLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all $(WARNFLAGS)
 # (dev/lsan_test_fixtures.supp: the layer-gradient tests' own unfreed buffers, and nothing else)
 SANENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

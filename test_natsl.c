@@ -1823,7 +1823,7 @@ static void test_resume_bit_identical(void) {
 }
 
 
-// ---- hardening (issue 14): checkpoints, resume, the run directory, flags, messages ------------------------
+// ---- hardening: checkpoints, resume, the run directory, flags, messages ------------------------
 // Each test drives the trainer binary (g_trainer) on files it wrote and then corrupted, one field at a time.
 #include <malloc.h>
 #include <sys/file.h>
@@ -2272,7 +2272,7 @@ static void register_hardening_tests(void) {
     RUN(test_hz_data_vocab);
 }
 
-// ---- several processes (issue 12, common/dist.h; doc/model.md §9.4) ---------------------------------------------
+// ---- several processes (common/dist.h; doc/model.md §9.4) ---------------------------------------------
 // The launchers' variables: which set wins, and every bad value named.
 static void test_dist_env(void) {
     const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -2442,7 +2442,7 @@ static void test_dist_zero_checkpoint(void) {
              "grep -q 'launch: a rank exited with status 1' %s/launch.err", dir, dir);
     int launch_ok = WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && system(p) == 0;
     CHECK(launch_ok, "dev/launch.sh: status %d, or the ranks' errors missing", rc);
-    if (!launch_ok) { // what the launcher and the ranks said (failed inside make test only, on a 16-core H100 machine)
+    if (!launch_ok) { // what the launcher and the ranks said
         snprintf(p, sizeof(p), "sed 's/^/    launch.err: /' %s/launch.err; sed 's/^/    launch.out: /' %s/launch.out | tail -5", dir, dir);
         fflush(stdout);
         if (system(p) != 0) printf("    (launch.err / launch.out unreadable)\n");
@@ -2491,8 +2491,7 @@ static double dump_worst_tensor(const Dump *a, const Dump *ref, const Config *cf
 }
 // gpu vs cpu (the reference); tolerances from §8 for the precision. per_tensor: the gradient bar holds for every
 // tensor (else for all gradients together, the worst tensor reported); in bf16 the gate and router weight tensors
-// (is_amplified_tensor) are held to 1e-1 per tensor instead (doc/model.md §12.2 item 4: gates measured 1.3e-2 … 5.8e-2
-// over the runs of dev/results, the 760m's W_r 1.6e-2 … 3.6e-2).
+// (is_amplified_tensor) are held to 1e-1 per tensor instead (doc/model.md §12.2 item 4).
 static void compare_dumps(const char *what, const Dump *g, const Dump *c, const Config *cf, int bf16, int per_tensor) {
     double tl = bf16 ? 1e-2 : 1e-5, tg = bf16 ? 3e-2 : 1e-4, ts = bf16 ? 2e-2 : 1e-4, tie = bf16 ? 1e-2 : 1e-5;
     double tgate = bf16 ? 1e-1 : tg;
@@ -2525,7 +2524,7 @@ static void compare_dumps(const char *what, const Dump *g, const Dump *c, const 
 }
 // train_natsl_cu -k 1 or 2 against -k 0: the forward pass (loss, logits, routing) is deterministic and must match
 // bit for bit; the gradients may differ only by the order of the backward pass's float atomics (~1e-7), which
-// bf16 rounding amplifies over the 10 AdamW steps (~2e-5 measured on an H100): bars 1e-5 and, for the
+// bf16 rounding amplifies over the 10 AdamW steps (to ~2e-5): bars 1e-5 and, for the
 // 10-step losses, 1e-5 in fp32 and 1e-4 in bf16.
 static void compare_recompute(const char *what, int level, const Dump *k1, const Dump *k0, int bf16) {
     CHECK(k1->n == k0->n && !memcmp(k1->h, k0->h, 8 * sizeof(int)), "%s: -k %d dump headers/sizes differ", what, level);
@@ -2574,8 +2573,7 @@ static int gpu_available(char *why, size_t n) {
 // the GPU's GDN op on its bf16 kernels at that head size in bf16 mode (the token recurrence in fp32 mode). It trains at
 // 3e-4, a learning rate models of that width train at: at the tiny model's 1e-3 its 10 AdamW steps on 128-token batches
 // amplify any difference (AdamW's first steps go by the gradients' signs) to 1-2% of the loss, whichever roundings
-// differ: the bf16 run as trained came out closer to the CPU (1.1e-2) than the run that emulates it exactly (1.8e-2 and
-// 1.9e-2 in two runs of the same code, the GPU's atomics making the difference; bar 2e-2; dev/RESULTS.md session 9).
+// differ, the GPU's atomics included (two runs of the same code differ so): bar 2e-2.
 // The model of a run: its -e preset (else tiny) and -a pattern, for the vocabulary V of the data
 static void run_config(Config *cf, const char *run_args, int V) {
     char msg[256], pat[NATSL_MAX_LAYERS + 1], preset[16] = "tiny";
@@ -2686,7 +2684,7 @@ int main(int argc, char **argv) {
     RUN(test_grad_select_layer_relaxed);
     RUN(test_grad_model_hard);
     RUN(test_grad_model_relaxed);
-    RUN(test_grad_router_gumbel_budget); // after the older tests: their random inputs stay as they were
+    RUN(test_grad_router_gumbel_budget); // after the tests above, whose random inputs do not depend on it
     RUN(test_grad_model_penalty);
     RUN(test_grad_model_penalty_target);
     RUN(test_grad_model_load_balance);
