@@ -12,7 +12,7 @@ NO_UNSWITCH = $(if $(shell test "$(1)" -ge 13 2>/dev/null && echo y),-fno-unswit
 FIXFLAGS = $(call NO_UNSWITCH,$(GCC_MAJOR))
 OMPFLAGS ?= -fopenmp
 LDLIBS = -lm
-HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h common/budget.h
+HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/dump.h common/budget.h common/model_routing.inc common/model_io.inc common/train_main.inc
 
 .PHONY: all test clean sanitize sanitize-quick
 
@@ -42,11 +42,11 @@ NCCL_FLAGS = -I$(NCCL_INC) -L$(NCCL_LIB) -Xlinker -rpath,$(NCCL_LIB) -lnccl
 MPI_ON = -DUSE_MPI $(addprefix -I,$(shell mpicc --showme:incdirs)) $(addprefix -L,$(shell mpicc --showme:libdirs)) -lmpi
 MPI_FLAGS = $(if $(filter 1,$(USE_MPI)),$(MPI_ON))
 GPU_LIBS = -lcublasLt -lcublas $(NCCL_FLAGS) $(MPI_FLAGS)
-train_natsl_cu: train_natsl.cu $(HEADERS)
+train_natsl_cu: train_natsl.cu $(HEADERS) dev/model_flops.h
 	@test -n "$(NCCL_PAIR)" || { echo "train_natsl_cu needs NCCL: no nccl.h with libnccl.so in $(NCCL_PAIRS) (set NCCL_HOME)"; exit 1; }
 	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ $(GPU_LIBS)
 # the same with MPI, under its own name (CI compiles both)
-train_natsl_cu_mpi: train_natsl.cu $(HEADERS)
+train_natsl_cu_mpi: train_natsl.cu $(HEADERS) dev/model_flops.h
 	@command -v mpicc > /dev/null || { echo "train_natsl_cu_mpi needs MPI (mpicc: e.g. apt-get install libopenmpi-dev)"; exit 1; }
 	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ -lcublasLt -lcublas $(NCCL_FLAGS) $(MPI_ON)
 # the benchmarks and kernel harnesses of dev/ (they include train_natsl.cu)
@@ -62,7 +62,7 @@ test: train_natsl test_natsl $(if $(HAVE_NVCC),train_natsl_cu)
 # make sanitize: the whole test suite (its CLI tests run the sanitized trainer) and a few training steps
 # with checkpoints and a resume; any sanitizer report fails. make sanitize-quick: the same on the data,
 # checkpoint and CLI tests only (the hz tests resume through the sanitized trainer; the bit-identical resume
-# test, 6+6 steps of the sanitized trainer, is left to make sanitize: 17 min on a loaded machine) (CI).
+# test, 6+6 steps of the sanitized trainer, is left to make sanitize: the slowest of them) (CI).
 SANFLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all $(WARNFLAGS)
 # (dev/lsan_test_fixtures.supp: the layer-gradient tests' own unfreed buffers, and nothing else)
 SANENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -6248,7 +6248,7 @@ static void select_layer_backward(const Config *c, real *dx, const real *dout, L
 }
 
 // ---- §7: the router's auxiliary terms need the statistics of the whole forward pass, an S layer's gate its
-// s_sel (common/model_io.h)
+// s_sel (common/model_routing.inc)
 static void router_aux_forward(Model *M, int B, int T);
 static SelGate select_gate(const Model *M, int l);
 static void grads_ready(Model *M, int k); // several GPUs: bucket k's gradients are final (section 4)
@@ -6422,9 +6422,11 @@ static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // r
     return f;
 }
 
-// Shared with train_natsl.c, written on the functions above: the router statistics (softmax_fraction) and the
-// checkpoint files (save_model, load_model, save_state, load_state).
-#include "common/model_io.h"
+// Shared with train_natsl.c, parts of this program written on the functions above (their tops list what they take
+// from it): the routing statistics, noise and S gates (softmax_fraction, router_aux_forward, select_gate, ...) and
+// the checkpoint files (save_model, load_model, save_state, load_state).
+#include "common/model_routing.inc"
+#include "common/model_io.inc"
 
 // ================================================================================================
 // 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW (on the GPU)
@@ -6719,7 +6721,7 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
 
 // One optimizer step, as train_natsl.c's train_step; it returns when the GPU has finished the step. With several
 // ranks, accum is this rank's share of the step's micro-batches, and the statistics are this rank's
-// (common/train_main.h averages them over the ranks).
+// (common/train_main.inc averages them over the ranks).
 typedef struct { double loss, norm; int skipped; double pen, lb, frac, tau; } StepStats; // pen..tau: §7
 static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
                             double *sfr) {
@@ -6758,7 +6760,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
 }
 
 // ================================================================================================
-// 5. The program: the GPU backend of the training driver common/train_main.h. main is left out when another
+// 5. The program: the GPU backend of the training driver common/train_main.inc. main is left out when another
 // program includes this file with TESTING defined (the dev benchmarks and kernel harnesses).
 // ================================================================================================
 
@@ -6812,7 +6814,7 @@ static void backend_finish(void) {
 #endif
 }
 
-#include "common/train_main.h"
+#include "common/train_main.inc"
 
 #ifndef TESTING
 int main(int argc, char **argv) { return train_main(argc, argv); }

@@ -1,8 +1,9 @@
 // The softmax-budget controls of doc/model.md §7, shared by train_natsl.c and train_natsl.cu: the options and
 // per-step state of the router's auxiliary terms and of the S layers' gates (RouterBudget, a field of each
-// program's Model), the τ schedule, the Gumbel noise stream and the S gate's math (SelGate, §7.3). What needs the
-// model's buffers (the statistics of a forward pass, the noise draw, an S layer's s_sel) is in common/model_io.h;
-// the gradient enters in router_backward and select_layer_backward of each program.
+// program's Model), the terms' math (the penalty, the load balancing and their gradient), the τ schedule, the Gumbel
+// noise stream and the S gate's math (SelGate, §7.3). What needs the model's buffers (the statistics of a forward
+// pass, the noise draw, an S layer's s_sel) is in common/model_routing.inc; the gradient enters in router_backward
+// and select_layer_backward of each program.
 // All options off (λ = 0, α = 0, τ_0 = 0: the defaults) leaves the model exactly §5 (no extra work, the same bits).
 #ifndef NATSL_BUDGET_H
 #define NATSL_BUDGET_H
@@ -75,6 +76,38 @@ static inline size_t router_noise_size(const Config *c, int B, int T) {
 static inline double budget_tau(const RouterBudget *rb, int s) {
     double t = rb->tau0 * pow(rb->tau_decay, s - 1);
     return t > rb->tau_min ? t : rb->tau_min;
+}
+
+// ---- the auxiliary terms of a forward pass with targets (router_aux_forward gathers what they read) ---------------
+// Over the micro-batch's set 𝒮 of (N layer, b, chunk c < Nc−1, head group n), with s = the probability the
+// straight-through uses (π, or y under ST-Gumbel routing) and the hard choice s0 ≥ s1:
+//   f = fraction of hard softmax choices (7.1a);  L_pen = λ·f, or λ·max(0, f − f*) for f* > 0 (7.1b, 7.1d);
+//   L_lb = 2α·(f·P_0 + (1 − f)·P_1), P_m = mean of s[…, m] (7.4a);
+// and the gradient dpi[m] of L_pen + L_lb on each s[…, m] (f constant; the penalty's through s0: (7.1c)), which
+// model_backward scales as the mean loss and router_backward adds to dÃ. With gradient accumulation each
+// micro-batch contributes its own terms, weighted 1/accum (doc/model.md §7.1).
+// The S layers' penalty (7.3e) joins L_pen: (λ_S/L)·Σ hard choices of A, its gradient λ_S/L on each y_A
+// (model_backward hands it to select_layer_backward).
+
+// Starts a pass's terms: zero, but for the S layers' penalty (7.3e) from their gates in rb->sel.
+static inline void budget_aux_begin(RouterBudget *rb, const Config *c) {
+    rb->frac = rb->pen = rb->lb = rb->pen_soft = rb->lb_soft = rb->dpi[0] = rb->dpi[1] = 0;
+    for (int l = 0; l < c->L; l++)
+        if (c->pattern[l] == 'S') {
+            rb->pen += rb->sel_lambda / c->L * rb->sel[l].a;
+            rb->pen_soft += rb->sel_lambda / c->L * rb->sel[l].y_a;
+        }
+}
+// Adds the router's terms from 𝒮: its n > 0 members, of which `hard` chose softmax, and s0, s1 the sums of s[…, 0],
+// s[…, 1] over them.
+static inline void budget_aux_router(RouterBudget *rb, double n, double hard, double s0, double s1) {
+    double f = hard / n, gate = rb->target <= 0 || f > rb->target;
+    rb->frac = f;
+    rb->pen += rb->lambda * (rb->target > 0 ? (f > rb->target ? f - rb->target : 0) : f);
+    rb->pen_soft += gate * rb->lambda * s0 / n;
+    rb->lb = rb->lb_soft = 2 * rb->alpha * (f * s0 / n + (1 - f) * s1 / n);
+    rb->dpi[0] = (gate * rb->lambda + 2 * rb->alpha * f) / n;
+    rb->dpi[1] = 2 * rb->alpha * (1 - f) / n;
 }
 
 #endif

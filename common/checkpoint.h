@@ -3,8 +3,8 @@
 //   model_%08d.bin  the config (header below) and the parameters in param_tensors order
 //   state_%08d.bin  [magic, version, step, shard, position lo31, hi, RNG lo32, hi32, parameter count lo31, hi,
 //                   model fingerprint lo32, hi32, Gumbel noise RNG lo32, hi32 (version 2), ranks, ZeRO stage (version
-//                   3)], then AdamW's first and second moments (version 1 files, written before §7.2 existed, load with
-//                   noise_rng = 0: the driver seeds it; fingerprint 0 in files written before it existed). A run of
+//                   3)], then AdamW's first and second moments (version 1 files hold no Gumbel noise stream and load
+//                   with noise_rng = 0: the driver seeds it; a fingerprint of 0: the file holds none). A run of
 //                   several GPUs with -z 1 writes no moments here: each rank writes its shard of them to
 //   zero1_%08d_r%03d.bin  [magic, version, step, rank, ranks, count lo31, hi, model fingerprint lo32, hi32], then
 //                   that rank's first and second moments (doc/model.md §9.4 says which parameters a rank keeps),
@@ -178,7 +178,7 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
 // ---- the two files, from and into host float32 arrays -----------------------------------------------
 
 // What a resume restores. model_fp: the fingerprint of the model's config (config_fingerprint), set before a
-// save; after a load, what the file holds (0 in files written before the fingerprint existed). noise_rng: the
+// save; after a load, what the file holds (0: the file holds none, and none is checked). noise_rng: the
 // §7.2 Gumbel noise stream.
 typedef struct {
     int step; uint64_t rng; int shard; size_t pos; uint64_t model_fp; uint64_t noise_rng;
