@@ -1740,10 +1740,6 @@ __global__ void add_scalar_kernel(float *x, double v) { *x = (float)((double)*x 
 #define ATT_LOG2E 1.4426950408889634f
 #define ATT_LN2   0.6931471805599453f
 
-#ifndef ATT_DQ_ATOMIC
-#define ATT_DQ_ATOMIC 4   // dQ accumulation: 4 = float4 atomics (sm_90), 1 = scalar atomics
-#endif
-
 static int g_attn_passes = 3;   // 3 = 3xTF32 (fp32-accurate), 1 = plain TF32
 void attention_set_tf32_passes(int p) { g_attn_passes = (p == 1) ? 1 : 3; }
 
@@ -1756,17 +1752,9 @@ __device__ __forceinline__ uint32_t f2tf32(float x) {
 // split x into hi (tf32) and lo (tf32 of the remainder); lo unused (0) when !SPLIT
 // SPLIT (3xTF32): hi = x with the low 13 mantissa bits cleared (a valid tf32), lo = x - hi exactly (fp32); lo is passed
 // as raw fp32 bits and the tensor core uses only its top 19 bits, an error of < 2^-10·|lo| < 2^-20·|x|.
-// (ATT_SPLIT_RNA=1: the slower classic form, lo and hi both rounded with cvt.rna.)
-#ifndef ATT_SPLIT_RNA
-#define ATT_SPLIT_RNA 0
-#endif
 template <bool SPLIT> __device__ __forceinline__ void splitf(float x, uint32_t &h, uint32_t &l) {
     if (SPLIT) {
-#if ATT_SPLIT_RNA
-        h = f2tf32(x); l = f2tf32(x - __uint_as_float(h));
-#else
         h = __float_as_uint(x) & 0xffffe000u; l = __float_as_uint(x - __uint_as_float(h));
-#endif
     } else { h = f2tf32(x); l = 0u; }
 }
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -2124,8 +2112,8 @@ attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restric
             for (int i = 0; i < NQH; ++i) {
                 const int nd = half + 2 * i;
                 if (nd < NQ) {      // warp-uniform
-#if ATT_DQ_ATOMIC == 4
-                    // pair lanes t, t^1: even lane takes row g cols 2t..2t+3, odd lane row g+8 cols 2t-2..2t+1
+                    // dQ in float4 atomics (sm_90): pair lanes t, t^1: the even lane takes row g cols 2t..2t+3,
+                    // the odd lane row g+8 cols 2t-2..2t+1
                     const bool odd = (t & 1);
                     const float x0 = acc[i][0] * scale, x1 = acc[i][1] * scale, x2 = acc[i][2] * scale, x3 = acc[i][3] * scale;
                     const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);
@@ -2133,13 +2121,6 @@ attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restric
                     const float4 val = odd ? make_float4(r0, r1, x2, x3) : make_float4(x0, x1, r0, r1);
                     float *p = dq + (qrow0 + (odd ? 8 : 0)) * ldqk + h * DQ + nd * 8 + 2 * (t & ~1);
                     atomicAdd(reinterpret_cast<float4 *>(p), val);
-#else
-                    float *p = dq + qrow0 * ldqk + h * DQ + nd * 8 + 2 * t;
-                    atomicAdd(p, acc[i][0] * scale);
-                    atomicAdd(p + 1, acc[i][1] * scale);
-                    atomicAdd(p + (size_t)8 * ldqk, acc[i][2] * scale);
-                    atomicAdd(p + (size_t)8 * ldqk + 1, acc[i][3] * scale);
-#endif
                 }
             }
         }
@@ -3574,11 +3555,8 @@ struct GA {
 };
 
 // ------------------------------------------------------------------------------------------------
-// async global->shared copies: cp_async16 and its groups (the helpers at the top). Each thread waits for its own
-// groups; a __syncthreads() after the wait makes the data visible to the block.
-__device__ __forceinline__ void cpa_wait_dyn(int n) {  // n in {0,1,2}
-    if (n <= 0) cp_async_wait<0>(); else if (n == 1) cp_async_wait<1>(); else cp_async_wait<2>();
-}
+// async global->shared copies: cp_async16 and its groups (appendix A). Each thread waits for its own groups; a
+// __syncthreads() after the wait makes the data visible to the block.
 // dst[r*lds + c] = src[r*ldg + c], r < ROWS, c < COLS (COLS % 4 == 0)
 template <int ROWS, int COLS>
 __device__ __forceinline__ void ld_tile(float *dst, int lds, const float *src, size_t ldg, bool vec) {
