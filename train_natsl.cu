@@ -3064,8 +3064,12 @@ attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restric
 // ------------------------------------------------------------------------------------------------------------------
 // host side
 // ------------------------------------------------------------------------------------------------------------------
-static void attn_check_args(const char *who, const void *q, const void *k, int ldqk, const void *v, int ldv, int T,
-                            int NH, int NHm, int dq, int dvh) {
+// heads sharing one mask head: heads / attn_mask_heads(a) (no mask: every head its own)
+static int attn_mask_heads(const AttnArgs *a) { return a->mask ? a->mask_heads : a->heads; }
+static void attn_check_args(const char *who, const AttnArgs *a) {
+    const void *q = a->q, *k = a->k, *v = a->v;
+    const int ldqk = a->ldqk, ldv = a->ldv, T = a->T, NH = a->heads, NHm = attn_mask_heads(a), dq = a->head_k,
+              dvh = a->head_v;
     bool ok = (T % 64 == 0) && (ldqk % 4 == 0) && (ldv % 4 == 0) && NHm > 0 && (NH % NHm == 0) &&
               ((uintptr_t)q % 16 == 0) && ((uintptr_t)k % 16 == 0) && ((uintptr_t)v % 16 == 0);
     if (!ok) {
@@ -3075,10 +3079,10 @@ static void attn_check_args(const char *who, const void *q, const void *k, int l
     }
 }
 
+// The TF32 kernels on the fp32 operands of *a (fp32 mode's, or their fp32 copies: attention_widen)
 template <int DQ, int DV, bool SPLIT>
-static void launch_fwd(float *out, float *lse, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                       const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
-    const int Nc = T / 64;
+static void launch_fwd(float *out, float *lse, const AttnArgs *a, cudaStream_t st) {
+    const int T = a->T, NH = a->heads, Nc = T / 64;
     const size_t smem = (size_t)2 * 64 * ((DQ + 4) + (DV + 4)) * sizeof(float) + (size_t)Nc * 8;
     static size_t set = 0;
     if (smem > set) {
@@ -3086,15 +3090,15 @@ static void launch_fwd(float *out, float *lse, const float *q, const float *k, i
         set = smem;
     }
     const float sl2 = (1.0f / sqrtf((float)DQ)) * ATT_LOG2E;
-    attn_fwd_kernel<DQ, DV, SPLIT><<<dim3(B * NH, Nc), 128, smem, st>>>(out, lse, q, k, ldqk, v, ldv, m, T, NH, NHm, sl2);
+    attn_fwd_kernel<DQ, DV, SPLIT><<<dim3(a->B * NH, Nc), 128, smem, st>>>(out, lse, a->q, a->k, a->ldqk, a->v, a->ldv,
+                                                                          a->mask, T, NH, attn_mask_heads(a), sl2);
     CUDA_CHECK(cudaGetLastError());
 }
 
 template <int DQ, int DV, bool SPLIT>
 static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *dout, const float *lse2,
-                       const float *delta, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                       const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
-    const int Nc = T / 64;
+                       const float *delta, const AttnArgs *a, cudaStream_t st) {
+    const int T = a->T, NH = a->heads, Nc = T / 64;
     const size_t smem = (size_t)(3 * 64 * (DQ + 4) + 3 * 64 * (DV + 4) + 4 * 64 + 64 * 68) * sizeof(float);
     static bool set = false;
     if (!set) {
@@ -3102,8 +3106,9 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
         set = true;
     }
     const float scale = 1.0f / sqrtf((float)DQ);
-    attn_bwd_kernel<DQ, DV, SPLIT><<<dim3(B * NH, Nc), 256, smem, st>>>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v,
-                                                                       ldv, m, T, NH, NHm, scale, scale * ATT_LOG2E);
+    attn_bwd_kernel<DQ, DV, SPLIT><<<dim3(a->B * NH, Nc), 256, smem, st>>>(dq, dk, dv, dA, dout, lse2, delta, a->q, a->k,
+                                                                          a->ldqk, a->v, a->ldv, a->mask, T, NH,
+                                                                          attn_mask_heads(a), scale, scale * ATT_LOG2E);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -3759,8 +3764,10 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
 // ------------------------------------------------------------------------------------------------------------------
 static bool flash_bf16_supported(int dq, int dv) { return dq == 64 && (dv == 64 || dv == 128); }
 
-static void fa_check_args(const char *who, const void *q, const void *k, int ldqk, const void *v, int ldv, int T,
-                          int NH, int NHm, int dq, int dv) {
+static void fa_check_args(const char *who, const AttnArgs *a) {
+    const void *q = a->q, *k = a->k, *v = a->v;
+    const int ldqk = a->ldqk, ldv = a->ldv, T = a->T, NH = a->heads, NHm = attn_mask_heads(a), dq = a->head_k,
+              dv = a->head_v;
     const bool ok = flash_bf16_supported(dq, dv) && T % 64 == 0 && T > 0 && ldqk % 8 == 0 && ldv % 8 == 0 &&
                     NHm > 0 && NH % NHm == 0 && (uintptr_t)q % 16 == 0 && (uintptr_t)k % 16 == 0 &&
                     (uintptr_t)v % 16 == 0;
@@ -3803,10 +3810,9 @@ static CUtensorMap fa_tensor_map(const bf16 *p, size_t rows, int cols, int ld) {
     return fa_tensor_map_of(p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(bf16), rows, cols, ld, 64, 64);
 }
 
-template <int DV>
-static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
-                                const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
-    const int Nc = T / 64, nQB = (Nc + 1) / 2;
+template <int DV> static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const AttnArgs *a, cudaStream_t st) {
+    const bf16 *q = (const bf16 *)a->q, *k = (const bf16 *)a->k, *v = (const bf16 *)a->v;
+    const int B = a->B, T = a->T, NH = a->heads, ldqk = a->ldqk, ldv = a->ldv, Nc = T / 64, nQB = (Nc + 1) / 2;
     const size_t smem = fa_fwd_smem_bytes<DV>(Nc);
     static size_t set = 0;
     if (smem > set) {
@@ -3817,25 +3823,40 @@ static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16
     const size_t rows = (size_t)B * T;
     fa_fwd_wgmma_kernel<DV><<<B * NH * nQB, 256, smem, st>>>(out, lse, fa_tensor_map(q, rows, NH * 64, ldqk),
                                                              fa_tensor_map(k, rows, NH * 64, ldqk),
-                                                             fa_tensor_map(v, rows, NH * DV, ldv), m, T, NH, NHm, sl2);
+                                                             fa_tensor_map(v, rows, NH * DV, ldv), a->mask, T, NH,
+                                                             attn_mask_heads(a), sl2);
     CUDA_CHECK(cudaGetLastError());
 }
 
-// Forward. out [B*T][NH*dv] bf16 (written), lse [B][NH][T] fp32 (written, natural log). m: see top of file.
-static void flash_bf16_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
-                        const float *m, int B, int T, int NH, int NHm, int dq, int dv, cudaStream_t st) {
-    if (!m) NHm = NH;
-    fa_check_args("flash_bf16_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dv);
-    if (dv == 64) fa_launch_fwd_wgmma<64>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
-    else fa_launch_fwd_wgmma<128>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
+// Forward, on the bf16 q, k, v of *a (bf16 values behind its real pointers). out [B*T][heads*head_v] bf16 (written),
+// lse [B][heads][T] fp32 (written, natural log).
+static void flash_bf16_forward(bf16 *out, float *lse, const AttnArgs *a, cudaStream_t st) {
+    fa_check_args("flash_bf16_forward", a);
+    if (a->head_v == 64) fa_launch_fwd_wgmma<64>(out, lse, a, st);
+    else fa_launch_fwd_wgmma<128>(out, lse, a, st);
 }
 
+// The gradients of flash_bf16_backward. dq: fp32, row stride lddq, head j at j*head_k; dk (stride lddk), dv (stride
+// lddv): fp32 (grads_bf16 == 0) or bf16 (grads_bf16 == 1). accumulate == 0: dq, dk, dv are WRITTEN (dq zeroed by the
+// pre-pass, then atomically accumulated over key chunks); accumulate == 1: all three are ADDED to (dq += , dk += ,
+// dv += ). dA[...,0] (when the mask and dA are non-NULL) is written: zeroed, then the G heads of a group add into it;
+// dA[...,1] is never touched. rope_dk (NULL: none; the A layer): dk is rotated back by RoPE (4.2) as it is written,
+// rope_dk the (cos, sin) table [T][head_k/2] of rope_table.
+typedef struct {
+    float *dq;
+    void *dk, *dv;
+    int lddq, lddk, lddv;
+    int grads_bf16, accumulate;
+    float *dA;
+    const float2 *rope_dk;
+} FlashGrads;
+
+// dA: g->dA where the mask is given, else NULL
 template <int DV, typename GT>
-static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, int lddv, float *dA, const bf16 *dout,
-                                const float *ld2, const bf16 *q, const bf16 *k, int ldqk,
-                                const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int accum,
-                                const float2 *rope, cudaStream_t st) {
-    const int Nc = T / 64;
+static void fa_launch_bwd_wgmma(const FlashGrads *g, float *dA, const bf16 *dout, const float *ld2, const AttnArgs *a,
+                                cudaStream_t st) {
+    const bf16 *q = (const bf16 *)a->q, *k = (const bf16 *)a->k, *v = (const bf16 *)a->v;
+    const int B = a->B, T = a->T, NH = a->heads, ldqk = a->ldqk, ldv = a->ldv, Nc = T / 64;
     // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], the dQ staging tile,
     // lse2 and δ [2][2][64], sRed, 8 to align the two mbarriers
     const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) +
@@ -3848,28 +3869,26 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
     const float scale = 0.125f; // 1/sqrt(64)
     const size_t rows = (size_t)B * T;
     fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(
-        dk, lddk, dv, lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
-        fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv), m,
-        T, NH, NHm, scale, scale * FA_LOG2E, accum, rope,
-        fa_tensor_map_of(dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, lddq, 32, 16));
+        (GT *)g->dk, g->lddk, (GT *)g->dv, g->lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
+        fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv),
+        a->mask, T, NH, attn_mask_heads(a), scale, scale * FA_LOG2E, g->accumulate, g->rope_dk,
+        fa_tensor_map_of(g->dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, g->lddq, 32, 16));
     CUDA_CHECK(cudaGetLastError());
 }
 
 static float *g_fa_scratch = nullptr;
 static size_t g_fa_scratch_n = 0;
 
-// Backward. dq: fp32, row stride lddq, head j at j*dq; dk (stride lddk), dv (stride lddv): fp32 (grads_bf16 == 0) or
-// bf16 (grads_bf16 == 1). accumulate == 0: dq, dk, dv are WRITTEN (dq zeroed by the pre-pass, then atomically
-// accumulated over key chunks); accumulate == 1: all three are ADDED to (dq += , dk += , dv += ). dA[...,0] (when m and
-// dA are non-NULL) is written: zeroed, then the G heads of a group add into it; dA[...,1] is never touched.
-// rope_dk (NULL: none; the A layer): dk is rotated back by RoPE (4.2) as it is written, rope_dk the (cos, sin) table
-// [T][dq/2] of rope_table. Uses a static scratch of 2·B·NH·T floats (lse·log2e, δ): not thread-safe, one stream at a time.
-static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *dv, int lddv, int grads_bf16, int accumulate,
-                         float *dA, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
-                         int ldqk, const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int dq_,
-                         int dvh, const float2 *rope_dk, cudaStream_t st) {
-    if (!m) NHm = NH;
-    fa_check_args("flash_bf16_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
+// Backward into the gradients *g (FlashGrads), from the bf16 dout, out and q, k, v of *a. Uses a static scratch of
+// 2·B·heads·T floats (lse·log2e, δ): not thread-safe, one stream at a time.
+static void flash_bf16_backward(const FlashGrads *g, const bf16 *dout, const bf16 *out, const float *lse,
+                                const AttnArgs *a, cudaStream_t st) {
+    const float *m = a->mask;
+    float *dq = g->dq, *dA = g->dA;
+    const void *dk = g->dk, *dv = g->dv;
+    const int lddq = g->lddq, lddk = g->lddk, lddv = g->lddv, grads_bf16 = g->grads_bf16, accumulate = g->accumulate;
+    const int B = a->B, T = a->T, NH = a->heads, NHm = attn_mask_heads(a), dq_ = a->head_k, dvh = a->head_v;
+    fa_check_args("flash_bf16_backward", a);
     const int al = grads_bf16 ? 8 : 4;
     if (((uintptr_t)dq % 16) || (lddq % 4) || (lddk % al) || (lddv % al) || ((uintptr_t)dk % 16) || ((uintptr_t)dv % 16)) {
         fprintf(stderr, "flash_bf16_backward: dq/dk/dv must be 16-byte aligned with 16-byte row strides\n");
@@ -3891,14 +3910,14 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
                                                                 dq_, dvh);
         CUDA_CHECK(cudaGetLastError());
     }
-    const float *mm = m;
     float *dAp = m ? dA : nullptr;
-#define FA_BD(DV_, GT)                                                                                                \
-    fa_launch_bwd_wgmma<DV_, GT>(dq, lddq, (GT *)dk, lddk, (GT *)dv, lddv, dAp, dout, ld2, q, k, ldqk, v, ldv,        \
-                                 mm, B, T, NH, NHm, accumulate, rope_dk, st)
-    if (dvh == 64) { if (grads_bf16) FA_BD(64, bf16); else FA_BD(64, float); }
-    else { if (grads_bf16) FA_BD(128, bf16); else FA_BD(128, float); }
-#undef FA_BD
+    if (dvh == 64) {
+        if (grads_bf16) fa_launch_bwd_wgmma<64, bf16>(g, dAp, dout, ld2, a, st);
+        else fa_launch_bwd_wgmma<64, float>(g, dAp, dout, ld2, a, st);
+    } else {
+        if (grads_bf16) fa_launch_bwd_wgmma<128, bf16>(g, dAp, dout, ld2, a, st);
+        else fa_launch_bwd_wgmma<128, float>(g, dAp, dout, ld2, a, st);
+    }
 }
 
 // ---- the softmax op's entry points: the bf16 kernels in bf16 mode where they take the head dims, else the
@@ -3911,15 +3930,14 @@ static int attention_in_bf16(const AttnArgs *a) {
     return g_bf16 && env_flag("NATSL_ATTN_BF16", 1) && flash_bf16_supported(a->head_k, a->head_v);
 }
 static int attention_out_bf16(const AttnArgs *a) { return g_bf16 && a->out_mp; }
-// The bf16 operands of one call of the bf16 kernels: q, k, v (rows of stride ldqk, ldv), out and dout (packed
-// [B*T][heads*head_v]): q, k, v as stored; out itself where it is stored in bf16, else a scratch; dout (fp32, the
-// backward's) is copied by the caller into its scratch.
-typedef struct { const bf16 *q, *k, *v; bf16 *out, *dout; } AttnBf16;
+// The bf16 output operands of one call of the bf16 kernels (which read q, k, v as stored), out and dout (packed
+// [B*T][heads*head_v]): out itself where it is stored in bf16, else a scratch; dout (fp32, the backward's) is copied
+// by the caller into its scratch.
+typedef struct { bf16 *out, *dout; } AttnBf16;
 static AttnBf16 attention_bf16_operands(const AttnArgs *a, real *out) {
     size_t nv = (size_t)a->B * a->T * a->heads * a->head_v;
     bf16 *buf = (bf16 *)device_scratch(SCRATCH_ATTN_BF16, 2 * nv * sizeof(bf16));
-    AttnBf16 c = {(const bf16 *)a->q, (const bf16 *)a->k, (const bf16 *)a->v, attention_out_bf16(a) ? (bf16 *)out : buf,
-                  buf + nv};
+    AttnBf16 c = {attention_out_bf16(a) ? (bf16 *)out : buf, buf + nv};
     return c;
 }
 // For the TF32 kernels in bf16 mode: *a gets the fp32 values of q, k, v; *out and *dout, when given and stored in bf16,
@@ -3936,13 +3954,13 @@ static void attention_widen(AttnArgs *a, const real **out, const real **dout) {
 // Operands in AttnArgs (common/layout.h); out [B*T][heads*head_v], lse [B][heads][T].
 static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     PROF_OP();
-    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    int B = args->B, T = args->T, NH = args->heads;
     int dq = args->head_k, dvh = args->head_v;
     size_t BT = (size_t)B * T;
     cudaStream_t st = 0;
     if (attention_in_bf16(args)) {
         AttnBf16 c = attention_bf16_operands(args, out);
-        flash_bf16_forward(c.out, lse, c.q, c.k, args->ldqk, c.v, args->ldv, args->mask, B, T, NH, NHm, dq, dvh, st);
+        flash_bf16_forward(c.out, lse, args, st);
         if (!attention_out_bf16(args)) rows_from_bf16(out, NH * dvh, c.out, NH * dvh, BT, NH * dvh);
         return;
     }
@@ -3950,13 +3968,11 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     float *o = out;
     if (g_bf16) attention_widen(&w, NULL, NULL);
     if (attention_out_bf16(args)) o = (float *)device_scratch(SCRATCH_ATTN_BF16, BT * NH * dvh * sizeof(float));
-    const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
-    int ldqk = w.ldqk, ldv = w.ldv;
-    attn_check_args("attention_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dvh);
+    attn_check_args("attention_forward", &w);
 #define ATT_FWD_CASE(A, C)                                                                                          \
     if (dq == A && dvh == C) {                                                                                      \
-        if (g_attn_passes == 3) launch_fwd<A, C, true>(o, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);           \
-        else launch_fwd<A, C, false>(o, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);                             \
+        if (g_attn_passes == 3) launch_fwd<A, C, true>(o, lse, &w, st);                                             \
+        else launch_fwd<A, C, false>(o, lse, &w, st);                                                               \
         if (o != out) rows_to_bf16((bf16 *)out, NH * dvh, o, NH * dvh, BT, NH * dvh);                               \
         return;                                                                                                     \
     }
@@ -3974,7 +3990,7 @@ static size_t g_att_scratch_n = 0;
 static void attention_backward_flash(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
                                      const real *lse, const AttnArgs *args, bf16 *dk16, bf16 *dv16) {
     PROF_OP();
-    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    int B = args->B, T = args->T, NH = args->heads;
     size_t BT = (size_t)B * T, nv = (size_t)NH * args->head_v;
     AttnBf16 c = attention_bf16_operands(args, (real *)out);
     const bf16 *d16 = (const bf16 *)dout;
@@ -3984,16 +4000,16 @@ static void attention_backward_flash(real *dq, real *dk, real *dv, real *dA, con
         d16 = c.dout;
     }
     const int kv16 = dk16 != NULL;
-    flash_bf16_backward(dq, args->ldqk, kv16 ? (void *)dk16 : dk, args->ldqk, kv16 ? (void *)dv16 : dv, args->ldv, kv16, 0,
-                        dA, d16, c.out, lse, c.q, c.k, args->ldqk, c.v, args->ldv, args->mask, B, T, NH, NHm, args->head_k,
-                        args->head_v, kv16 ? rope_table(T, args->head_k) : NULL, 0);
+    const FlashGrads g = {dq, kv16 ? (void *)dk16 : dk, kv16 ? (void *)dv16 : dv, args->ldqk, args->ldqk, args->ldv,
+                          kv16, 0, dA, kv16 ? rope_table(T, args->head_k) : NULL};
+    flash_bf16_backward(&g, d16, c.out, lse, args, 0);
 }
 // WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given). dout is stored in bf16 where the
 // output is (AttnArgs.out_mp): the bf16 kernels read it as it is (else a bf16 copy), the TF32 ones an fp32 copy.
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
                                const real *lse, const AttnArgs *args) {
     PROF_OP();
-    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    int B = args->B, T = args->T, NH = args->heads, NHm = attn_mask_heads(args);
     int dq_ = args->head_k, dvh = args->head_v;
     cudaStream_t st = 0;
     if (attention_in_bf16(args)) {
@@ -4002,9 +4018,9 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
     }
     AttnArgs w = *args;
     if (g_bf16) attention_widen(&w, &out, &dout);
-    const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
-    int ldqk = w.ldqk, ldv = w.ldv;
-    attn_check_args("attention_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
+    const float *m = w.mask;
+    int ldqk = w.ldqk;
+    attn_check_args("attention_backward", &w);
     if (((uintptr_t)dq % 16) || ((uintptr_t)dk % 16) || ((uintptr_t)dv % 16)) {
         fprintf(stderr, "attention_backward: dq/dk/dv must be 16-byte aligned\n"); exit(1);
     }
@@ -4026,8 +4042,8 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
 #define ATT_BWD_CASE(A, C)                                                                                          \
     if (dq_ == A && dvh == C) {                                                                                     \
         if (g_attn_passes == 3)                                                                                     \
-            launch_bwd<A, C, true>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);    \
-        else launch_bwd<A, C, false>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);  \
+            launch_bwd<A, C, true>(dq, dk, dv, dA, dout, lse2, delta, &w, st);                                     \
+        else launch_bwd<A, C, false>(dq, dk, dv, dA, dout, lse2, delta, &w, st);                                   \
         return;                                                                                                     \
     }
     ATT_SHAPES(ATT_BWD_CASE)
@@ -4046,6 +4062,10 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
 // ones (TF32 block matmuls in bf16 mode); shapes the chunked form does not take run the token recurrence
 // (gdn_tokens_forward / backward). Definitions come before their uses: the kernels first, the host side of each form
 // after them, the op's entry points last.
+
+// The gradients the op's backward writes (or, dv with GdnArgs.dv_add, adds to), in fp32: gdn_op_backward's outputs, or
+// its fp32 scratch where it stores them in bf16 (GdnArgs.grads_mp). dA: the routing mask's gradient (NULL: no mask).
+typedef struct { float *dq, *dk, *dv, *dg, *dbeta, *dA; } GdnGrads;
 
 // ---- the GDN op with chunk commits (§3.2, §5.4): token recurrence (the fallback of gdn_op_*) ------------
 // Same semantics and layouts as train_natsl.c's gdn_op_forward/backward (its backward accumulates every
@@ -4082,8 +4102,9 @@ __device__ __forceinline__ float st_get(const float *st, size_t i, int st16) {
 
 template <int P>
 __global__ void __launch_bounds__(32)
-gdn_op_forward_kernel(float *out, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                      const float *g, const float *beta, const float *m, int T, int H, int dk, int dv, float scale, int st16) {
+gdn_op_forward_kernel(float *out, float *state, GdnArgs a, float scale, int st16) {
+    const float *q = a.q, *k = a.k, *v = a.v, *g = a.g, *beta = a.beta, *m = a.mask;
+    const int ldqk = a.ldqk, ldv = a.ldv, T = a.T, H = a.H, dk = a.head_k, dv = a.head_v;
     constexpr int VB = 32 / P;
     const int b = blockIdx.x / H, h = blockIdx.x % H;
     const int lane = threadIdx.x & 31, rg = lane % P;
@@ -4143,13 +4164,12 @@ static int gdn_lanes_per_column(int dk) {
     return P;
 }
 
-static void gdn_tokens_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
-                               int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
-                               int dk, int dv) {
-    int P = gdn_lanes_per_column(dk);
-    dim3 grid(B * H, CEIL_DIV(dv, 32 / P));
-    float scale = 1.f / sqrtf((float)dk);
-#define GDN_FWD(PP) gdn_op_forward_kernel<PP><<<grid, 32>>>(out, state, q, k, ldqk, v, ldv, g, beta, m, T, H, dk, dv, scale, g_gdn_st16)
+// The op on the fp32 operands of *a
+static void gdn_tokens_forward(real *out, real *state, const GdnArgs *a) {
+    int P = gdn_lanes_per_column(a->head_k);
+    dim3 grid(a->B * a->H, CEIL_DIV(a->head_v, 32 / P));
+    float scale = 1.f / sqrtf((float)a->head_k);
+#define GDN_FWD(PP) gdn_op_forward_kernel<PP><<<grid, 32>>>(out, state, *a, scale, g_gdn_st16)
     if (P == 1) GDN_FWD(1); else if (P == 2) GDN_FWD(2); else if (P == 4) GDN_FWD(4); else GDN_FWD(8);
 #undef GDN_FWD
     CUDA_CHECK(cudaGetLastError());
@@ -4163,10 +4183,10 @@ static void gdn_tokens_forward(real *out, real *state, const real *q, const real
 // Sums over value columns (dq̂, dk̂, dβ, dg, dA) are reduced in the warp and added with atomics.
 template <int P>
 __global__ void __launch_bounds__(32)
-gdn_op_backward_kernel(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
-                       const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                       const float *g, const float *beta, const float *m, int T, int H, int dkh, int dvh,
-                       float scale, float *zs_all, int st16) {
+gdn_op_backward_kernel(GdnGrads d, const float *dout, const float *state, GdnArgs a, float scale, int st16) {
+    float *dq = d.dq, *dk = d.dk, *dv = d.dv, *dg = d.dg, *dbeta = d.dbeta, *dA = d.dA, *zs_all = a.ws;
+    const float *q = a.q, *k = a.k, *v = a.v, *g = a.g, *beta = a.beta, *m = a.mask;
+    const int ldqk = a.ldqk, ldv = a.ldv, T = a.T, H = a.H, dkh = a.head_k, dvh = a.head_v;
     constexpr int VB = 32 / P;
     __shared__ float su[CH][VB], sr[CH][VB];
     const int b = blockIdx.x / H, h = blockIdx.x % H;
@@ -4289,10 +4309,10 @@ static size_t gdn_tokens_ws_floats(int B, int H, int dkh, int dvh) {
     int P = gdn_lanes_per_column(dkh);
     return (size_t)B * H * CEIL_DIV(dvh, 32 / P) * (CH + 1) * dkh * (32 / P);
 }
-static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
-                                const real *dout, const real *state, const real *q, const real *k, int ldqk,
-                                const real *v, int ldv, const real *g, const real *beta, const real *m,
-                                int B, int T, int H, int dkh, int dvh, real *zs, int dv_add) {
+// The op's backward on the fp32 operands of *a, its scratch in a->ws; dv: written, or added to with a->dv_add
+static void gdn_tokens_backward(const GdnGrads *d, const real *dout, const real *state, const GdnArgs *a) {
+    real *dq = d->dq, *dk = d->dk, *dv = d->dv, *dg = d->dg, *dbeta = d->dbeta, *dA = d->dA;
+    const int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
     int P = gdn_lanes_per_column(dkh);
     dim3 grid(B * H, CEIL_DIV(dvh, 32 / P));
     float scale = 1.f / sqrtf((float)dkh);
@@ -4300,12 +4320,11 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
     const size_t BT = (size_t)B * T, nA = (size_t)B * (T / CH) * H;
     CUDA_CHECK(cudaMemset2DAsync(dq, (size_t)ldqk * sizeof(float), 0, (size_t)H * dkh * sizeof(float), BT));
     CUDA_CHECK(cudaMemset2DAsync(dk, (size_t)ldqk * sizeof(float), 0, (size_t)H * dkh * sizeof(float), BT));
-    if (!dv_add) CUDA_CHECK(cudaMemset2DAsync(dv, (size_t)ldv * sizeof(float), 0, (size_t)H * dvh * sizeof(float), BT));
+    if (!a->dv_add) CUDA_CHECK(cudaMemset2DAsync(dv, (size_t)ldv * sizeof(float), 0, (size_t)H * dvh * sizeof(float), BT));
     CUDA_CHECK(cudaMemsetAsync(dg, 0, BT * H * sizeof(float)));
     CUDA_CHECK(cudaMemsetAsync(dbeta, 0, BT * H * sizeof(float)));
     if (dA) CUDA_CHECK(cudaMemset2DAsync(dA + 1, 2 * sizeof(float), 0, sizeof(float), nA)); // dA[...,1]
-#define GDN_BWD(PP) gdn_op_backward_kernel<PP><<<grid, 32>>>(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, \
-                                                                  g, beta, m, T, H, dkh, dvh, scale, zs, g_gdn_st16)
+#define GDN_BWD(PP) gdn_op_backward_kernel<PP><<<grid, 32>>>(*d, dout, state, *a, scale, g_gdn_st16)
     if (P == 1) GDN_BWD(1); else if (P == 2) GDN_BWD(2); else if (P == 4) GDN_BWD(4); else GDN_BWD(8);
 #undef GDN_BWD
     CUDA_CHECK(cudaGetLastError());
@@ -6283,12 +6302,12 @@ static void fp32_kernels(GA &a, int dk, bool vec) {
     a.vec = vec;
 }
 
-// in16: q, k, v are bf16 (takes_bf16 said so) and the bf16 kernels run, storing o in bf16 with o16; else they are
-// fp32 and the fp32 kernels run (o fp32)
-static void forward(float *o, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                    const float *g, const float *beta, const float *m, int B, int T, int H, int dk, int dv, float *ws,
-                    bool in16, bool o16) {
-    GA a = make_ga(B, T, H, dk, dv, ws);
+// The op on the operands of *w (workspace w->ws). in16: q, k, v are bf16 (takes_bf16 said so) and the bf16 kernels
+// run, storing o in bf16 with o16; else they are fp32 and the fp32 kernels run (o fp32)
+static void forward(float *o, float *state, const GdnArgs *w, bool in16, bool o16) {
+    const float *q = w->q, *k = w->k, *v = w->v, *g = w->g, *beta = w->beta, *m = w->mask;
+    const int ldqk = w->ldqk, ldv = w->ldv, dk = w->head_k;
+    GA a = make_ga(w->B, w->T, w->H, dk, w->head_v, w->ws);
     a.o = o; a.state = state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     a.o16 = in16 && o16 ? reinterpret_cast<bf16 *>(o) : nullptr;
     if (in16) {
@@ -6302,16 +6321,19 @@ static void forward(float *o, float *state, const float *q, const float *k, int 
     }
     GC_DISPATCH(dk, fwd_impl, a);
 }
-static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
-                     const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                     const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws,
-                     bool in16, int dv_add, const float *rho, bool d16) {
-    GA a = make_ga(B, T, H, dkd, dvd, ws);
+// The backward into *d (dv added to with w->dv_add); rho: bwd_final_bf16 returns dQ, dK through the L2 norm (NULL:
+// dq̂, dk̂); d16: the bf16 kernels store dq, dk, dv in bf16
+static void backward(const GdnGrads *d, const float *dout, const float *state, const GdnArgs *w, bool in16,
+                     const float *rho, bool d16) {
+    float *dq = d->dq, *dk = d->dk, *dv = d->dv;
+    const float *q = w->q, *k = w->k, *v = w->v, *g = w->g, *beta = w->beta, *m = w->mask;
+    const int ldqk = w->ldqk, ldv = w->ldv, dkd = w->head_k;
+    GA a = make_ga(w->B, w->T, w->H, dkd, w->head_v, w->ws);
     a.bwd = 1;
-    a.dv_add = dv_add;
+    a.dv_add = w->dv_add;
     a.rho = rho;
     a.d16 = d16;
-    a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA;
+    a.dq = dq; a.dk = dk; a.dv = dv; a.dg = d->dg; a.dbeta = d->dbeta; a.dA = d->dA;
     a.state = (float *)state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     if (in16) {
         a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v; a.dout16 = (const bf16 *)dout;
@@ -6387,14 +6409,12 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *args) {
     GdnArgs w;
     const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, out, state}, NULL);
     const GdnArgs *a = &w;
-    const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
-    int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v;
-    real *ws = a->ws;
+    int B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v;
     const bool chunked = gdn_use_chunked(dk, dv), o16 = g_gdn_st16 && a->out_mp;
     const size_t BT = (size_t)B * T;
     real *o = o16 && !(chunked && in16) ? (real *)device_scratch(SCRATCH_GDN_OUT, BT * H * dv * sizeof(float)) : out;
-    if (chunked) gdnc::forward(o, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws, in16, o16);
-    else gdn_tokens_forward(o, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
+    if (chunked) gdnc::forward(o, state, a, in16, o16);
+    else gdn_tokens_forward(o, state, a);
     if (o != out) rows_to_bf16((bf16 *)out, H * dv, o, H * dv, BT, H * dv);
 }
 // WRITES dq, dk, dg, dβ, dA[...,1] and dv; with args->dv_add ACCUMULATES into dv. In bf16 mode with args->grads_mp
@@ -6406,9 +6426,8 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     GdnArgs w;
     const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, dq, dk, dv, dout, state}, &dout);
     const GdnArgs *a = &w;
-    const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
+    const real *q = a->q, *k = a->k;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
-    real *ws = a->ws;
     const bool chunked = gdn_use_chunked(dkh, dvh), fold = chunked && in16 && a->rho; // bwd_final_bf16 takes GdnArgs.rho
     const bool d16 = g_gdn_st16 && a->grads_mp;
     if (d16 && (a->dv_add || !a->rho)) die("gdn_op_backward: bf16 gradients (grads_mp) need rho and dv_add = 0");
@@ -6419,12 +6438,9 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
         dk32 = dq32 + nqk;
         dv32 = dk32 + nqk;
     }
-    if (chunked)
-        gdnc::backward(dq32, dk32, dv32, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws,
-                       in16, a->dv_add, fold ? a->rho : nullptr, d16 && fold);
-    else
-        gdn_tokens_backward(dq32, dk32, dv32, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh,
-                            ws, a->dv_add);
+    const GdnGrads d = {dq32, dk32, dv32, dg, dbeta, dA};
+    if (chunked) gdnc::backward(&d, dout, state, a, in16, fold ? a->rho : nullptr, d16 && fold);
+    else gdn_tokens_backward(&d, dout, state, a);
     if (a->rho && !fold) {
         l2norm_backward(dq32, dq32, q, a->rho, B * T, H, dkh, ldqk);
         l2norm_backward(dk32, dk32, k, a->rho + BT * H, B * T, H, dkh, ldqk);
