@@ -35,11 +35,11 @@ NCCL_FLAGS = -I$(NCCL_INC) -L$(NCCL_LIB) -Xlinker -rpath,$(NCCL_LIB) -lnccl
 MPI_ON = -DUSE_MPI $(addprefix -I,$(shell mpicc --showme:incdirs)) $(addprefix -L,$(shell mpicc --showme:libdirs)) -lmpi
 MPI_FLAGS = $(if $(filter 1,$(USE_MPI)),$(MPI_ON))
 GPU_LIBS = -lcublasLt -lcublas $(NCCL_FLAGS) $(MPI_FLAGS)
-train_natsl_cu: train_natsl.cu $(HEADERS)
+train_natsl_cu: train_natsl.cu $(HEADERS) dev/model_flops.h
 	@test -n "$(NCCL_PAIR)" || { echo "train_natsl_cu needs NCCL: no nccl.h with libnccl.so in $(NCCL_PAIRS) (set NCCL_HOME)"; exit 1; }
 	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ $(GPU_LIBS)
 # the same with MPI, under its own name (CI compiles both)
-train_natsl_cu_mpi: train_natsl.cu $(HEADERS)
+train_natsl_cu_mpi: train_natsl.cu $(HEADERS) dev/model_flops.h
 	@command -v mpicc > /dev/null || { echo "train_natsl_cu_mpi needs MPI (mpicc: e.g. apt-get install libopenmpi-dev)"; exit 1; }
 	$(NVCC) $(NVCCFLAGS) -I. $< -o $@ -lcublasLt -lcublas $(NCCL_FLAGS) $(MPI_ON)
 # the benchmarks and kernel harnesses of dev/ (they include train_natsl.cu)

@@ -29,7 +29,7 @@ GPU organization (see dev/cuda/README.md):
   * linear layers go through cuBLAS (row-major y = x Wᵀ mapped onto column-major products; bf16 mode through
     cuBLASLt with a per-shape algorithm search); in fp32 mode cuBLAS runs in CUBLAS_PEDANTIC_MATH (true fp32,
     no TF32);
-  * the softmax ops (A layers, NAtS-L softmax op) use the masked flash-attention kernels below (their
+  * the softmax ops (A layers, NAtS-L softmax op) use the masked flash-attention kernels (appendix C; their
     test harness: dev/cuda/attention/masked_attention.cu), in their 3xTF32 (fp32-accurate) mode;
   * TESTING defined before including this file leaves out main (dev/bench_gpu.cu and the harnesses in
     dev/cuda/ include it);
@@ -42,7 +42,7 @@ GPU organization (see dev/cuda/README.md):
     deterministic, and so is the embedding backward (each token's positions summed in order); the attention
     dq and the router's dA use float atomics (so do the token-recurrence fallback's dq/dk/dg/dβ/dA): runs
     with softmax layers may differ from run to run at the 1e-7 level;
-  * several GPUs (doc/model.md §9.4; section 4): one process per GPU, NCCL on a second stream; each gradient
+  * several GPUs (doc/model.md §9.4; appendix F): one process per GPU, NCCL on a second stream; each gradient
     bucket (a layer's tensors) is all-reduced, or reduce-scattered under ZeRO-1, as soon as the last
     micro-step's backward pass has finished it (grads_ready);
   * one host round trip per micro-step for the loss, one per step for the gradient norm (plus the small
@@ -263,9 +263,8 @@ static float *colpart(size_t n) {
 static int colsum_parts(int R) { int p = R / 512; return p < 1 ? 1 : p > 64 ? 64 : p; }
 
 // Both kernels: a block of 32 columns × COLSUM_ROWS row-threads, each thread summing every COLSUM_ROWS-th row of its
-// block's share, then warp row 0 adding the COLSUM_ROWS sums in order. With 8 row-threads (before session 28) the GDN
-// gates' sums over 32768 rows took 65.6 µs (ncu: 64 blocks of 8 warps, each thread's 64 rows one after the other, 12.5%
-// occupancy) and the finishes over few columns 11-16 µs; with 32, 20.1 µs and 5.5-6.7 µs (dev/results, s28 runs 8, 9).
+// block's share, then warp row 0 adding the COLSUM_ROWS sums in order. The sums are bound by the rows a thread walks
+// one after the other: 32 row-threads keep enough warps per SM in flight where the grid has few blocks (few columns).
 #define COLSUM_ROWS 32
 // the block's COLSUM_ROWS per-thread sums v of its 32 columns, added in row order: the total, on row-thread 0
 __device__ __forceinline__ float colsum_rows(float v, float (*sh)[33]) {
@@ -472,8 +471,8 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
     // ids: the batch on the host (model_backward's inputs). The positions of each token of the batch by a counting
     // sort on the host, while the GPU still runs the layers' backward: pos (BT), the tokens present (tok, n of them)
     // and where each one's positions start (start, n + 1), in one pinned buffer sent by one asynchronous copy (no
-    // synchronization with the device: a copy of the device's ids and a sort between two kernels left the GPU idle,
-    // RESULTS session 27); host and device scratch kept between calls, the buffer reused once its last copy is done
+    // synchronization with the device, which would leave the GPU idle between two kernels); host and device scratch
+    // kept between calls, the buffer reused once its last copy is done
     static int *h = NULL, *d = NULL, *count = NULL, cap = 0, vcap = 0;
     static cudaEvent_t sent = NULL;
     int V = 0;
@@ -807,9 +806,8 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
 
 // ---- SwiGLU (§2, (2.2a)): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
 // The forward: one warp per token row, runs of four adjacent values a lane (F is a multiple of 256: every lane has the
-// same number of runs; session 22: 4.54 → 4.18 ms a 340m step against a block a row in pairs, which the backward
-// keeps: in this form it took 8.05 → 8.43 ms). MP: the matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a
-// matmul output) and h (a matmul input).
+// same number of runs); the backward keeps a block a row in pairs, faster for its three outputs. MP: the
+// matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
 template <class MP> __global__ void __launch_bounds__(256) swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu,
                                                                                 int BT, int F) {
     const size_t bt = (size_t)blockIdx.x * 8 + threadIdx.x / 32;
@@ -860,11 +858,9 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 // y (Q, K, V: the token mixers' operands) is stored in the matmul precision. The G and N layers' Q and K go through
 // conv_silu_l2norm_forward (the L2 norm's section), their V through conv_silu_forward. The backward takes
 // consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in one
-// pass over the projection's whole rows (against three launches over a third of each row: 11.62 → 11.03 ms in a 340m
-// step; the forward's 5.79 → 5.69). The forward loads eight rows before using any (dev/cuda/conv: 2600 GB/s at the
-// 340m size, against 1570 one row at a time). The backward loads four rows of x and dy before using any in a tile's
-// interior (0.467 -> 0.368 ms at the 340m size, the same bits), and sums dw per block of CONV_BWD_WARPS tiles: one
-// partial per tile (session 15 and before) moved as many bytes as dy, twice (written, then summed).
+// pass over the projection's whole rows. Both passes are bound by their loads' latency: the forward loads eight rows
+// before using any, the backward four rows of x and dy in a tile's interior (its benchmark: dev/cuda/conv). The
+// backward sums dw per block of CONV_BWD_WARPS tiles, so that its partial sums move far fewer bytes than dy.
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0 && CONV_TILE % 8 == 0,
               "the conv kernels assume 4 taps and whole tiles of 8-row batches (the backward's interior: 4-row ones)");
@@ -961,7 +957,7 @@ struct ConvChannel { // one channel's state in conv_silu_backward_kernel
     }
 };
 #define CONV_BWD_WARPS 8 // time tiles a block takes (a warp each), its dw summed over them before it is stored
-#define CONV_BWD_BLOCKS 3 // blocks an SM the backward's registers allow (4: spills, 0.382 against 0.368 ms)
+#define CONV_BWD_BLOCKS 3 // blocks an SM the backward's registers allow (at 4 it spills)
 template <class MP, class DY> // dx and x in the matmul precision; the runs' dy in DY (fp32, or bf16: a G layer's)
 __global__ void __launch_bounds__(32 * CONV_BWD_WARPS, CONV_BWD_BLOCKS) conv_silu_backward_kernel(MP *__restrict__ dx,
         int lddx, float *__restrict__ dw_part, ConvRuns o, const MP *__restrict__ x, int ldx, const float *__restrict__ w,
@@ -1056,14 +1052,11 @@ static void conv_silu_qkv_backward(real *dx, int lddx, real *dw, const real *dq,
 // is a warp sum (no barrier), over the same values in the same order as a warp of l2norm_forward takes them: y is
 // rounded to the matmul precision first, as stored; the same bits. Eight rows of x are loaded before any is used, as
 // in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (the GDN op's operands), and Q, K themselves only where
-// given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing else). At the 340m size
-// 0.129 ms against 0.159 for the two passes (1.6 TB/s; ncu: SM 64%, DRAM 39%, bound by its instructions, SiLU's exp
-// and division and the row sums, not its bytes; a block of d_k threads taking two heads, the sums through shared
-// memory, had been slower than the two passes; dev/cuda/conv/conv_bench.cu).
+// given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing else). It is bound by its
+// instructions (SiLU's exp and division, the row sums), not its bytes (its benchmark: dev/cuda/conv/conv_bench.cu).
 struct QkPlanes { void *p[2]; }; // the Q plane's and the K plane's pointer (a field each: no indexed struct read)
 // A lane's share of one row of x as loaded (row_col's columns): NJ floats, or where the row runs in fours of bf16, those
-// kept packed until used (8 bytes a run: half the registers, so that six blocks fit an SM instead of four: 0.164 ->
-// 0.129 ms at the 340m size, dev/cuda/conv)
+// kept packed until used (8 bytes a run: half the registers, so that six blocks fit an SM, not four)
 template <int NJ, bool V4> struct XRow {
     float v[NJ];
     template <class MP> __device__ void load(const MP *p, int lane, int n) { row_load<NJ, V4>(v, p, lane, n); }
@@ -1378,9 +1371,8 @@ template <class MP, class F> __device__ __forceinline__ void row_visit(const MP 
     for (int i = n4 + threadIdx.x; i < n; i += blockDim.x) f(i, ld(z + i));
 }
 // MP: the matmul-precision type of the logits (the head's output) and of their gradient (its backward's dout).
-// One pass over the row: each thread keeps a running maximum m and Σ exp(z − m), rescaled when m grows. 256 threads
-// a row (dev/cuda/ce_bench.cu, H100, 340m size: 0.91 ms against 1.39 at 1024; two passes, max then Σ exp with the row
-// from L2 the second time, 1.00 ms at their best, 512).
+// One pass over the row: each thread keeps a running maximum m and Σ exp(z − m), rescaled when m grows (one read of
+// the row, where a max pass and a Σ exp pass read it twice). 256 threads a row (its benchmark: dev/cuda/ce_bench.cu).
 template <class MP>
 __global__ void crossentropy_forward_kernel(float *losses, float *lse, const MP *logits, const int *targets, int V, int Vp) {
     __shared__ float sh[32];
@@ -1411,8 +1403,7 @@ __device__ __forceinline__ float ce_grad(int i, float z, float l, int V, int tg,
     return (i < V ? dloss * expf(z - l) : 0.f) - (i == tg ? dloss : 0.f);
 }
 // logits ← dlogits in place: ce_grad on each value; in the matmul precision (the head's backward is its only reader),
-// like the logits themselves. Runs of four where Vp % 4 == 0; 256 threads a row (ce_bench: 1.475 ms against 1.503 at
-// 1024, 2.84 TB/s).
+// like the logits themselves. Runs of four where Vp % 4 == 0; 256 threads a row (bound by its bytes).
 template <class MP>
 __global__ void crossentropy_backward_kernel(MP *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
     size_t bt = blockIdx.x;
@@ -1438,8 +1429,7 @@ static void crossentropy_backward(real *logits, const real *lse, const int *targ
 // then the logits replaced by dloss·(softmax − onehot) as crossentropy_backward, from one read of each row from DRAM
 // instead of three. A block a row, CE_FUSED_NT threads: the row is copied to shared memory (cp.async, 16 bytes a
 // copy, all in flight at once), then read there for the maximum, Σ exp and the gradient; Vp·2 bytes a block, so three
-// blocks an SM at V = 32000, each in its own phase: 2.04 ms against the two kernels' 2.39 at the 340m size (2.1 TB/s;
-// the row held in registers instead, one or two blocks an SM, 2.58: dev/cuda/ce_bench.cu). The maximum is exact (the
+// blocks an SM at V = 32000, each in its own phase (its benchmark: dev/cuda/ce_bench.cu). The maximum is exact (the
 // row is at hand), so lse may differ from the one-pass kernel's in its last bit: a gradient value one bf16 step away.
 #define CE_FUSED_NT 512
 __global__ void __launch_bounds__(CE_FUSED_NT) crossentropy_fused_kernel(float *losses, float *lse,
@@ -1521,8 +1511,8 @@ static void residual_add(real *out, const real *x, const real *res, size_t n) {
 
 // Σ a_i·b_i of two device vectors, in double and in a fixed partition and order (bitwise reproducible): the
 // gradient norm (§9), an S gate's ⟨dout, mixer output⟩ (7.3d). One host read. a_mp: a is stored in the matmul
-// precision (dout). A thread takes runs of four values where a and b are aligned for them (the gradient norm took
-// 0.79 ms a 340m step in scalar loads, 1.8 TB/s), the rest one by one.
+// precision (dout). A thread takes runs of four values where a and b are aligned for them (bound by its bytes), the
+// rest one by one.
 template <class A> __global__ void dot_partial_kernel(double *part, const A *a, const float *b, size_t n) {
     __shared__ double sh[512];
     double s = 0;
@@ -1566,10 +1556,11 @@ __global__ void add_scalar_kernel(float *x, double v) { *x = (float)((double)*x 
 // ================================================================================================
 // 2. The two token mixers of a NAtS-L layer and the router that drives them with the routing mask
 // m[B][Nc][Hm][2] (op 0 = softmax, op 1 = GDN; §5.2). m = NULL means "every chunk active" (A layer; G layer).
-//   * softmax op: attention_forward / attention_backward (masked flash attention, 3xTF32 or TF32); the
-//     backward WRITES dq, dk, dv and dA[...,0].
-//   * GDN op: the chunked kernels (token-recurrence fallback); the backward WRITES dq, dk, dg, dβ, dA[...,1]
-//     and dv, or ACCUMULATES into dv with dv_add (an N layer's, after the softmax op wrote dv).
+//   * softmax op: attention_forward / attention_backward (masked flash attention: bf16 wgmma, or 3xTF32/TF32;
+//     appendix C); the backward WRITES dq, dk, dv and dA[...,0].
+//   * GDN op: gdn_op_forward / gdn_op_backward (the chunked kernels, the token recurrence where they do not take the
+//     shape; appendix D); the backward WRITES dq, dk, dg, dβ, dA[...,1] and dv, or ACCUMULATES into dv with dv_add
+//     (an N layer's, after the softmax op wrote dv).
 // ================================================================================================
 
 // ---- softmax attention over the allowed pairs (§4, §5.3, §6.2, §6.3): masked flash attention (appendix C) ------
@@ -2051,8 +2042,8 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
 // Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
 // parameters and dx, which it WRITES. d proj | d gate | d ab share rows (gdn_in_ld), as [W_q;W_k;W_v], W_g, [W_a;W_b]
 // lie one after another, so one product takes dx = [d proj | d gate | d ab] [W_qkv; W_g; W_ab] and all three
-// weights' gradients (340m, bf16: 0.43 ms against 0.55 for three products). dqkv_mp: d's q, k, v are stored in the
-// matmul precision (GdnArgs.grads_mp: a G layer's).
+// weights' gradients (one larger product runs faster than three). dqkv_mp: d's q, k, v are stored in the matmul
+// precision (GdnArgs.grads_mp: a G layer's).
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
                                 const LayerParams *p, int B, int T, int dqkv_mp) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, ld = gdn_in_ld(c);
@@ -2212,7 +2203,7 @@ static void select_layer_backward(const Config *c, real *dx, const real *dout, L
 // s_sel (common/model_io.h)
 static void router_aux_forward(Model *M, int B, int T);
 static SelGate select_gate(const Model *M, int l);
-static void grads_ready(Model *M, int k); // several GPUs: bucket k's gradients are final (section 4)
+static void grads_ready(Model *M, int k); // several GPUs: bucket k's gradients are final (appendix F)
 // This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
 static real *router_noise(Model *M, int l, int B, int T) {
     if (!M->rb.noise) return NULL;
@@ -3122,7 +3113,7 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 // warpgroup, looping over the query chunks that see it; dQ through shared dS, then fp32 adds into dq (2-D reduce-adds
 // of the TMA unit through a tensor map of dq).
 // Their test harness, notes and measurements:
-// dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md (which also has the mma.sync m16n8k16 pair these replaced).
+// dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md.
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 
@@ -3154,10 +3145,9 @@ __device__ __forceinline__ float fa_ex2(float x) {
 // XOR-swizzled rows of 64 bf16 (128 bytes: chunk c of row r at c ^ (r & 7)), which the wgmma descriptors call 128-byte
 // swizzling; V's DV columns are stored as DV/64 tiles of [64 keys][64 columns]. Thread 0 has the TMA unit load
 // each tile (64 × 64 boxes of 2-D tensor maps, swizzled as the tensor cores read them) into a four-stage ring of
-// mbarriers: no thread computes a load address and no block barrier falls between tiles (against cp.async by every
-// thread into three buffers and a barrier a tile: 405 -> 333 instructions a warp and tile, A layer B8 T4096 0.866 ->
-// 0.78 ms, with the two changes below: RESULTS, session 26). The running max moves only when it grows past 2^8, so
-// most tiles skip the rescale of O; the wgmma descriptors are built once and stepped by adds on their low words.
+// mbarriers: no thread computes a load address and no block barrier falls between tiles (the kernel is bound by its
+// instructions a warp and tile). The running max moves only when it grows past 2^8, so most tiles skip the rescale
+// of O; the wgmma descriptors are built once and stepped by adds on their low words.
 // ------------------------------------------------------------------------------------------------------------------
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "train_natsl.cu is built for sm_90a (nvcc -arch=sm_90a): the attention forward runs on Hopper's wgmma"
@@ -3291,8 +3281,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
     const uint32_t qbar = (fa_smem_u32(sN + 1) + 7) & ~7u, full0 = qbar + 8, empty0 = full0 + 8 * NS;
 
     // block L -> (bh, query block qb), heavy (late) query blocks first: causal (m == NULL) head by head, so that the
-    // blocks in flight share their heads' K, V in L2 (the A layer B8 T4096: 0.78 -> 0.74 ms); routed, heads fastest
-    // (head by head the N layer's forward lost 1-3%: RESULTS, session 26 run 4)
+    // blocks in flight share their heads' K, V in L2; routed, heads fastest (there head by head is slower)
     const int L = blockIdx.x, nBH = gridDim.x / nQB;
     const int bh = m ? L % nBH : L / nQB, b = bh / NH, h = bh - b * NH;
     const int qb = nQB - 1 - (m ? L / nBH : L % nQB);
@@ -3475,8 +3464,8 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
 
 // ------------------------------------------------------------------------------------------------------------------
 // backward pre-pass: lse2 = lse·log2e and δ = dO·O (bf16 in, fp32) into ld2 [B][NH][T/64][lse2 64, δ 64] (a query
-// tile's both in one 512-byte run: one bulk load; two took one TMA command a tile more, A B8 T4096 backward 1-2% slower:
-// RESULTS session 27), zero dq head columns (unless accumulating), zero dA[..,0]
+// tile's both in one 512-byte run: one bulk load, where two would take one TMA command a tile more), zero dq head
+// columns (unless accumulating), zero dA[..,0]
 // ------------------------------------------------------------------------------------------------------------------
 __global__ void fa_bwd_pre_kernel(float *__restrict__ ld2, float *__restrict__ dq, int lddq,
                                   float *__restrict__ dA, const bf16 *__restrict__ dout, const bf16 *__restrict__ out,
@@ -3532,12 +3521,11 @@ template <> __device__ __forceinline__ void store_pair<bf16>(bf16 *p, float a, f
 //   dS^T -> shared memory (bf16), dQ = dS K (wgmma with both operands MN-major: dS^T is stored [key][query], K
 //   [key][dim]) -> added to dq: each warp's 16 rows go to a shared staging tile (fp32, two 128B-swizzled [16][32]
 //   boxes) and from there into dq by two 2-D reduce-adds of the TMA unit (tensor map tdq). The commands are few
-//   because the TMA unit also serves the loads: one 256-byte bulk reduce-add a row (16 a warp and tile) held the next
-//   tile's loads back (A B8 T4096 2.59 -> 2.27 ms; float4 atomics at DV = 128: N fraction 0.25 1.06 -> 0.96 ms:
-//   RESULTS, session 27).
+//   because the TMA unit also serves the loads: one bulk reduce-add a row (16 a warp and tile) would hold the next
+//   tile's loads back.
 // V and dO are stored as DV/64 tiles of [64 rows][64 columns] (the MN-major layout of dO for dV's product). Thread 0
 // has the TMA unit load them (tensor maps, as the forward) into two buffers of mbarriers, no block barrier at a tile's
-// top (against cp.async by every thread: A B8 T4096 2.70 -> 2.65 ms, N fraction 1.0 2.40 -> 2.25: RESULTS, session 26).
+// top.
 // ------------------------------------------------------------------------------------------------------------------
 constexpr int FA_BWD_GROUP = 16;
 template <int DV, typename GT>
@@ -3563,11 +3551,10 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
     const int Nc = T / 64;
     // block L -> (bh, kc) in groups of G key chunks: every head's blocks of chunks [Gg, Gg + G) (head by head, chunk
     // fastest) before the next group's. The blocks in flight cover a few heads or a few chunks of every head, so their
-    // Q, dO tiles and dq accumulators stay in L2 (with heads fastest the mma.sync kernels of 2026-11-23 ran at 122,
-    // head-major 165-197 TFLOP/s). Causal (m == NULL): G = Nc, whole heads in turn (head-major). Routed: G = 16, so
-    // every head's routed early chunks, whose blocks loop over the most query chunks, start first; head-major, a
-    // routed early chunk of the last head started late and ran on alone (N B1 T32768 fraction 0.1: 3.65 -> 2.57 ms,
-    // while A lost 1-2%: RESULTS session 25 runs 11, 12)
+    // Q, dO tiles and dq accumulators stay in L2 (heads fastest would spread them over every head). Causal
+    // (m == NULL): G = Nc, whole heads in turn (head-major). Routed: G = 16, so every head's routed early chunks, whose
+    // blocks loop over the most query chunks, start first (head-major, a routed early chunk of the last head would
+    // start late and run on alone).
     const int G = m ? min(FA_BWD_GROUP, Nc) : Nc;
     const int BH = gridDim.x / Nc, L = blockIdx.x, grp = L / (BH * G), r = L - grp * BH * G;
     const int gs = min(G, Nc - grp * G), bh = r / gs, kc = grp * G + r % gs;
@@ -5828,8 +5815,7 @@ __device__ __forceinline__ void pair_sync(int w) {
 // being read. A first phase is B3 part 1 (dWm, dTV, dv, dbv over the value tiles: they stay in the block, dTV as an fp32
 // tile read at the same accumulator positions that made it). Elementwise factors at the accumulator positions: dPm,
 // dQ1 (fp32) loaded into registers before the
-// product they meet, their latency under it (0.448 → 0.385 ms at the 340m size, though ptxas spills 96 bytes at
-// d_k = 128), X (fp32) after it, q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The
+// product they meet, their latency under it (though ptxas spills 96 bytes at d_k = 128), X (fp32) after it, q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The
 // per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two terms: the same
 // sum in either order), a column's from its four row strips as four partial sums, added in a fixed order (so the op is
 // bitwise reproducible). With a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the row dots q̂·dq̂,
@@ -6458,15 +6444,14 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
 
 // bf16 mode runs the products through cuBLASLt with, for each distinct product (shape, transposes, strides, accumulate
 // or not, output type), the fastest of the algorithms gemm_candidates lists, timed at its first call on the product's
-// own operands (dev/cuda/gemm_tune: cublasGemmEx's choice, which equals the heuristic's first, is 6.8% slower over the
-// 340m's linear layers; NATSL_GEMM_REPORT=1 prints a line for each product timed). The choice is fixed for the run, so
+// own operands (cublasGemmEx's choice, the heuristic's first, is not the fastest for every product: dev/cuda/gemm_tune;
+// NATSL_GEMM_REPORT=1 prints a line for each product timed). The choice is fixed for the run, so
 // recompute reruns stay bit-identical; a run keeps its choices in the file that NATSL_GEMM_ALGOS names or else, with
 // -o, in <dir>/gemm_algos.bin (several ranks: each its own, _rNNN), and a run that finds the file (a resume) takes them
 // from there, so that it computes the same bits as the run it continues (gemm_cache_*). cuBLASLt's algorithms may need
 // aligned pointers: the key holds the operands' alignments. NATSL_GEMM_TIMED=0 takes the heuristic's first candidate
-// untimed, so that separate runs compute the same bits (make test's CPU-vs-GPU comparison: timing noise otherwise picks
-// other algorithms from run to run, whose bf16 roundings moved the 760m router weight's gradient by 1.7e-2 to 3.6e-2
-// against the CPU, across its 3e-2 bar).
+// untimed, so that separate runs compute the same bits (make test's CPU-vs-GPU comparison: timing noise can pick other
+// algorithms from run to run, whose bf16 roundings move a gradient across the comparison's bar).
 #define GEMM_CANDIDATES 8
 #define GEMM_WORKSPACE (32u << 20)
 typedef struct {
@@ -6620,8 +6605,8 @@ static int gemm_candidates(const GemmPlan *p, const GemmKey *want, std::vector<c
 // The plan of a product: a known one, one read from the run directory, or a new choice, timed on its operands into D
 // itself where D's old values are not read, else into a scratch output (the heuristic's first candidate where no
 // scratch fits in memory). The candidates take turns: a round that warms each up and times it once, which drops
-// those over 1.15× the fastest, then GEMM_ROUNDS rounds whose median decides. (Timed one after the other, 3 times
-// each, the same algorithm measured up to 15% apart from run to run as the clocks moved, and the choice with it.)
+// those over 1.15× the fastest, then GEMM_ROUNDS rounds whose median decides (the clocks move: timed one after the
+// other, the same algorithm can measure far apart from run to run).
 #define GEMM_ROUNDS 5
 static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void *B, const float *Cin, void *D) {
     for (const GemmPlan &p : g_plans)
