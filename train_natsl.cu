@@ -205,7 +205,8 @@ template <class F> static void with_mp(real *x, int mp, F f) {
 // ---- tensor-core primitives (the attention and GDN kernels): bf16 operands, shared-memory addresses,
 // ldmatrix/stmatrix, mma.sync (bf16 m16n8k16, TF32 m16n8k8), the XOR swizzle of bf16 tiles
 typedef __nv_bfloat16 bf16;
-__device__ __forceinline__ uint32_t fa_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+// the shared-memory address of p (a pointer into shared memory), as ldmatrix, stmatrix and the bulk copies take it
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
@@ -2624,7 +2625,7 @@ int main(int argc, char **argv) { return train_main(argc, argv); }
 
 // ---- softmax attention over the allowed pairs (§4, §5.3, §6.2, §6.3): masked flash attention ------------------
 // (its standalone test and benchmark: dev/cuda/attention/masked_attention.cu, which includes this file)
-#define ATT_LOG2E 1.4426950408889634f
+#define ATT_LOG2E 1.4426950408889634f // log2(e), ln(2): the kernels' softmax runs in the exp2 domain
 #define ATT_LN2   0.6931471805599453f
 
 static int g_attn_passes = 3;   // 3 = 3xTF32 (fp32-accurate), 1 = plain TF32
@@ -3114,8 +3115,6 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 // of the TMA unit through a tensor map of dq).
 // Their test harness, notes and measurements:
 // dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md.
-#define FA_LOG2E 1.4426950408889634f
-#define FA_LN2 0.6931471805599453f
 
 // ------------------------------------------------------------------------------------------------------------------
 // device helpers
@@ -3125,7 +3124,7 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 // through it becomes a generic LD/ST (the backward's dS and dQ stores, the lse2/δ and key-list loads) instead of
 // LDS/STS
 __device__ __forceinline__ bf16 *fa_align1024(uint4 *smem) {
-    return reinterpret_cast<bf16 *>(reinterpret_cast<char *>(smem) + ((1024u - (fa_smem_u32(smem) & 1023u)) & 1023u));
+    return reinterpret_cast<bf16 *>(reinterpret_cast<char *>(smem) + ((1024u - (smem_u32(smem) & 1023u)) & 1023u));
 }
 
 __device__ __forceinline__ float fa_ex2(float x) {
@@ -3209,7 +3208,7 @@ constexpr uint32_t FA_KSTEP_BYTES = 16 * 128;   // 16 rows: one k-step of an MN-
 // thread's bulk group: commit, then wait until the source has been read.
 __device__ __forceinline__ void tma_add_box(const CUtensorMap *map, int x, int y, const float *src) {
     asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n"
-                 ::"l"(map), "r"(fa_smem_u32(src)), "r"(x), "r"(y) : "memory");
+                 ::"l"(map), "r"(smem_u32(src)), "r"(x), "r"(y) : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
@@ -3244,13 +3243,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // layout swz<64> writes), completing on mbarrier bar
 __device__ __forceinline__ void tma_load_tile(bf16 *dst, const CUtensorMap *map, int x, int y, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 ::"r"(fa_smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
 
 // bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned) by the TMA unit, completing on bar
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 ::"r"(fa_smem_u32(dst)), "l"(src), "r"(bytes), "r"(bar) : "memory");
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
 constexpr int FA_FWD_STAGES = 4;   // the forward's K/V ring: tile it + 2 loads while tiles it − 1 .. it + 1 are in use
@@ -3278,7 +3277,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
     float *sWA = reinterpret_cast<float *>(sList + Nc);       // [Nc]
     float *sWB = sWA + Nc;                                    // [Nc]
     int *sN = reinterpret_cast<int *>(sWB + Nc);
-    const uint32_t qbar = (fa_smem_u32(sN + 1) + 7) & ~7u, full0 = qbar + 8, empty0 = full0 + 8 * NS;
+    const uint32_t qbar = (smem_u32(sN + 1) + 7) & ~7u, full0 = qbar + 8, empty0 = full0 + 8 * NS;
 
     // block L -> (bh, query block qb), heavy (late) query blocks first: causal (m == NULL) head by head, so that the
     // blocks in flight share their heads' K, V in L2; routed, heads fastest (there head by head is slower)
@@ -3351,8 +3350,8 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
     for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     // descriptors' low words: this warpgroup's Q rows, K and V of stage 0 (stage st: st tiles on)
-    const uint32_t qlo = wgmma_desc_lo(fa_smem_u32(sQ + wg * 64 * DQ), 16), klo0 = wgmma_desc_lo(fa_smem_u32(sK), 16),
-                   vlo0 = wgmma_desc_lo(fa_smem_u32(sV), FA_TILE_BYTES);
+    const uint32_t qlo = wgmma_desc_lo(smem_u32(sQ + wg * 64 * DQ), 16), klo0 = wgmma_desc_lo(smem_u32(sK), 16),
+                   vlo0 = wgmma_desc_lo(smem_u32(sV), FA_TILE_BYTES);
     const int myc = qcA + wg;
     // the last tile's P (bf16 A fragments) and V, whose product the next tile issues with its S; before the first tile
     // and after a tile of weight 0, P = 0 (with V of a loaded stage): issuing every product unconditionally keeps ptxas
@@ -3456,7 +3455,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
 #pragma unroll
             for (int nv = 0; nv < DV / 8; ++nv)
                 *reinterpret_cast<uint32_t *>(op + nv * 8) = pack_bf16(o[4 * nv + 2 * r] * inv, o[4 * nv + 2 * r + 1] * inv);
-            if (t == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[r] * sl2 + log2f(l)) * FA_LN2;
+            if (t == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[r] * sl2 + log2f(l)) * ATT_LN2;
         }
     }
 #endif
@@ -3489,7 +3488,7 @@ __global__ void fa_bwd_pre_kernel(float *__restrict__ ld2, float *__restrict__ d
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) {
         const size_t idx = ((size_t)b * NH + h) * T + i, idx2 = (idx - (i & 63)) * 2 + (i & 63);
-        ld2[idx2] = lse[idx] * FA_LOG2E;
+        ld2[idx2] = lse[idx] * ATT_LOG2E;
         ld2[idx2 + 64] = acc;
     }
     if (dq) {
@@ -3546,7 +3545,7 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
     float *sDQ = reinterpret_cast<float *>(sO + 2 * 64 * DV);  // [4][2][16 × 32] dQ staging (fp32; 1024-aligned)
     float *sL = sDQ + 64 * 64;                                 // [2][lse2 64, δ 64]
     float *sRed = sL + 2 * 128;                                // [4]
-    const uint32_t full0 = (fa_smem_u32(sRed + 4) + 7) & ~7u;  // [2] mbarriers
+    const uint32_t full0 = (smem_u32(sRed + 4) + 7) & ~7u;  // [2] mbarriers
 
     const int Nc = T / 64;
     // block L -> (bh, kc) in groups of G key chunks: every head's blocks of chunks [Gg, Gg + G) (head by head, chunk
@@ -3600,9 +3599,9 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
     float dAacc = 0.f;
     // descriptors' low words (K-major operands: LBO 16; MN-major: LBO = FA_TILE_BYTES), the query tiles' of buffer 0
     constexpr uint32_t MN = ((FA_TILE_BYTES - 16) >> 4) << 16;   // LBO 16 -> FA_TILE_BYTES
-    const uint32_t klo = wgmma_desc_lo(fa_smem_u32(sK), 16), vlo = wgmma_desc_lo(fa_smem_u32(sV), 16),
-                   slo = wgmma_desc_lo(fa_smem_u32(sS), FA_TILE_BYTES), qlo0 = wgmma_desc_lo(fa_smem_u32(sQ), 16),
-                   olo0 = wgmma_desc_lo(fa_smem_u32(sO), 16);
+    const uint32_t klo = wgmma_desc_lo(smem_u32(sK), 16), vlo = wgmma_desc_lo(smem_u32(sV), 16),
+                   slo = wgmma_desc_lo(smem_u32(sS), FA_TILE_BYTES), qlo0 = wgmma_desc_lo(smem_u32(sQ), 16),
+                   olo0 = wgmma_desc_lo(smem_u32(sO), 16);
 
     for (int it = 0; it < nq; ++it) {
         if (tid == 0 && it + 1 < nq) issue(it + 1);
@@ -3806,7 +3805,7 @@ template <int DV> static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const A
         smem_attr(fa_fwd_wgmma_kernel<DV>, smem);
         set = smem;
     }
-    const float sl2 = 0.125f * FA_LOG2E; // 1/sqrt(64)
+    const float sl2 = 0.125f * ATT_LOG2E; // 1/sqrt(64)
     const size_t rows = (size_t)B * T;
     fa_fwd_wgmma_kernel<DV><<<B * NH * nQB, 256, smem, st>>>(out, lse, fa_tensor_map(q, rows, NH * 64, ldqk),
                                                              fa_tensor_map(k, rows, NH * 64, ldqk),
@@ -3858,7 +3857,7 @@ static void fa_launch_bwd_wgmma(const FlashGrads *g, float *dA, const bf16 *dout
     fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(
         (GT *)g->dk, g->lddk, (GT *)g->dv, g->lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
         fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv),
-        a->mask, T, NH, attn_mask_heads(a), scale, scale * FA_LOG2E, g->accumulate, g->rope_dk,
+        a->mask, T, NH, attn_mask_heads(a), scale, scale * ATT_LOG2E, g->accumulate, g->rope_dk,
         fa_tensor_map_of(g->dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, g->lddq, 32, 16));
     CUDA_CHECK(cudaGetLastError());
 }
@@ -4915,7 +4914,7 @@ __device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uin
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < DK / 16; kk++)
-        stsm4t(fa_smem_u32(stg + (16 * kk + 8 * (mi >> 1) + r) * 16 + 8 * ((mi & 1) ^ (r >> 2))), fa[kk]);
+        stsm4t(smem_u32(stg + (16 * kk + 8 * (mi >> 1) + r) * 16 + 8 * ((mi & 1) ^ (r >> 2))), fa[kk]);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < DK / 16; i++) {
@@ -4933,7 +4932,7 @@ __device__ __forceinline__ void store_acc_rows(bf16 *dst, const uint32_t (&fa)[C
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < CH / 16; kk++)  // matrices (rows 0-7 | 8-15) × (tokens 16 kk .. | 16 kk + 8 ..)
-        stsm4(fa_smem_u32(stg + (r + 8 * (mi & 1)) * CH + 8 * ((2 * kk + (mi >> 1)) ^ r)), fa[kk]);
+        stsm4(smem_u32(stg + (r + 8 * (mi & 1)) * CH + 8 * ((2 * kk + (mi >> 1)) ^ r)), fa[kk]);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < CH / 16; i++) {
@@ -4953,8 +4952,8 @@ __device__ __forceinline__ void mma_x(float (&acc)[NN / 8][4], const uint32_t (&
 #pragma unroll
         for (int jp = 0; jp < NN / 16; jp++) {
             uint32_t bw[4];
-            if constexpr (XT) ldsm4(bw, fa_smem_u32(X + swz<LD>(n0 + 16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
-            else ldsm4t(bw, fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, n0 / 8 + 2 * jp + (q >> 1))));
+            if constexpr (XT) ldsm4(bw, smem_u32(X + swz<LD>(n0 + 16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
+            else ldsm4t(bw, smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, n0 / 8 + 2 * jp + (q >> 1))));
             mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
             mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
         }
@@ -4964,14 +4963,14 @@ template <int NK, int LD>
 __device__ __forceinline__ void lds_a(uint32_t (&fa)[NK / 16][4], const bf16 *X, int r0) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int kk = 0; kk < NK / 16; kk++) ldsm4(fa[kk], fa_smem_u32(X + swz<LD>(r0 + (lane & 15), 2 * kk + (lane >> 4))));
+    for (int kk = 0; kk < NK / 16; kk++) ldsm4(fa[kk], smem_u32(X + swz<LD>(r0 + (lane & 15), 2 * kk + (lane >> 4))));
 }
 // A fragments of rows r0 .. r0+15 of Xᵀ, X a swizzled bf16 tile [NK rows][LD] (A's row m = X's column r0 + m)
 template <int NK, int LD>
 __device__ __forceinline__ void lds_at(uint32_t (&fa)[NK / 16][4], const bf16 *X, int r0) {
     const int lane = threadIdx.x & 31, q = lane >> 3;
 #pragma unroll
-    for (int kk = 0; kk < NK / 16; kk++) ldsm4t(fa[kk], fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q >> 1) + (lane & 7), r0 / 8 + (q & 1))));
+    for (int kk = 0; kk < NK / 16; kk++) ldsm4t(fa[kk], smem_u32(X + swz<LD>(16 * kk + 8 * (q >> 1) + (lane & 7), r0 / 8 + (q & 1))));
 }
 // x[0..8) = s · p[0..8) (p 16-byte aligned)
 __device__ __forceinline__ void ld8(float (&x)[8], const float *p, float s) {
