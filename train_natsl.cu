@@ -5,9 +5,23 @@ Same program as train_natsl.c: the same flags (plus -p fp32|bf16), the same mode
 the same main.log lines, the same checkpoint files and -D comparison dump (common/). The file mirrors
 train_natsl.c section by section with the same function names and contracts, so the two can be read side by
 side: every layer's _forward/_backward here launches CUDA kernels (or cuBLAS) that compute what the C loop
-computes. The comments cite doc/model.md as "§5.3". Sections: 1. layers, 2. the two token mixers (the masked
-flash-attention kernels, the GDN op's kernels) and the router, 3. the model, 4. the training step, 5. the program.
-Before section 1: the GPU plumbing (error checks, storage-type helpers, deterministic column sums, profiling).
+computes. The comments cite doc/model.md as "§5.3".
+
+The file reads in train_natsl.c's order, then the appendices, each one family of GPU code:
+  1. conventions and the layers: each layer's host function beside its simple kernels (embedding, linear, norms,
+     SwiGLU, short conv, gates, RoPE, the classifier's loss, ...)
+  2. the two NAtS-L token mixers (their entry points; kernels in appendices C and D) and the router, the gated norm
+  3. the model: parameters, activations, the G, A, N and S layers, the forward and backward passes
+  4. the training step: gradient norm, clipping, AdamW (the reduction over several GPUs: appendix F)
+  5. the program: the GPU backend of the training driver common/train_main.inc
+  Appendix A. CUDA plumbing and tensor-core primitives (error checks, storage types, cp.async, mma.sync, swizzled
+     tiles, deterministic column sums, bf16 row copies, scratch)  } placed before section 1:
+  Appendix B. the profiler (NATSL_PROFILE)                         } every section uses them
+  Appendix C. the attention kernels (masked flash attention: TF32/3xTF32, bf16 wgmma) and the softmax op's host code
+  Appendix D. the GDN kernels (the token recurrence, the chunked WY/UT form) and the GDN op's host code
+  Appendix E. GEMM selection (cuBLAS; cuBLASLt with a timed choice of algorithm in bf16 mode)
+  Appendix F. several GPUs (NCCL: the gradient buckets' reduction, ZeRO-1)
+A section that calls into a later appendix declares what it takes from there ("From appendix E: ...").
 
 GPU organization (see dev/cuda/README.md):
   * parameters, gradients, AdamW moments and all activations live on the GPU in flat buffers with the
@@ -15,7 +29,7 @@ GPU organization (see dev/cuda/README.md):
   * linear layers go through cuBLAS (row-major y = x Wᵀ mapped onto column-major products; bf16 mode through
     cuBLASLt with a per-shape algorithm search); in fp32 mode cuBLAS runs in CUBLAS_PEDANTIC_MATH (true fp32,
     no TF32);
-  * the softmax ops (A layers, NAtS-L softmax op) use the masked flash-attention kernels below (their
+  * the softmax ops (A layers, NAtS-L softmax op) use the masked flash-attention kernels (appendix C; their
     test harness: dev/cuda/attention/masked_attention.cu), in their 3xTF32 (fp32-accurate) mode;
   * TESTING defined before including this file leaves out main (dev/bench_gpu.cu and the harnesses in
     dev/cuda/ include it);
@@ -28,7 +42,7 @@ GPU organization (see dev/cuda/README.md):
     deterministic, and so is the embedding backward (each token's positions summed in order); the attention
     dq and the router's dA use float atomics (so do the token-recurrence fallback's dq/dk/dg/dβ/dA): runs
     with softmax layers may differ from run to run at the 1e-7 level;
-  * several GPUs (doc/model.md §9.4; section 4): one process per GPU, NCCL on a second stream; each gradient
+  * several GPUs (doc/model.md §9.4; appendix F): one process per GPU, NCCL on a second stream; each gradient
     bucket (a layer's tensors) is all-reduced, or reduce-scattered under ZeRO-1, as soon as the last
     micro-step's backward pass has finished it (grads_ready);
   * one host round trip per micro-step for the loss, one per step for the gradient norm (plus the small
@@ -85,6 +99,10 @@ typedef float real;
 #include "common/layout.h" // LayerParams, LayerActs: named pointers into the flat buffers (shared with the C file)
 
 #define CH NATSL_CHUNK
+
+// ================================================================================================
+// Appendix A (first: every section uses it). CUDA plumbing and tensor-core primitives
+// ================================================================================================
 
 #define CUDA_CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); exit(1); } } while (0)
@@ -169,7 +187,63 @@ static int num_sms(void) { // streaming multiprocessors of the current device (g
     if (!n) { int dev; CUDA_CHECK(cudaGetDevice(&dev)); CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)); }
     return n;
 }
+// the grid of 256-thread blocks a grid-stride kernel over n values takes (at most 16 blocks an SM)
+static unsigned rows_grid(size_t n) { return (unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16); }
 
+static int g_bf16 = 0; // bf16 mode (-p bf16): the matmul precision is bf16
+// The pointer of a tensor stored in the matmul precision where mp says so (bf16 in bf16 mode), for a kernel templated
+// on the element type: f(p) with p a float or a bf16 pointer.
+template <class F> static void with_mp(const real *x, int mp, F f) {
+    if (mp && g_bf16) f((const __nv_bfloat16 *)x);
+    else f(x);
+}
+template <class F> static void with_mp(real *x, int mp, F f) {
+    if (mp && g_bf16) f((__nv_bfloat16 *)x);
+    else f(x);
+}
+
+// ---- tensor-core primitives (the attention and GDN kernels): bf16 operands, shared-memory addresses,
+// ldmatrix/stmatrix, mma.sync (bf16 m16n8k16, TF32 m16n8k8), the XOR swizzle of bf16 tiles
+typedef __nv_bfloat16 bf16;
+// the shared-memory address of p (a pointer into shared memory), as ldmatrix, stmatrix and the bulk copies take it
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void stsm4(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n"
+                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+__device__ __forceinline__ void stsm4t(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n"
+                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+// element offset of (row r, 16-byte chunk c) in a smem tile of rows of D bf16: chunks XOR-swizzled by (r & 7), so the
+// 8 row addresses of one ldmatrix 8×8 matrix (8 consecutive rows, same logical chunk) hit 8 distinct bank groups
+template <int D> __device__ __forceinline__ int swz(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
+__device__ __forceinline__ uint32_t f2tf32(float x) {
+    uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 // ------------------------------------------------------------------------------------------------
 // deterministic column sums: part[p][i] = Σ_{rows r of part p} f(r, i), then dw[i] += Σ_p part[p][i]
@@ -190,9 +264,8 @@ static float *colpart(size_t n) {
 static int colsum_parts(int R) { int p = R / 512; return p < 1 ? 1 : p > 64 ? 64 : p; }
 
 // Both kernels: a block of 32 columns × COLSUM_ROWS row-threads, each thread summing every COLSUM_ROWS-th row of its
-// block's share, then warp row 0 adding the COLSUM_ROWS sums in order. With 8 row-threads (before session 28) the GDN
-// gates' sums over 32768 rows took 65.6 µs (ncu: 64 blocks of 8 warps, each thread's 64 rows one after the other, 12.5%
-// occupancy) and the finishes over few columns 11-16 µs; with 32, 20.1 µs and 5.5-6.7 µs (dev/results, s28 runs 8, 9).
+// block's share, then warp row 0 adding the COLSUM_ROWS sums in order. The sums are bound by the rows a thread walks
+// one after the other: 32 row-threads keep enough warps per SM in flight where the grid has few blocks (few columns).
 #define COLSUM_ROWS 32
 // the block's COLSUM_ROWS per-thread sums v of its 32 columns, added in row order: the total, on row-thread 0
 __device__ __forceinline__ float colsum_rows(float v, float (*sh)[33]) {
@@ -228,6 +301,55 @@ static void colsum_finish(float *dw, const float *part, int np, int n, int ld, i
     colsum_finish_kernel<<<CEIL_DIV(n, 32), dim3(32, COLSUM_ROWS)>>>(dw, part, np, n, ld, off);
     CUDA_CHECK(cudaGetLastError());
 }
+
+// ---- bf16 <-> fp32 row copies and the grow-only device scratch of the two token mixers' operands
+__global__ void rows_to_bf16_kernel(bf16 *y, int ldy, const float *x, int ldx, size_t rows, int cols) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)gridDim.x * blockDim.x)
+        y[(i / cols) * ldy + i % cols] = __float2bfloat16_rn(x[(i / cols) * ldx + i % cols]);
+}
+__global__ void rows_from_bf16_kernel(float *y, int ldy, const bf16 *x, int ldx, size_t rows, int cols) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)gridDim.x * blockDim.x)
+        y[(i / cols) * ldy + i % cols] = __bfloat162float(x[(i / cols) * ldx + i % cols]);
+}
+// rows × cols of fp32 x (row stride ldx) to bf16 y (row stride ldy)
+static void rows_to_bf16(bf16 *y, int ldy, const float *x, int ldx, size_t rows, int cols) {
+    rows_to_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, ldy, x, ldx, rows, cols);
+    CUDA_CHECK(cudaGetLastError());
+}
+// rows × cols of bf16 x (row stride ldx) to fp32 y (row stride ldy)
+static void rows_from_bf16(float *y, int ldy, const bf16 *x, int ldx, size_t rows, int cols) {
+    rows_from_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, ldy, x, ldx, rows, cols);
+    CUDA_CHECK(cudaGetLastError());
+}
+// A grow-only device scratch per use (slot), reused by every call.
+enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_GDN_OUT, SCRATCH_GDN_DOUT, SCRATCH_SLOTS };
+static void *device_scratch(int slot, size_t bytes) {
+    static void *buf[SCRATCH_SLOTS];
+    static size_t cap[SCRATCH_SLOTS];
+    if (bytes > cap[slot]) {
+        if (buf[slot]) CUDA_CHECK(cudaFree(buf[slot]));
+        buf[slot] = xcudamalloc(bytes);
+        cap[slot] = bytes;
+    }
+    return buf[slot];
+}
+// The fp32 values of bf16 operands for the fp32 kernels (the softmax op's TF32 ones, the GDN op's where its bf16 kernels
+// do not take the shape): n tensors of B·T rows (x[i], row stride ld[i], cols[i] values a row) widened into scratch
+// `slot`, each with its own row stride, so the gradients keep the operands' strides; x[i] is pointed at its copy.
+static void widen_operands(int slot, const real **x, const int *ld, const int *cols, int n, size_t rows) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (rows - 1) * ld[i] + cols[i];
+    float *p = (float *)device_scratch(slot, total * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        rows_from_bf16(p, ld[i], (const bf16 *)x[i], ld[i], rows, cols[i]);
+        x[i] = p;
+        p += (rows - 1) * ld[i] + cols[i];
+    }
+}
+
+// ================================================================================================
+// Appendix B (first: every op is timed by it). The profiler
+// ================================================================================================
 
 // ------------------------------------------------------------------------------------------------
 // optional op timing (environment NATSL_PROFILE): CUDA events around every op (PROF_OP() at the top of each
@@ -314,18 +436,6 @@ static void prof_print(double step_ms, int steps) {
                g_prof_between_ms / steps, 100 * g_prof_between_ms / step_ms);
 }
 
-static int g_bf16 = 0; // bf16 mode (-p bf16): the matmul precision is bf16
-// The pointer of a tensor stored in the matmul precision where mp says so (bf16 in bf16 mode), for a kernel templated
-// on the element type: f(p) with p a float or a bf16 pointer.
-template <class F> static void with_mp(const real *x, int mp, F f) {
-    if (mp && g_bf16) f((const __nv_bfloat16 *)x);
-    else f(x);
-}
-template <class F> static void with_mp(real *x, int mp, F f) {
-    if (mp && g_bf16) f((__nv_bfloat16 *)x);
-    else f(x);
-}
-
 // ================================================================================================
 // 1. Layers. Each _forward is followed by its _backward. Same names, arguments and write-or-accumulate
 // contracts as train_natsl.c (its header states them); pointers are device pointers; everything runs on the
@@ -362,8 +472,8 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
     // ids: the batch on the host (model_backward's inputs). The positions of each token of the batch by a counting
     // sort on the host, while the GPU still runs the layers' backward: pos (BT), the tokens present (tok, n of them)
     // and where each one's positions start (start, n + 1), in one pinned buffer sent by one asynchronous copy (no
-    // synchronization with the device: a copy of the device's ids and a sort between two kernels left the GPU idle,
-    // RESULTS session 27); host and device scratch kept between calls, the buffer reused once its last copy is done
+    // synchronization with the device, which would leave the GPU idle between two kernels); host and device scratch
+    // kept between calls, the buffer reused once its last copy is done
     static int *h = NULL, *d = NULL, *count = NULL, cap = 0, vcap = 0;
     static cudaEvent_t sent = NULL;
     int V = 0;
@@ -407,8 +517,6 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __float2bfloat16_rn(x[i]);
 }
-// the grid of 256-thread blocks a grid-stride kernel over n values takes (at most 16 blocks an SM)
-static unsigned rows_grid(size_t n) { return (unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16); }
 // y[0..n) = x[0..n) rounded to bf16 (round to nearest even)
 static void to_bf16_copy(__nv_bfloat16 *y, const float *x, size_t n) {
     to_bf16_kernel<<<rows_grid(n), 256>>>(y, x, n);
@@ -449,281 +557,11 @@ static __nv_bfloat16 *operand_claim(const float *x, size_t n, int slot) {
     g_operand[slot].ready_n = n;
     return buf;
 }
-// bf16 mode runs the products through cuBLASLt with, for each distinct product (shape, transposes, strides, accumulate
-// or not, output type), the fastest of the algorithms gemm_candidates lists, timed at its first call on the product's
-// own operands (dev/cuda/gemm_tune: cublasGemmEx's choice, which equals the heuristic's first, is 6.8% slower over the
-// 340m's linear layers; NATSL_GEMM_REPORT=1 prints a line for each product timed). The choice is fixed for the run, so
-// recompute reruns stay bit-identical; a run keeps its choices in the file that NATSL_GEMM_ALGOS names or else, with
-// -o, in <dir>/gemm_algos.bin (several ranks: each its own, _rNNN), and a run that finds the file (a resume) takes them
-// from there, so that it computes the same bits as the run it continues (gemm_cache_*). cuBLASLt's algorithms may need
-// aligned pointers: the key holds the operands' alignments. NATSL_GEMM_TIMED=0 takes the heuristic's first candidate
-// untimed, so that separate runs compute the same bits (make test's CPU-vs-GPU comparison: timing noise otherwise picks
-// other algorithms from run to run, whose bf16 roundings moved the 760m router weight's gradient by 1.7e-2 to 3.6e-2
-// against the CPU, across its 3e-2 bar).
-#define GEMM_CANDIDATES 8
-#define GEMM_WORKSPACE (32u << 20)
-typedef struct {
-    int ta, tb, m, n, k, lda, ldb, ldc, accumulate, C_mp; // the product (cublasOperation_t as int)
-    int align_a, align_b, align_c;                          // its pointers' alignments in bytes (≤ 256)
-    cublasLtMatmulAlgo_t algo;
-} GemmKey;
-typedef struct {
-    GemmKey key;
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, c;
-} GemmPlan;
-static cublasLtHandle_t g_lt;
-static void *g_lt_ws;
-static std::deque<GemmPlan> g_plans;    // (a deque: the plans handed out stay where they are)
-static std::vector<GemmKey> g_plan_cache; // the choices read from the file
-static char g_plan_path[1100];            // where this run keeps its choices ("" = nowhere)
-static size_t g_plans_saved;              // how many of g_plans the file holds
-static int gemm_key_same(const GemmKey *x, const GemmKey *y) { // the product, not the algorithm
-    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->lda == y->lda &&
-           x->ldb == y->ldb && x->ldc == y->ldc && x->accumulate == y->accumulate && x->C_mp == y->C_mp &&
-           x->align_a == y->align_a && x->align_b == y->align_b && x->align_c == y->align_c;
-}
-static int ptr_align(const void *p) { uintptr_t u = (uintptr_t)p; return u % 256 ? (int)(u & (~u + 1)) : 256; }
-// The file: "NATSLGEMM2", the cuBLASLt version, the GPU's name, the count, the GemmKeys. A file written for another
-// GPU or cuBLASLt, or one that does not read whole, is passed over with a note (it is a cache: nothing is lost).
-static void gemm_cache_identity(size_t *version, char name[256]) {
-    cudaDeviceProp prop;
-    int dev;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    memset(name, 0, 256);
-    snprintf(name, 256, "%s", prop.name);
-    *version = cublasLtGetVersion();
-}
-static void gemm_cache_open(const char *dir, int rank, int world) {
-    const char *env = getenv("NATSL_GEMM_ALGOS");
-    if (!env && !dir) return;
-    const char *base = env ? env : dir, *file = env ? "" : "/gemm_algos";
-    if (world > 1) snprintf(g_plan_path, sizeof(g_plan_path), "%s%s_r%03d%s", base, file, rank, env ? "" : ".bin");
-    else snprintf(g_plan_path, sizeof(g_plan_path), "%s%s%s", base, file, env ? "" : ".bin");
-    FILE *f = fopen(g_plan_path, "rb");
-    if (!f) return;
-    char magic[10], name[256], want_name[256];
-    size_t version, want_version;
-    int n = 0, ok = fread(magic, 10, 1, f) == 1 && !memcmp(magic, "NATSLGEMM2", 10) && fread(&version, sizeof(version), 1, f) == 1 &&
-                    fread(name, 256, 1, f) == 1 && fread(&n, sizeof(n), 1, f) == 1 && n >= 0 && n < 100000;
-    gemm_cache_identity(&want_version, want_name);
-    if (ok && (version != want_version || memcmp(name, want_name, 256))) {
-        printf("note: %s was chosen on another GPU or cuBLASLt (%.60s, %zu): the products are timed again\n",
-               g_plan_path, name, version);
-        fclose(f);
-        return;
-    }
-    if (ok) {
-        g_plan_cache.resize(n);
-        ok = fread(g_plan_cache.data(), sizeof(GemmKey), n, f) == (size_t)n;
-    }
-    if (!ok) {
-        printf("note: %s does not read whole: the products are timed again\n", g_plan_path);
-        g_plan_cache.clear();
-    }
-    fclose(f);
-}
-// Writes the file when this run chose products that it does not hold yet (called between steps): this run's
-// choices and the file's others.
-static void gemm_cache_save(void) {
-    if (!g_plan_path[0] || g_plans.size() == g_plans_saved) return;
-    char tmp[1200], name[256];
-    size_t version;
-    gemm_cache_identity(&version, name);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", g_plan_path);
-    FILE *f = fopen(tmp, "wb");
-    std::vector<GemmKey> keys;
-    for (const GemmPlan &p : g_plans) keys.push_back(p.key);
-    for (const GemmKey &k : g_plan_cache) {
-        int used = 0;
-        for (const GemmPlan &p : g_plans) used |= gemm_key_same(&p.key, &k);
-        if (!used) keys.push_back(k);
-    }
-    int n = (int)keys.size(), ok = f != NULL;
-    ok = ok && fwrite("NATSLGEMM2", 10, 1, f) == 1 && fwrite(&version, sizeof(version), 1, f) == 1 &&
-         fwrite(name, 256, 1, f) == 1 && fwrite(&n, sizeof(n), 1, f) == 1;
-    ok = ok && fwrite(keys.data(), sizeof(GemmKey), n, f) == (size_t)n;
-    if (f && fclose(f)) ok = 0;
-    if (!ok || rename(tmp, g_plan_path)) {
-        fprintf(stderr, "error: %s: cannot write the products' algorithms: %s\n", g_plan_path, strerror(errno));
-        exit(1);
-    }
-    g_plans_saved = g_plans.size();
-}
-// Whether the candidates are timed (NATSL_GEMM_TIMED, default 1; 0: the heuristic's first, untimed)
-static int gemm_timed(void) {
-    static int r = -1;
-    if (r < 0) { const char *e = getenv("NATSL_GEMM_TIMED"); r = !(e && atoi(e) == 0); }
-    return r;
-}
-// NATSL_GEMM_REPORT=1: a line for each product timed (its candidates, their best, the one taken)
-static int gemm_report(void) {
-    static int r = -1;
-    if (r < 0) { const char *e = getenv("NATSL_GEMM_REPORT"); r = e && atoi(e) != 0; }
-    return r;
-}
-// The algorithms a product may take: the heuristic's first GEMM_CANDIDATES (its best fit, in its order), then (when
-// they are timed) for every algorithm id cuBLASLt has for these types, up to GEMM_CANDIDATES_PER_ID configurations
-// of that id that its heuristic offers (those not already in: ~13 more at the 340m). Returns how many came first.
-#define GEMM_CANDIDATES_PER_ID 32
-static int gemm_candidates(const GemmPlan *p, const GemmKey *want, std::vector<cublasLtMatmulAlgo_t> *out) {
-    cublasLtMatmulPreference_t pref;
-    const size_t ws = GEMM_WORKSPACE;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    const uint32_t al[4] = {(uint32_t)want->align_a, (uint32_t)want->align_b, (uint32_t)want->align_c, (uint32_t)want->align_c};
-    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof(al[i])));
-    cublasLtMatmulHeuristicResult_t cand[GEMM_CANDIDATES_PER_ID];
-    int ncand = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->a, p->b, p->c, p->c, pref, GEMM_CANDIDATES, cand, &ncand));
-    if (ncand == 0) {
-        fprintf(stderr, "error: cuBLASLt has no algorithm for a %dx%dx%d product\n", want->m, want->n, want->k);
-        exit(1);
-    }
-    for (int i = 0; i < ncand; i++) out->push_back(cand[i].algo);
-    const int n_first = ncand;
-    if (gemm_timed()) {
-        const cudaDataType_t ct = want->C_mp ? CUDA_R_16BF : CUDA_R_32F;
-        int ids[256], nids = 0;
-        CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(g_lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ct, ct, 256,
-                                              ids, &nids));
-        const uint32_t mode = CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode, sizeof(mode)));
-        for (int j = 0; j < nids; j++) {
-            cublasLtMatmulAlgo_t algo;
-            if (cublasLtMatmulAlgoInit(g_lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ct, ct, ids[j],
-                                       &algo) != CUBLAS_STATUS_SUCCESS) continue;
-            for (cublasLtMatmulHeuristicResult_t &c : cand) c.algo = algo; // the id the search keeps to
-            int nj = 0;
-            if (cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->a, p->b, p->c, p->c, pref, GEMM_CANDIDATES_PER_ID, cand,
-                                               &nj) != CUBLAS_STATUS_SUCCESS) continue;
-            for (int i = 0; i < nj; i++) {
-                int seen = 0;
-                for (const cublasLtMatmulAlgo_t &a : *out) seen |= !memcmp(&a, &cand[i].algo, sizeof(a));
-                if (!seen && cand[i].state == CUBLAS_STATUS_SUCCESS) out->push_back(cand[i].algo);
-            }
-        }
-    }
-    cublasLtMatmulPreferenceDestroy(pref);
-    return n_first;
-}
-// The plan of a product: a known one, one read from the run directory, or a new choice, timed on its operands into D
-// itself where D's old values are not read, else into a scratch output (the heuristic's first candidate where no
-// scratch fits in memory). The candidates take turns: a round that warms each up and times it once, which drops
-// those over 1.15× the fastest, then GEMM_ROUNDS rounds whose median decides. (Timed one after the other, 3 times
-// each, the same algorithm measured up to 15% apart from run to run as the clocks moved, and the choice with it.)
-#define GEMM_ROUNDS 5
-static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void *B, const float *Cin, void *D) {
-    for (const GemmPlan &p : g_plans)
-        if (gemm_key_same(&p.key, want)) return &p;
-    if (!g_lt) {
-        CUBLAS_CHECK(cublasLtCreate(&g_lt));
-        g_lt_ws = xcudamalloc(GEMM_WORKSPACE);
-    }
-    GemmPlan p = {*want, NULL, NULL, NULL, NULL};
-    const cublasOperation_t ta = (cublasOperation_t)want->ta, tb = (cublasOperation_t)want->tb;
-    const int m = want->m, n = want->n, k = want->k;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, want->lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, want->ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, want->C_mp ? CUDA_R_16BF : CUDA_R_32F, m, n, want->ldc));
-    for (size_t i = 0; i < g_plan_cache.size(); i++)
-        if (gemm_key_same(&g_plan_cache[i], want)) {
-            cublasLtMatmulHeuristicResult_t check;
-            if (cublasLtMatmulAlgoCheck(g_lt, p.op, p.a, p.b, p.c, p.c, &g_plan_cache[i].algo, &check) == CUBLAS_STATUS_SUCCESS) {
-                g_plans.push_back(p);
-                g_plans.back().key.algo = g_plan_cache[i].algo;
-                g_plans_saved++; // (the file holds it)
-                return &g_plans.back();
-            }
-        }
-    std::vector<cublasLtMatmulAlgo_t> cand;
-    const int n_first = gemm_candidates(&p, want, &cand);
-    const int ncand = gemm_timed() ? (int)cand.size() : 1;
-    p.key.algo = cand[0];
-    void *out = D, *scratch = NULL;
-    int timed = ncand > 1;
-    if (timed && want->accumulate && Cin == D) { // the product reads D: time it elsewhere
-        size_t bytes = (size_t)want->ldc * n * (want->C_mp ? 2 : 4);
-        if (cudaMalloc(&scratch, bytes) == cudaSuccess) CUDA_CHECK(cudaMemset(scratch, 0, bytes));
-        else { (void)cudaGetLastError(); timed = 0; }
-        out = scratch;
-    }
-    if (timed) {
-        cudaEvent_t e0, e1;
-        CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
-        const float one = 1.f, beta = want->accumulate ? 1.f : 0.f;
-        const void *C = Cin == D ? out : Cin;
-        auto run = [&](int i) {
-            return cublasLtMatmul(g_lt, p.op, &one, A, p.a, B, p.b, &beta, C, p.c, out, p.c, &cand[i], g_lt_ws,
-                                  GEMM_WORKSPACE, 0) == CUBLAS_STATUS_SUCCESS;
-        };
-        std::vector<float> t((size_t)ncand * (GEMM_ROUNDS + 1), INFINITY); // t[i·(R+1) + r]: candidate i, round r
-        float best0 = INFINITY;
-        for (int r = 0; r <= GEMM_ROUNDS; r++)
-            for (int i = 0; i < ncand; i++) {
-                float *ti = &t[(size_t)i * (GEMM_ROUNDS + 1)];
-                if (r > 0 && ti[0] > 1.15f * best0) continue; // failed or far from the fastest in round 0
-                if (r == 0 && !run(i)) continue;                // (warm-up; a candidate that does not run stays out)
-                CUDA_CHECK(cudaEventRecord(e0));
-                if (!run(i)) { ti[0] = INFINITY; continue; }
-                CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
-                CUDA_CHECK(cudaEventElapsedTime(&ti[r], e0, e1));
-                if (r == 0) best0 = std::min(best0, ti[0]);
-            }
-        float best = INFINITY, best_first = INFINITY, first = 0.f;
-        int best_i = 0;
-        for (int i = 0; i < ncand; i++) {
-            float *ti = &t[(size_t)i * (GEMM_ROUNDS + 1)];
-            std::sort(ti + 1, ti + GEMM_ROUNDS + 1);
-            const float med = ti[1 + GEMM_ROUNDS / 2], rep = isinf(med) ? ti[0] : med; // (rep: for the report)
-            if (i == 0) first = rep;
-            if (i < n_first) best_first = std::min(best_first, rep);
-            if (med < best) { best = med; best_i = i; p.key.algo = cand[i]; }
-        }
-        cudaEvent_t ev[] = {e0, e1};
-        for (cudaEvent_t e : ev) CUDA_CHECK(cudaEventDestroy(e));
-        if (gemm_report()) {
-            int cfg[4] = {0, 0, 0, 0}; // algorithm id, tile, stages, split-K
-            const cublasLtMatmulAlgoConfigAttributes_t at[4] = {CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID,
-                CUBLASLT_ALGO_CONFIG_STAGES_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM};
-            for (int j = 0; j < 4; j++) cublasLtMatmulAlgoConfigGetAttribute(&p.key.algo, at[j], &cfg[j], sizeof(int), NULL);
-            printf("gemm %c%c m=%d n=%d k=%d%s%s: %d candidates (%d best-fit); the heuristic's first %.3f ms, best of "
-                   "its %d %.3f, best %.3f ms (%.0f TFLOP/s; #%d: id %d tile %d stages %d split-K %d)\n",
-                   "NT"[want->ta != 0], "NT"[want->tb != 0], m, n, k, want->accumulate ? " +C" : "",
-                   want->C_mp ? " bf16" : "", ncand, n_first, first, n_first, best_first, best,
-                   2e-9 * m * n * k / best, best_i, cfg[0], cfg[1], cfg[2], cfg[3]);
-        }
-    }
-    if (scratch) CUDA_CHECK(cudaFree(scratch));
-    g_plans.push_back(p);
-    return &g_plans.back();
-}
-// C = op(A) op(B) + beta C (column-major, cuBLAS's convention), or with add: C = op(A) op(B) + add (bf16: in the
-// product's epilogue; fp32: a second pass). C_mp: C is stored in the matmul precision (bf16 mode: bf16, rounded
-// from the fp32 accumulator).
-static void residual_add(real *out, const real *x, const real *res, size_t n);
+
+// From appendix E: C = op(A) op(B) + beta C (column-major, cuBLAS's convention), or with add: C = op(A) op(B) + add.
+// C_mp: C is stored in the matmul precision.
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                 const void *B, int ldb, float beta, float *C, int ldc, int C_mp = 0, const float *add = NULL) {
-    const float one = 1.f;
-    if (g_bf16) {
-        const float b = add ? 1.f : beta;
-        const float *Cin = add ? add : C;
-        const GemmKey want = {ta, tb, m, n, k, lda, ldb, ldc, b != 0.f, C_mp, ptr_align(A), ptr_align(B),
-                              std::min(ptr_align(Cin), ptr_align(C)), {}};
-        const GemmPlan *p = gemm_plan(&want, A, B, Cin, C);
-        CUBLAS_CHECK(cublasLtMatmul(g_lt, p->op, &one, A, p->a, B, p->b, &b, Cin, p->c, C, p->c, &p->key.algo, g_lt_ws,
-                                    GEMM_WORKSPACE, 0));
-    } else {
-        CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
-        if (add) residual_add(C, C, add, (size_t)ldc * n);
-    }
-}
+                 const void *B, int ldb, float beta, float *C, int ldc, int C_mp = 0, const float *add = NULL);
 // The operand gemm takes: x itself (fp32 mode) or its bf16 copy in scratch slot `slot`, bf16 values behind a real
 // pointer. train_natsl.c has no such calls: its gemm rounds every operand as it packs it.
 static const real *operand(const real *x, size_t n, int slot) { return g_bf16 ? (const real *)to_bf16(x, n, slot) : x; }
@@ -969,9 +807,8 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
 
 // ---- SwiGLU (§2, (2.2a)): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
 // The forward: one warp per token row, runs of four adjacent values a lane (F is a multiple of 256: every lane has the
-// same number of runs; session 22: 4.54 → 4.18 ms a 340m step against a block a row in pairs, which the backward
-// keeps: in this form it took 8.05 → 8.43 ms). MP: the matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a
-// matmul output) and h (a matmul input).
+// same number of runs); the backward keeps a block a row in pairs, faster for its three outputs. MP: the
+// matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
 template <class MP> __global__ void __launch_bounds__(256) swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu,
                                                                                 int BT, int F) {
     const size_t bt = (size_t)blockIdx.x * 8 + threadIdx.x / 32;
@@ -1022,11 +859,9 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 // y (Q, K, V: the token mixers' operands) is stored in the matmul precision. The G and N layers' Q and K go through
 // conv_silu_l2norm_forward (the L2 norm's section), their V through conv_silu_forward. The backward takes
 // consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in one
-// pass over the projection's whole rows (against three launches over a third of each row: 11.62 → 11.03 ms in a 340m
-// step; the forward's 5.79 → 5.69). The forward loads eight rows before using any (dev/cuda/conv: 2600 GB/s at the
-// 340m size, against 1570 one row at a time). The backward loads four rows of x and dy before using any in a tile's
-// interior (0.467 -> 0.368 ms at the 340m size, the same bits), and sums dw per block of CONV_BWD_WARPS tiles: one
-// partial per tile (session 15 and before) moved as many bytes as dy, twice (written, then summed).
+// pass over the projection's whole rows. Both passes are bound by their loads' latency: the forward loads eight rows
+// before using any, the backward four rows of x and dy in a tile's interior (its benchmark: dev/cuda/conv). The
+// backward sums dw per block of CONV_BWD_WARPS tiles, so that its partial sums move far fewer bytes than dy.
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0 && CONV_TILE % 8 == 0,
               "the conv kernels assume 4 taps and whole tiles of 8-row batches (the backward's interior: 4-row ones)");
@@ -1123,7 +958,7 @@ struct ConvChannel { // one channel's state in conv_silu_backward_kernel
     }
 };
 #define CONV_BWD_WARPS 8 // time tiles a block takes (a warp each), its dw summed over them before it is stored
-#define CONV_BWD_BLOCKS 3 // blocks an SM the backward's registers allow (4: spills, 0.382 against 0.368 ms)
+#define CONV_BWD_BLOCKS 3 // blocks an SM the backward's registers allow (at 4 it spills)
 template <class MP, class DY> // dx and x in the matmul precision; the runs' dy in DY (fp32, or bf16: a G layer's)
 __global__ void __launch_bounds__(32 * CONV_BWD_WARPS, CONV_BWD_BLOCKS) conv_silu_backward_kernel(MP *__restrict__ dx,
         int lddx, float *__restrict__ dw_part, ConvRuns o, const MP *__restrict__ x, int ldx, const float *__restrict__ w,
@@ -1218,14 +1053,11 @@ static void conv_silu_qkv_backward(real *dx, int lddx, real *dw, const real *dq,
 // is a warp sum (no barrier), over the same values in the same order as a warp of l2norm_forward takes them: y is
 // rounded to the matmul precision first, as stored; the same bits. Eight rows of x are loaded before any is used, as
 // in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (the GDN op's operands), and Q, K themselves only where
-// given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing else). At the 340m size
-// 0.129 ms against 0.159 for the two passes (1.6 TB/s; ncu: SM 64%, DRAM 39%, bound by its instructions, SiLU's exp
-// and division and the row sums, not its bytes; a block of d_k threads taking two heads, the sums through shared
-// memory, had been slower than the two passes; dev/cuda/conv/conv_bench.cu).
+// given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing else). It is bound by its
+// instructions (SiLU's exp and division, the row sums), not its bytes (its benchmark: dev/cuda/conv/conv_bench.cu).
 struct QkPlanes { void *p[2]; }; // the Q plane's and the K plane's pointer (a field each: no indexed struct read)
 // A lane's share of one row of x as loaded (row_col's columns): NJ floats, or where the row runs in fours of bf16, those
-// kept packed until used (8 bytes a run: half the registers, so that six blocks fit an SM instead of four: 0.164 ->
-// 0.129 ms at the 340m size, dev/cuda/conv)
+// kept packed until used (8 bytes a run: half the registers, so that six blocks fit an SM, not four)
 template <int NJ, bool V4> struct XRow {
     float v[NJ];
     template <class MP> __device__ void load(const MP *p, int lane, int n) { row_load<NJ, V4>(v, p, lane, n); }
@@ -1540,9 +1372,8 @@ template <class MP, class F> __device__ __forceinline__ void row_visit(const MP 
     for (int i = n4 + threadIdx.x; i < n; i += blockDim.x) f(i, ld(z + i));
 }
 // MP: the matmul-precision type of the logits (the head's output) and of their gradient (its backward's dout).
-// One pass over the row: each thread keeps a running maximum m and Σ exp(z − m), rescaled when m grows. 256 threads
-// a row (dev/cuda/ce_bench.cu, H100, 340m size: 0.91 ms against 1.39 at 1024; two passes, max then Σ exp with the row
-// from L2 the second time, 1.00 ms at their best, 512).
+// One pass over the row: each thread keeps a running maximum m and Σ exp(z − m), rescaled when m grows (one read of
+// the row, where a max pass and a Σ exp pass read it twice). 256 threads a row (its benchmark: dev/cuda/ce_bench.cu).
 template <class MP>
 __global__ void crossentropy_forward_kernel(float *losses, float *lse, const MP *logits, const int *targets, int V, int Vp) {
     __shared__ float sh[32];
@@ -1573,8 +1404,7 @@ __device__ __forceinline__ float ce_grad(int i, float z, float l, int V, int tg,
     return (i < V ? dloss * expf(z - l) : 0.f) - (i == tg ? dloss : 0.f);
 }
 // logits ← dlogits in place: ce_grad on each value; in the matmul precision (the head's backward is its only reader),
-// like the logits themselves. Runs of four where Vp % 4 == 0; 256 threads a row (ce_bench: 1.475 ms against 1.503 at
-// 1024, 2.84 TB/s).
+// like the logits themselves. Runs of four where Vp % 4 == 0; 256 threads a row (bound by its bytes).
 template <class MP>
 __global__ void crossentropy_backward_kernel(MP *logits, const float *lse, const int *targets, float dloss, int V, int Vp) {
     size_t bt = blockIdx.x;
@@ -1600,8 +1430,7 @@ static void crossentropy_backward(real *logits, const real *lse, const int *targ
 // then the logits replaced by dloss·(softmax − onehot) as crossentropy_backward, from one read of each row from DRAM
 // instead of three. A block a row, CE_FUSED_NT threads: the row is copied to shared memory (cp.async, 16 bytes a
 // copy, all in flight at once), then read there for the maximum, Σ exp and the gradient; Vp·2 bytes a block, so three
-// blocks an SM at V = 32000, each in its own phase: 2.04 ms against the two kernels' 2.39 at the 340m size (2.1 TB/s;
-// the row held in registers instead, one or two blocks an SM, 2.58: dev/cuda/ce_bench.cu). The maximum is exact (the
+// blocks an SM at V = 32000, each in its own phase (its benchmark: dev/cuda/ce_bench.cu). The maximum is exact (the
 // row is at hand), so lse may differ from the one-pass kernel's in its last bit: a gradient value one bf16 step away.
 #define CE_FUSED_NT 512
 __global__ void __launch_bounds__(CE_FUSED_NT) crossentropy_fused_kernel(float *losses, float *lse,
@@ -1683,8 +1512,8 @@ static void residual_add(real *out, const real *x, const real *res, size_t n) {
 
 // Σ a_i·b_i of two device vectors, in double and in a fixed partition and order (bitwise reproducible): the
 // gradient norm (§9), an S gate's ⟨dout, mixer output⟩ (7.3d). One host read. a_mp: a is stored in the matmul
-// precision (dout). A thread takes runs of four values where a and b are aligned for them (the gradient norm took
-// 0.79 ms a 340m step in scalar loads, 1.8 TB/s), the rest one by one.
+// precision (dout). A thread takes runs of four values where a and b are aligned for them (bound by its bytes), the
+// rest one by one.
 template <class A> __global__ void dot_partial_kernel(double *part, const A *a, const float *b, size_t n) {
     __shared__ double sh[512];
     double s = 0;
@@ -1728,21 +1557,1078 @@ __global__ void add_scalar_kernel(float *x, double v) { *x = (float)((double)*x 
 // ================================================================================================
 // 2. The two token mixers of a NAtS-L layer and the router that drives them with the routing mask
 // m[B][Nc][Hm][2] (op 0 = softmax, op 1 = GDN; §5.2). m = NULL means "every chunk active" (A layer; G layer).
-//   * softmax op: attention_forward / attention_backward (masked flash attention, 3xTF32 or TF32); the
-//     backward WRITES dq, dk, dv and dA[...,0].
-//   * GDN op: the chunked kernels (token-recurrence fallback); the backward WRITES dq, dk, dg, dβ, dA[...,1]
-//     and dv, or ACCUMULATES into dv with dv_add (an N layer's, after the softmax op wrote dv).
+//   * softmax op: attention_forward / attention_backward (masked flash attention: bf16 wgmma, or 3xTF32/TF32;
+//     appendix C); the backward WRITES dq, dk, dv and dA[...,0].
+//   * GDN op: gdn_op_forward / gdn_op_backward (the chunked kernels, the token recurrence where they do not take the
+//     shape; appendix D); the backward WRITES dq, dk, dg, dβ, dA[...,1] and dv, or ACCUMULATES into dv with dv_add
+//     (an N layer's, after the softmax op wrote dv).
 // ================================================================================================
 
+// ---- softmax attention over the allowed pairs (§4, §5.3, §6.2, §6.3): masked flash attention (appendix C) ------
+// Operands in AttnArgs (common/layout.h); out [B*T][heads*head_v], lse [B][heads][T].
+static void attention_forward(real *out, real *lse, const AttnArgs *args);
+// WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given).
+static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
+                               const real *lse, const AttnArgs *args);
+// bf16 mode: whether the op runs on the bf16 kernels, and their backward, which can write dk (rotated back by RoPE)
+// and dv in bf16 into the A layer's W_qkv operand (dk16, dv16)
+static int attention_in_bf16(const AttnArgs *a);
+static void attention_backward_flash(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
+                                     const real *lse, const AttnArgs *args, bf16 *dk16, bf16 *dv16);
+void attention_set_tf32_passes(int p); // 3: 3xTF32 (fp32 mode), 1: TF32
+
+// ---- the GDN op with chunk commits (§3.2, §5.4: (5.4a-h)) (appendix D) ----------------------------------------
+// Operands in GdnArgs (common/layout.h); ws: its workspace of gdn_op_workspace_floats(B, T, H, dk, dv) floats.
+static void gdn_op_forward(real *out, real *state, const GdnArgs *args);
+// WRITES dq, dk, dg, dβ, dA[...,1] and dv; with args->dv_add ACCUMULATES into dv.
+static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA, const real *dout,
+                            const real *state, const GdnArgs *args);
+static size_t gdn_op_workspace_floats(int B, int T, int H, int dk, int dv);
+static void gdn_set_lowp(int on); // 1 (bf16 mode): the bf16 and TF32 kernels, bf16 chunk-start states
+
+// ---- the router (Attention Score Layer, §5.2: (5.2a-f)) ------------------------------------------------------
+template <class InT> __global__ void router_pool_kernel(float *pool, const InT *x, int B, int T, int D) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int Nc = T / CH;
+    if (idx >= (size_t)B * Nc * D) return;
+    int i = (int)(idx % D);
+    size_t bc = idx / D, b = bc / Nc, c = bc % Nc;
+    float p = 0.f;
+    for (int t = (int)c * CH; t < (int)(c + 1) * CH; t++) p += ld(x + (b * T + t) * D + i);
+    pool[idx] = p / CH;
+}
+__global__ void router_mask_kernel(float *mask, const float *pi, size_t n, int H, int Nc, int relaxed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int last = (int)((i / H) % Nc) == Nc - 1;
+    int soft = pi[2 * i] >= pi[2 * i + 1];
+    mask[2 * i] = last ? 1.f : relaxed ? pi[2 * i] : (float)soft;
+    mask[2 * i + 1] = last ? 1.f : relaxed ? pi[2 * i + 1] : (float)!soft;
+}
+// ST-Gumbel routing (§7.2): y = softmax((ℓ + g)/τ) in place of π, as train_natsl.c
+__global__ void router_gumbel_kernel(float *y, const float *logits, const float *noise, size_t npairs, float tau) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npairs) return;
+    float y0 = 1.f / (1.f + expf(((logits[2 * i + 1] + noise[2 * i + 1]) - (logits[2 * i] + noise[2 * i])) / tau));
+    y[2 * i] = y0;
+    y[2 * i + 1] = 1.f - y0;
+}
+// p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot argmax
+// (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
+// noise (NULL = off): ST-Gumbel routing (§7.2), pi holds y = softmax((ℓ + g)/τ), the choice is argmax(ℓ + g).
+static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
+                           int B, int T, int D, int H, int relaxed, const real *noise, real tau) {
+    PROF_OP();
+    int Nc = T / CH;
+    unsigned g = (unsigned)CEIL_DIV((size_t)B * Nc * D, 256);
+    if (g_bf16) router_pool_kernel<<<g, 256>>>(pool, (const __nv_bfloat16 *)x, B, T, D); // x: RMSNorm'd, a matmul input
+    else router_pool_kernel<<<g, 256>>>(pool, x, B, T, D);
+    CUDA_CHECK(cudaGetLastError());
+    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, 0, NULL);
+    size_t n = (size_t)B * Nc * H;
+    if (!noise) pair_softmax_forward(pi, logits, n);
+    else router_gumbel_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(pi, logits, noise, n, tau);
+    router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
+    CUDA_CHECK(cudaGetLastError());
+}
+// dx_t += dp_{c(t)} / 64: a block per chunk (b, c) and ROUTER_DX_ROWS of its rows, a thread per column
+#define ROUTER_DX_ROWS 16
+__global__ void router_dx_kernel(float *dx, const float *dpool, int T, int D) {
+    const int Nc = T / CH, b = blockIdx.x / Nc, c = blockIdx.x % Nc;
+    float *x = dx + ((size_t)b * T + (size_t)c * CH + (size_t)blockIdx.y * ROUTER_DX_ROWS) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        const float g = dpool[(size_t)blockIdx.x * D + i] / CH;
+#pragma unroll
+        for (int t = 0; t < ROUTER_DX_ROWS; t++) x[(size_t)t * D + i] += g;
+    }
+}
+// The §7 straight-through: dℓ0 = y0·y1·((dA0 + dpi0) − (dA1 + dpi1))/τ = −dℓ1, the last chunk's pairs skipped
+__global__ void router_dlogits_kernel(float *dx, const float *dA, const float *y, size_t npairs, int H, int Nc,
+                                      float dpi0, float dpi1, float tau) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npairs || (int)((i / H) % Nc) == Nc - 1) return;
+    float d = y[2 * i] * y[2 * i + 1] * ((dA[2 * i] + dpi0) - (dA[2 * i + 1] + dpi1)) / tau;
+    dx[2 * i] += d;
+    dx[2 * i + 1] -= d;
+}
+// dÃ = dA with the last chunk zeroed (6.5a);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩) (6.5b-c);
+// dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64   (6.5d-e).  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
+// §7 (as train_natsl.c): dpi (host, NULL = none) is added to dÃ of every routed chunk; under ST-Gumbel routing
+// pi holds y and dℓ is divided by τ.
+static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
+                            const real *pool, const real *Wr, int B, int T, int D, int H, const real *dpi, real tau) {
+    PROF_OP();
+    int Nc = T / CH;
+    CUDA_CHECK(cudaMemsetAsync(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real)));
+    size_t npairs = (size_t)B * Nc * H;
+    if (!dpi && tau == 1) pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
+    else router_dlogits_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc, dpi ? dpi[0] : 0.f,
+                                                                         dpi ? dpi[1] : 0.f, tau);
+    CUDA_CHECK(cudaGetLastError());
+    matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, OPERAND_DOUT),
+                    operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, DINP_WRITE);
+    router_dx_kernel<<<dim3((unsigned)(B * Nc), CH / ROUTER_DX_ROWS), 256>>>(dx, dpool, T, D);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- the fused gated output norm (§3.3, §5.6) ------------------------------------------------------
+// Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
+// ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
+// rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row, the row held in registers (as the RMSNorm's:
+// rows_dispatch, row_load).
+// MP: the matmul-precision type of y (W_o's input), gate (W_g's output) and the two ops' outputs o1, o2
+#define GN_MAXNJ 16 // widest row the gated norm kernels take: 32·16 = 512 values (d_v of the presets: 96, 256, 384)
+template <int NJ, bool V4, class MP>
+__global__ void __launch_bounds__(256) gated_norm_forward_kernel(MP *__restrict__ y, float *__restrict__ rstd,
+        const MP *__restrict__ o1, const float *__restrict__ w1, const MP *__restrict__ o2,
+        const float *__restrict__ w2, const float *__restrict__ omega, const MP *__restrict__ gate, int R, int n) {
+    int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= R) return;
+    size_t o = (size_t)r * n;
+    float x1[NJ], x2[NJ], gt[NJ], wv[NJ], out[NJ], s1 = 0.f, s2 = 0.f;
+    row_load<NJ, V4>(x1, o1 + o, lane, n);
+    row_load<NJ, V4>(gt, gate + o, lane, n);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) s1 += x1[j] * x1[j];
+    s1 = 1.f / sqrtf(warp_sum(s1) / n + NATSL_EPS);
+    row_load_w<NJ, V4>(wv, w1, lane, n);
+    if (o2) {
+        row_load<NJ, V4>(x2, o2 + o, lane, n);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) s2 += x2[j] * x2[j];
+        s2 = 1.f / sqrtf(warp_sum(s2) / n + NATSL_EPS);
+        const float om0 = omega[2 * r], om1 = omega[2 * r + 1];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) out[j] = om0 * x1[j] * s1 * wv[j];
+        row_load_w<NJ, V4>(wv, w2, lane, n);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) out[j] += om1 * x2[j] * s2 * wv[j];
+    } else {
+#pragma unroll
+        for (int j = 0; j < NJ; j++) out[j] = x1[j] * s1 * wv[j];
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) out[j] *= siluf_(gt[j]);
+    row_store<NJ, V4>(y + o, out, lane, n);
+    if (lane == 0) { rstd[r] = s1; if (o2) rstd[R + r] = s2; }
+}
+// The gated norm's pointers as the kernels take them: o1, o2 and gate in the matmul precision.
+template <class F> static void gated_norm_dispatch(const char *who, const GatedNormArgs *a, const void *out, F f) {
+    rows_dispatch<GN_MAXNJ>(who, a->n, [&](auto nj) {
+        constexpr int NJ = decltype(nj)::value;
+        auto aligned = [&](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
+        bool v4 = row_v4<NJ>(a->n, a->o1, a->n, out, a->n) && aligned(a->o2) && aligned(a->gate) && a->ld_dgate % 4 == 0;
+        auto go = [&](auto v) {
+            with_mp(a->gate, 1, [&](auto gate) { f(nj, v, (decltype(gate))a->o1, (decltype(gate))a->o2, gate); });
+        };
+        if (v4) go(std::true_type());
+        else go(std::false_type());
+    });
+}
+static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
+    PROF_OP();
+    gated_norm_dispatch(__func__, a, y, [&](auto nj, auto v4, auto o1, auto o2, auto gate) {
+        constexpr int NJ = decltype(nj)::value;
+        constexpr bool V4 = decltype(v4)::value;
+        using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
+        gated_norm_forward_kernel<NJ, V4><<<CEIL_DIV(a->rows, 8), 256>>>((MP *)y, rstd, o1, a->w1, o2, a->w2,
+                                                                         a->omega, gate, a->rows, a->n);
+    });
+}
+// with dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's
+// RMSNorm backward with dy_k = ω_k dn (§5.6). do1, do2, dω and dgate are written (the gated norm is their only
+// producer; dgate's rows as GatedNormArgs.heads, ld_dgate place them); the weight gradients accumulate.
+// One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
+// the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
+// [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
+template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate, o1, o2, do1 and
+                                     // do2 (the two ops' dout) in the matmul precision
+__global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict__ do1, MP *__restrict__ do2,
+        float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
+        const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
+        const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
+        const MP *__restrict__ gate, int R, int n, int heads, int ld_dgate) {
+    __shared__ float sh[2][32 * NJ];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float acc1[NJ], acc2[NJ], wa[NJ], wb[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc1[j] = acc2[j] = wb[j] = 0.f;
+    row_load_w<NJ, V4>(wa, w1, lane, n);
+    if (o2) row_load_w<NJ, V4>(wb, w2, lane, n);
+    for (int r = blockIdx.x * 8 + warp; r < R; r += gridDim.x * 8) {
+        size_t o = (size_t)r * n;
+        float s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0.f, w_1 = o2 ? omega[2 * r] : 1.f, w_2 = o2 ? omega[2 * r + 1] : 0.f;
+        float x1[NJ], x2[NJ], gt[NJ], dyv[NJ], dn[NJ], t[NJ];
+        float dom1 = 0.f, dom2 = 0.f, dot1 = 0.f, dot2 = 0.f;
+        row_load<NJ, V4>(x1, o1 + o, lane, n);
+        row_load<NJ, V4>(gt, gate + o, lane, n);
+        row_load<NJ, V4>(dyv, dy + o, lane, n);
+        if (o2) row_load<NJ, V4>(x2, o2 + o, lane, n);
+        else
+#pragma unroll
+            for (int j = 0; j < NJ; j++) x2[j] = 0.f;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            float n1 = x1[j] * s1 * wa[j], n2 = x2[j] * s2 * wb[j];
+            dn[j] = dyv[j] * siluf_(gt[j]);
+            t[j] = dyv[j] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt[j]);
+            dom1 += dn[j] * n1; dom2 += dn[j] * n2;
+            dot1 += n1 * w_1 * dn[j];
+            dot2 += n2 * w_2 * dn[j];
+            acc1[j] += dn[j] * w_1 * x1[j] * s1;
+            acc2[j] += dn[j] * w_2 * x2[j] * s2;
+        }
+        row_store<NJ, V4>(dgate + (size_t)(r / heads) * ld_dgate + (size_t)(r % heads) * n, t, lane, n);
+        dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
+        dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) t[j] = s1 * (wa[j] * w_1 * dn[j] - x1[j] * s1 * dot1);
+        row_store<NJ, V4>(do1 + o, t, lane, n);
+        if (o2) {
+#pragma unroll
+            for (int j = 0; j < NJ; j++) t[j] = s2 * (wb[j] * w_2 * dn[j] - x2[j] * s2 * dot2);
+            row_store<NJ, V4>(do2 + o, t, lane, n);
+            if (lane == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
+        }
+    }
+    for (int i = threadIdx.x; i < 2 * 32 * NJ; i += blockDim.x) sh[i / (32 * NJ)][i % (32 * NJ)] = 0.f;
+    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
+        __syncthreads();
+        if (warp == k)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const int i = row_col<V4>(lane, j);
+                if (i < n) { sh[0][i] += acc1[j]; sh[1][i] += acc2[j]; }
+            }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) part[(size_t)blockIdx.x * 2 * n + i] = sh[i / n][i % n];
+}
+static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
+                                const real *dy, const real *rstd, const GatedNormArgs *a) {
+    PROF_OP();
+    int R = a->rows, n = a->n;
+    gated_norm_dispatch(__func__, a, dgate, [&](auto nj, auto v4, auto o1, auto o2, auto gate) {
+        constexpr int NJ = decltype(nj)::value;
+        constexpr bool V4 = decltype(v4)::value;
+        using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
+        auto kernel = gated_norm_backward_kernel<NJ, V4, MP>;
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+        int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
+        float *part = colpart((size_t)blocks * 2 * n);
+        kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2,
+                                a->omega, gate, R, n, a->heads, a->ld_dgate);
+        CUDA_CHECK(cudaGetLastError());
+        colsum_finish(dw1, part, blocks, n, 2 * n, 0);
+        if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);
+    });
+}
+
+// ================================================================================================
+// 3. The model: parameters, activations, and the four layer kinds (device buffers, C layouts)
+// ================================================================================================
+
+typedef struct { size_t p, m, c; int n, decay; } AdamRun; // a run of AdamW: parameter, moment and bf16 copy offsets
+                                                          //   (c: WCOPY_NONE), length, weight decay (adamw_runs)
+typedef struct {
+    Config cfg;
+    ParamTensor tensors[NATSL_MAX_TENSORS];
+    int ntensors;
+    size_t nparams;
+    size_t nalloc;                           // params and grads hold nalloc ≥ nparams values (the buckets' padding)
+    size_t nmom;                             // the moments this rank keeps: nparams, or under ZeRO-1 its slices
+    int nbucket;                             // the gradient buckets reduced over the ranks (model_buckets, §9.4)
+    size_t bucket[NATSL_MAX_LAYERS + 3];     // bucket k is [bucket[k], bucket[k+1])
+    real *params, *grads, *adam_m, *adam_v; // flat device buffers
+    WeightCopies wc;                         // bf16 mode: the matmul weights' bf16 copies (section 1)
+    AdamRun *adam_runs;                      // AdamW's runs of values (adamw_runs), built at the first step
+    int adam_nruns;
+    ParamPtrs p, g;                          // named device pointers into params and grads
+    int B, T;                                // the largest batch the activations hold
+    int recompute;                           // -k: 1, 2 rerun layers in the backward pass (model_acts_layout)
+    int acts_bf16;                           // the activations are laid out for bf16 mode (half-size bf16 fields)
+    real *acts;                              // flat activation buffer (device)
+    LayerActs la[NATSL_MAX_LAYERS];
+    real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier (device)
+    real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
+    real *gdn_ws;                            // the GDN op's workspace, one for all G/N layers, in the logits'
+                                             //   buffer (logits_ws_reals; NULL if none)
+    size_t acts_size, dacts_size;            // floats in acts and dacts
+    int *inputs, *targets;                   // device copies of the batch
+    double *d_scalar;                        // device scratch: mean loss
+    real mean_loss;
+    real fused_dloss;                        // train_step's dloss, 0 elsewhere: > 0 has model_forward write the
+                                             //   logits' gradient over them (crossentropy_forward_backward) for
+                                             //   model_backward to use as they are
+    int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
+    RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
+    real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2] (device)
+} Model;
+
+// The gradient buckets (doc/model.md §9.4): the ranges of the flat buffer whose gradients the backward pass finishes
+// together, in its order: the final norm and the classifier, each layer from the last, the embedding. A rank hands a
+// bucket to NCCL as soon as it is final. Every boundary is rounded up to a multiple of 64·ranks values (so each rank's
+// ZeRO-1 slice of a bucket, a ranks-th of it, is a whole number of 256-byte lines); a bucket so ends a little into the
+// tensor above it, whose gradient is final before its own, never below. The buffer is padded to the last boundary
+// (zeros that stay zero). Under ZeRO-1 rank r keeps the moments of the r-th slice of every bucket, in bucket order.
+static void model_buckets(Model *M) {
+    const Config *c = &M->cfg;
+    size_t align = 64 * (size_t)g_world, start[NATSL_MAX_LAYERS + 2];
+    int n = 0;
+    start[n++] = 0;                                              // the embedding
+    for (int i = 0; i < M->ntensors; i++)
+        if ((M->tensors[i].layer >= 0 && M->tensors[i].layer == n - 1) || !strcmp(M->tensors[i].name, "ln_f"))
+            start[n++] = M->tensors[i].offset;                   // each layer's first tensor; the final norm's
+    M->nalloc = CEIL_DIV(M->nparams, align) * align;
+    M->nbucket = n;
+    for (int k = 0; k < n; k++) M->bucket[k] = std::min(CEIL_DIV(start[k], align) * align, M->nalloc);
+    M->bucket[n] = M->nalloc;
+    M->nmom = g_zero ? M->nalloc / g_world : M->nparams;
+    if (n != c->L + 2) { fprintf(stderr, "error: model_buckets: %d buckets for %d layers\n", n, c->L); exit(1); }
+}
+
+static void model_build(Model *M, const Config *c) {
+    memset(M, 0, sizeof(*M));
+    M->cfg = *c;
+    M->rb.kappa = SEL_KAPPA;
+    M->ntensors = param_tensors(c, M->tensors, &M->nparams);
+    model_buckets(M);
+    M->params = (real *)xcudamalloc(M->nalloc * sizeof(real));
+    M->grads = (real *)xcudamalloc(M->nalloc * sizeof(real));
+    CUDA_CHECK(cudaMemset(M->params, 0, M->nalloc * sizeof(real)));
+    CUDA_CHECK(cudaMemset(M->grads, 0, M->nalloc * sizeof(real)));
+    param_pointers(&M->p, M->tensors, M->ntensors, M->params);
+    param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
+    M->d_scalar = (double *)xcudamalloc(4 * sizeof(double));
+    M->wc.params = M->params;
+    M->wc.tensors = M->tensors;
+    M->wc.ntensors = M->ntensors;
+    M->wc.n = weight_copies_layout(&M->cfg, M->tensors, M->ntensors, M->wc.at, M->wc.end);
+}
+
+// bf16 mode: has the products of M's passes take its weights' bf16 copies, made first where they are stale (fp32 mode:
+// nothing). The first pass after init or a load allocates them.
+static void weights_use(Model *M) {
+    if (!g_bf16) return;
+    WeightCopies *c = &M->wc;
+    if (!c->fresh) {
+        if (!c->buf) { // zeroed: the zero rows after the runs (weight_copies_layout)
+            const size_t bytes = std::max(c->n, (size_t)1) * sizeof(__nv_bfloat16);
+            c->buf = (__nv_bfloat16 *)xcudamalloc(bytes);
+            CUDA_CHECK(cudaMemset(c->buf, 0, bytes));
+        }
+        for (int k = 0; k < c->ntensors; k++)
+            if (c->at[k] != WCOPY_NONE)
+                to_bf16_copy(c->buf + c->at[k], c->params + c->tensors[k].offset, c->tensors[k].numel);
+        c->fresh = 1;
+    }
+    g_wcopy = c;
+}
+
+// Initialization (§2), from one seeded stream: init_params (common/layout.h) on the host, exactly as
+// train_natsl.c, then copied.
+static void model_init(Model *M, uint64_t seed) {
+    real *hp = (real *)xcalloc(M->nparams, sizeof(real));
+    init_params(hp, M->tensors, M->ntensors, seed);
+    CUDA_CHECK(cudaMemcpy(M->params, hp, M->nparams * sizeof(real), cudaMemcpyHostToDevice));
+    free(hp);
+}
+
+// Reals that n values stored in the matmul precision take (half as many in bf16 mode)
+static size_t mp_reals(size_t n) { return g_bf16 ? (n + 1) / 2 : n; }
+
+// The logits [BT][Vp] (then their gradient, in place) and the GDN op's workspace share one buffer of this many reals:
+// they are never live at once (every layer's forward pass runs before the classifier, every layer's backward pass
+// after the classifier's backward has spent the logits' gradient), and the op's kernels write each part of the
+// workspace before they read it within one call.
+static size_t logits_ws_reals(const Config *c, int B, int T) {
+    size_t logits = mp_reals((size_t)B * T * c->Vp);
+    size_t ws = pattern_has_gdn(c) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
+    return std::max(logits, ws);
+}
+
+// Bytes model_alloc_acts takes for B×T at recompute level `recompute`; parts (if given) gets them by use: the
+// activations, the gradient scratch, the GDN op's workspace where it outgrows the logits' room, and the final norm
+// with the classifier (h^L, its norm, the logits and their gradients, the per-token ids, losses and log-sum-exps,
+// the router's noise).
+enum { ACTS_BYTES_ACTS, ACTS_BYTES_DACTS, ACTS_BYTES_GDN_WS, ACTS_BYTES_HEAD, ACTS_BYTES_PARTS };
+static size_t model_acts_bytes(const Config *c, int B, int T, int recompute, size_t *parts = NULL) {
+    LayerActs tmp[NATSL_MAX_LAYERS];
+    size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
+    size_t logits = mp_reals(BT * c->Vp), shared = logits_ws_reals(c, B, T);
+    size_t head = BT * (2 * (size_t)c->D + 5) + 2 * mp_reals(BT * c->D) + logits + router_noise_size(c, B, T);
+    size_t p[ACTS_BYTES_PARTS] = {n, dmax, shared - logits, head}, total = 0;
+    for (int k = 0; k < ACTS_BYTES_PARTS; k++) {
+        p[k] *= sizeof(real);
+        total += p[k];
+        if (parts) parts[k] = p[k];
+    }
+    return total;
+}
+
+// Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64); recompute: see
+// model_acts_layout (common/layout.h). Stops with the sizes of the recompute levels if they do not fit.
+static void model_alloc_acts(Model *M, int B, int T, int recompute) {
+    const Config *c = &M->cfg;
+    size_t BT = (size_t)B * T, dmax, fr, tot, need = model_acts_bytes(c, B, T, recompute);
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    if (need > fr) {
+        char alt[256] = "";
+        for (int k = recompute + 1; k <= 2; k++)
+            snprintf(alt + strlen(alt), sizeof(alt) - strlen(alt), "%s-k %d: %.1f GiB", alt[0] ? ", " : "", k,
+                     model_acts_bytes(c, B, T, k) / 1073741824.0);
+        fprintf(stderr, "error: activations for B=%d T=%d need %.1f GiB but the GPU has %.1f GiB free (%s%s); try a smaller -b%s\n",
+                B, T, need / 1073741824.0, fr / 1073741824.0, alt[0] ? "with " : "", alt, recompute < 2 ? " or -k" : "");
+        exit(1);
+    }
+    size_t total = model_acts_layout(M->la, c, B, T, recompute, g_bf16, NULL, &dmax);
+    M->B = B; M->T = T; M->recompute = recompute; M->acts_bf16 = g_bf16;
+    M->acts = (real *)xcudamalloc(total * sizeof(real));
+    CUDA_CHECK(cudaMemset(M->acts, 0, total * sizeof(real)));
+    model_acts_layout(M->la, c, B, T, recompute, g_bf16, M->acts, &dmax);
+    M->hL = (real *)xcudamalloc(BT * c->D * sizeof(real));
+    // the classifier's input and output (then its output's gradient, in place) are stored in the matmul precision
+    M->lnf = (real *)xcudamalloc(mp_reals(BT * c->D) * sizeof(real));
+    M->lnf_rstd = (real *)xcudamalloc(BT * sizeof(real));
+    M->logits = (real *)xcudamalloc(logits_ws_reals(c, B, T) * sizeof(real)); // and the GDN op's workspace
+    M->lse = (real *)xcudamalloc(BT * sizeof(real));
+    M->losses = (real *)xcudamalloc(BT * sizeof(real));
+    M->acts_size = total;
+    M->dacts_size = dmax;
+    M->dacts = (real *)xcudamalloc(dmax * sizeof(real));
+    M->dres = (real *)xcudamalloc(mp_reals(BT * c->D) * sizeof(real)); // in the matmul precision, as the stream
+    M->dlnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
+    M->inputs = (int *)xcudamalloc(BT * sizeof(int));
+    M->targets = (int *)xcudamalloc(BT * sizeof(int));
+    M->gnoise = (real *)xcudamalloc(router_noise_size(c, B, T) * sizeof(real));
+    if (pattern_has_gdn(c)) {
+        M->gdn_ws = M->logits;
+        for (int l = 0; l < c->L; l++) M->la[l].gdn_ws = M->gdn_ws;
+    }
+}
+
+// AdamW's moments, zero until the first update
+static void model_alloc_moments(Model *M) {
+    if (M->adam_m) return;
+    M->adam_m = (real *)xcudamalloc(M->nmom * sizeof(real));
+    M->adam_v = (real *)xcudamalloc(M->nmom * sizeof(real));
+    CUDA_CHECK(cudaMemset(M->adam_m, 0, M->nmom * sizeof(real)));
+    CUDA_CHECK(cudaMemset(M->adam_v, 0, M->nmom * sizeof(real)));
+}
+
+static void model_free(Model *M) {
+    void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gnoise,
+                  M->adam_runs, M->wc.buf}; // gdn_ws lies in logits
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
+    if (g_wcopy == &M->wc) g_wcopy = NULL;
+}
+
+static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->nalloc * sizeof(real))); }
+
+// ---- G and N layers share their inputs (§3.1, §5.1) ---------------------------------------------------
+// proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
+// keep_qk: Q and K are stored too (the N layer reads them again; a G layer's only become q̂, k̂).
+static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T, int keep_qk) {
+    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL); // proj's columns: Q | K | V
+    conv_silu_l2norm_forward(a->q_hat, a->k_hat, a->qk_rho, keep_qk ? a->q : NULL, keep_qk ? a->k : NULL, a->proj, W,
+                             p->conv, B, T, H, c->dk);
+    conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
+    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
+    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
+    gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
+}
+// Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
+// parameters and dx, which it WRITES. d proj | d gate | d ab share rows (gdn_in_ld), as [W_q;W_k;W_v], W_g, [W_a;W_b]
+// lie one after another, so one product takes dx = [d proj | d gate | d ab] [W_qkv; W_g; W_ab] and all three
+// weights' gradients (one larger product runs faster than three). dqkv_mp: d's q, k, v are stored in the matmul
+// precision (GdnArgs.grads_mp: a G layer's).
+static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
+                                const LayerParams *p, int B, int T, int dqkv_mp) {
+    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, ld = gdn_in_ld(c);
+    gdn_gates_backward(d->ab, ld, ld - W - Vt, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log,
+                       p->dt_bias, BT, H);
+    conv_silu_qkv_backward(d->proj, ld, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt, dqkv_mp);
+    matmul_backward_ld(dx, gp->wqkv, d->proj, ld, a->xn, p->wqkv, BT, D, gdn_in_cols(c), DINP_WRITE);
+}
+
+// The layers' forward passes take ops_kept (GPU only): recompute level 1 kept the token mixers' outputs and the
+// block's mixer output r, so its rerun (model_backward) skips the ops, the output projection and the residual add.
+
+// Every layer's _backward WRITES dx, the gradient of its normalized input x (no other op produces it).
+
+// ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
+// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
+// (res NULL: none, out fp32 (an S layer's mixer outputs); else out is the residual stream, stored in the matmul
+// precision as res is: bf16 mode adds res in the product's epilogue)
+static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                              int T, int ops_kept) {
+    GdnArgs op = gdn_layer_op_args(c, a, B, T);
+    GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
+    gdn_inputs_forward(c, a, p, B, T, 0);
+    if (!ops_kept) gdn_op_forward(a->gdn_out, a->state, &op);
+    gated_norm_forward(a->y, a->norm_rstd, &norm);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, res != NULL, res);
+}
+static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                               const LayerActs *a, const LayerParams *p, int B, int T) {
+    GdnArgs op = gdn_layer_op_args(c, a, B, T);
+    GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D, DINP_WRITE_MP);
+    gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
+    gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op); // dQ, dK: L2 norm's folded in
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T, op.grads_mp);
+}
+
+// ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
+// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place (one call: the blocks are adjacent);
+// o = causal softmax attention;  out = res + o W_oᵀ. proj, o and o's gradient are stored in the matmul precision: in
+// bf16 mode the attention kernels and W_o read them as their producers wrote them.
+static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
+                                    int B, int T, int ops_kept) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    AttnArgs op = attn_layer_op_args(c, a, B, T);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
+    rope_forward(a->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, 1);
+    if (!ops_kept) attention_forward(a->att_out, a->lse, &op);
+    if (!ops_kept) matmul_forward(out, a->att_out, p->wo, BT, D, D, res != NULL, res);
+}
+static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                     const LayerActs *a, const LayerParams *p, int B, int T) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    AttnArgs op = attn_layer_op_args(c, a, B, T);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
+    bf16 *dproj = operand_claim(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT); // W_qkv's bf16 operand (NULL in fp32 mode)
+    if (dproj && attention_in_bf16(&op)) { // the bf16 kernel writes dk (rotated back) and dv into it; RoPE's pass, dq
+        attention_backward_flash(d->q, NULL, NULL, NULL, d->att_out, a->att_out, a->lse, &op, dproj + D, dproj + 2 * D);
+        rope_backward(d->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D, dproj, D);
+    } else {
+        attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
+        rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, dproj, 3 * D);
+    }
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,
+                    DINP_WRITE);
+}
+
+// ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
+// As train_natsl.c: router mask Ã (§5.2); softmax op on RMSNorm'd (+RoPE) qa, ka and V; GDN op on q̂, k̂, V, both
+// driven by Ã (§5.3, §5.4); ω from Q (§5.1); the fused gated norm (§5.6); out = res + y W_oᵀ.
+#ifdef TESTING
+static const real *g_bench_rmask = NULL; // benchmarks (dev/bench_gpu.cu): a fixed routing mask for every N layer
+#endif
+// noise, tau: ST-Gumbel routing (§7.2; noise NULL = off)
+static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                                int T, int relaxed, int ops_kept, const real *noise, real tau) {
+    int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
+    AttnArgs att = natsl_attn_args(c, a, B, T);
+    GdnArgs gdn = natsl_gdn_args(c, a, B, T);
+    GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
+    gdn_inputs_forward(c, a, p, B, T, 1);
+    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed, noise, tau);
+#ifdef TESTING
+    if (g_bench_rmask) // benchmark-only: replace the router's decisions by a fixed mask [B][Nc][H][2]
+        CUDA_CHECK(cudaMemcpyAsync(a->rmask, g_bench_rmask, (size_t)B * (T / CH) * c->H * 2 * sizeof(real), cudaMemcpyDeviceToDevice));
+#endif
+    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 1, 1);
+    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 1, 1);
+    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 1); rope_forward(a->ka, BT, T, Ha, dka, K, 1); }
+    matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0, NULL);
+    pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
+    if (!ops_kept) {
+        attention_forward(a->att_out, a->lse, &att);
+        gdn_op_forward(a->gdn_out, a->state, &gdn);
+    }
+    gated_norm_forward(a->y, a->norm_rstd, &norm);
+    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, res != NULL, res);
+}
+// The softmax op's backward writes dV and dA[...,0]; the GDN op's then adds its part to dV and writes dA[...,1]:
+// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
+static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad,
+                                 const real *dpi, real tau) {
+    int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
+    AttnArgs att = natsl_attn_args(c, a, B, T);
+    GdnArgs gdn = natsl_gdn_args(c, a, B, T);
+    GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
+    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D, DINP_WRITE_MP);
+    gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
+    attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
+    // dQ, dK: the GDN op's backward writes them (the L2 norm's folded in), ω's and the softmax planes' RMSNorms add
+    gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
+    pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
+    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha,
+                    DINP_ADD);
+    if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K, NULL, 0); rope_backward(d->ka, BT, T, Ha, dka, K, NULL, 0); }
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0, 0);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0, 0);
+    gdn_inputs_backward(c, dx, d, gp, a, p, B, T, gdn.grads_mp); // writes dx, the router adds its part
+    if (!no_router_grad)
+        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
+}
+
+// ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------
+// As train_natsl.c: the A mixer (its own W_qkv_a, W_o_a) into sel_out's first plane, the G mixer into its second,
+// out = res + the one the gate chose. (The relaxed mode of the CPU tests does not exist here.)
+static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
+                                 int B, int T, const SelGate *g, int ops_kept) {
+    size_t n = (size_t)B * T * c->D;
+    LayerActs aa = select_attn_acts(c, a, B, T, g_bf16);
+    LayerParams pa = select_attn_params(p);
+    attention_layer_forward(c, &aa, &pa, a->sel_out, NULL, B, T, ops_kept);
+    gdn_layer_forward(c, a, p, a->sel_out + n, NULL, B, T, ops_kept);
+    if (ops_kept) return;
+    if (res) residual_add(out, a->sel_out + (g->a ? 0 : n), res, n);
+    else CUDA_CHECK(cudaMemcpyAsync(out, a->sel_out + (g->a ? 0 : n), n * sizeof(real), cudaMemcpyDeviceToDevice));
+}
+// (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen, ∂L/∂y_G = ⟨dout, G(x)⟩ (two host reads), to s_sel through sel_grad (none
+// with gate_grad = 0); the chosen mixer's backward gets dout, the other none.
+static void select_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                                  const LayerActs *a, const LayerParams *p, int B, int T, const SelGate *g,
+                                  double dpen, int gate_grad) {
+    size_t n = (size_t)B * T * c->D;
+    if (gate_grad) {
+        double dya = dpen + device_dot(dout, a->sel_out, n, 1), dyg = device_dot(dout, a->sel_out + n, n, 1);
+        add_scalar_kernel<<<1, 1>>>(gp->s_sel, sel_grad(g, dya, dyg));
+        CUDA_CHECK(cudaGetLastError());
+    }
+    if (g->a) {
+        LayerActs aa = select_attn_acts(c, a, B, T, g_bf16), dd = select_attn_acts(c, d, B, T, 0);
+        LayerParams pa = select_attn_params(p), ga = select_attn_params(gp);
+        attention_layer_backward(c, dx, dout, &dd, &ga, &aa, &pa, B, T);
+    } else gdn_layer_backward(c, dx, dout, d, gp, a, p, B, T);
+}
+
+// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass, an S layer's gate its
+// s_sel (common/model_routing.inc)
+static void router_aux_forward(Model *M, int B, int T);
+static SelGate select_gate(const Model *M, int l);
+static void grads_ready(Model *M, int k); // several GPUs: bucket k's gradients are final (appendix F)
+// This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
+static real *router_noise(Model *M, int l, int B, int T) {
+    if (!M->rb.noise) return NULL;
+    return M->gnoise + (size_t)natsl_layer_index(&M->cfg, l) * B * (T / CH) * M->cfg.H * 2;
+}
+
+// ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
+// Layer l from its input h^l = la[l].res up to the MLP's gate and up projections gu: everything its backward
+// pass reads (model_forward adds SwiGLU and the down projection; swiglu_backward forms the hidden hmid again for
+// W_down's weight gradient; model_backward reruns this under recompute, with ops_kept = 1 at level 1, which kept the
+// GDN/softmax op outputs and r = h + mixer output: neither the ops nor the output projection and the residual add
+// rerun).
+static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    LayerActs *a = &M->la[l];
+    const LayerParams *p = &M->p.layer[l];
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
+    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
+    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
+    else if (c->pattern[l] == 'S') {
+        M->rb.sel[l] = select_gate(M, l);
+        select_layer_forward(c, a, p, a->r, a->res, B, T, &M->rb.sel[l], ops_kept);
+    } else natsl_layer_forward(c, a, p, a->r, a->res, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
+                             M->rb.noise ? M->rb.tau : 1);
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
+    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
+}
+
+// Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
+// block_forward computed them: the first RMSNorm's output and the conv's V. (The MLP's hidden hmid, SHARED too, comes
+// out of swiglu_backward again, which reads what it is made of anyway, before W_down's weight gradient needs it.)
+static void block_rebuild(Model *M, int l, int B, int T) {
+    PROF_OP(); // its ops count here, not under their own names
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    char kind = c->pattern[l];
+    LayerActs *a = &M->la[l];
+    const LayerParams *p = &M->p.layer[l];
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
+    if (kind != 'A') { // G, N, S (an S layer's G mixer)
+        int K = cfg_K(c), Vt = cfg_Vt(c);
+        conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
+    }
+}
+
+// inputs/targets are host arrays (copied to the device here). With targets, M->mean_loss is set (one
+// device-to-host read of a double).
+static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    if (B > M->B || (size_t)B * T > (size_t)M->B * M->T || T % CH) {
+        fprintf(stderr, "error: model_forward(B=%d, T=%d) exceeds the activations (B=%d, T=%d)\n", B, T, M->B, M->T);
+        exit(1);
+    }
+    if (M->acts_bf16 != g_bf16) {
+        fprintf(stderr, "error: model_forward: the activations were laid out for the other precision\n");
+        exit(1);
+    }
+    CUDA_CHECK(cudaMemcpy(M->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
+    if (targets) CUDA_CHECK(cudaMemcpy(M->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
+    weights_use(M);
+    encoder_forward(M->la[0].res, M->inputs, M->p.wte, BT, D);
+    for (int l = 0; l < c->L; l++) {
+        real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
+        block_forward(M, l, B, T, 0);
+        swiglu_forward(M->la[l].hmid, M->la[l].gu, BT, c->F);
+        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
+    }
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1, 1);
+    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1, NULL);
+    if (targets) {
+        if (M->fused_dloss > 0)
+            crossentropy_forward_backward(M->losses, M->lse, M->logits, M->targets, M->fused_dloss, BT, c->V, c->Vp);
+        else crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
+        mean_loss_kernel<<<1, 1024>>>(M->d_scalar, M->losses, BT);
+        CUDA_CHECK(cudaGetLastError());
+        double s;
+        CUDA_CHECK(cudaMemcpy(&s, M->d_scalar, sizeof(double), cudaMemcpyDeviceToHost));
+        M->mean_loss = (real)s;
+        router_aux_forward(M, B, T);
+    }
+}
+
+// Lays out the gradient scratch for the MLP's (mlp = ACTS_GRADS_MLP) or the mixer's (0) backward of one layer of
+// the given kind, the fields the backward pass accumulates into zeroed (the ones their producer writes whole come
+// last and are left as they are: common/layout.h). The two share the scratch: the mixer's takes it over once the
+// MLP's gradients are spent.
+static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T, int mlp) {
+    ProfScope prof("memset of the gradient scratch");
+    int mp = M->acts_bf16 ? ACTS_BF16 : 0;
+    size_t acc = layer_acts_layout(d, &M->cfg, kind, B, T, NULL, ACTS_GRADS_ACC | mlp | mp);
+    CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, acc * sizeof(real)));
+    layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS | mlp | mp);
+}
+
+// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
+// Uses the batch that the last model_forward copied to the device.
+static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
+    (void)inputs; (void)targets;
+    const Config *c = &M->cfg;
+    int BT = B * T, D = c->D;
+    weights_use(M);
+    real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
+    double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
+    if (M->fused_dloss <= 0) crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
+    else if (M->fused_dloss != dloss_scale) {
+        fprintf(stderr, "error: model_backward: dloss %g, but the forward wrote the logits' gradient for %g\n",
+                (double)dloss_scale, (double)M->fused_dloss);
+        exit(1);
+    }
+    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
+    CUDA_CHECK(cudaMemsetAsync(M->dres, 0, mp_reals((size_t)BT * D) * sizeof(real)));
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1, 1);
+    grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
+    for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
+        LayerActs *a = &M->la[l], d;
+        const LayerParams *p = &M->p.layer[l];
+        LayerParams *gp = &M->g.layer[l];
+        if (l < c->L - 1) { // as train_natsl.c: L−1's activations are still in the shared scratch
+            if (M->recompute) block_forward(M, l, B, T, M->recompute == 1);
+            else block_rebuild(M, l, B, T);
+        }
+        grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
+        matmul_backward(d.hmid, NULL, M->dres, NULL, p->wdown, BT, c->F, D, DINP_WRITE_MP);
+        swiglu_backward(d.gu, a->hmid, d.hmid, a->gu, BT, c->F); // and hmid, as the forward computed it
+        matmul_backward(NULL, gp->wdown, M->dres, a->hmid, NULL, BT, c->F, D, DINP_WRITE_MP);
+        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1, 1);
+        grads_scratch(M, &d, c->pattern[l], B, T, 0);
+        if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'S')
+            select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
+        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
+                                  budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0, 1);
+        grads_ready(M, l + 1);
+    }
+    encoder_backward(M->g.wte, M->dres, inputs, BT, D);
+    grads_ready(M, 0);
+}
+
+// Host float32 copies of a device buffer and back (checkpoints, logs, the -D dump)
+static float *to_float32(const real *dev, size_t n) {
+    float *f = (float *)xcalloc(n, sizeof(float));
+    CUDA_CHECK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return f;
+}
+static double *to_float64(const real *dev, size_t n) {
+    float *f = to_float32(dev, n);
+    double *d = (double *)xcalloc(n, sizeof(double));
+    for (size_t i = 0; i < n; i++) d[i] = f[i];
+    free(f);
+    return d;
+}
+static void from_float32(real *dev, const float *f, size_t n) {
+    CUDA_CHECK(cudaMemcpy(dev, f, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
+    size_t n = nrows * M->cfg.Vp;
+    if (!g_bf16) return to_float32(M->logits + row * M->cfg.Vp, n);
+    __nv_bfloat16 *h = (__nv_bfloat16 *)xcalloc(n, sizeof(__nv_bfloat16));
+    CUDA_CHECK(cudaMemcpy(h, (const __nv_bfloat16 *)M->logits + row * M->cfg.Vp, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+    float *f = (float *)xcalloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
+    free(h);
+    return f;
+}
+
+// Shared with train_natsl.c, parts of this program written on the functions above (their tops list what they take
+// from it): the routing statistics, noise and S gates (softmax_fraction, router_aux_forward, select_gate, ...) and
+// the checkpoint files (save_model, load_model, save_state, load_state).
+#include "common/model_routing.inc"
+#include "common/model_io.inc"
+
+// ================================================================================================
+// 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW (on the GPU)
+// ================================================================================================
+
+// ---- several GPUs (doc/model.md §9.4; appendix F): the communicator and the reduction's timeline, which the step
+// drives
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t stream; // the reductions, beside the default stream's backward pass
+    cudaEvent_t ready;   // recorded on the default stream when a bucket is final
+    double *dsum, *hsum; // backend_allreduce's device and pinned host scratch
+    double timeout;
+    int reduce;          // this micro-step's backward hands its buckets over (the step's last)
+} Nccl;
+static Nccl g_nccl;
+
+// NATSL_PROFILE=1 with several ranks: the timeline of the gradient reduction in a step's last backward pass: when
+// each bucket became final on the default stream and when its reduction ended, against the backward pass's end. The
+// summary of the last profiled step is printed at the end of training (how much of the reduction was hidden).
+#define NB_MAX (NATSL_MAX_LAYERS + 2)
+static struct {
+    cudaEvent_t begin, end, final_[NB_MAX], reduced[NB_MAX];
+    int on, used[NB_MAX];
+    char summary[400];
+} g_rtl;
+
+// From appendix F:
+static void nccl_done(ncclResult_t r, const char *what); // waits until a call on the communicator is through
+static void dist_wait(const char *what);                 // waits for the reduction stream (with the timeout)
+static void backend_allreduce(double *x, int n);         // the sums of n doubles over the ranks, in place
+static void comm_after_compute(void);                    // the reduction stream waits for the default stream
+static size_t zero_slice(const Model *M, int k, size_t *lo, size_t *mom); // this rank's ZeRO-1 slice of bucket k
+static void reduce_timeline_summary(const Model *M);
+
+// The global gradient norm: of the whole (reduced) gradient, or under ZeRO-1 the sum of the ranks' slices'.
+static double grad_norm(const Model *M) {
+    PROF_OP();
+    if (!g_zero) return sqrt(device_dot(M->grads, M->grads, M->nparams));
+    double s = 0;
+    for (int k = 0; k < M->nbucket; k++) {
+        size_t lo, mom, n = zero_slice(M, k, &lo, &mom);
+        if (n) s += device_dot(M->grads + lo, M->grads + lo, n);
+    }
+    backend_allreduce(&s, 1);
+    return sqrt(s);
+}
+
+// One launch updates every tensor: the parameters are cut into runs of at most ADAMW_RUN values that lie in one
+// tensor (and, under ZeRO-1, in one of this rank's slices), one block per run, listed once (adamw_runs). A run whose
+// parameter and moment offsets are multiples of 4 moves float4s (the kernel is bound by its 28 bytes a parameter).
+#define ADAMW_RUN 2048
+struct AdamStep { double lr, decay, grad_scale, c1, c2; };
+__device__ __forceinline__ void adamw_one(float &w, float g32, float &m, float &v, const AdamStep &s) {
+    const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2, g = g32 * s.grad_scale;
+    m = b1 * m + (1 - b1) * g; // stored, then used, in fp32
+    v = b2 * v + (1 - b2) * g * g;
+    const double mh = m / s.c1, vh = v / s.c2;
+    w -= s.lr * (mh / (sqrt(vh) + ADAMW_EPS) + s.decay * w);
+}
+// copies (NULL: none): the bf16 weight copies, written where a run has one (r.c)
+__global__ void __launch_bounds__(256) adamw_kernel(float *params, const float *grads, float *m, float *v,
+        __nv_bfloat16 *copies, const AdamRun *runs, double lr, double wd, double grad_scale, double c1, double c2) {
+    const AdamRun r = runs[blockIdx.x];
+    const AdamStep s = {lr, r.decay ? wd : 0, grad_scale, c1, c2};
+    float *w = params + r.p, *mm = m + r.m, *vv = v + r.m;
+    const float *g = grads + r.p;
+    __nv_bfloat16 *wc = copies && r.c != WCOPY_NONE ? copies + r.c : NULL;
+    const int n4 = r.p % 4 == 0 && r.m % 4 == 0 && (!wc || r.c % 4 == 0) ? r.n / 4 : 0;
+    for (int j = threadIdx.x; j < n4; j += blockDim.x) {
+        float4 w4 = ((float4 *)w)[j], m4 = ((float4 *)mm)[j], v4 = ((float4 *)vv)[j];
+        const float4 g4 = ((const float4 *)g)[j];
+        adamw_one(w4.x, g4.x, m4.x, v4.x, s); adamw_one(w4.y, g4.y, m4.y, v4.y, s);
+        adamw_one(w4.z, g4.z, m4.z, v4.z, s); adamw_one(w4.w, g4.w, m4.w, v4.w, s);
+        ((float4 *)w)[j] = w4; ((float4 *)mm)[j] = m4; ((float4 *)vv)[j] = v4;
+        if (wc) st4(wc + 4 * j, w4.x, w4.y, w4.z, w4.w);
+    }
+    for (int j = 4 * n4 + threadIdx.x; j < r.n; j += blockDim.x) {
+        adamw_one(w[j], g[j], mm[j], vv[j], s);
+        if (wc) wc[j] = __float2bfloat16_rn(w[j]);
+    }
+}
+// The runs adamw_kernel takes (device), built once: of every tensor, or under ZeRO-1 of the parts of the tensors
+// in this rank's slices.
+static const AdamRun *adamw_runs(Model *M) {
+    if (M->adam_runs) return M->adam_runs;
+    std::vector<AdamRun> runs;
+    for (int k = 0; k < M->ntensors; k++) {
+        const ParamTensor *pt = &M->tensors[k];
+        size_t o = pt->offset, e = o + pt->numel;
+        for (int b = 0; b < (g_zero ? M->nbucket : 1); b++) { // the tensor, or its parts in this rank's slices
+            size_t lo = o, hi = e, mom = 0, m = o;
+            if (g_zero) {
+                size_t slo, n = zero_slice(M, b, &slo, &mom);
+                lo = std::max(o, slo); hi = std::min(e, slo + n); m = mom + (lo - slo);
+            }
+            const size_t c = M->wc.at[k];
+            for (size_t j = lo; j < hi; j += ADAMW_RUN)
+                runs.push_back({j, m + (j - lo), c == WCOPY_NONE ? WCOPY_NONE : c + (j - o),
+                                (int)std::min((size_t)ADAMW_RUN, hi - j), pt->decay});
+        }
+    }
+    M->adam_nruns = (int)runs.size();
+    M->adam_runs = (AdamRun *)xcudamalloc(std::max(runs.size(), (size_t)1) * sizeof(AdamRun));
+    CUDA_CHECK(cudaMemcpy(M->adam_runs, runs.data(), runs.size() * sizeof(AdamRun), cudaMemcpyHostToDevice));
+    return M->adam_runs;
+}
+// One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), as train_natsl.c: of
+// every tensor, or under ZeRO-1 of the parts of the tensors in this rank's slices, whose parameters are then
+// all-gathered from their ranks. The weights' bf16 copies where they are fresh stay so (written with the weights),
+// but under ZeRO-1: there the next pass remakes them from the gathered parameters.
+static void adamw_update(Model *M, double lr, double wd, double grad_scale, int t) {
+    PROF_OP();
+    model_alloc_moments(M);
+    double c1 = 1 - pow(ADAMW_BETA1, t), c2 = 1 - pow(ADAMW_BETA2, t);
+    const AdamRun *runs = adamw_runs(M);
+    if (g_zero) M->wc.fresh = 0;
+    if (M->adam_nruns) {
+        adamw_kernel<<<M->adam_nruns, 256>>>(M->params, M->grads, M->adam_m, M->adam_v, M->wc.fresh ? M->wc.buf : NULL,
+                                             runs, lr, wd, grad_scale, c1, c2);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    if (!g_zero) return;
+    comm_after_compute();
+    nccl_done(ncclGroupStart(), "ncclGroupStart");
+    for (int b = 0; b < M->nbucket; b++) {
+        size_t slo, mom, n = zero_slice(M, b, &slo, &mom);
+        if (n) nccl_done(ncclAllGather(M->params + slo, M->params + M->bucket[b], n, ncclFloat, g_nccl.comm, g_nccl.stream),
+                         "ncclAllGather of the parameters");
+    }
+    nccl_done(ncclGroupEnd(), "ncclGroupEnd");
+    dist_wait("gathering the parameters");
+}
+
+// One optimizer step, as train_natsl.c's train_step; it returns when the GPU has finished the step. With several
+// ranks, accum is this rank's share of the step's micro-batches, and the statistics are this rank's
+// (common/train_main.inc averages them over the ranks).
+typedef struct { double loss, norm; int skipped; double pen, lb, frac, tau; } StepStats; // pen..tau: §7
+static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
+                            double *sfr) {
+    const Config *c = &M->cfg;
+    StepStats s = {0, 0, 0, 0, 0, 0, 0};
+    model_zero_grad(M);
+    for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
+    M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
+    M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
+    select_draw(M, t);            // §7.3: the S gates' noise of this step
+    const real dloss = (real)1 / ((real)B * T * accum * g_world);
+    M->fused_dloss = dloss; // the backward follows each forward: the cross-entropy's two passes in one
+    for (int k = 0; k < accum; k++) { // this rank's micro-batches; the loss is the mean over every rank's
+        next_micro_batch(M, train, B, T);
+        model_forward(M, train->inputs, train->targets, B, T);
+        g_nccl.reduce = k == accum - 1;
+        g_rtl.on = g_prof && g_world > 1 && g_nccl.reduce;
+        if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.begin, 0));
+        model_backward(M, train->inputs, train->targets, B, T, dloss);
+        if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.end, 0));
+        s.loss += M->mean_loss / accum;
+        s.pen += M->rb.pen / accum; s.lb += M->rb.lb / accum; s.frac += M->rb.frac / accum;
+        for (int l = 0; sfr && l < c->L; l++)
+            if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
+    }
+    M->rb.noise = M->rb.sel_noise = 0;
+    M->fused_dloss = 0;
+    if (g_world > 1) dist_wait("summing the gradients over the ranks");
+    if (g_rtl.on) reduce_timeline_summary(M);
+    g_rtl.on = 0;
+    s.norm = grad_norm(M);
+    s.skipped = !is_finite(s.norm);
+    if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return s;
+}
+
+// ================================================================================================
+// 5. The program: the GPU backend of the training driver common/train_main.inc. main is left out when another
+// program includes this file with TESTING defined (the dev benchmarks and kernel harnesses).
+// ================================================================================================
+
+// fp32: cuBLAS in true fp32 (no TF32), the attention kernels in their fp32-accurate 3xTF32 mode.
+// bf16 (the default): bf16 matmuls and bf16 storage of the tensors around them, attention in bf16 or 1xTF32 (header).
+static double g_prof_step_ms; // NATSL_PROFILE=1: step time summed over the profiled steps
+static int g_prof_steps;
+
+// From appendices E and F:
+static void gemm_cache_open(const char *dir, int rank, int world); // the products' algorithms chosen by an earlier run
+static void gemm_cache_save(void);
+static void dist_start(const TrainArgs *a); // one process per GPU: the GPU and the communicator
+static void dist_finish(void);
+
+static const char *backend_default_precision = "bf16";
+static void backend_start(const TrainArgs *a) {
+    g_bf16 = !strcmp(a->precision, "bf16");
+#ifdef USE_MPI
+    if (g_world > 1 && (a->pi ? !strcmp(a->pi, "mpi") : g_job.mpi)) MPI_Init(NULL, NULL);
+#endif
+    g_prof = prof_level();
+    dist_start(a);
+    int dev;
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    CUBLAS_CHECK(cublasCreate(&g_cublas));
+    CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
+    attention_set_tf32_passes(g_bf16 ? 1 : 3);
+    gdn_set_lowp(g_bf16);
+    if (g_bf16) gemm_cache_open(a->outdir, g_rank, g_world);
+    printf("device: %s, precision: %s\n", prop.name, a->precision);
+}
+static void backend_step_timed(int first, double dt) {
+    gemm_cache_save();
+    if (g_prof && first) prof_reset(); // skip the first (warm-up) step
+    else if (g_prof) { prof_flush(); g_prof_step_ms += dt * 1e3; g_prof_steps++; }
+}
+// MFU: the model FLOPs of the step (dev/model_flops.h, the routing of its last micro-batch) over the time, against
+// the H100's dense bf16 peak (989 TFLOP/s; fp32 runs are measured against the same number, as in bench_gpu)
+#include "dev/model_flops.h"
+static void backend_step_note(const Model *M, int B, int T, int accum, double dt) {
+    double linear, attention, gdn;
+    step_flops(M, B, T, &linear, &attention, &gdn);
+    printf(" | MFU %.1f%%", 100 * accum * (linear + attention + gdn) / dt / 989e12);
+}
+static void backend_finish(void) {
+    gemm_cache_save();
+    if (g_prof && g_prof_steps > 0) prof_print(g_prof_step_ms, g_prof_steps);
+    if (g_rtl.summary[0]) printf("%s\n", g_rtl.summary);
+    cublasDestroy(g_cublas);
+    dist_finish();
+#ifdef USE_MPI
+    int mpi_on = 0;
+    MPI_Initialized(&mpi_on);
+    if (mpi_on) MPI_Finalize();
+#endif
+}
+
+#include "common/train_main.inc"
+
+#ifndef TESTING
+int main(int argc, char **argv) { return train_main(argc, argv); }
+#endif
+
+// ================================================================================================
+// Appendix C. The attention kernels: masked flash attention, TF32 and bf16 (wgmma, TMA)
+// ================================================================================================
 
 // ---- softmax attention over the allowed pairs (§4, §5.3, §6.2, §6.3): masked flash attention ------------------
 // (its standalone test and benchmark: dev/cuda/attention/masked_attention.cu, which includes this file)
-#define ATT_LOG2E 1.4426950408889634f
+#define ATT_LOG2E 1.4426950408889634f // log2(e), ln(2): the kernels' softmax runs in the exp2 domain
 #define ATT_LN2   0.6931471805599453f
-
-#ifndef ATT_DQ_ATOMIC
-#define ATT_DQ_ATOMIC 4   // dQ accumulation: 4 = float4 atomics (sm_90), 1 = scalar atomics
-#endif
 
 static int g_attn_passes = 3;   // 3 = 3xTF32 (fp32-accurate), 1 = plain TF32
 void attention_set_tf32_passes(int p) { g_attn_passes = (p == 1) ? 1 : 3; }
@@ -1750,29 +2636,13 @@ void attention_set_tf32_passes(int p) { g_attn_passes = (p == 1) ? 1 : 3; }
 // ------------------------------------------------------------------------------------------------------------------
 // device helpers
 // ------------------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t f2tf32(float x) {
-    uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
-}
 // split x into hi (tf32) and lo (tf32 of the remainder); lo unused (0) when !SPLIT
 // SPLIT (3xTF32): hi = x with the low 13 mantissa bits cleared (a valid tf32), lo = x - hi exactly (fp32); lo is passed
 // as raw fp32 bits and the tensor core uses only its top 19 bits, an error of < 2^-10·|lo| < 2^-20·|x|.
-// (ATT_SPLIT_RNA=1: the slower classic form, lo and hi both rounded with cvt.rna.)
-#ifndef ATT_SPLIT_RNA
-#define ATT_SPLIT_RNA 0
-#endif
 template <bool SPLIT> __device__ __forceinline__ void splitf(float x, uint32_t &h, uint32_t &l) {
     if (SPLIT) {
-#if ATT_SPLIT_RNA
-        h = f2tf32(x); l = f2tf32(x - __uint_as_float(h));
-#else
         h = __float_as_uint(x) & 0xffffe000u; l = __float_as_uint(x - __uint_as_float(h));
-#endif
     } else { h = f2tf32(x); l = 0u; }
-}
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 // A operand fragment (16x8, row-major) in hi/lo form
 struct FragA { uint32_t h[4], l[4]; };
@@ -2124,8 +2994,8 @@ attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restric
             for (int i = 0; i < NQH; ++i) {
                 const int nd = half + 2 * i;
                 if (nd < NQ) {      // warp-uniform
-#if ATT_DQ_ATOMIC == 4
-                    // pair lanes t, t^1: even lane takes row g cols 2t..2t+3, odd lane row g+8 cols 2t-2..2t+1
+                    // dQ in float4 atomics (sm_90): pair lanes t, t^1: the even lane takes row g cols 2t..2t+3,
+                    // the odd lane row g+8 cols 2t-2..2t+1
                     const bool odd = (t & 1);
                     const float x0 = acc[i][0] * scale, x1 = acc[i][1] * scale, x2 = acc[i][2] * scale, x3 = acc[i][3] * scale;
                     const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);
@@ -2133,13 +3003,6 @@ attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restric
                     const float4 val = odd ? make_float4(r0, r1, x2, x3) : make_float4(x0, x1, r0, r1);
                     float *p = dq + (qrow0 + (odd ? 8 : 0)) * ldqk + h * DQ + nd * 8 + 2 * (t & ~1);
                     atomicAdd(reinterpret_cast<float4 *>(p), val);
-#else
-                    float *p = dq + qrow0 * ldqk + h * DQ + nd * 8 + 2 * t;
-                    atomicAdd(p, acc[i][0] * scale);
-                    atomicAdd(p + 1, acc[i][1] * scale);
-                    atomicAdd(p + (size_t)8 * ldqk, acc[i][2] * scale);
-                    atomicAdd(p + (size_t)8 * ldqk + 1, acc[i][3] * scale);
-#endif
                 }
             }
         }
@@ -2195,8 +3058,12 @@ attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restric
 // ------------------------------------------------------------------------------------------------------------------
 // host side
 // ------------------------------------------------------------------------------------------------------------------
-static void attn_check_args(const char *who, const void *q, const void *k, int ldqk, const void *v, int ldv, int T,
-                            int NH, int NHm, int dq, int dvh) {
+// heads sharing one mask head: heads / attn_mask_heads(a) (no mask: every head its own)
+static int attn_mask_heads(const AttnArgs *a) { return a->mask ? a->mask_heads : a->heads; }
+static void attn_check_args(const char *who, const AttnArgs *a) {
+    const void *q = a->q, *k = a->k, *v = a->v;
+    const int ldqk = a->ldqk, ldv = a->ldv, T = a->T, NH = a->heads, NHm = attn_mask_heads(a), dq = a->head_k,
+              dvh = a->head_v;
     bool ok = (T % 64 == 0) && (ldqk % 4 == 0) && (ldv % 4 == 0) && NHm > 0 && (NH % NHm == 0) &&
               ((uintptr_t)q % 16 == 0) && ((uintptr_t)k % 16 == 0) && ((uintptr_t)v % 16 == 0);
     if (!ok) {
@@ -2206,10 +3073,10 @@ static void attn_check_args(const char *who, const void *q, const void *k, int l
     }
 }
 
+// The TF32 kernels on the fp32 operands of *a (fp32 mode's, or their fp32 copies: attention_widen)
 template <int DQ, int DV, bool SPLIT>
-static void launch_fwd(float *out, float *lse, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                       const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
-    const int Nc = T / 64;
+static void launch_fwd(float *out, float *lse, const AttnArgs *a, cudaStream_t st) {
+    const int T = a->T, NH = a->heads, Nc = T / 64;
     const size_t smem = (size_t)2 * 64 * ((DQ + 4) + (DV + 4)) * sizeof(float) + (size_t)Nc * 8;
     static size_t set = 0;
     if (smem > set) {
@@ -2217,15 +3084,15 @@ static void launch_fwd(float *out, float *lse, const float *q, const float *k, i
         set = smem;
     }
     const float sl2 = (1.0f / sqrtf((float)DQ)) * ATT_LOG2E;
-    attn_fwd_kernel<DQ, DV, SPLIT><<<dim3(B * NH, Nc), 128, smem, st>>>(out, lse, q, k, ldqk, v, ldv, m, T, NH, NHm, sl2);
+    attn_fwd_kernel<DQ, DV, SPLIT><<<dim3(a->B * NH, Nc), 128, smem, st>>>(out, lse, a->q, a->k, a->ldqk, a->v, a->ldv,
+                                                                          a->mask, T, NH, attn_mask_heads(a), sl2);
     CUDA_CHECK(cudaGetLastError());
 }
 
 template <int DQ, int DV, bool SPLIT>
 static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *dout, const float *lse2,
-                       const float *delta, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                       const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
-    const int Nc = T / 64;
+                       const float *delta, const AttnArgs *a, cudaStream_t st) {
+    const int T = a->T, NH = a->heads, Nc = T / 64;
     const size_t smem = (size_t)(3 * 64 * (DQ + 4) + 3 * 64 * (DV + 4) + 4 * 64 + 64 * 68) * sizeof(float);
     static bool set = false;
     if (!set) {
@@ -2233,8 +3100,9 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
         set = true;
     }
     const float scale = 1.0f / sqrtf((float)DQ);
-    attn_bwd_kernel<DQ, DV, SPLIT><<<dim3(B * NH, Nc), 256, smem, st>>>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v,
-                                                                       ldv, m, T, NH, NHm, scale, scale * ATT_LOG2E);
+    attn_bwd_kernel<DQ, DV, SPLIT><<<dim3(a->B * NH, Nc), 256, smem, st>>>(dq, dk, dv, dA, dout, lse2, delta, a->q, a->k,
+                                                                          a->ldqk, a->v, a->ldv, a->mask, T, NH,
+                                                                          attn_mask_heads(a), scale, scale * ATT_LOG2E);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -2248,69 +3116,25 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
 // warpgroup, looping over the query chunks that see it; dQ through shared dS, then fp32 adds into dq (2-D reduce-adds
 // of the TMA unit through a tensor map of dq).
 // Their test harness, notes and measurements:
-// dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md (which also has the mma.sync m16n8k16 pair these replaced).
-typedef __nv_bfloat16 bf16;
-#define FA_LOG2E 1.4426950408889634f
-#define FA_LN2 0.6931471805599453f
+// dev/cuda/attention/flash_bf16.cu, FLASH_BF16.md.
 
 // ------------------------------------------------------------------------------------------------------------------
 // device helpers
 // ------------------------------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t fa_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // the first 1024-byte boundary at or after the dynamic shared memory's start (the swizzle pattern's period), as a
 // pointer that the compiler still knows to be shared: through an integer (uintptr_t) it loses that, and every access
 // through it becomes a generic LD/ST (the backward's dS and dQ stores, the lse2/δ and key-list loads) instead of
 // LDS/STS
 __device__ __forceinline__ bf16 *fa_align1024(uint4 *smem) {
-    return reinterpret_cast<bf16 *>(reinterpret_cast<char *>(smem) + ((1024u - (fa_smem_u32(smem) & 1023u)) & 1023u));
+    return reinterpret_cast<bf16 *>(reinterpret_cast<char *>(smem) + ((1024u - (smem_u32(smem) & 1023u)) & 1023u));
 }
 
-__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void stsm4(uint32_t addr, const uint32_t (&r)[4]) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n"
-                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
-}
-__device__ __forceinline__ void stsm4t(uint32_t addr, const uint32_t (&r)[4]) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n"
-                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
-}
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
 __device__ __forceinline__ float fa_ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-// element offset of (row r, 16-byte chunk c) in a smem tile of rows of D bf16: chunks XOR-swizzled by (r & 7), so the
-// 8 row addresses of one ldmatrix 8×8 matrix (8 consecutive rows, same logical chunk) hit 8 distinct bank groups
-template <int D> __device__ __forceinline__ int swz(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
 
-// ROWS × D bf16 tile, global (row stride ld elements) -> swizzled smem, 16-byte cp.async (the GDN op's kernels)
-template <int D, int ROWS, int NT>
-__device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, int ld, int tid) {
-    constexpr int CPR = D / 8;
-    static_assert((ROWS * CPR) % NT == 0, "tile loader: whole passes");
-#pragma unroll
-    for (int it = 0; it < ROWS * CPR / NT; ++it) {
-        const int i = tid + it * NT, r = i / CPR, c = i % CPR;
-        cp_async16(s + swz<D>(r, c), g + (size_t)r * ld + c * 8);
-    }
-}
 
 // ------------------------------------------------------------------------------------------------------------------
 // forward on Hopper's warpgroup MMA (wgmma, sm_90a): block = (b·NH + h, query block qb of 128 queries = chunks
@@ -2322,10 +3146,9 @@ __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, int ld, int ti
 // XOR-swizzled rows of 64 bf16 (128 bytes: chunk c of row r at c ^ (r & 7)), which the wgmma descriptors call 128-byte
 // swizzling; V's DV columns are stored as DV/64 tiles of [64 keys][64 columns]. Thread 0 has the TMA unit load
 // each tile (64 × 64 boxes of 2-D tensor maps, swizzled as the tensor cores read them) into a four-stage ring of
-// mbarriers: no thread computes a load address and no block barrier falls between tiles (against cp.async by every
-// thread into three buffers and a barrier a tile: 405 -> 333 instructions a warp and tile, A layer B8 T4096 0.866 ->
-// 0.78 ms, with the two changes below: RESULTS, session 26). The running max moves only when it grows past 2^8, so
-// most tiles skip the rescale of O; the wgmma descriptors are built once and stepped by adds on their low words.
+// mbarriers: no thread computes a load address and no block barrier falls between tiles (the kernel is bound by its
+// instructions a warp and tile). The running max moves only when it grows past 2^8, so most tiles skip the rescale
+// of O; the wgmma descriptors are built once and stepped by adds on their low words.
 // ------------------------------------------------------------------------------------------------------------------
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "train_natsl.cu is built for sm_90a (nvcc -arch=sm_90a): the attention forward runs on Hopper's wgmma"
@@ -2387,7 +3210,7 @@ constexpr uint32_t FA_KSTEP_BYTES = 16 * 128;   // 16 rows: one k-step of an MN-
 // thread's bulk group: commit, then wait until the source has been read.
 __device__ __forceinline__ void tma_add_box(const CUtensorMap *map, int x, int y, const float *src) {
     asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n"
-                 ::"l"(map), "r"(fa_smem_u32(src)), "r"(x), "r"(y) : "memory");
+                 ::"l"(map), "r"(smem_u32(src)), "r"(x), "r"(y) : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
@@ -2422,13 +3245,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // layout swz<64> writes), completing on mbarrier bar
 __device__ __forceinline__ void tma_load_tile(bf16 *dst, const CUtensorMap *map, int x, int y, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 ::"r"(fa_smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+                 ::"r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
 
 // bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned) by the TMA unit, completing on bar
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 ::"r"(fa_smem_u32(dst)), "l"(src), "r"(bytes), "r"(bar) : "memory");
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
 constexpr int FA_FWD_STAGES = 4;   // the forward's K/V ring: tile it + 2 loads while tiles it − 1 .. it + 1 are in use
@@ -2456,11 +3279,10 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
     float *sWA = reinterpret_cast<float *>(sList + Nc);       // [Nc]
     float *sWB = sWA + Nc;                                    // [Nc]
     int *sN = reinterpret_cast<int *>(sWB + Nc);
-    const uint32_t qbar = (fa_smem_u32(sN + 1) + 7) & ~7u, full0 = qbar + 8, empty0 = full0 + 8 * NS;
+    const uint32_t qbar = (smem_u32(sN + 1) + 7) & ~7u, full0 = qbar + 8, empty0 = full0 + 8 * NS;
 
     // block L -> (bh, query block qb), heavy (late) query blocks first: causal (m == NULL) head by head, so that the
-    // blocks in flight share their heads' K, V in L2 (the A layer B8 T4096: 0.78 -> 0.74 ms); routed, heads fastest
-    // (head by head the N layer's forward lost 1-3%: RESULTS, session 26 run 4)
+    // blocks in flight share their heads' K, V in L2; routed, heads fastest (there head by head is slower)
     const int L = blockIdx.x, nBH = gridDim.x / nQB;
     const int bh = m ? L % nBH : L / nQB, b = bh / NH, h = bh - b * NH;
     const int qb = nQB - 1 - (m ? L / nBH : L % nQB);
@@ -2530,8 +3352,8 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
     for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     // descriptors' low words: this warpgroup's Q rows, K and V of stage 0 (stage st: st tiles on)
-    const uint32_t qlo = wgmma_desc_lo(fa_smem_u32(sQ + wg * 64 * DQ), 16), klo0 = wgmma_desc_lo(fa_smem_u32(sK), 16),
-                   vlo0 = wgmma_desc_lo(fa_smem_u32(sV), FA_TILE_BYTES);
+    const uint32_t qlo = wgmma_desc_lo(smem_u32(sQ + wg * 64 * DQ), 16), klo0 = wgmma_desc_lo(smem_u32(sK), 16),
+                   vlo0 = wgmma_desc_lo(smem_u32(sV), FA_TILE_BYTES);
     const int myc = qcA + wg;
     // the last tile's P (bf16 A fragments) and V, whose product the next tile issues with its S; before the first tile
     // and after a tile of weight 0, P = 0 (with V of a loaded stage): issuing every product unconditionally keeps ptxas
@@ -2635,7 +3457,7 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
 #pragma unroll
             for (int nv = 0; nv < DV / 8; ++nv)
                 *reinterpret_cast<uint32_t *>(op + nv * 8) = pack_bf16(o[4 * nv + 2 * r] * inv, o[4 * nv + 2 * r + 1] * inv);
-            if (t == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[r] * sl2 + log2f(l)) * FA_LN2;
+            if (t == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[r] * sl2 + log2f(l)) * ATT_LN2;
         }
     }
 #endif
@@ -2643,8 +3465,8 @@ fa_fwd_wgmma_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const __gri
 
 // ------------------------------------------------------------------------------------------------------------------
 // backward pre-pass: lse2 = lse·log2e and δ = dO·O (bf16 in, fp32) into ld2 [B][NH][T/64][lse2 64, δ 64] (a query
-// tile's both in one 512-byte run: one bulk load; two took one TMA command a tile more, A B8 T4096 backward 1-2% slower:
-// RESULTS session 27), zero dq head columns (unless accumulating), zero dA[..,0]
+// tile's both in one 512-byte run: one bulk load, where two would take one TMA command a tile more), zero dq head
+// columns (unless accumulating), zero dA[..,0]
 // ------------------------------------------------------------------------------------------------------------------
 __global__ void fa_bwd_pre_kernel(float *__restrict__ ld2, float *__restrict__ dq, int lddq,
                                   float *__restrict__ dA, const bf16 *__restrict__ dout, const bf16 *__restrict__ out,
@@ -2668,7 +3490,7 @@ __global__ void fa_bwd_pre_kernel(float *__restrict__ ld2, float *__restrict__ d
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) {
         const size_t idx = ((size_t)b * NH + h) * T + i, idx2 = (idx - (i & 63)) * 2 + (i & 63);
-        ld2[idx2] = lse[idx] * FA_LOG2E;
+        ld2[idx2] = lse[idx] * ATT_LOG2E;
         ld2[idx2 + 64] = acc;
     }
     if (dq) {
@@ -2700,12 +3522,11 @@ template <> __device__ __forceinline__ void store_pair<bf16>(bf16 *p, float a, f
 //   dS^T -> shared memory (bf16), dQ = dS K (wgmma with both operands MN-major: dS^T is stored [key][query], K
 //   [key][dim]) -> added to dq: each warp's 16 rows go to a shared staging tile (fp32, two 128B-swizzled [16][32]
 //   boxes) and from there into dq by two 2-D reduce-adds of the TMA unit (tensor map tdq). The commands are few
-//   because the TMA unit also serves the loads: one 256-byte bulk reduce-add a row (16 a warp and tile) held the next
-//   tile's loads back (A B8 T4096 2.59 -> 2.27 ms; float4 atomics at DV = 128: N fraction 0.25 1.06 -> 0.96 ms:
-//   RESULTS, session 27).
+//   because the TMA unit also serves the loads: one bulk reduce-add a row (16 a warp and tile) would hold the next
+//   tile's loads back.
 // V and dO are stored as DV/64 tiles of [64 rows][64 columns] (the MN-major layout of dO for dV's product). Thread 0
 // has the TMA unit load them (tensor maps, as the forward) into two buffers of mbarriers, no block barrier at a tile's
-// top (against cp.async by every thread: A B8 T4096 2.70 -> 2.65 ms, N fraction 1.0 2.40 -> 2.25: RESULTS, session 26).
+// top.
 // ------------------------------------------------------------------------------------------------------------------
 constexpr int FA_BWD_GROUP = 16;
 template <int DV, typename GT>
@@ -2726,16 +3547,15 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
     float *sDQ = reinterpret_cast<float *>(sO + 2 * 64 * DV);  // [4][2][16 × 32] dQ staging (fp32; 1024-aligned)
     float *sL = sDQ + 64 * 64;                                 // [2][lse2 64, δ 64]
     float *sRed = sL + 2 * 128;                                // [4]
-    const uint32_t full0 = (fa_smem_u32(sRed + 4) + 7) & ~7u;  // [2] mbarriers
+    const uint32_t full0 = (smem_u32(sRed + 4) + 7) & ~7u;  // [2] mbarriers
 
     const int Nc = T / 64;
     // block L -> (bh, kc) in groups of G key chunks: every head's blocks of chunks [Gg, Gg + G) (head by head, chunk
     // fastest) before the next group's. The blocks in flight cover a few heads or a few chunks of every head, so their
-    // Q, dO tiles and dq accumulators stay in L2 (with heads fastest the mma.sync kernels of 2026-11-23 ran at 122,
-    // head-major 165-197 TFLOP/s). Causal (m == NULL): G = Nc, whole heads in turn (head-major). Routed: G = 16, so
-    // every head's routed early chunks, whose blocks loop over the most query chunks, start first; head-major, a
-    // routed early chunk of the last head started late and ran on alone (N B1 T32768 fraction 0.1: 3.65 -> 2.57 ms,
-    // while A lost 1-2%: RESULTS session 25 runs 11, 12)
+    // Q, dO tiles and dq accumulators stay in L2 (heads fastest would spread them over every head). Causal
+    // (m == NULL): G = Nc, whole heads in turn (head-major). Routed: G = 16, so every head's routed early chunks, whose
+    // blocks loop over the most query chunks, start first (head-major, a routed early chunk of the last head would
+    // start late and run on alone).
     const int G = m ? min(FA_BWD_GROUP, Nc) : Nc;
     const int BH = gridDim.x / Nc, L = blockIdx.x, grp = L / (BH * G), r = L - grp * BH * G;
     const int gs = min(G, Nc - grp * G), bh = r / gs, kc = grp * G + r % gs;
@@ -2781,9 +3601,9 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
     float dAacc = 0.f;
     // descriptors' low words (K-major operands: LBO 16; MN-major: LBO = FA_TILE_BYTES), the query tiles' of buffer 0
     constexpr uint32_t MN = ((FA_TILE_BYTES - 16) >> 4) << 16;   // LBO 16 -> FA_TILE_BYTES
-    const uint32_t klo = wgmma_desc_lo(fa_smem_u32(sK), 16), vlo = wgmma_desc_lo(fa_smem_u32(sV), 16),
-                   slo = wgmma_desc_lo(fa_smem_u32(sS), FA_TILE_BYTES), qlo0 = wgmma_desc_lo(fa_smem_u32(sQ), 16),
-                   olo0 = wgmma_desc_lo(fa_smem_u32(sO), 16);
+    const uint32_t klo = wgmma_desc_lo(smem_u32(sK), 16), vlo = wgmma_desc_lo(smem_u32(sV), 16),
+                   slo = wgmma_desc_lo(smem_u32(sS), FA_TILE_BYTES), qlo0 = wgmma_desc_lo(smem_u32(sQ), 16),
+                   olo0 = wgmma_desc_lo(smem_u32(sO), 16);
 
     for (int it = 0; it < nq; ++it) {
         if (tid == 0 && it + 1 < nq) issue(it + 1);
@@ -2932,8 +3752,10 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
 // ------------------------------------------------------------------------------------------------------------------
 static bool flash_bf16_supported(int dq, int dv) { return dq == 64 && (dv == 64 || dv == 128); }
 
-static void fa_check_args(const char *who, const void *q, const void *k, int ldqk, const void *v, int ldv, int T,
-                          int NH, int NHm, int dq, int dv) {
+static void fa_check_args(const char *who, const AttnArgs *a) {
+    const void *q = a->q, *k = a->k, *v = a->v;
+    const int ldqk = a->ldqk, ldv = a->ldv, T = a->T, NH = a->heads, NHm = attn_mask_heads(a), dq = a->head_k,
+              dv = a->head_v;
     const bool ok = flash_bf16_supported(dq, dv) && T % 64 == 0 && T > 0 && ldqk % 8 == 0 && ldv % 8 == 0 &&
                     NHm > 0 && NH % NHm == 0 && (uintptr_t)q % 16 == 0 && (uintptr_t)k % 16 == 0 &&
                     (uintptr_t)v % 16 == 0;
@@ -2976,39 +3798,53 @@ static CUtensorMap fa_tensor_map(const bf16 *p, size_t rows, int cols, int ld) {
     return fa_tensor_map_of(p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(bf16), rows, cols, ld, 64, 64);
 }
 
-template <int DV>
-static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
-                                const float *m, int B, int T, int NH, int NHm, cudaStream_t st) {
-    const int Nc = T / 64, nQB = (Nc + 1) / 2;
+template <int DV> static void fa_launch_fwd_wgmma(bf16 *out, float *lse, const AttnArgs *a, cudaStream_t st) {
+    const bf16 *q = (const bf16 *)a->q, *k = (const bf16 *)a->k, *v = (const bf16 *)a->v;
+    const int B = a->B, T = a->T, NH = a->heads, ldqk = a->ldqk, ldv = a->ldv, Nc = T / 64, nQB = (Nc + 1) / 2;
     const size_t smem = fa_fwd_smem_bytes<DV>(Nc);
     static size_t set = 0;
     if (smem > set) {
         smem_attr(fa_fwd_wgmma_kernel<DV>, smem);
         set = smem;
     }
-    const float sl2 = 0.125f * FA_LOG2E; // 1/sqrt(64)
+    const float sl2 = 0.125f * ATT_LOG2E; // 1/sqrt(64)
     const size_t rows = (size_t)B * T;
     fa_fwd_wgmma_kernel<DV><<<B * NH * nQB, 256, smem, st>>>(out, lse, fa_tensor_map(q, rows, NH * 64, ldqk),
                                                              fa_tensor_map(k, rows, NH * 64, ldqk),
-                                                             fa_tensor_map(v, rows, NH * DV, ldv), m, T, NH, NHm, sl2);
+                                                             fa_tensor_map(v, rows, NH * DV, ldv), a->mask, T, NH,
+                                                             attn_mask_heads(a), sl2);
     CUDA_CHECK(cudaGetLastError());
 }
 
-// Forward. out [B*T][NH*dv] bf16 (written), lse [B][NH][T] fp32 (written, natural log). m: see top of file.
-static void flash_bf16_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv,
-                        const float *m, int B, int T, int NH, int NHm, int dq, int dv, cudaStream_t st) {
-    if (!m) NHm = NH;
-    fa_check_args("flash_bf16_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dv);
-    if (dv == 64) fa_launch_fwd_wgmma<64>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
-    else fa_launch_fwd_wgmma<128>(out, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);
+// Forward, on the bf16 q, k, v of *a (bf16 values behind its real pointers). out [B*T][heads*head_v] bf16 (written),
+// lse [B][heads][T] fp32 (written, natural log).
+static void flash_bf16_forward(bf16 *out, float *lse, const AttnArgs *a, cudaStream_t st) {
+    fa_check_args("flash_bf16_forward", a);
+    if (a->head_v == 64) fa_launch_fwd_wgmma<64>(out, lse, a, st);
+    else fa_launch_fwd_wgmma<128>(out, lse, a, st);
 }
 
+// The gradients of flash_bf16_backward. dq: fp32, row stride lddq, head j at j*head_k; dk (stride lddk), dv (stride
+// lddv): fp32 (grads_bf16 == 0) or bf16 (grads_bf16 == 1). accumulate == 0: dq, dk, dv are WRITTEN (dq zeroed by the
+// pre-pass, then atomically accumulated over key chunks); accumulate == 1: all three are ADDED to (dq += , dk += ,
+// dv += ). dA[...,0] (when the mask and dA are non-NULL) is written: zeroed, then the G heads of a group add into it;
+// dA[...,1] is never touched. rope_dk (NULL: none; the A layer): dk is rotated back by RoPE (4.2) as it is written,
+// rope_dk the (cos, sin) table [T][head_k/2] of rope_table.
+typedef struct {
+    float *dq;
+    void *dk, *dv;
+    int lddq, lddk, lddv;
+    int grads_bf16, accumulate;
+    float *dA;
+    const float2 *rope_dk;
+} FlashGrads;
+
+// dA: g->dA where the mask is given, else NULL
 template <int DV, typename GT>
-static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, int lddv, float *dA, const bf16 *dout,
-                                const float *ld2, const bf16 *q, const bf16 *k, int ldqk,
-                                const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int accum,
-                                const float2 *rope, cudaStream_t st) {
-    const int Nc = T / 64;
+static void fa_launch_bwd_wgmma(const FlashGrads *g, float *dA, const bf16 *dout, const float *ld2, const AttnArgs *a,
+                                cudaStream_t st) {
+    const bf16 *q = (const bf16 *)a->q, *k = (const bf16 *)a->k, *v = (const bf16 *)a->v;
+    const int B = a->B, T = a->T, NH = a->heads, ldqk = a->ldqk, ldv = a->ldv, Nc = T / 64;
     // 1024 bytes to align the tiles, K, dS^T [64][64], V [64][DV], Q [2][64][64], dO [2][64][DV], the dQ staging tile,
     // lse2 and δ [2][2][64], sRed, 8 to align the two mbarriers
     const size_t smem = 1024 + (size_t)(4 * 64 * 64 + 3 * 64 * DV) * sizeof(bf16) +
@@ -3021,28 +3857,26 @@ static void fa_launch_bwd_wgmma(float *dq, int lddq, GT *dk, int lddk, GT *dv, i
     const float scale = 0.125f; // 1/sqrt(64)
     const size_t rows = (size_t)B * T;
     fa_bwd_wgmma_kernel<DV, GT><<<B * NH * Nc, 128, smem, st>>>(
-        dk, lddk, dv, lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
-        fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv), m,
-        T, NH, NHm, scale, scale * FA_LOG2E, accum, rope,
-        fa_tensor_map_of(dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, lddq, 32, 16));
+        (GT *)g->dk, g->lddk, (GT *)g->dv, g->lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
+        fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv),
+        a->mask, T, NH, attn_mask_heads(a), scale, scale * ATT_LOG2E, g->accumulate, g->rope_dk,
+        fa_tensor_map_of(g->dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, g->lddq, 32, 16));
     CUDA_CHECK(cudaGetLastError());
 }
 
 static float *g_fa_scratch = nullptr;
 static size_t g_fa_scratch_n = 0;
 
-// Backward. dq: fp32, row stride lddq, head j at j*dq; dk (stride lddk), dv (stride lddv): fp32 (grads_bf16 == 0) or
-// bf16 (grads_bf16 == 1). accumulate == 0: dq, dk, dv are WRITTEN (dq zeroed by the pre-pass, then atomically
-// accumulated over key chunks); accumulate == 1: all three are ADDED to (dq += , dk += , dv += ). dA[...,0] (when m and
-// dA are non-NULL) is written: zeroed, then the G heads of a group add into it; dA[...,1] is never touched.
-// rope_dk (NULL: none; the A layer): dk is rotated back by RoPE (4.2) as it is written, rope_dk the (cos, sin) table
-// [T][dq/2] of rope_table. Uses a static scratch of 2·B·NH·T floats (lse·log2e, δ): not thread-safe, one stream at a time.
-static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *dv, int lddv, int grads_bf16, int accumulate,
-                         float *dA, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
-                         int ldqk, const bf16 *v, int ldv, const float *m, int B, int T, int NH, int NHm, int dq_,
-                         int dvh, const float2 *rope_dk, cudaStream_t st) {
-    if (!m) NHm = NH;
-    fa_check_args("flash_bf16_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
+// Backward into the gradients *g (FlashGrads), from the bf16 dout, out and q, k, v of *a. Uses a static scratch of
+// 2·B·heads·T floats (lse·log2e, δ): not thread-safe, one stream at a time.
+static void flash_bf16_backward(const FlashGrads *g, const bf16 *dout, const bf16 *out, const float *lse,
+                                const AttnArgs *a, cudaStream_t st) {
+    const float *m = a->mask;
+    float *dq = g->dq, *dA = g->dA;
+    const void *dk = g->dk, *dv = g->dv;
+    const int lddq = g->lddq, lddk = g->lddk, lddv = g->lddv, grads_bf16 = g->grads_bf16, accumulate = g->accumulate;
+    const int B = a->B, T = a->T, NH = a->heads, NHm = attn_mask_heads(a), dq_ = a->head_k, dvh = a->head_v;
+    fa_check_args("flash_bf16_backward", a);
     const int al = grads_bf16 ? 8 : 4;
     if (((uintptr_t)dq % 16) || (lddq % 4) || (lddk % al) || (lddv % al) || ((uintptr_t)dk % 16) || ((uintptr_t)dv % 16)) {
         fprintf(stderr, "flash_bf16_backward: dq/dk/dv must be 16-byte aligned with 16-byte row strides\n");
@@ -3064,14 +3898,14 @@ static void flash_bf16_backward(float *dq, int lddq, void *dk, int lddk, void *d
                                                                 dq_, dvh);
         CUDA_CHECK(cudaGetLastError());
     }
-    const float *mm = m;
     float *dAp = m ? dA : nullptr;
-#define FA_BD(DV_, GT)                                                                                                \
-    fa_launch_bwd_wgmma<DV_, GT>(dq, lddq, (GT *)dk, lddk, (GT *)dv, lddv, dAp, dout, ld2, q, k, ldqk, v, ldv,        \
-                                 mm, B, T, NH, NHm, accumulate, rope_dk, st)
-    if (dvh == 64) { if (grads_bf16) FA_BD(64, bf16); else FA_BD(64, float); }
-    else { if (grads_bf16) FA_BD(128, bf16); else FA_BD(128, float); }
-#undef FA_BD
+    if (dvh == 64) {
+        if (grads_bf16) fa_launch_bwd_wgmma<64, bf16>(g, dAp, dout, ld2, a, st);
+        else fa_launch_bwd_wgmma<64, float>(g, dAp, dout, ld2, a, st);
+    } else {
+        if (grads_bf16) fa_launch_bwd_wgmma<128, bf16>(g, dAp, dout, ld2, a, st);
+        else fa_launch_bwd_wgmma<128, float>(g, dAp, dout, ld2, a, st);
+    }
 }
 
 // ---- the softmax op's entry points: the bf16 kernels in bf16 mode where they take the head dims, else the
@@ -3084,58 +3918,14 @@ static int attention_in_bf16(const AttnArgs *a) {
     return g_bf16 && env_flag("NATSL_ATTN_BF16", 1) && flash_bf16_supported(a->head_k, a->head_v);
 }
 static int attention_out_bf16(const AttnArgs *a) { return g_bf16 && a->out_mp; }
-__global__ void rows_to_bf16_kernel(bf16 *y, int ldy, const float *x, int ldx, size_t rows, int cols) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)gridDim.x * blockDim.x)
-        y[(i / cols) * ldy + i % cols] = __float2bfloat16_rn(x[(i / cols) * ldx + i % cols]);
-}
-__global__ void rows_from_bf16_kernel(float *y, int ldy, const bf16 *x, int ldx, size_t rows, int cols) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)gridDim.x * blockDim.x)
-        y[(i / cols) * ldy + i % cols] = __bfloat162float(x[(i / cols) * ldx + i % cols]);
-}
-// rows × cols of fp32 x (row stride ldx) to bf16 y (row stride ldy)
-static void rows_to_bf16(bf16 *y, int ldy, const float *x, int ldx, size_t rows, int cols) {
-    rows_to_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, ldy, x, ldx, rows, cols);
-    CUDA_CHECK(cudaGetLastError());
-}
-// rows × cols of bf16 x (row stride ldx) to fp32 y (row stride ldy)
-static void rows_from_bf16(float *y, int ldy, const bf16 *x, int ldx, size_t rows, int cols) {
-    rows_from_bf16_kernel<<<rows_grid(rows * cols), 256>>>(y, ldy, x, ldx, rows, cols);
-    CUDA_CHECK(cudaGetLastError());
-}
-// A grow-only device scratch per use (slot), reused by every call.
-enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_GDN_OUT, SCRATCH_GDN_DOUT, SCRATCH_SLOTS };
-static void *device_scratch(int slot, size_t bytes) {
-    static void *buf[SCRATCH_SLOTS];
-    static size_t cap[SCRATCH_SLOTS];
-    if (bytes > cap[slot]) {
-        if (buf[slot]) CUDA_CHECK(cudaFree(buf[slot]));
-        buf[slot] = xcudamalloc(bytes);
-        cap[slot] = bytes;
-    }
-    return buf[slot];
-}
-// The fp32 values of bf16 operands for the fp32 kernels (the softmax op's TF32 ones, the GDN op's where its bf16 kernels
-// do not take the shape): n tensors of B·T rows (x[i], row stride ld[i], cols[i] values a row) widened into scratch
-// `slot`, each with its own row stride, so the gradients keep the operands' strides; x[i] is pointed at its copy.
-static void widen_operands(int slot, const real **x, const int *ld, const int *cols, int n, size_t rows) {
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += (rows - 1) * ld[i] + cols[i];
-    float *p = (float *)device_scratch(slot, total * sizeof(float));
-    for (int i = 0; i < n; i++) {
-        rows_from_bf16(p, ld[i], (const bf16 *)x[i], ld[i], rows, cols[i]);
-        x[i] = p;
-        p += (rows - 1) * ld[i] + cols[i];
-    }
-}
-// The bf16 operands of one call of the bf16 kernels: q, k, v (rows of stride ldqk, ldv), out and dout (packed
-// [B*T][heads*head_v]): q, k, v as stored; out itself where it is stored in bf16, else a scratch; dout (fp32, the
-// backward's) is copied by the caller into its scratch.
-typedef struct { const bf16 *q, *k, *v; bf16 *out, *dout; } AttnBf16;
+// The bf16 output operands of one call of the bf16 kernels (which read q, k, v as stored), out and dout (packed
+// [B*T][heads*head_v]): out itself where it is stored in bf16, else a scratch; dout (fp32, the backward's) is copied
+// by the caller into its scratch.
+typedef struct { bf16 *out, *dout; } AttnBf16;
 static AttnBf16 attention_bf16_operands(const AttnArgs *a, real *out) {
     size_t nv = (size_t)a->B * a->T * a->heads * a->head_v;
     bf16 *buf = (bf16 *)device_scratch(SCRATCH_ATTN_BF16, 2 * nv * sizeof(bf16));
-    AttnBf16 c = {(const bf16 *)a->q, (const bf16 *)a->k, (const bf16 *)a->v, attention_out_bf16(a) ? (bf16 *)out : buf,
-                  buf + nv};
+    AttnBf16 c = {attention_out_bf16(a) ? (bf16 *)out : buf, buf + nv};
     return c;
 }
 // For the TF32 kernels in bf16 mode: *a gets the fp32 values of q, k, v; *out and *dout, when given and stored in bf16,
@@ -3152,13 +3942,13 @@ static void attention_widen(AttnArgs *a, const real **out, const real **dout) {
 // Operands in AttnArgs (common/layout.h); out [B*T][heads*head_v], lse [B][heads][T].
 static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     PROF_OP();
-    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    int B = args->B, T = args->T, NH = args->heads;
     int dq = args->head_k, dvh = args->head_v;
     size_t BT = (size_t)B * T;
     cudaStream_t st = 0;
     if (attention_in_bf16(args)) {
         AttnBf16 c = attention_bf16_operands(args, out);
-        flash_bf16_forward(c.out, lse, c.q, c.k, args->ldqk, c.v, args->ldv, args->mask, B, T, NH, NHm, dq, dvh, st);
+        flash_bf16_forward(c.out, lse, args, st);
         if (!attention_out_bf16(args)) rows_from_bf16(out, NH * dvh, c.out, NH * dvh, BT, NH * dvh);
         return;
     }
@@ -3166,13 +3956,11 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     float *o = out;
     if (g_bf16) attention_widen(&w, NULL, NULL);
     if (attention_out_bf16(args)) o = (float *)device_scratch(SCRATCH_ATTN_BF16, BT * NH * dvh * sizeof(float));
-    const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
-    int ldqk = w.ldqk, ldv = w.ldv;
-    attn_check_args("attention_forward", q, k, ldqk, v, ldv, T, NH, NHm, dq, dvh);
+    attn_check_args("attention_forward", &w);
 #define ATT_FWD_CASE(A, C)                                                                                          \
     if (dq == A && dvh == C) {                                                                                      \
-        if (g_attn_passes == 3) launch_fwd<A, C, true>(o, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);           \
-        else launch_fwd<A, C, false>(o, lse, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);                             \
+        if (g_attn_passes == 3) launch_fwd<A, C, true>(o, lse, &w, st);                                             \
+        else launch_fwd<A, C, false>(o, lse, &w, st);                                                               \
         if (o != out) rows_to_bf16((bf16 *)out, NH * dvh, o, NH * dvh, BT, NH * dvh);                               \
         return;                                                                                                     \
     }
@@ -3190,7 +3978,7 @@ static size_t g_att_scratch_n = 0;
 static void attention_backward_flash(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
                                      const real *lse, const AttnArgs *args, bf16 *dk16, bf16 *dv16) {
     PROF_OP();
-    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    int B = args->B, T = args->T, NH = args->heads;
     size_t BT = (size_t)B * T, nv = (size_t)NH * args->head_v;
     AttnBf16 c = attention_bf16_operands(args, (real *)out);
     const bf16 *d16 = (const bf16 *)dout;
@@ -3200,16 +3988,16 @@ static void attention_backward_flash(real *dq, real *dk, real *dv, real *dA, con
         d16 = c.dout;
     }
     const int kv16 = dk16 != NULL;
-    flash_bf16_backward(dq, args->ldqk, kv16 ? (void *)dk16 : dk, args->ldqk, kv16 ? (void *)dv16 : dv, args->ldv, kv16, 0,
-                        dA, d16, c.out, lse, c.q, c.k, args->ldqk, c.v, args->ldv, args->mask, B, T, NH, NHm, args->head_k,
-                        args->head_v, kv16 ? rope_table(T, args->head_k) : NULL, 0);
+    const FlashGrads g = {dq, kv16 ? (void *)dk16 : dk, kv16 ? (void *)dv16 : dv, args->ldqk, args->ldqk, args->ldv,
+                          kv16, 0, dA, kv16 ? rope_table(T, args->head_k) : NULL};
+    flash_bf16_backward(&g, d16, c.out, lse, args, 0);
 }
 // WRITES dq, dk, dv (their heads' columns) and dA[...,0] (when the mask is given). dout is stored in bf16 where the
 // output is (AttnArgs.out_mp): the bf16 kernels read it as it is (else a bf16 copy), the TF32 ones an fp32 copy.
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
                                const real *lse, const AttnArgs *args) {
     PROF_OP();
-    int B = args->B, T = args->T, NH = args->heads, NHm = args->mask ? args->mask_heads : args->heads;
+    int B = args->B, T = args->T, NH = args->heads, NHm = attn_mask_heads(args);
     int dq_ = args->head_k, dvh = args->head_v;
     cudaStream_t st = 0;
     if (attention_in_bf16(args)) {
@@ -3218,9 +4006,9 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
     }
     AttnArgs w = *args;
     if (g_bf16) attention_widen(&w, &out, &dout);
-    const float *q = w.q, *k = w.k, *v = w.v, *m = w.mask;
-    int ldqk = w.ldqk, ldv = w.ldv;
-    attn_check_args("attention_backward", q, k, ldqk, v, ldv, T, NH, NHm, dq_, dvh);
+    const float *m = w.mask;
+    int ldqk = w.ldqk;
+    attn_check_args("attention_backward", &w);
     if (((uintptr_t)dq % 16) || ((uintptr_t)dk % 16) || ((uintptr_t)dv % 16)) {
         fprintf(stderr, "attention_backward: dq/dk/dv must be 16-byte aligned\n"); exit(1);
     }
@@ -3242,8 +4030,8 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
 #define ATT_BWD_CASE(A, C)                                                                                          \
     if (dq_ == A && dvh == C) {                                                                                     \
         if (g_attn_passes == 3)                                                                                     \
-            launch_bwd<A, C, true>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);    \
-        else launch_bwd<A, C, false>(dq, dk, dv, dA, dout, lse2, delta, q, k, ldqk, v, ldv, m, B, T, NH, NHm, st);  \
+            launch_bwd<A, C, true>(dq, dk, dv, dA, dout, lse2, delta, &w, st);                                     \
+        else launch_bwd<A, C, false>(dq, dk, dv, dA, dout, lse2, delta, &w, st);                                   \
         return;                                                                                                     \
     }
     ATT_SHAPES(ATT_BWD_CASE)
@@ -3252,6 +4040,20 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
     exit(1);
 }
 
+// ================================================================================================
+// Appendix D. The GDN kernels: the token recurrence and the chunked WY/UT form
+// ================================================================================================
+
+// The op's path: gdn_op_forward / gdn_op_backward (the end of this appendix) → gdn_operands (the operands each kernel
+// family reads) → gdnc::forward / gdnc::backward (a GA of pointers into the workspace) → gdnc::fwd_impl / bwd_impl →
+// prep_pass, state_pass and the output or gradient kernels; in bf16 mode on the *_bf16 kernels, else on the fp32
+// ones (TF32 block matmuls in bf16 mode); shapes the chunked form does not take run the token recurrence
+// (gdn_tokens_forward / backward). Definitions come before their uses: the kernels first, the host side of each form
+// after them, the op's entry points last.
+
+// The gradients the op's backward writes (or, dv with GdnArgs.dv_add, adds to), in fp32: gdn_op_backward's outputs, or
+// its fp32 scratch where it stores them in bf16 (GdnArgs.grads_mp). dA: the routing mask's gradient (NULL: no mask).
+typedef struct { float *dq, *dk, *dv, *dg, *dbeta, *dA; } GdnGrads;
 
 // ---- the GDN op with chunk commits (§3.2, §5.4): token recurrence (the fallback of gdn_op_*) ------------
 // Same semantics and layouts as train_natsl.c's gdn_op_forward/backward (its backward accumulates every
@@ -3288,8 +4090,9 @@ __device__ __forceinline__ float st_get(const float *st, size_t i, int st16) {
 
 template <int P>
 __global__ void __launch_bounds__(32)
-gdn_op_forward_kernel(float *out, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                      const float *g, const float *beta, const float *m, int T, int H, int dk, int dv, float scale, int st16) {
+gdn_op_forward_kernel(float *out, float *state, GdnArgs a, float scale, int st16) {
+    const float *q = a.q, *k = a.k, *v = a.v, *g = a.g, *beta = a.beta, *m = a.mask;
+    const int ldqk = a.ldqk, ldv = a.ldv, T = a.T, H = a.H, dk = a.head_k, dv = a.head_v;
     constexpr int VB = 32 / P;
     const int b = blockIdx.x / H, h = blockIdx.x % H;
     const int lane = threadIdx.x & 31, rg = lane % P;
@@ -3349,13 +4152,12 @@ static int gdn_lanes_per_column(int dk) {
     return P;
 }
 
-static void gdn_tokens_forward(real *out, real *state, const real *q, const real *k, int ldqk, const real *v,
-                               int ldv, const real *g, const real *beta, const real *m, int B, int T, int H,
-                               int dk, int dv) {
-    int P = gdn_lanes_per_column(dk);
-    dim3 grid(B * H, CEIL_DIV(dv, 32 / P));
-    float scale = 1.f / sqrtf((float)dk);
-#define GDN_FWD(PP) gdn_op_forward_kernel<PP><<<grid, 32>>>(out, state, q, k, ldqk, v, ldv, g, beta, m, T, H, dk, dv, scale, g_gdn_st16)
+// The op on the fp32 operands of *a
+static void gdn_tokens_forward(real *out, real *state, const GdnArgs *a) {
+    int P = gdn_lanes_per_column(a->head_k);
+    dim3 grid(a->B * a->H, CEIL_DIV(a->head_v, 32 / P));
+    float scale = 1.f / sqrtf((float)a->head_k);
+#define GDN_FWD(PP) gdn_op_forward_kernel<PP><<<grid, 32>>>(out, state, *a, scale, g_gdn_st16)
     if (P == 1) GDN_FWD(1); else if (P == 2) GDN_FWD(2); else if (P == 4) GDN_FWD(4); else GDN_FWD(8);
 #undef GDN_FWD
     CUDA_CHECK(cudaGetLastError());
@@ -3369,10 +4171,10 @@ static void gdn_tokens_forward(real *out, real *state, const real *q, const real
 // Sums over value columns (dq̂, dk̂, dβ, dg, dA) are reduced in the warp and added with atomics.
 template <int P>
 __global__ void __launch_bounds__(32)
-gdn_op_backward_kernel(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
-                       const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                       const float *g, const float *beta, const float *m, int T, int H, int dkh, int dvh,
-                       float scale, float *zs_all, int st16) {
+gdn_op_backward_kernel(GdnGrads d, const float *dout, const float *state, GdnArgs a, float scale, int st16) {
+    float *dq = d.dq, *dk = d.dk, *dv = d.dv, *dg = d.dg, *dbeta = d.dbeta, *dA = d.dA, *zs_all = a.ws;
+    const float *q = a.q, *k = a.k, *v = a.v, *g = a.g, *beta = a.beta, *m = a.mask;
+    const int ldqk = a.ldqk, ldv = a.ldv, T = a.T, H = a.H, dkh = a.head_k, dvh = a.head_v;
     constexpr int VB = 32 / P;
     __shared__ float su[CH][VB], sr[CH][VB];
     const int b = blockIdx.x / H, h = blockIdx.x % H;
@@ -3495,10 +4297,10 @@ static size_t gdn_tokens_ws_floats(int B, int H, int dkh, int dvh) {
     int P = gdn_lanes_per_column(dkh);
     return (size_t)B * H * CEIL_DIV(dvh, 32 / P) * (CH + 1) * dkh * (32 / P);
 }
-static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dA,
-                                const real *dout, const real *state, const real *q, const real *k, int ldqk,
-                                const real *v, int ldv, const real *g, const real *beta, const real *m,
-                                int B, int T, int H, int dkh, int dvh, real *zs, int dv_add) {
+// The op's backward on the fp32 operands of *a, its scratch in a->ws; dv: written, or added to with a->dv_add
+static void gdn_tokens_backward(const GdnGrads *d, const real *dout, const real *state, const GdnArgs *a) {
+    real *dq = d->dq, *dk = d->dk, *dv = d->dv, *dg = d->dg, *dbeta = d->dbeta, *dA = d->dA;
+    const int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
     int P = gdn_lanes_per_column(dkh);
     dim3 grid(B * H, CEIL_DIV(dvh, 32 / P));
     float scale = 1.f / sqrtf((float)dkh);
@@ -3506,15 +4308,26 @@ static void gdn_tokens_backward(real *dq, real *dk, real *dv, real *dg, real *db
     const size_t BT = (size_t)B * T, nA = (size_t)B * (T / CH) * H;
     CUDA_CHECK(cudaMemset2DAsync(dq, (size_t)ldqk * sizeof(float), 0, (size_t)H * dkh * sizeof(float), BT));
     CUDA_CHECK(cudaMemset2DAsync(dk, (size_t)ldqk * sizeof(float), 0, (size_t)H * dkh * sizeof(float), BT));
-    if (!dv_add) CUDA_CHECK(cudaMemset2DAsync(dv, (size_t)ldv * sizeof(float), 0, (size_t)H * dvh * sizeof(float), BT));
+    if (!a->dv_add) CUDA_CHECK(cudaMemset2DAsync(dv, (size_t)ldv * sizeof(float), 0, (size_t)H * dvh * sizeof(float), BT));
     CUDA_CHECK(cudaMemsetAsync(dg, 0, BT * H * sizeof(float)));
     CUDA_CHECK(cudaMemsetAsync(dbeta, 0, BT * H * sizeof(float)));
     if (dA) CUDA_CHECK(cudaMemset2DAsync(dA + 1, 2 * sizeof(float), 0, sizeof(float), nA)); // dA[...,1]
-#define GDN_BWD(PP) gdn_op_backward_kernel<PP><<<grid, 32>>>(dq, dk, dv, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, \
-                                                                  g, beta, m, T, H, dkh, dvh, scale, zs, g_gdn_st16)
+#define GDN_BWD(PP) gdn_op_backward_kernel<PP><<<grid, 32>>>(*d, dout, state, *a, scale, g_gdn_st16)
     if (P == 1) GDN_BWD(1); else if (P == 2) GDN_BWD(2); else if (P == 4) GDN_BWD(4); else GDN_BWD(8);
 #undef GDN_BWD
     CUDA_CHECK(cudaGetLastError());
+}
+
+// ROWS × D bf16 tile, global (row stride ld elements) -> swizzled smem, 16-byte cp.async (the GDN op's kernels)
+template <int D, int ROWS, int NT>
+__device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, int ld, int tid) {
+    constexpr int CPR = D / 8;
+    static_assert((ROWS * CPR) % NT == 0, "tile loader: whole passes");
+#pragma unroll
+    for (int it = 0; it < ROWS * CPR / NT; ++it) {
+        const int i = tid + it * NT, r = i / CPR, c = i % CPR;
+        cp_async16(s + swz<D>(r, c), g + (size_t)r * ld + c * 8);
+    }
 }
 
 // ---- the GDN op, chunked WY/UT form (dev/cuda/gdn/NOTES.md; its test harness: dev/cuda/gdn/gdn_chunk.cu) ----
@@ -3574,11 +4387,8 @@ struct GA {
 };
 
 // ------------------------------------------------------------------------------------------------
-// async global->shared copies: cp_async16 and its groups (the helpers at the top). Each thread waits for its own
-// groups; a __syncthreads() after the wait makes the data visible to the block.
-__device__ __forceinline__ void cpa_wait_dyn(int n) {  // n in {0,1,2}
-    if (n <= 0) cp_async_wait<0>(); else if (n == 1) cp_async_wait<1>(); else cp_async_wait<2>();
-}
+// async global->shared copies: cp_async16 and its groups (appendix A). Each thread waits for its own groups; a
+// __syncthreads() after the wait makes the data visible to the block.
 // dst[r*lds + c] = src[r*ldg + c], r < ROWS, c < COLS (COLS % 4 == 0)
 template <int ROWS, int COLS>
 __device__ __forceinline__ void ld_tile(float *dst, int lds, const float *src, size_t ldg, bool vec) {
@@ -4106,7 +4916,7 @@ __device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uin
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < DK / 16; kk++)
-        stsm4t(fa_smem_u32(stg + (16 * kk + 8 * (mi >> 1) + r) * 16 + 8 * ((mi & 1) ^ (r >> 2))), fa[kk]);
+        stsm4t(smem_u32(stg + (16 * kk + 8 * (mi >> 1) + r) * 16 + 8 * ((mi & 1) ^ (r >> 2))), fa[kk]);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < DK / 16; i++) {
@@ -4124,7 +4934,7 @@ __device__ __forceinline__ void store_acc_rows(bf16 *dst, const uint32_t (&fa)[C
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < CH / 16; kk++)  // matrices (rows 0-7 | 8-15) × (tokens 16 kk .. | 16 kk + 8 ..)
-        stsm4(fa_smem_u32(stg + (r + 8 * (mi & 1)) * CH + 8 * ((2 * kk + (mi >> 1)) ^ r)), fa[kk]);
+        stsm4(smem_u32(stg + (r + 8 * (mi & 1)) * CH + 8 * ((2 * kk + (mi >> 1)) ^ r)), fa[kk]);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < CH / 16; i++) {
@@ -4144,8 +4954,8 @@ __device__ __forceinline__ void mma_x(float (&acc)[NN / 8][4], const uint32_t (&
 #pragma unroll
         for (int jp = 0; jp < NN / 16; jp++) {
             uint32_t bw[4];
-            if constexpr (XT) ldsm4(bw, fa_smem_u32(X + swz<LD>(n0 + 16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
-            else ldsm4t(bw, fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, n0 / 8 + 2 * jp + (q >> 1))));
+            if constexpr (XT) ldsm4(bw, smem_u32(X + swz<LD>(n0 + 16 * jp + 8 * (q >> 1) + r, 2 * kk + (q & 1))));
+            else ldsm4t(bw, smem_u32(X + swz<LD>(16 * kk + 8 * (q & 1) + r, n0 / 8 + 2 * jp + (q >> 1))));
             mma16816(acc[2 * jp], fa[kk], bw[0], bw[1]);
             mma16816(acc[2 * jp + 1], fa[kk], bw[2], bw[3]);
         }
@@ -4155,14 +4965,14 @@ template <int NK, int LD>
 __device__ __forceinline__ void lds_a(uint32_t (&fa)[NK / 16][4], const bf16 *X, int r0) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int kk = 0; kk < NK / 16; kk++) ldsm4(fa[kk], fa_smem_u32(X + swz<LD>(r0 + (lane & 15), 2 * kk + (lane >> 4))));
+    for (int kk = 0; kk < NK / 16; kk++) ldsm4(fa[kk], smem_u32(X + swz<LD>(r0 + (lane & 15), 2 * kk + (lane >> 4))));
 }
 // A fragments of rows r0 .. r0+15 of Xᵀ, X a swizzled bf16 tile [NK rows][LD] (A's row m = X's column r0 + m)
 template <int NK, int LD>
 __device__ __forceinline__ void lds_at(uint32_t (&fa)[NK / 16][4], const bf16 *X, int r0) {
     const int lane = threadIdx.x & 31, q = lane >> 3;
 #pragma unroll
-    for (int kk = 0; kk < NK / 16; kk++) ldsm4t(fa[kk], fa_smem_u32(X + swz<LD>(16 * kk + 8 * (q >> 1) + (lane & 7), r0 / 8 + (q & 1))));
+    for (int kk = 0; kk < NK / 16; kk++) ldsm4t(fa[kk], smem_u32(X + swz<LD>(16 * kk + 8 * (q >> 1) + (lane & 7), r0 / 8 + (q & 1))));
 }
 // x[0..8) = s · p[0..8) (p 16-byte aligned)
 __device__ __forceinline__ void ld8(float (&x)[8], const float *p, float s) {
@@ -5006,8 +5816,7 @@ __device__ __forceinline__ void pair_sync(int w) {
 // being read. A first phase is B3 part 1 (dWm, dTV, dv, dbv over the value tiles: they stay in the block, dTV as an fp32
 // tile read at the same accumulator positions that made it). Elementwise factors at the accumulator positions: dPm,
 // dQ1 (fp32) loaded into registers before the
-// product they meet, their latency under it (0.448 → 0.385 ms at the 340m size, though ptxas spills 96 bytes at
-// d_k = 128), X (fp32) after it, q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The
+// product they meet, their latency under it (though ptxas spills 96 bytes at d_k = 128), X (fp32) after it, q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The
 // per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two terms: the same
 // sum in either order), a column's from its four row strips as four partial sums, added in a fixed order (so the op is
 // bitwise reproducible). With a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the row dots q̂·dq̂,
@@ -5480,12 +6289,12 @@ static void fp32_kernels(GA &a, int dk, bool vec) {
     a.vec = vec;
 }
 
-// in16: q, k, v are bf16 (takes_bf16 said so) and the bf16 kernels run, storing o in bf16 with o16; else they are
-// fp32 and the fp32 kernels run (o fp32)
-static void forward(float *o, float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                    const float *g, const float *beta, const float *m, int B, int T, int H, int dk, int dv, float *ws,
-                    bool in16, bool o16) {
-    GA a = make_ga(B, T, H, dk, dv, ws);
+// The op on the operands of *w (workspace w->ws). in16: q, k, v are bf16 (takes_bf16 said so) and the bf16 kernels
+// run, storing o in bf16 with o16; else they are fp32 and the fp32 kernels run (o fp32)
+static void forward(float *o, float *state, const GdnArgs *w, bool in16, bool o16) {
+    const float *q = w->q, *k = w->k, *v = w->v, *g = w->g, *beta = w->beta, *m = w->mask;
+    const int ldqk = w->ldqk, ldv = w->ldv, dk = w->head_k;
+    GA a = make_ga(w->B, w->T, w->H, dk, w->head_v, w->ws);
     a.o = o; a.state = state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     a.o16 = in16 && o16 ? reinterpret_cast<bf16 *>(o) : nullptr;
     if (in16) {
@@ -5499,16 +6308,19 @@ static void forward(float *o, float *state, const float *q, const float *k, int 
     }
     GC_DISPATCH(dk, fwd_impl, a);
 }
-static void backward(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dA, const float *dout,
-                     const float *state, const float *q, const float *k, int ldqk, const float *v, int ldv,
-                     const float *g, const float *beta, const float *m, int B, int T, int H, int dkd, int dvd, float *ws,
-                     bool in16, int dv_add, const float *rho, bool d16) {
-    GA a = make_ga(B, T, H, dkd, dvd, ws);
+// The backward into *d (dv added to with w->dv_add); rho: bwd_final_bf16 returns dQ, dK through the L2 norm (NULL:
+// dq̂, dk̂); d16: the bf16 kernels store dq, dk, dv in bf16
+static void backward(const GdnGrads *d, const float *dout, const float *state, const GdnArgs *w, bool in16,
+                     const float *rho, bool d16) {
+    float *dq = d->dq, *dk = d->dk, *dv = d->dv;
+    const float *q = w->q, *k = w->k, *v = w->v, *g = w->g, *beta = w->beta, *m = w->mask;
+    const int ldqk = w->ldqk, ldv = w->ldv, dkd = w->head_k;
+    GA a = make_ga(w->B, w->T, w->H, dkd, w->head_v, w->ws);
     a.bwd = 1;
-    a.dv_add = dv_add;
+    a.dv_add = w->dv_add;
     a.rho = rho;
     a.d16 = d16;
-    a.dq = dq; a.dk = dk; a.dv = dv; a.dg = dg; a.dbeta = dbeta; a.dA = dA;
+    a.dq = dq; a.dk = dk; a.dv = dv; a.dg = d->dg; a.dbeta = d->dbeta; a.dA = d->dA;
     a.state = (float *)state; a.ldqk = ldqk; a.ldv = ldv; a.g = g; a.beta = beta; a.m = m;
     if (in16) {
         a.q16 = (const bf16 *)q; a.k16 = (const bf16 *)k; a.v16 = (const bf16 *)v; a.dout16 = (const bf16 *)dout;
@@ -5584,14 +6396,12 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *args) {
     GdnArgs w;
     const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, out, state}, NULL);
     const GdnArgs *a = &w;
-    const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
-    int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v;
-    real *ws = a->ws;
+    int B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v;
     const bool chunked = gdn_use_chunked(dk, dv), o16 = g_gdn_st16 && a->out_mp;
     const size_t BT = (size_t)B * T;
     real *o = o16 && !(chunked && in16) ? (real *)device_scratch(SCRATCH_GDN_OUT, BT * H * dv * sizeof(float)) : out;
-    if (chunked) gdnc::forward(o, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv, ws, in16, o16);
-    else gdn_tokens_forward(o, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dk, dv);
+    if (chunked) gdnc::forward(o, state, a, in16, o16);
+    else gdn_tokens_forward(o, state, a);
     if (o != out) rows_to_bf16((bf16 *)out, H * dv, o, H * dv, BT, H * dv);
 }
 // WRITES dq, dk, dg, dβ, dA[...,1] and dv; with args->dv_add ACCUMULATES into dv. In bf16 mode with args->grads_mp
@@ -5603,9 +6413,8 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     GdnArgs w;
     const bool in16 = gdn_operands(&w, args, {args->q, args->k, args->v, dq, dk, dv, dout, state}, &dout);
     const GdnArgs *a = &w;
-    const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
+    const real *q = a->q, *k = a->k;
     int ldqk = a->ldqk, ldv = a->ldv, B = a->B, T = a->T, H = a->H, dkh = a->head_k, dvh = a->head_v;
-    real *ws = a->ws;
     const bool chunked = gdn_use_chunked(dkh, dvh), fold = chunked && in16 && a->rho; // bwd_final_bf16 takes GdnArgs.rho
     const bool d16 = g_gdn_st16 && a->grads_mp;
     if (d16 && (a->dv_add || !a->rho)) die("gdn_op_backward: bf16 gradients (grads_mp) need rho and dv_add = 0");
@@ -5616,12 +6425,9 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
         dk32 = dq32 + nqk;
         dv32 = dk32 + nqk;
     }
-    if (chunked)
-        gdnc::backward(dq32, dk32, dv32, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh, ws,
-                       in16, a->dv_add, fold ? a->rho : nullptr, d16 && fold);
-    else
-        gdn_tokens_backward(dq32, dk32, dv32, dg, dbeta, dA, dout, state, q, k, ldqk, v, ldv, g, beta, m, B, T, H, dkh, dvh,
-                            ws, a->dv_add);
+    const GdnGrads d = {dq32, dk32, dv32, dg, dbeta, dA};
+    if (chunked) gdnc::backward(&d, dout, state, a, in16, fold ? a->rho : nullptr, d16 && fold);
+    else gdn_tokens_backward(&d, dout, state, a);
     if (a->rho && !fold) {
         l2norm_backward(dq32, dq32, q, a->rho, B * T, H, dkh, ldqk);
         l2norm_backward(dk32, dk32, k, a->rho + BT * H, B * T, H, dkh, ldqk);
@@ -5633,830 +6439,295 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
     }
 }
 
-// ---- the router (Attention Score Layer, §5.2: (5.2a-f)) ------------------------------------------------------
-template <class InT> __global__ void router_pool_kernel(float *pool, const InT *x, int B, int T, int D) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int Nc = T / CH;
-    if (idx >= (size_t)B * Nc * D) return;
-    int i = (int)(idx % D);
-    size_t bc = idx / D, b = bc / Nc, c = bc % Nc;
-    float p = 0.f;
-    for (int t = (int)c * CH; t < (int)(c + 1) * CH; t++) p += ld(x + (b * T + t) * D + i);
-    pool[idx] = p / CH;
-}
-__global__ void router_mask_kernel(float *mask, const float *pi, size_t n, int H, int Nc, int relaxed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    int last = (int)((i / H) % Nc) == Nc - 1;
-    int soft = pi[2 * i] >= pi[2 * i + 1];
-    mask[2 * i] = last ? 1.f : relaxed ? pi[2 * i] : (float)soft;
-    mask[2 * i + 1] = last ? 1.f : relaxed ? pi[2 * i + 1] : (float)!soft;
-}
-// ST-Gumbel routing (§7.2): y = softmax((ℓ + g)/τ) in place of π, as train_natsl.c
-__global__ void router_gumbel_kernel(float *y, const float *logits, const float *noise, size_t npairs, float tau) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= npairs) return;
-    float y0 = 1.f / (1.f + expf(((logits[2 * i + 1] + noise[2 * i + 1]) - (logits[2 * i] + noise[2 * i])) / tau));
-    y[2 * i] = y0;
-    y[2 * i + 1] = 1.f - y0;
-}
-// p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot argmax
-// (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
-// noise (NULL = off): ST-Gumbel routing (§7.2), pi holds y = softmax((ℓ + g)/τ), the choice is argmax(ℓ + g).
-static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
-                           int B, int T, int D, int H, int relaxed, const real *noise, real tau) {
-    PROF_OP();
-    int Nc = T / CH;
-    unsigned g = (unsigned)CEIL_DIV((size_t)B * Nc * D, 256);
-    if (g_bf16) router_pool_kernel<<<g, 256>>>(pool, (const __nv_bfloat16 *)x, B, T, D); // x: RMSNorm'd, a matmul input
-    else router_pool_kernel<<<g, 256>>>(pool, x, B, T, D);
-    CUDA_CHECK(cudaGetLastError());
-    matmul_forward(logits, operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, 0, NULL);
-    size_t n = (size_t)B * Nc * H;
-    if (!noise) pair_softmax_forward(pi, logits, n);
-    else router_gumbel_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(pi, logits, noise, n, tau);
-    router_mask_kernel<<<(unsigned)CEIL_DIV(n, 256), 256>>>(mask, pi, n, H, Nc, relaxed);
-    CUDA_CHECK(cudaGetLastError());
-}
-// dx_t += dp_{c(t)} / 64: a block per chunk (b, c) and ROUTER_DX_ROWS of its rows, a thread per column
-#define ROUTER_DX_ROWS 16
-__global__ void router_dx_kernel(float *dx, const float *dpool, int T, int D) {
-    const int Nc = T / CH, b = blockIdx.x / Nc, c = blockIdx.x % Nc;
-    float *x = dx + ((size_t)b * T + (size_t)c * CH + (size_t)blockIdx.y * ROUTER_DX_ROWS) * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        const float g = dpool[(size_t)blockIdx.x * D + i] / CH;
-#pragma unroll
-        for (int t = 0; t < ROUTER_DX_ROWS; t++) x[(size_t)t * D + i] += g;
-    }
-}
-// The §7 straight-through: dℓ0 = y0·y1·((dA0 + dpi0) − (dA1 + dpi1))/τ = −dℓ1, the last chunk's pairs skipped
-__global__ void router_dlogits_kernel(float *dx, const float *dA, const float *y, size_t npairs, int H, int Nc,
-                                      float dpi0, float dpi1, float tau) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= npairs || (int)((i / H) % Nc) == Nc - 1) return;
-    float d = y[2 * i] * y[2 * i + 1] * ((dA[2 * i] + dpi0) - (dA[2 * i + 1] + dpi1)) / tau;
-    dx[2 * i] += d;
-    dx[2 * i + 1] -= d;
-}
-// dÃ = dA with the last chunk zeroed (6.5a);  straight-through: dℓ = π ⊙ (dÃ − ⟨π, dÃ⟩) (6.5b-c);
-// dW_r += dℓᵀ p;  dp = dℓ W_r;  dx_t += dp_{c(t)} / 64   (6.5d-e).  dpool, dlogits are scratch [B*Nc][D], [B*Nc][2H].
-// §7 (as train_natsl.c): dpi (host, NULL = none) is added to dÃ of every routed chunk; under ST-Gumbel routing
-// pi holds y and dℓ is divided by τ.
-static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
-                            const real *pool, const real *Wr, int B, int T, int D, int H, const real *dpi, real tau) {
-    PROF_OP();
-    int Nc = T / CH;
-    CUDA_CHECK(cudaMemsetAsync(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real)));
-    size_t npairs = (size_t)B * Nc * H;
-    if (!dpi && tau == 1) pair_softmax_backward_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc);
-    else router_dlogits_kernel<<<(unsigned)CEIL_DIV(npairs, 256), 256>>>(dlogits, dA, pi, npairs, H, Nc, dpi ? dpi[0] : 0.f,
-                                                                         dpi ? dpi[1] : 0.f, tau);
-    CUDA_CHECK(cudaGetLastError());
-    matmul_backward(dpool, dWr, operand(dlogits, (size_t)B * Nc * 2 * H, OPERAND_DOUT),
-                    operand(pool, (size_t)B * Nc * D, OPERAND_INPUT), Wr, B * Nc, D, 2 * H, DINP_WRITE);
-    router_dx_kernel<<<dim3((unsigned)(B * Nc), CH / ROUTER_DX_ROWS), 256>>>(dx, dpool, T, D);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-// ---- the fused gated output norm (§3.3, §5.6) ------------------------------------------------------
-// Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
-// ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
-// rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row, the row held in registers (as the RMSNorm's:
-// rows_dispatch, row_load).
-// MP: the matmul-precision type of y (W_o's input), gate (W_g's output) and the two ops' outputs o1, o2
-#define GN_MAXNJ 16 // widest row the gated norm kernels take: 32·16 = 512 values (d_v of the presets: 96, 256, 384)
-template <int NJ, bool V4, class MP>
-__global__ void __launch_bounds__(256) gated_norm_forward_kernel(MP *__restrict__ y, float *__restrict__ rstd,
-        const MP *__restrict__ o1, const float *__restrict__ w1, const MP *__restrict__ o2,
-        const float *__restrict__ w2, const float *__restrict__ omega, const MP *__restrict__ gate, int R, int n) {
-    int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= R) return;
-    size_t o = (size_t)r * n;
-    float x1[NJ], x2[NJ], gt[NJ], wv[NJ], out[NJ], s1 = 0.f, s2 = 0.f;
-    row_load<NJ, V4>(x1, o1 + o, lane, n);
-    row_load<NJ, V4>(gt, gate + o, lane, n);
-#pragma unroll
-    for (int j = 0; j < NJ; j++) s1 += x1[j] * x1[j];
-    s1 = 1.f / sqrtf(warp_sum(s1) / n + NATSL_EPS);
-    row_load_w<NJ, V4>(wv, w1, lane, n);
-    if (o2) {
-        row_load<NJ, V4>(x2, o2 + o, lane, n);
-#pragma unroll
-        for (int j = 0; j < NJ; j++) s2 += x2[j] * x2[j];
-        s2 = 1.f / sqrtf(warp_sum(s2) / n + NATSL_EPS);
-        const float om0 = omega[2 * r], om1 = omega[2 * r + 1];
-#pragma unroll
-        for (int j = 0; j < NJ; j++) out[j] = om0 * x1[j] * s1 * wv[j];
-        row_load_w<NJ, V4>(wv, w2, lane, n);
-#pragma unroll
-        for (int j = 0; j < NJ; j++) out[j] += om1 * x2[j] * s2 * wv[j];
-    } else {
-#pragma unroll
-        for (int j = 0; j < NJ; j++) out[j] = x1[j] * s1 * wv[j];
-    }
-#pragma unroll
-    for (int j = 0; j < NJ; j++) out[j] *= siluf_(gt[j]);
-    row_store<NJ, V4>(y + o, out, lane, n);
-    if (lane == 0) { rstd[r] = s1; if (o2) rstd[R + r] = s2; }
-}
-// The gated norm's pointers as the kernels take them: o1, o2 and gate in the matmul precision.
-template <class F> static void gated_norm_dispatch(const char *who, const GatedNormArgs *a, const void *out, F f) {
-    rows_dispatch<GN_MAXNJ>(who, a->n, [&](auto nj) {
-        constexpr int NJ = decltype(nj)::value;
-        auto aligned = [&](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
-        bool v4 = row_v4<NJ>(a->n, a->o1, a->n, out, a->n) && aligned(a->o2) && aligned(a->gate) && a->ld_dgate % 4 == 0;
-        auto go = [&](auto v) {
-            with_mp(a->gate, 1, [&](auto gate) { f(nj, v, (decltype(gate))a->o1, (decltype(gate))a->o2, gate); });
-        };
-        if (v4) go(std::true_type());
-        else go(std::false_type());
-    });
-}
-static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
-    PROF_OP();
-    gated_norm_dispatch(__func__, a, y, [&](auto nj, auto v4, auto o1, auto o2, auto gate) {
-        constexpr int NJ = decltype(nj)::value;
-        constexpr bool V4 = decltype(v4)::value;
-        using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
-        gated_norm_forward_kernel<NJ, V4><<<CEIL_DIV(a->rows, 8), 256>>>((MP *)y, rstd, o1, a->w1, o2, a->w2,
-                                                                         a->omega, gate, a->rows, a->n);
-    });
-}
-// with dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's
-// RMSNorm backward with dy_k = ω_k dn (§5.6). do1, do2, dω and dgate are written (the gated norm is their only
-// producer; dgate's rows as GatedNormArgs.heads, ld_dgate place them); the weight gradients accumulate.
-// One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
-// the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
-// [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
-template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate, o1, o2, do1 and
-                                     // do2 (the two ops' dout) in the matmul precision
-__global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict__ do1, MP *__restrict__ do2,
-        float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
-        const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
-        const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
-        const MP *__restrict__ gate, int R, int n, int heads, int ld_dgate) {
-    __shared__ float sh[2][32 * NJ];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float acc1[NJ], acc2[NJ], wa[NJ], wb[NJ];
-#pragma unroll
-    for (int j = 0; j < NJ; j++) acc1[j] = acc2[j] = wb[j] = 0.f;
-    row_load_w<NJ, V4>(wa, w1, lane, n);
-    if (o2) row_load_w<NJ, V4>(wb, w2, lane, n);
-    for (int r = blockIdx.x * 8 + warp; r < R; r += gridDim.x * 8) {
-        size_t o = (size_t)r * n;
-        float s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0.f, w_1 = o2 ? omega[2 * r] : 1.f, w_2 = o2 ? omega[2 * r + 1] : 0.f;
-        float x1[NJ], x2[NJ], gt[NJ], dyv[NJ], dn[NJ], t[NJ];
-        float dom1 = 0.f, dom2 = 0.f, dot1 = 0.f, dot2 = 0.f;
-        row_load<NJ, V4>(x1, o1 + o, lane, n);
-        row_load<NJ, V4>(gt, gate + o, lane, n);
-        row_load<NJ, V4>(dyv, dy + o, lane, n);
-        if (o2) row_load<NJ, V4>(x2, o2 + o, lane, n);
-        else
-#pragma unroll
-            for (int j = 0; j < NJ; j++) x2[j] = 0.f;
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            float n1 = x1[j] * s1 * wa[j], n2 = x2[j] * s2 * wb[j];
-            dn[j] = dyv[j] * siluf_(gt[j]);
-            t[j] = dyv[j] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt[j]);
-            dom1 += dn[j] * n1; dom2 += dn[j] * n2;
-            dot1 += n1 * w_1 * dn[j];
-            dot2 += n2 * w_2 * dn[j];
-            acc1[j] += dn[j] * w_1 * x1[j] * s1;
-            acc2[j] += dn[j] * w_2 * x2[j] * s2;
-        }
-        row_store<NJ, V4>(dgate + (size_t)(r / heads) * ld_dgate + (size_t)(r % heads) * n, t, lane, n);
-        dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
-        dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
-#pragma unroll
-        for (int j = 0; j < NJ; j++) t[j] = s1 * (wa[j] * w_1 * dn[j] - x1[j] * s1 * dot1);
-        row_store<NJ, V4>(do1 + o, t, lane, n);
-        if (o2) {
-#pragma unroll
-            for (int j = 0; j < NJ; j++) t[j] = s2 * (wb[j] * w_2 * dn[j] - x2[j] * s2 * dot2);
-            row_store<NJ, V4>(do2 + o, t, lane, n);
-            if (lane == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
-        }
-    }
-    for (int i = threadIdx.x; i < 2 * 32 * NJ; i += blockDim.x) sh[i / (32 * NJ)][i % (32 * NJ)] = 0.f;
-    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
-        __syncthreads();
-        if (warp == k)
-#pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                const int i = row_col<V4>(lane, j);
-                if (i < n) { sh[0][i] += acc1[j]; sh[1][i] += acc2[j]; }
-            }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) part[(size_t)blockIdx.x * 2 * n + i] = sh[i / n][i % n];
-}
-static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
-                                const real *dy, const real *rstd, const GatedNormArgs *a) {
-    PROF_OP();
-    int R = a->rows, n = a->n;
-    gated_norm_dispatch(__func__, a, dgate, [&](auto nj, auto v4, auto o1, auto o2, auto gate) {
-        constexpr int NJ = decltype(nj)::value;
-        constexpr bool V4 = decltype(v4)::value;
-        using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
-        auto kernel = gated_norm_backward_kernel<NJ, V4, MP>;
-        int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
-        int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
-        float *part = colpart((size_t)blocks * 2 * n);
-        kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2,
-                                a->omega, gate, R, n, a->heads, a->ld_dgate);
-        CUDA_CHECK(cudaGetLastError());
-        colsum_finish(dw1, part, blocks, n, 2 * n, 0);
-        if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);
-    });
-}
-
 // ================================================================================================
-// 3. The model: parameters, activations, and the four layer kinds (device buffers, C layouts)
+// Appendix E. GEMM selection: cuBLAS, and cuBLASLt with a timed choice of algorithm in bf16 mode
 // ================================================================================================
 
-typedef struct { size_t p, m, c; int n, decay; } AdamRun; // a run of AdamW: parameter, moment and bf16 copy offsets
-                                                          //   (c: WCOPY_NONE), length, weight decay (adamw_runs)
+// bf16 mode runs the products through cuBLASLt with, for each distinct product (shape, transposes, strides, accumulate
+// or not, output type), the fastest of the algorithms gemm_candidates lists, timed at its first call on the product's
+// own operands (cublasGemmEx's choice, the heuristic's first, is not the fastest for every product: dev/cuda/gemm_tune;
+// NATSL_GEMM_REPORT=1 prints a line for each product timed). The choice is fixed for the run, so
+// recompute reruns stay bit-identical; a run keeps its choices in the file that NATSL_GEMM_ALGOS names or else, with
+// -o, in <dir>/gemm_algos.bin (several ranks: each its own, _rNNN), and a run that finds the file (a resume) takes them
+// from there, so that it computes the same bits as the run it continues (gemm_cache_*). cuBLASLt's algorithms may need
+// aligned pointers: the key holds the operands' alignments. NATSL_GEMM_TIMED=0 takes the heuristic's first candidate
+// untimed, so that separate runs compute the same bits (make test's CPU-vs-GPU comparison: timing noise can pick other
+// algorithms from run to run, whose bf16 roundings move a gradient across the comparison's bar).
+#define GEMM_CANDIDATES 8
+#define GEMM_WORKSPACE (32u << 20)
 typedef struct {
-    Config cfg;
-    ParamTensor tensors[NATSL_MAX_TENSORS];
-    int ntensors;
-    size_t nparams;
-    size_t nalloc;                           // params and grads hold nalloc ≥ nparams values (the buckets' padding)
-    size_t nmom;                             // the moments this rank keeps: nparams, or under ZeRO-1 its slices
-    int nbucket;                             // the gradient buckets reduced over the ranks (model_buckets, §9.4)
-    size_t bucket[NATSL_MAX_LAYERS + 3];     // bucket k is [bucket[k], bucket[k+1])
-    real *params, *grads, *adam_m, *adam_v; // flat device buffers
-    WeightCopies wc;                         // bf16 mode: the matmul weights' bf16 copies (section 1)
-    AdamRun *adam_runs;                      // AdamW's runs of values (adamw_runs), built at the first step
-    int adam_nruns;
-    ParamPtrs p, g;                          // named device pointers into params and grads
-    int B, T;                                // the largest batch the activations hold
-    int recompute;                           // -k: 1, 2 rerun layers in the backward pass (model_acts_layout)
-    int acts_bf16;                           // the activations are laid out for bf16 mode (half-size bf16 fields)
-    real *acts;                              // flat activation buffer (device)
-    LayerActs la[NATSL_MAX_LAYERS];
-    real *hL, *lnf, *lnf_rstd, *logits, *lse, *losses; // final norm and classifier (device)
-    real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
-    real *gdn_ws;                            // the GDN op's workspace, one for all G/N layers, in the logits'
-                                             //   buffer (logits_ws_reals; NULL if none)
-    size_t acts_size, dacts_size;            // floats in acts and dacts
-    int *inputs, *targets;                   // device copies of the batch
-    double *d_scalar;                        // device scratch: mean loss
-    real mean_loss;
-    real fused_dloss;                        // train_step's dloss, 0 elsewhere: > 0 has model_forward write the
-                                             //   logits' gradient over them (crossentropy_forward_backward) for
-                                             //   model_backward to use as they are
-    int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
-    RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
-    real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2] (device)
-} Model;
-
-// The gradient buckets (doc/model.md §9.4): the ranges of the flat buffer whose gradients the backward pass finishes
-// together, in its order: the final norm and the classifier, each layer from the last, the embedding. A rank hands a
-// bucket to NCCL as soon as it is final. Every boundary is rounded up to a multiple of 64·ranks values (so each rank's
-// ZeRO-1 slice of a bucket, a ranks-th of it, is a whole number of 256-byte lines); a bucket so ends a little into the
-// tensor above it, whose gradient is final before its own, never below. The buffer is padded to the last boundary
-// (zeros that stay zero). Under ZeRO-1 rank r keeps the moments of the r-th slice of every bucket, in bucket order.
-static void model_buckets(Model *M) {
-    const Config *c = &M->cfg;
-    size_t align = 64 * (size_t)g_world, start[NATSL_MAX_LAYERS + 2];
-    int n = 0;
-    start[n++] = 0;                                              // the embedding
-    for (int i = 0; i < M->ntensors; i++)
-        if ((M->tensors[i].layer >= 0 && M->tensors[i].layer == n - 1) || !strcmp(M->tensors[i].name, "ln_f"))
-            start[n++] = M->tensors[i].offset;                   // each layer's first tensor; the final norm's
-    M->nalloc = CEIL_DIV(M->nparams, align) * align;
-    M->nbucket = n;
-    for (int k = 0; k < n; k++) M->bucket[k] = std::min(CEIL_DIV(start[k], align) * align, M->nalloc);
-    M->bucket[n] = M->nalloc;
-    M->nmom = g_zero ? M->nalloc / g_world : M->nparams;
-    if (n != c->L + 2) { fprintf(stderr, "error: model_buckets: %d buckets for %d layers\n", n, c->L); exit(1); }
+    int ta, tb, m, n, k, lda, ldb, ldc, accumulate, C_mp; // the product (cublasOperation_t as int)
+    int align_a, align_b, align_c;                          // its pointers' alignments in bytes (≤ 256)
+    cublasLtMatmulAlgo_t algo;
+} GemmKey;
+typedef struct {
+    GemmKey key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+} GemmPlan;
+static cublasLtHandle_t g_lt;
+static void *g_lt_ws;
+static std::deque<GemmPlan> g_plans;    // (a deque: the plans handed out stay where they are)
+static std::vector<GemmKey> g_plan_cache; // the choices read from the file
+static char g_plan_path[1100];            // where this run keeps its choices ("" = nowhere)
+static size_t g_plans_saved;              // how many of g_plans the file holds
+static int gemm_key_same(const GemmKey *x, const GemmKey *y) { // the product, not the algorithm
+    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->lda == y->lda &&
+           x->ldb == y->ldb && x->ldc == y->ldc && x->accumulate == y->accumulate && x->C_mp == y->C_mp &&
+           x->align_a == y->align_a && x->align_b == y->align_b && x->align_c == y->align_c;
 }
-
-static void model_build(Model *M, const Config *c) {
-    memset(M, 0, sizeof(*M));
-    M->cfg = *c;
-    M->rb.kappa = SEL_KAPPA;
-    M->ntensors = param_tensors(c, M->tensors, &M->nparams);
-    model_buckets(M);
-    M->params = (real *)xcudamalloc(M->nalloc * sizeof(real));
-    M->grads = (real *)xcudamalloc(M->nalloc * sizeof(real));
-    CUDA_CHECK(cudaMemset(M->params, 0, M->nalloc * sizeof(real)));
-    CUDA_CHECK(cudaMemset(M->grads, 0, M->nalloc * sizeof(real)));
-    param_pointers(&M->p, M->tensors, M->ntensors, M->params);
-    param_pointers(&M->g, M->tensors, M->ntensors, M->grads);
-    M->d_scalar = (double *)xcudamalloc(4 * sizeof(double));
-    M->wc.params = M->params;
-    M->wc.tensors = M->tensors;
-    M->wc.ntensors = M->ntensors;
-    M->wc.n = weight_copies_layout(&M->cfg, M->tensors, M->ntensors, M->wc.at, M->wc.end);
+static int ptr_align(const void *p) { uintptr_t u = (uintptr_t)p; return u % 256 ? (int)(u & (~u + 1)) : 256; }
+// The file: "NATSLGEMM2", the cuBLASLt version, the GPU's name, the count, the GemmKeys. A file written for another
+// GPU or cuBLASLt, or one that does not read whole, is passed over with a note (it is a cache: nothing is lost).
+static void gemm_cache_identity(size_t *version, char name[256]) {
+    cudaDeviceProp prop;
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    memset(name, 0, 256);
+    snprintf(name, 256, "%s", prop.name);
+    *version = cublasLtGetVersion();
 }
-
-// bf16 mode: has the products of M's passes take its weights' bf16 copies, made first where they are stale (fp32 mode:
-// nothing). The first pass after init or a load allocates them.
-static void weights_use(Model *M) {
-    if (!g_bf16) return;
-    WeightCopies *c = &M->wc;
-    if (!c->fresh) {
-        if (!c->buf) { // zeroed: the zero rows after the runs (weight_copies_layout)
-            const size_t bytes = std::max(c->n, (size_t)1) * sizeof(__nv_bfloat16);
-            c->buf = (__nv_bfloat16 *)xcudamalloc(bytes);
-            CUDA_CHECK(cudaMemset(c->buf, 0, bytes));
-        }
-        for (int k = 0; k < c->ntensors; k++)
-            if (c->at[k] != WCOPY_NONE)
-                to_bf16_copy(c->buf + c->at[k], c->params + c->tensors[k].offset, c->tensors[k].numel);
-        c->fresh = 1;
+static void gemm_cache_open(const char *dir, int rank, int world) {
+    const char *env = getenv("NATSL_GEMM_ALGOS");
+    if (!env && !dir) return;
+    const char *base = env ? env : dir, *file = env ? "" : "/gemm_algos";
+    if (world > 1) snprintf(g_plan_path, sizeof(g_plan_path), "%s%s_r%03d%s", base, file, rank, env ? "" : ".bin");
+    else snprintf(g_plan_path, sizeof(g_plan_path), "%s%s%s", base, file, env ? "" : ".bin");
+    FILE *f = fopen(g_plan_path, "rb");
+    if (!f) return;
+    char magic[10], name[256], want_name[256];
+    size_t version, want_version;
+    int n = 0, ok = fread(magic, 10, 1, f) == 1 && !memcmp(magic, "NATSLGEMM2", 10) && fread(&version, sizeof(version), 1, f) == 1 &&
+                    fread(name, 256, 1, f) == 1 && fread(&n, sizeof(n), 1, f) == 1 && n >= 0 && n < 100000;
+    gemm_cache_identity(&want_version, want_name);
+    if (ok && (version != want_version || memcmp(name, want_name, 256))) {
+        printf("note: %s was chosen on another GPU or cuBLASLt (%.60s, %zu): the products are timed again\n",
+               g_plan_path, name, version);
+        fclose(f);
+        return;
     }
-    g_wcopy = c;
-}
-
-// Initialization (§2), from one seeded stream: init_params (common/layout.h) on the host, exactly as
-// train_natsl.c, then copied.
-static void model_init(Model *M, uint64_t seed) {
-    real *hp = (real *)xcalloc(M->nparams, sizeof(real));
-    init_params(hp, M->tensors, M->ntensors, seed);
-    CUDA_CHECK(cudaMemcpy(M->params, hp, M->nparams * sizeof(real), cudaMemcpyHostToDevice));
-    free(hp);
-}
-
-// Reals that n values stored in the matmul precision take (half as many in bf16 mode)
-static size_t mp_reals(size_t n) { return g_bf16 ? (n + 1) / 2 : n; }
-
-// The logits [BT][Vp] (then their gradient, in place) and the GDN op's workspace share one buffer of this many reals:
-// they are never live at once (every layer's forward pass runs before the classifier, every layer's backward pass
-// after the classifier's backward has spent the logits' gradient), and the op's kernels write each part of the
-// workspace before they read it within one call.
-static size_t logits_ws_reals(const Config *c, int B, int T) {
-    size_t logits = mp_reals((size_t)B * T * c->Vp);
-    size_t ws = pattern_has_gdn(c) ? gdn_op_workspace_floats(B, T, c->H, c->dk, c->dv) : 0;
-    return std::max(logits, ws);
-}
-
-// Bytes model_alloc_acts takes for B×T at recompute level `recompute`; parts (if given) gets them by use: the
-// activations, the gradient scratch, the GDN op's workspace where it outgrows the logits' room, and the final norm
-// with the classifier (h^L, its norm, the logits and their gradients, the per-token ids, losses and log-sum-exps,
-// the router's noise).
-enum { ACTS_BYTES_ACTS, ACTS_BYTES_DACTS, ACTS_BYTES_GDN_WS, ACTS_BYTES_HEAD, ACTS_BYTES_PARTS };
-static size_t model_acts_bytes(const Config *c, int B, int T, int recompute, size_t *parts = NULL) {
-    LayerActs tmp[NATSL_MAX_LAYERS];
-    size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
-    size_t logits = mp_reals(BT * c->Vp), shared = logits_ws_reals(c, B, T);
-    size_t head = BT * (2 * (size_t)c->D + 5) + 2 * mp_reals(BT * c->D) + logits + router_noise_size(c, B, T);
-    size_t p[ACTS_BYTES_PARTS] = {n, dmax, shared - logits, head}, total = 0;
-    for (int k = 0; k < ACTS_BYTES_PARTS; k++) {
-        p[k] *= sizeof(real);
-        total += p[k];
-        if (parts) parts[k] = p[k];
+    if (ok) {
+        g_plan_cache.resize(n);
+        ok = fread(g_plan_cache.data(), sizeof(GemmKey), n, f) == (size_t)n;
     }
-    return total;
+    if (!ok) {
+        printf("note: %s does not read whole: the products are timed again\n", g_plan_path);
+        g_plan_cache.clear();
+    }
+    fclose(f);
 }
-
-// Allocates activations for micro-batches of up to B×T tokens (T a multiple of 64); recompute: see
-// model_acts_layout (common/layout.h). Stops with the sizes of the recompute levels if they do not fit.
-static void model_alloc_acts(Model *M, int B, int T, int recompute) {
-    const Config *c = &M->cfg;
-    size_t BT = (size_t)B * T, dmax, fr, tot, need = model_acts_bytes(c, B, T, recompute);
-    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
-    if (need > fr) {
-        char alt[256] = "";
-        for (int k = recompute + 1; k <= 2; k++)
-            snprintf(alt + strlen(alt), sizeof(alt) - strlen(alt), "%s-k %d: %.1f GiB", alt[0] ? ", " : "", k,
-                     model_acts_bytes(c, B, T, k) / 1073741824.0);
-        fprintf(stderr, "error: activations for B=%d T=%d need %.1f GiB but the GPU has %.1f GiB free (%s%s); try a smaller -b%s\n",
-                B, T, need / 1073741824.0, fr / 1073741824.0, alt[0] ? "with " : "", alt, recompute < 2 ? " or -k" : "");
+// Writes the file when this run chose products that it does not hold yet (called between steps): this run's
+// choices and the file's others.
+static void gemm_cache_save(void) {
+    if (!g_plan_path[0] || g_plans.size() == g_plans_saved) return;
+    char tmp[1200], name[256];
+    size_t version;
+    gemm_cache_identity(&version, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", g_plan_path);
+    FILE *f = fopen(tmp, "wb");
+    std::vector<GemmKey> keys;
+    for (const GemmPlan &p : g_plans) keys.push_back(p.key);
+    for (const GemmKey &k : g_plan_cache) {
+        int used = 0;
+        for (const GemmPlan &p : g_plans) used |= gemm_key_same(&p.key, &k);
+        if (!used) keys.push_back(k);
+    }
+    int n = (int)keys.size(), ok = f != NULL;
+    ok = ok && fwrite("NATSLGEMM2", 10, 1, f) == 1 && fwrite(&version, sizeof(version), 1, f) == 1 &&
+         fwrite(name, 256, 1, f) == 1 && fwrite(&n, sizeof(n), 1, f) == 1;
+    ok = ok && fwrite(keys.data(), sizeof(GemmKey), n, f) == (size_t)n;
+    if (f && fclose(f)) ok = 0;
+    if (!ok || rename(tmp, g_plan_path)) {
+        fprintf(stderr, "error: %s: cannot write the products' algorithms: %s\n", g_plan_path, strerror(errno));
         exit(1);
     }
-    size_t total = model_acts_layout(M->la, c, B, T, recompute, g_bf16, NULL, &dmax);
-    M->B = B; M->T = T; M->recompute = recompute; M->acts_bf16 = g_bf16;
-    M->acts = (real *)xcudamalloc(total * sizeof(real));
-    CUDA_CHECK(cudaMemset(M->acts, 0, total * sizeof(real)));
-    model_acts_layout(M->la, c, B, T, recompute, g_bf16, M->acts, &dmax);
-    M->hL = (real *)xcudamalloc(BT * c->D * sizeof(real));
-    // the classifier's input and output (then its output's gradient, in place) are stored in the matmul precision
-    M->lnf = (real *)xcudamalloc(mp_reals(BT * c->D) * sizeof(real));
-    M->lnf_rstd = (real *)xcudamalloc(BT * sizeof(real));
-    M->logits = (real *)xcudamalloc(logits_ws_reals(c, B, T) * sizeof(real)); // and the GDN op's workspace
-    M->lse = (real *)xcudamalloc(BT * sizeof(real));
-    M->losses = (real *)xcudamalloc(BT * sizeof(real));
-    M->acts_size = total;
-    M->dacts_size = dmax;
-    M->dacts = (real *)xcudamalloc(dmax * sizeof(real));
-    M->dres = (real *)xcudamalloc(mp_reals(BT * c->D) * sizeof(real)); // in the matmul precision, as the stream
-    M->dlnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
-    M->inputs = (int *)xcudamalloc(BT * sizeof(int));
-    M->targets = (int *)xcudamalloc(BT * sizeof(int));
-    M->gnoise = (real *)xcudamalloc(router_noise_size(c, B, T) * sizeof(real));
-    if (pattern_has_gdn(c)) {
-        M->gdn_ws = M->logits;
-        for (int l = 0; l < c->L; l++) M->la[l].gdn_ws = M->gdn_ws;
+    g_plans_saved = g_plans.size();
+}
+// Whether the candidates are timed (NATSL_GEMM_TIMED, default 1; 0: the heuristic's first, untimed)
+static int gemm_timed(void) {
+    static int r = -1;
+    if (r < 0) { const char *e = getenv("NATSL_GEMM_TIMED"); r = !(e && atoi(e) == 0); }
+    return r;
+}
+// NATSL_GEMM_REPORT=1: a line for each product timed (its candidates, their best, the one taken)
+static int gemm_report(void) {
+    static int r = -1;
+    if (r < 0) { const char *e = getenv("NATSL_GEMM_REPORT"); r = e && atoi(e) != 0; }
+    return r;
+}
+// The algorithms a product may take: the heuristic's first GEMM_CANDIDATES (its best fit, in its order), then (when
+// they are timed) for every algorithm id cuBLASLt has for these types, up to GEMM_CANDIDATES_PER_ID configurations
+// of that id that its heuristic offers (those not already in: ~13 more at the 340m). Returns how many came first.
+#define GEMM_CANDIDATES_PER_ID 32
+static int gemm_candidates(const GemmPlan *p, const GemmKey *want, std::vector<cublasLtMatmulAlgo_t> *out) {
+    cublasLtMatmulPreference_t pref;
+    const size_t ws = GEMM_WORKSPACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t al[4] = {(uint32_t)want->align_a, (uint32_t)want->align_b, (uint32_t)want->align_c, (uint32_t)want->align_c};
+    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof(al[i])));
+    cublasLtMatmulHeuristicResult_t cand[GEMM_CANDIDATES_PER_ID];
+    int ncand = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->a, p->b, p->c, p->c, pref, GEMM_CANDIDATES, cand, &ncand));
+    if (ncand == 0) {
+        fprintf(stderr, "error: cuBLASLt has no algorithm for a %dx%dx%d product\n", want->m, want->n, want->k);
+        exit(1);
     }
+    for (int i = 0; i < ncand; i++) out->push_back(cand[i].algo);
+    const int n_first = ncand;
+    if (gemm_timed()) {
+        const cudaDataType_t ct = want->C_mp ? CUDA_R_16BF : CUDA_R_32F;
+        int ids[256], nids = 0;
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(g_lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ct, ct, 256,
+                                              ids, &nids));
+        const uint32_t mode = CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode, sizeof(mode)));
+        for (int j = 0; j < nids; j++) {
+            cublasLtMatmulAlgo_t algo;
+            if (cublasLtMatmulAlgoInit(g_lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, ct, ct, ids[j],
+                                       &algo) != CUBLAS_STATUS_SUCCESS) continue;
+            for (cublasLtMatmulHeuristicResult_t &c : cand) c.algo = algo; // the id the search keeps to
+            int nj = 0;
+            if (cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->a, p->b, p->c, p->c, pref, GEMM_CANDIDATES_PER_ID, cand,
+                                               &nj) != CUBLAS_STATUS_SUCCESS) continue;
+            for (int i = 0; i < nj; i++) {
+                int seen = 0;
+                for (const cublasLtMatmulAlgo_t &a : *out) seen |= !memcmp(&a, &cand[i].algo, sizeof(a));
+                if (!seen && cand[i].state == CUBLAS_STATUS_SUCCESS) out->push_back(cand[i].algo);
+            }
+        }
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    return n_first;
 }
-
-// AdamW's moments, zero until the first update
-static void model_alloc_moments(Model *M) {
-    if (M->adam_m) return;
-    M->adam_m = (real *)xcudamalloc(M->nmom * sizeof(real));
-    M->adam_v = (real *)xcudamalloc(M->nmom * sizeof(real));
-    CUDA_CHECK(cudaMemset(M->adam_m, 0, M->nmom * sizeof(real)));
-    CUDA_CHECK(cudaMemset(M->adam_v, 0, M->nmom * sizeof(real)));
+// The plan of a product: a known one, one read from the run directory, or a new choice, timed on its operands into D
+// itself where D's old values are not read, else into a scratch output (the heuristic's first candidate where no
+// scratch fits in memory). The candidates take turns: a round that warms each up and times it once, which drops
+// those over 1.15× the fastest, then GEMM_ROUNDS rounds whose median decides (the clocks move: timed one after the
+// other, the same algorithm can measure far apart from run to run).
+#define GEMM_ROUNDS 5
+static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void *B, const float *Cin, void *D) {
+    for (const GemmPlan &p : g_plans)
+        if (gemm_key_same(&p.key, want)) return &p;
+    if (!g_lt) {
+        CUBLAS_CHECK(cublasLtCreate(&g_lt));
+        g_lt_ws = xcudamalloc(GEMM_WORKSPACE);
+    }
+    GemmPlan p = {*want, NULL, NULL, NULL, NULL};
+    const cublasOperation_t ta = (cublasOperation_t)want->ta, tb = (cublasOperation_t)want->tb;
+    const int m = want->m, n = want->n, k = want->k;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, want->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, want->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, want->C_mp ? CUDA_R_16BF : CUDA_R_32F, m, n, want->ldc));
+    for (size_t i = 0; i < g_plan_cache.size(); i++)
+        if (gemm_key_same(&g_plan_cache[i], want)) {
+            cublasLtMatmulHeuristicResult_t check;
+            if (cublasLtMatmulAlgoCheck(g_lt, p.op, p.a, p.b, p.c, p.c, &g_plan_cache[i].algo, &check) == CUBLAS_STATUS_SUCCESS) {
+                g_plans.push_back(p);
+                g_plans.back().key.algo = g_plan_cache[i].algo;
+                g_plans_saved++; // (the file holds it)
+                return &g_plans.back();
+            }
+        }
+    std::vector<cublasLtMatmulAlgo_t> cand;
+    const int n_first = gemm_candidates(&p, want, &cand);
+    const int ncand = gemm_timed() ? (int)cand.size() : 1;
+    p.key.algo = cand[0];
+    void *out = D, *scratch = NULL;
+    int timed = ncand > 1;
+    if (timed && want->accumulate && Cin == D) { // the product reads D: time it elsewhere
+        size_t bytes = (size_t)want->ldc * n * (want->C_mp ? 2 : 4);
+        if (cudaMalloc(&scratch, bytes) == cudaSuccess) CUDA_CHECK(cudaMemset(scratch, 0, bytes));
+        else { (void)cudaGetLastError(); timed = 0; }
+        out = scratch;
+    }
+    if (timed) {
+        cudaEvent_t e0, e1;
+        CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
+        const float one = 1.f, beta = want->accumulate ? 1.f : 0.f;
+        const void *C = Cin == D ? out : Cin;
+        auto run = [&](int i) {
+            return cublasLtMatmul(g_lt, p.op, &one, A, p.a, B, p.b, &beta, C, p.c, out, p.c, &cand[i], g_lt_ws,
+                                  GEMM_WORKSPACE, 0) == CUBLAS_STATUS_SUCCESS;
+        };
+        std::vector<float> t((size_t)ncand * (GEMM_ROUNDS + 1), INFINITY); // t[i·(R+1) + r]: candidate i, round r
+        float best0 = INFINITY;
+        for (int r = 0; r <= GEMM_ROUNDS; r++)
+            for (int i = 0; i < ncand; i++) {
+                float *ti = &t[(size_t)i * (GEMM_ROUNDS + 1)];
+                if (r > 0 && ti[0] > 1.15f * best0) continue; // failed or far from the fastest in round 0
+                if (r == 0 && !run(i)) continue;                // (warm-up; a candidate that does not run stays out)
+                CUDA_CHECK(cudaEventRecord(e0));
+                if (!run(i)) { ti[0] = INFINITY; continue; }
+                CUDA_CHECK(cudaEventRecord(e1)); CUDA_CHECK(cudaEventSynchronize(e1));
+                CUDA_CHECK(cudaEventElapsedTime(&ti[r], e0, e1));
+                if (r == 0) best0 = std::min(best0, ti[0]);
+            }
+        float best = INFINITY, best_first = INFINITY, first = 0.f;
+        int best_i = 0;
+        for (int i = 0; i < ncand; i++) {
+            float *ti = &t[(size_t)i * (GEMM_ROUNDS + 1)];
+            std::sort(ti + 1, ti + GEMM_ROUNDS + 1);
+            const float med = ti[1 + GEMM_ROUNDS / 2], rep = isinf(med) ? ti[0] : med; // (rep: for the report)
+            if (i == 0) first = rep;
+            if (i < n_first) best_first = std::min(best_first, rep);
+            if (med < best) { best = med; best_i = i; p.key.algo = cand[i]; }
+        }
+        cudaEvent_t ev[] = {e0, e1};
+        for (cudaEvent_t e : ev) CUDA_CHECK(cudaEventDestroy(e));
+        if (gemm_report()) {
+            int cfg[4] = {0, 0, 0, 0}; // algorithm id, tile, stages, split-K
+            const cublasLtMatmulAlgoConfigAttributes_t at[4] = {CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID,
+                CUBLASLT_ALGO_CONFIG_STAGES_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM};
+            for (int j = 0; j < 4; j++) cublasLtMatmulAlgoConfigGetAttribute(&p.key.algo, at[j], &cfg[j], sizeof(int), NULL);
+            printf("gemm %c%c m=%d n=%d k=%d%s%s: %d candidates (%d best-fit); the heuristic's first %.3f ms, best of "
+                   "its %d %.3f, best %.3f ms (%.0f TFLOP/s; #%d: id %d tile %d stages %d split-K %d)\n",
+                   "NT"[want->ta != 0], "NT"[want->tb != 0], m, n, k, want->accumulate ? " +C" : "",
+                   want->C_mp ? " bf16" : "", ncand, n_first, first, n_first, best_first, best,
+                   2e-9 * m * n * k / best, best_i, cfg[0], cfg[1], cfg[2], cfg[3]);
+        }
+    }
+    if (scratch) CUDA_CHECK(cudaFree(scratch));
+    g_plans.push_back(p);
+    return &g_plans.back();
 }
-
-static void model_free(Model *M) {
-    void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gnoise,
-                  M->adam_runs, M->wc.buf}; // gdn_ws lies in logits
-    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
-    if (g_wcopy == &M->wc) g_wcopy = NULL;
-}
-
-static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->nalloc * sizeof(real))); }
-
-// ---- G and N layers share their inputs (§3.1, §5.1) ---------------------------------------------------
-// proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
-// keep_qk: Q and K are stored too (the N layer reads them again; a G layer's only become q̂, k̂).
-static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T, int keep_qk) {
-    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL); // proj's columns: Q | K | V
-    conv_silu_l2norm_forward(a->q_hat, a->k_hat, a->qk_rho, keep_qk ? a->q : NULL, keep_qk ? a->k : NULL, a->proj, W,
-                             p->conv, B, T, H, c->dk);
-    conv_silu_forward(a->v, a->proj, W, 2 * K, p->conv, B, T, Vt);
-    matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
-    matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
-    gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
-}
-// Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
-// parameters and dx, which it WRITES. d proj | d gate | d ab share rows (gdn_in_ld), as [W_q;W_k;W_v], W_g, [W_a;W_b]
-// lie one after another, so one product takes dx = [d proj | d gate | d ab] [W_qkv; W_g; W_ab] and all three
-// weights' gradients (340m, bf16: 0.43 ms against 0.55 for three products). dqkv_mp: d's q, k, v are stored in the
-// matmul precision (GdnArgs.grads_mp: a G layer's).
-static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
-                                const LayerParams *p, int B, int T, int dqkv_mp) {
-    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, ld = gdn_in_ld(c);
-    gdn_gates_backward(d->ab, ld, ld - W - Vt, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log,
-                       p->dt_bias, BT, H);
-    conv_silu_qkv_backward(d->proj, ld, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt, dqkv_mp);
-    matmul_backward_ld(dx, gp->wqkv, d->proj, ld, a->xn, p->wqkv, BT, D, gdn_in_cols(c), DINP_WRITE);
-}
-
-// The layers' forward passes take ops_kept (GPU only): recompute level 1 kept the token mixers' outputs and the
-// block's mixer output r, so its rerun (model_backward) skips the ops, the output projection and the residual add.
-
-// Every layer's _backward WRITES dx, the gradient of its normalized input x (no other op produces it).
-
-// ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
-// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
-// (res NULL: none, out fp32 (an S layer's mixer outputs); else out is the residual stream, stored in the matmul
-// precision as res is: bf16 mode adds res in the product's epilogue)
-static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
-                              int T, int ops_kept) {
-    GdnArgs op = gdn_layer_op_args(c, a, B, T);
-    GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
-    gdn_inputs_forward(c, a, p, B, T, 0);
-    if (!ops_kept) gdn_op_forward(a->gdn_out, a->state, &op);
-    gated_norm_forward(a->y, a->norm_rstd, &norm);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, B * T, cfg_Vt(c), c->D, res != NULL, res);
-}
-static void gdn_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
-                               const LayerActs *a, const LayerParams *p, int B, int T) {
-    GdnArgs op = gdn_layer_op_args(c, a, B, T);
-    GatedNormArgs norm = gdn_layer_norm_args(c, a, p->o_norm, B, T);
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, B * T, cfg_Vt(c), c->D, DINP_WRITE_MP);
-    gated_norm_backward(d->gdn_out, gp->o_norm, NULL, NULL, NULL, d->gate, d->y, a->norm_rstd, &norm);
-    gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, NULL, d->gdn_out, a->state, &op); // dQ, dK: L2 norm's folded in
-    gdn_inputs_backward(c, dx, d, gp, a, p, B, T, op.grads_mp);
-}
-
-// ---- A: causal softmax attention with RoPE (§4) ---------------------------------------------------------
-// proj = x W_qkvᵀ (q | k | v column blocks);  q, k rotated in place (one call: the blocks are adjacent);
-// o = causal softmax attention;  out = res + o W_oᵀ. proj, o and o's gradient are stored in the matmul precision: in
-// bf16 mode the attention kernels and W_o read them as their producers wrote them.
-static void attention_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
-                                    int B, int T, int ops_kept) {
-    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
-    AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
-    rope_forward(a->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, 1);
-    if (!ops_kept) attention_forward(a->att_out, a->lse, &op);
-    if (!ops_kept) matmul_forward(out, a->att_out, p->wo, BT, D, D, res != NULL, res);
-}
-static void attention_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
-                                     const LayerActs *a, const LayerParams *p, int B, int T) {
-    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
-    AttnArgs op = attn_layer_op_args(c, a, B, T);
-    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
-    bf16 *dproj = operand_claim(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT); // W_qkv's bf16 operand (NULL in fp32 mode)
-    if (dproj && attention_in_bf16(&op)) { // the bf16 kernel writes dk (rotated back) and dv into it; RoPE's pass, dq
-        attention_backward_flash(d->q, NULL, NULL, NULL, d->att_out, a->att_out, a->lse, &op, dproj + D, dproj + 2 * D);
-        rope_backward(d->q, BT, T, heads, NATSL_ATTN_HEAD, 3 * D, dproj, D);
+// C = op(A) op(B) + beta C (column-major, cuBLAS's convention), or with add: C = op(A) op(B) + add (bf16: in the
+// product's epilogue; fp32: a second pass). C_mp: C is stored in the matmul precision (bf16 mode: bf16, rounded
+// from the fp32 accumulator).
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                 const void *B, int ldb, float beta, float *C, int ldc, int C_mp, const float *add) {
+    const float one = 1.f;
+    if (g_bf16) {
+        const float b = add ? 1.f : beta;
+        const float *Cin = add ? add : C;
+        const GemmKey want = {ta, tb, m, n, k, lda, ldb, ldc, b != 0.f, C_mp, ptr_align(A), ptr_align(B),
+                              std::min(ptr_align(Cin), ptr_align(C)), {}};
+        const GemmPlan *p = gemm_plan(&want, A, B, Cin, C);
+        CUBLAS_CHECK(cublasLtMatmul(g_lt, p->op, &one, A, p->a, B, p->b, &b, Cin, p->c, C, p->c, &p->key.algo, g_lt_ws,
+                                    GEMM_WORKSPACE, 0));
     } else {
-        attention_backward(d->q, d->k, d->v, NULL, d->att_out, a->att_out, a->lse, &op);
-        rope_backward(d->q, BT, T, 2 * heads, NATSL_ATTN_HEAD, 3 * D, dproj, 3 * D);
-    }
-    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,
-                    DINP_WRITE);
-}
-
-// ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
-// As train_natsl.c: router mask Ã (§5.2); softmax op on RMSNorm'd (+RoPE) qa, ka and V; GDN op on q̂, k̂, V, both
-// driven by Ã (§5.3, §5.4); ω from Q (§5.1); the fused gated norm (§5.6); out = res + y W_oᵀ.
-#ifdef TESTING
-static const real *g_bench_rmask = NULL; // benchmarks (dev/bench_gpu.cu): a fixed routing mask for every N layer
-#endif
-// noise, tau: ST-Gumbel routing (§7.2; noise NULL = off)
-static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
-                                int T, int relaxed, int ops_kept, const real *noise, real tau) {
-    int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
-    AttnArgs att = natsl_attn_args(c, a, B, T);
-    GdnArgs gdn = natsl_gdn_args(c, a, B, T);
-    GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
-    gdn_inputs_forward(c, a, p, B, T, 1);
-    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed, noise, tau);
-#ifdef TESTING
-    if (g_bench_rmask) // benchmark-only: replace the router's decisions by a fixed mask [B][Nc][H][2]
-        CUDA_CHECK(cudaMemcpyAsync(a->rmask, g_bench_rmask, (size_t)B * (T / CH) * c->H * 2 * sizeof(real), cudaMemcpyDeviceToDevice));
-#endif
-    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 1, 1);
-    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 1, 1);
-    if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 1); rope_forward(a->ka, BT, T, Ha, dka, K, 1); }
-    matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0, NULL);
-    pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
-    if (!ops_kept) {
-        attention_forward(a->att_out, a->lse, &att);
-        gdn_op_forward(a->gdn_out, a->state, &gdn);
-    }
-    gated_norm_forward(a->y, a->norm_rstd, &norm);
-    if (!ops_kept) matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, res != NULL, res);
-}
-// The softmax op's backward writes dV and dA[...,0]; the GDN op's then adds its part to dV and writes dA[...,1]:
-// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
-static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
-                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad,
-                                 const real *dpi, real tau) {
-    int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
-    AttnArgs att = natsl_attn_args(c, a, B, T);
-    GdnArgs gdn = natsl_gdn_args(c, a, B, T);
-    GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
-    matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D, DINP_WRITE_MP);
-    gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
-    attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
-    // dQ, dK: the GDN op's backward writes them (the L2 norm's folded in), ω's and the softmax planes' RMSNorms add
-    gdn_op_backward(d->q, d->k, d->v, d->g, d->beta, d->rmask, d->gdn_out, a->state, &gdn);
-    pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
-    matmul_backward(d->q, gp->wow, operand(d->omega_raw, (size_t)BT * 2 * Ha, OPERAND_DOUT), a->q, p->wow, BT, K, 2 * Ha,
-                    DINP_ADD);
-    if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K, NULL, 0); rope_backward(d->ka, BT, T, Ha, dka, K, NULL, 0); }
-    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0, 0);
-    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0, 0);
-    gdn_inputs_backward(c, dx, d, gp, a, p, B, T, gdn.grads_mp); // writes dx, the router adds its part
-    if (!no_router_grad)
-        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
-}
-
-// ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------
-// As train_natsl.c: the A mixer (its own W_qkv_a, W_o_a) into sel_out's first plane, the G mixer into its second,
-// out = res + the one the gate chose. (The relaxed mode of the CPU tests does not exist here.)
-static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
-                                 int B, int T, const SelGate *g, int ops_kept) {
-    size_t n = (size_t)B * T * c->D;
-    LayerActs aa = select_attn_acts(c, a, B, T, g_bf16);
-    LayerParams pa = select_attn_params(p);
-    attention_layer_forward(c, &aa, &pa, a->sel_out, NULL, B, T, ops_kept);
-    gdn_layer_forward(c, a, p, a->sel_out + n, NULL, B, T, ops_kept);
-    if (ops_kept) return;
-    if (res) residual_add(out, a->sel_out + (g->a ? 0 : n), res, n);
-    else CUDA_CHECK(cudaMemcpyAsync(out, a->sel_out + (g->a ? 0 : n), n * sizeof(real), cudaMemcpyDeviceToDevice));
-}
-// (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen, ∂L/∂y_G = ⟨dout, G(x)⟩ (two host reads), to s_sel through sel_grad (none
-// with gate_grad = 0); the chosen mixer's backward gets dout, the other none.
-static void select_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
-                                  const LayerActs *a, const LayerParams *p, int B, int T, const SelGate *g,
-                                  double dpen, int gate_grad) {
-    size_t n = (size_t)B * T * c->D;
-    if (gate_grad) {
-        double dya = dpen + device_dot(dout, a->sel_out, n, 1), dyg = device_dot(dout, a->sel_out + n, n, 1);
-        add_scalar_kernel<<<1, 1>>>(gp->s_sel, sel_grad(g, dya, dyg));
-        CUDA_CHECK(cudaGetLastError());
-    }
-    if (g->a) {
-        LayerActs aa = select_attn_acts(c, a, B, T, g_bf16), dd = select_attn_acts(c, d, B, T, 0);
-        LayerParams pa = select_attn_params(p), ga = select_attn_params(gp);
-        attention_layer_backward(c, dx, dout, &dd, &ga, &aa, &pa, B, T);
-    } else gdn_layer_backward(c, dx, dout, d, gp, a, p, B, T);
-}
-
-// ---- §7: the router's auxiliary terms need the statistics of the whole forward pass, an S layer's gate its
-// s_sel (common/model_routing.inc)
-static void router_aux_forward(Model *M, int B, int T);
-static SelGate select_gate(const Model *M, int l);
-static void grads_ready(Model *M, int k); // several GPUs: bucket k's gradients are final (section 4)
-// This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
-static real *router_noise(Model *M, int l, int B, int T) {
-    if (!M->rb.noise) return NULL;
-    return M->gnoise + (size_t)natsl_layer_index(&M->cfg, l) * B * (T / CH) * M->cfg.H * 2;
-}
-
-// ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
-// Layer l from its input h^l = la[l].res up to the MLP's gate and up projections gu: everything its backward
-// pass reads (model_forward adds SwiGLU and the down projection; swiglu_backward forms the hidden hmid again for
-// W_down's weight gradient; model_backward reruns this under recompute, with ops_kept = 1 at level 1, which kept the
-// GDN/softmax op outputs and r = h + mixer output: neither the ops nor the output projection and the residual add
-// rerun).
-static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
-    const Config *c = &M->cfg;
-    int BT = B * T, D = c->D;
-    LayerActs *a = &M->la[l];
-    const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
-    if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
-    else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
-    else if (c->pattern[l] == 'S') {
-        M->rb.sel[l] = select_gate(M, l);
-        select_layer_forward(c, a, p, a->r, a->res, B, T, &M->rb.sel[l], ops_kept);
-    } else natsl_layer_forward(c, a, p, a->r, a->res, B, T, M->router_relaxed, ops_kept, router_noise(M, l, B, T),
-                             M->rb.noise ? M->rb.tau : 1);
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
-    matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
-}
-
-// Layer l's SHARED activations (common/layout.h), whose one copy all layers share, that its backward reads, as
-// block_forward computed them: the first RMSNorm's output and the conv's V. (The MLP's hidden hmid, SHARED too, comes
-// out of swiglu_backward again, which reads what it is made of anyway, before W_down's weight gradient needs it.)
-static void block_rebuild(Model *M, int l, int B, int T) {
-    PROF_OP(); // its ops count here, not under their own names
-    const Config *c = &M->cfg;
-    int BT = B * T, D = c->D;
-    char kind = c->pattern[l];
-    LayerActs *a = &M->la[l];
-    const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
-    if (kind != 'A') { // G, N, S (an S layer's G mixer)
-        int K = cfg_K(c), Vt = cfg_Vt(c);
-        conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
+        CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
+        if (add) residual_add(C, C, add, (size_t)ldc * n);
     }
 }
-
-// inputs/targets are host arrays (copied to the device here). With targets, M->mean_loss is set (one
-// device-to-host read of a double).
-static void model_forward(Model *M, const int *inputs, const int *targets, int B, int T) {
-    const Config *c = &M->cfg;
-    int BT = B * T, D = c->D;
-    if (B > M->B || (size_t)B * T > (size_t)M->B * M->T || T % CH) {
-        fprintf(stderr, "error: model_forward(B=%d, T=%d) exceeds the activations (B=%d, T=%d)\n", B, T, M->B, M->T);
-        exit(1);
-    }
-    if (M->acts_bf16 != g_bf16) {
-        fprintf(stderr, "error: model_forward: the activations were laid out for the other precision\n");
-        exit(1);
-    }
-    CUDA_CHECK(cudaMemcpy(M->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
-    if (targets) CUDA_CHECK(cudaMemcpy(M->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
-    weights_use(M);
-    encoder_forward(M->la[0].res, M->inputs, M->p.wte, BT, D);
-    for (int l = 0; l < c->L; l++) {
-        real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
-        block_forward(M, l, B, T, 0);
-        swiglu_forward(M->la[l].hmid, M->la[l].gu, BT, c->F);
-        matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
-    }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1, 1);
-    matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1, NULL);
-    if (targets) {
-        if (M->fused_dloss > 0)
-            crossentropy_forward_backward(M->losses, M->lse, M->logits, M->targets, M->fused_dloss, BT, c->V, c->Vp);
-        else crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
-        mean_loss_kernel<<<1, 1024>>>(M->d_scalar, M->losses, BT);
-        CUDA_CHECK(cudaGetLastError());
-        double s;
-        CUDA_CHECK(cudaMemcpy(&s, M->d_scalar, sizeof(double), cudaMemcpyDeviceToHost));
-        M->mean_loss = (real)s;
-        router_aux_forward(M, B, T);
-    }
-}
-
-// Lays out the gradient scratch for the MLP's (mlp = ACTS_GRADS_MLP) or the mixer's (0) backward of one layer of
-// the given kind, the fields the backward pass accumulates into zeroed (the ones their producer writes whole come
-// last and are left as they are: common/layout.h). The two share the scratch: the mixer's takes it over once the
-// MLP's gradients are spent.
-static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T, int mlp) {
-    ProfScope prof("memset of the gradient scratch");
-    int mp = M->acts_bf16 ? ACTS_BF16 : 0;
-    size_t acc = layer_acts_layout(d, &M->cfg, kind, B, T, NULL, ACTS_GRADS_ACC | mlp | mp);
-    CUDA_CHECK(cudaMemsetAsync(M->dacts, 0, acc * sizeof(real)));
-    layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS | mlp | mp);
-}
-
-// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
-// Uses the batch that the last model_forward copied to the device.
-static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
-    (void)inputs; (void)targets;
-    const Config *c = &M->cfg;
-    int BT = B * T, D = c->D;
-    weights_use(M);
-    real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
-    double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
-    if (M->fused_dloss <= 0) crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
-    else if (M->fused_dloss != dloss_scale) {
-        fprintf(stderr, "error: model_backward: dloss %g, but the forward wrote the logits' gradient for %g\n",
-                (double)dloss_scale, (double)M->fused_dloss);
-        exit(1);
-    }
-    matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
-    CUDA_CHECK(cudaMemsetAsync(M->dres, 0, mp_reals((size_t)BT * D) * sizeof(real)));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1, 1);
-    grads_ready(M, c->L + 1); // several GPUs: the classifier's and the final norm's gradients are final (§9.4)
-    for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
-        LayerActs *a = &M->la[l], d;
-        const LayerParams *p = &M->p.layer[l];
-        LayerParams *gp = &M->g.layer[l];
-        if (l < c->L - 1) { // as train_natsl.c: L−1's activations are still in the shared scratch
-            if (M->recompute) block_forward(M, l, B, T, M->recompute == 1);
-            else block_rebuild(M, l, B, T);
-        }
-        grads_scratch(M, &d, c->pattern[l], B, T, ACTS_GRADS_MLP);
-        matmul_backward(d.hmid, NULL, M->dres, NULL, p->wdown, BT, c->F, D, DINP_WRITE_MP);
-        swiglu_backward(d.gu, a->hmid, d.hmid, a->gu, BT, c->F); // and hmid, as the forward computed it
-        matmul_backward(NULL, gp->wdown, M->dres, a->hmid, NULL, BT, c->F, D, DINP_WRITE_MP);
-        matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1, 1);
-        grads_scratch(M, &d, c->pattern[l], B, T, 0);
-        if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
-        else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
-        else if (c->pattern[l] == 'S')
-            select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
-        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
-                                  budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0, 1);
-        grads_ready(M, l + 1);
-    }
-    encoder_backward(M->g.wte, M->dres, inputs, BT, D);
-    grads_ready(M, 0);
-}
-
-// Host float32 copies of a device buffer and back (checkpoints, logs, the -D dump)
-static float *to_float32(const real *dev, size_t n) {
-    float *f = (float *)xcalloc(n, sizeof(float));
-    CUDA_CHECK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return f;
-}
-static double *to_float64(const real *dev, size_t n) {
-    float *f = to_float32(dev, n);
-    double *d = (double *)xcalloc(n, sizeof(double));
-    for (size_t i = 0; i < n; i++) d[i] = f[i];
-    free(f);
-    return d;
-}
-static void from_float32(real *dev, const float *f, size_t n) {
-    CUDA_CHECK(cudaMemcpy(dev, f, n * sizeof(float), cudaMemcpyHostToDevice));
-}
-static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
-    size_t n = nrows * M->cfg.Vp;
-    if (!g_bf16) return to_float32(M->logits + row * M->cfg.Vp, n);
-    __nv_bfloat16 *h = (__nv_bfloat16 *)xcalloc(n, sizeof(__nv_bfloat16));
-    CUDA_CHECK(cudaMemcpy(h, (const __nv_bfloat16 *)M->logits + row * M->cfg.Vp, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-    float *f = (float *)xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
-    free(h);
-    return f;
-}
-
-// Shared with train_natsl.c, parts of this program written on the functions above (their tops list what they take
-// from it): the routing statistics, noise and S gates (softmax_fraction, router_aux_forward, select_gate, ...) and
-// the checkpoint files (save_model, load_model, save_state, load_state).
-#include "common/model_routing.inc"
-#include "common/model_io.inc"
 
 // ================================================================================================
-// 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW (on the GPU)
+// Appendix F. Several GPUs: NCCL (doc/model.md §9.4)
 // ================================================================================================
 
-// ---- several GPUs (doc/model.md §9.4): one process per GPU over NCCL; each bucket's gradients are summed over the
+// One process per GPU over NCCL; each bucket's gradients are summed over the
 // ranks on a second stream as soon as the last micro-step's backward pass has finished them (grads_ready); -z 0
 // all-reduces them, -z 1 (ZeRO-1) reduce-scatters them, each rank updates its slices with its moments and the
 // parameters are all-gathered. Every wait on another rank ends after NATSL_TIMEOUT seconds with an error naming
 // this rank, never a hang. The communicator is non-blocking: any NCCL call may answer "in progress" (nccl_done).
-typedef struct {
-    ncclComm_t comm;
-    cudaStream_t stream; // the reductions, beside the default stream's backward pass
-    cudaEvent_t ready;   // recorded on the default stream when a bucket is final
-    double *dsum, *hsum; // backend_allreduce's device and pinned host scratch
-    double timeout;
-    int reduce;          // this micro-step's backward hands its buckets over (the step's last)
-} Nccl;
-static Nccl g_nccl;
+// The communicator's state (Nccl, g_nccl) and the reduction's timeline (g_rtl) are declared in section 4.
 #define NCCL_SUM_MAX 4096
-
-// NATSL_PROFILE=1 with several ranks: the timeline of the gradient reduction in a step's last backward pass: when
-// each bucket became final on the default stream and when its reduction ended, against the backward pass's end. The
-// summary of the last profiled step is printed at the end of training (how much of the reduction was hidden).
-#define NB_MAX (NATSL_MAX_LAYERS + 2)
-static struct {
-    cudaEvent_t begin, end, final_[NB_MAX], reduced[NB_MAX];
-    int on, used[NB_MAX];
-    char summary[400];
-} g_rtl;
 
 static void reduce_timeline_summary(const Model *M) {
     float bwd, fin, red;
@@ -6619,203 +6890,3 @@ static void grads_ready(Model *M, int k) {
                   "ncclAllReduce of the gradients");
     if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.reduced[k], g_nccl.stream));
 }
-
-// The global gradient norm: of the whole (reduced) gradient, or under ZeRO-1 the sum of the ranks' slices'.
-static double grad_norm(const Model *M) {
-    PROF_OP();
-    if (!g_zero) return sqrt(device_dot(M->grads, M->grads, M->nparams));
-    double s = 0;
-    for (int k = 0; k < M->nbucket; k++) {
-        size_t lo, mom, n = zero_slice(M, k, &lo, &mom);
-        if (n) s += device_dot(M->grads + lo, M->grads + lo, n);
-    }
-    backend_allreduce(&s, 1);
-    return sqrt(s);
-}
-
-// One launch updates every tensor: the parameters are cut into runs of at most ADAMW_RUN values that lie in one
-// tensor (and, under ZeRO-1, in one of this rank's slices), one block per run, listed once (adamw_runs). A run whose
-// parameter and moment offsets are multiples of 4 moves float4s (the kernel is bound by its 28 bytes a parameter).
-#define ADAMW_RUN 2048
-struct AdamStep { double lr, decay, grad_scale, c1, c2; };
-__device__ __forceinline__ void adamw_one(float &w, float g32, float &m, float &v, const AdamStep &s) {
-    const double b1 = ADAMW_BETA1, b2 = ADAMW_BETA2, g = g32 * s.grad_scale;
-    m = b1 * m + (1 - b1) * g; // stored, then used, in fp32
-    v = b2 * v + (1 - b2) * g * g;
-    const double mh = m / s.c1, vh = v / s.c2;
-    w -= s.lr * (mh / (sqrt(vh) + ADAMW_EPS) + s.decay * w);
-}
-// copies (NULL: none): the bf16 weight copies, written where a run has one (r.c)
-__global__ void __launch_bounds__(256) adamw_kernel(float *params, const float *grads, float *m, float *v,
-        __nv_bfloat16 *copies, const AdamRun *runs, double lr, double wd, double grad_scale, double c1, double c2) {
-    const AdamRun r = runs[blockIdx.x];
-    const AdamStep s = {lr, r.decay ? wd : 0, grad_scale, c1, c2};
-    float *w = params + r.p, *mm = m + r.m, *vv = v + r.m;
-    const float *g = grads + r.p;
-    __nv_bfloat16 *wc = copies && r.c != WCOPY_NONE ? copies + r.c : NULL;
-    const int n4 = r.p % 4 == 0 && r.m % 4 == 0 && (!wc || r.c % 4 == 0) ? r.n / 4 : 0;
-    for (int j = threadIdx.x; j < n4; j += blockDim.x) {
-        float4 w4 = ((float4 *)w)[j], m4 = ((float4 *)mm)[j], v4 = ((float4 *)vv)[j];
-        const float4 g4 = ((const float4 *)g)[j];
-        adamw_one(w4.x, g4.x, m4.x, v4.x, s); adamw_one(w4.y, g4.y, m4.y, v4.y, s);
-        adamw_one(w4.z, g4.z, m4.z, v4.z, s); adamw_one(w4.w, g4.w, m4.w, v4.w, s);
-        ((float4 *)w)[j] = w4; ((float4 *)mm)[j] = m4; ((float4 *)vv)[j] = v4;
-        if (wc) st4(wc + 4 * j, w4.x, w4.y, w4.z, w4.w);
-    }
-    for (int j = 4 * n4 + threadIdx.x; j < r.n; j += blockDim.x) {
-        adamw_one(w[j], g[j], mm[j], vv[j], s);
-        if (wc) wc[j] = __float2bfloat16_rn(w[j]);
-    }
-}
-// The runs adamw_kernel takes (device), built once: of every tensor, or under ZeRO-1 of the parts of the tensors
-// in this rank's slices.
-static const AdamRun *adamw_runs(Model *M) {
-    if (M->adam_runs) return M->adam_runs;
-    std::vector<AdamRun> runs;
-    for (int k = 0; k < M->ntensors; k++) {
-        const ParamTensor *pt = &M->tensors[k];
-        size_t o = pt->offset, e = o + pt->numel;
-        for (int b = 0; b < (g_zero ? M->nbucket : 1); b++) { // the tensor, or its parts in this rank's slices
-            size_t lo = o, hi = e, mom = 0, m = o;
-            if (g_zero) {
-                size_t slo, n = zero_slice(M, b, &slo, &mom);
-                lo = std::max(o, slo); hi = std::min(e, slo + n); m = mom + (lo - slo);
-            }
-            const size_t c = M->wc.at[k];
-            for (size_t j = lo; j < hi; j += ADAMW_RUN)
-                runs.push_back({j, m + (j - lo), c == WCOPY_NONE ? WCOPY_NONE : c + (j - o),
-                                (int)std::min((size_t)ADAMW_RUN, hi - j), pt->decay});
-        }
-    }
-    M->adam_nruns = (int)runs.size();
-    M->adam_runs = (AdamRun *)xcudamalloc(std::max(runs.size(), (size_t)1) * sizeof(AdamRun));
-    CUDA_CHECK(cudaMemcpy(M->adam_runs, runs.data(), runs.size() * sizeof(AdamRun), cudaMemcpyHostToDevice));
-    return M->adam_runs;
-}
-// One AdamW step at step t (1-based) on the gradients scaled by grad_scale (the clipping), as train_natsl.c: of
-// every tensor, or under ZeRO-1 of the parts of the tensors in this rank's slices, whose parameters are then
-// all-gathered from their ranks. The weights' bf16 copies where they are fresh stay so (written with the weights),
-// but under ZeRO-1: there the next pass remakes them from the gathered parameters.
-static void adamw_update(Model *M, double lr, double wd, double grad_scale, int t) {
-    PROF_OP();
-    model_alloc_moments(M);
-    double c1 = 1 - pow(ADAMW_BETA1, t), c2 = 1 - pow(ADAMW_BETA2, t);
-    const AdamRun *runs = adamw_runs(M);
-    if (g_zero) M->wc.fresh = 0;
-    if (M->adam_nruns) {
-        adamw_kernel<<<M->adam_nruns, 256>>>(M->params, M->grads, M->adam_m, M->adam_v, M->wc.fresh ? M->wc.buf : NULL,
-                                             runs, lr, wd, grad_scale, c1, c2);
-        CUDA_CHECK(cudaGetLastError());
-    }
-    if (!g_zero) return;
-    comm_after_compute();
-    nccl_done(ncclGroupStart(), "ncclGroupStart");
-    for (int b = 0; b < M->nbucket; b++) {
-        size_t slo, mom, n = zero_slice(M, b, &slo, &mom);
-        if (n) nccl_done(ncclAllGather(M->params + slo, M->params + M->bucket[b], n, ncclFloat, g_nccl.comm, g_nccl.stream),
-                         "ncclAllGather of the parameters");
-    }
-    nccl_done(ncclGroupEnd(), "ncclGroupEnd");
-    dist_wait("gathering the parameters");
-}
-
-// One optimizer step, as train_natsl.c's train_step; it returns when the GPU has finished the step. With several
-// ranks, accum is this rank's share of the step's micro-batches, and the statistics are this rank's
-// (common/train_main.inc averages them over the ranks).
-typedef struct { double loss, norm; int skipped; double pen, lb, frac, tau; } StepStats; // pen..tau: §7
-static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T, double lr, double wd, int t,
-                            double *sfr) {
-    const Config *c = &M->cfg;
-    StepStats s = {0, 0, 0, 0, 0, 0, 0};
-    model_zero_grad(M);
-    for (int l = 0; sfr && l < c->L; l++) sfr[l] = 0;
-    M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
-    M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
-    select_draw(M, t);            // §7.3: the S gates' noise of this step
-    const real dloss = (real)1 / ((real)B * T * accum * g_world);
-    M->fused_dloss = dloss; // the backward follows each forward: the cross-entropy's two passes in one
-    for (int k = 0; k < accum; k++) { // this rank's micro-batches; the loss is the mean over every rank's
-        next_micro_batch(M, train, B, T);
-        model_forward(M, train->inputs, train->targets, B, T);
-        g_nccl.reduce = k == accum - 1;
-        g_rtl.on = g_prof && g_world > 1 && g_nccl.reduce;
-        if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.begin, 0));
-        model_backward(M, train->inputs, train->targets, B, T, dloss);
-        if (g_rtl.on) CUDA_CHECK(cudaEventRecord(g_rtl.end, 0));
-        s.loss += M->mean_loss / accum;
-        s.pen += M->rb.pen / accum; s.lb += M->rb.lb / accum; s.frac += M->rb.frac / accum;
-        for (int l = 0; sfr && l < c->L; l++)
-            if (c->pattern[l] == 'N') sfr[l] += softmax_fraction(M, l, -1, B, T) / accum;
-    }
-    M->rb.noise = M->rb.sel_noise = 0;
-    M->fused_dloss = 0;
-    if (g_world > 1) dist_wait("summing the gradients over the ranks");
-    if (g_rtl.on) reduce_timeline_summary(M);
-    g_rtl.on = 0;
-    s.norm = grad_norm(M);
-    s.skipped = !is_finite(s.norm);
-    if (!s.skipped) adamw_update(M, lr, wd, s.norm > GRAD_CLIP ? GRAD_CLIP / s.norm : 1, t);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    return s;
-}
-
-// ================================================================================================
-// 5. The program: the GPU backend of the training driver common/train_main.inc. main is left out when another
-// program includes this file with TESTING defined (the dev benchmarks and kernel harnesses).
-// ================================================================================================
-
-// fp32: cuBLAS in true fp32 (no TF32), the attention kernels in their fp32-accurate 3xTF32 mode.
-// bf16 (the default): bf16 matmuls and bf16 storage of the tensors around them, attention in bf16 or 1xTF32 (header).
-static double g_prof_step_ms; // NATSL_PROFILE=1: step time summed over the profiled steps
-static int g_prof_steps;
-
-static const char *backend_default_precision = "bf16";
-static void backend_start(const TrainArgs *a) {
-    g_bf16 = !strcmp(a->precision, "bf16");
-#ifdef USE_MPI
-    if (g_world > 1 && (a->pi ? !strcmp(a->pi, "mpi") : g_job.mpi)) MPI_Init(NULL, NULL);
-#endif
-    g_prof = prof_level();
-    dist_start(a);
-    int dev;
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    CUBLAS_CHECK(cublasCreate(&g_cublas));
-    CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
-    attention_set_tf32_passes(g_bf16 ? 1 : 3);
-    gdn_set_lowp(g_bf16);
-    if (g_bf16) gemm_cache_open(a->outdir, g_rank, g_world);
-    printf("device: %s, precision: %s\n", prop.name, a->precision);
-}
-static void backend_step_timed(int first, double dt) {
-    gemm_cache_save();
-    if (g_prof && first) prof_reset(); // skip the first (warm-up) step
-    else if (g_prof) { prof_flush(); g_prof_step_ms += dt * 1e3; g_prof_steps++; }
-}
-// MFU: the model FLOPs of the step (dev/model_flops.h, the routing of its last micro-batch) over the time, against
-// the H100's dense bf16 peak (989 TFLOP/s; fp32 runs are measured against the same number, as in bench_gpu)
-#include "dev/model_flops.h"
-static void backend_step_note(const Model *M, int B, int T, int accum, double dt) {
-    double linear, attention, gdn;
-    step_flops(M, B, T, &linear, &attention, &gdn);
-    printf(" | MFU %.1f%%", 100 * accum * (linear + attention + gdn) / dt / 989e12);
-}
-static void backend_finish(void) {
-    gemm_cache_save();
-    if (g_prof && g_prof_steps > 0) prof_print(g_prof_step_ms, g_prof_steps);
-    if (g_rtl.summary[0]) printf("%s\n", g_rtl.summary);
-    cublasDestroy(g_cublas);
-    dist_finish();
-#ifdef USE_MPI
-    int mpi_on = 0;
-    MPI_Initialized(&mpi_on);
-    if (mpi_on) MPI_Finalize();
-#endif
-}
-
-#include "common/train_main.inc"
-
-#ifndef TESTING
-int main(int argc, char **argv) { return train_main(argc, argv); }
-#endif

@@ -34,6 +34,17 @@
 #define TESTING
 #include "../../../train_natsl.cu" // the kernels: flash_bf16_forward / flash_bf16_backward and their fa_* kernels
 
+// the kernels' operands: bf16 q, k, v (behind AttnArgs' real pointers), the mask m (NULL: causal), NH heads sharing
+// NHm mask heads, head dims dq, dv
+static AttnArgs attn_args(const bf16 *q, const bf16 *k, int ldqk, const bf16 *v, int ldv, const float *m, int B, int T,
+                          int NH, int NHm, int dq, int dv) {
+    AttnArgs a;
+    memset(&a, 0, sizeof(a));
+    a.q = (const real *)q; a.k = (const real *)k; a.v = (const real *)v; a.ldqk = ldqk; a.ldv = ldv; a.mask = m;
+    a.B = B; a.T = T; a.heads = NH; a.mask_heads = NHm; a.head_k = dq; a.head_v = dv;
+    return a;
+}
+
 // ==================================================================================================================
 // test harness: double-precision CPU oracle (plain formulas, materialized scores per row), checks, timings
 // ==================================================================================================================
@@ -225,11 +236,12 @@ static bool run_check(const Case &C) {
     CUDA_CHECK(cudaMemcpy(d_dA, sentinel.data(), nm * 4, cudaMemcpyHostToDevice));
     const float *dm = masked ? d_m : nullptr;
 
-    flash_bf16_forward(d_out, d_lse, d_qkv + oq, d_qkv + ok, W, d_qkv + ov, W, dm, B, T, NH, NHm, Dq, Dv, 0);
+    const AttnArgs args = attn_args(d_qkv + oq, d_qkv + ok, W, d_qkv + ov, W, dm, B, T, NH, NHm, Dq, Dv);
+    flash_bf16_forward(d_out, d_lse, &args, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
-    flash_bf16_backward(d_dq, lddq, d_dk, lddk, d_dv, lddv, C.grads_bf16, C.accumulate, d_dA, d_dO, d_out, d_lse,
-                        d_qkv + oq, d_qkv + ok, W, d_qkv + ov, W, dm, B, T, NH, NHm, Dq, Dv,
-                        C.rope ? rope_table(T, Dq) : nullptr, 0);
+    const FlashGrads grads = {d_dq, d_dk, d_dv, lddq, lddk, lddv, C.grads_bf16, C.accumulate, d_dA,
+                              C.rope ? rope_table(T, Dq) : nullptr};
+    flash_bf16_backward(&grads, d_dO, d_out, d_lse, &args, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<bf16> go(nout); std::vector<float> gl(nl), gq(rows * lddq), gk(rows * lddk), gv(rows * lddv), gA(nm);
@@ -377,12 +389,13 @@ static TimeRes time_case(const char *name, int B, int T, int NH, int NHm, int Dq
     CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1)); CUDA_CHECK(cudaEventCreate(&e2));
     std::vector<float> tf, tb;
     const int warm = g_reps > 1 ? 3 : 0;
+    const AttnArgs args = attn_args(q, k, NH * Dq, v, NH * Dv, mp, B, T, NH, NHm, Dq, Dv);
+    const FlashGrads grads = {dq, dk, dv, NH * Dq, NH * Dq, NH * Dv, grads_bf16, 0, dA, nullptr};
     for (int r = 0; r < g_reps + warm; ++r) {
         CUDA_CHECK(cudaEventRecord(e0));
-        flash_bf16_forward(out, lse, q, k, NH * Dq, v, NH * Dv, mp, B, T, NH, NHm, Dq, Dv, 0);
+        flash_bf16_forward(out, lse, &args, 0);
         CUDA_CHECK(cudaEventRecord(e1));
-        flash_bf16_backward(dq, NH * Dq, dk, NH * Dq, dv, NH * Dv, grads_bf16, 0, dA, dO, out, lse, q, k, NH * Dq, v,
-                            NH * Dv, mp, B, T, NH, NHm, Dq, Dv, nullptr, 0);
+        flash_bf16_backward(&grads, dO, out, lse, &args, 0);
         CUDA_CHECK(cudaEventRecord(e2));
         CUDA_CHECK(cudaEventSynchronize(e2));
         float a, b2; CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1)); CUDA_CHECK(cudaEventElapsedTime(&b2, e1, e2));

@@ -1,7 +1,7 @@
 #!/bin/bash
 # build + check + time on the device machine; logs under $OUT
 #   run_device.sh [san] ["FLAGS1" ...]: default build: all checks + all timings; "san": compute-sanitizer memcheck and
-#   racecheck on the small checks; each FLAGS: a variant build (e.g. "-DATT_SPLIT_RNA=1"), its checks + timings
+#   racecheck on the small checks; each FLAGS: a variant build (e.g. "-lineinfo"), its checks + timings
 set -o pipefail
 cd "$(dirname "$0")"
 O=${OUT:-/tmp}
