@@ -21,8 +21,9 @@ over all tokens; with perfect recall the second copy is free: 2.403 over all tok
                        ST-Gumbel), softmax or gdn (every chunk's router decision forced to that op); and the
                        layer's own switches away from natsl_340M.json: rope (attn_apply_pos_encoding=True),
                        noconv (attn_with_short_conv=False: the softmax op's q, k, v straight from the
-                       projections), nonorm (attn_qk_norm=False); qk=X starts the softmax q/k RMSNorm weights
-                       at X instead of 1
+                       projections), nonorm (attn_qk_norm=False); nosilu drops the SiLU after the q and k
+                       short convs (both ops then read signed q, k features; v keeps it); qk=X starts the
+                       softmax q/k RMSNorm weights at X instead of 1
 
 The model mirrors the authors' NeuralAttentionSearchLinearAttnGDNForCausalLM (natsl_340M.json: pre-norm blocks,
 fla's fused RMSNorm and SwiGLU MLP with hidden_ratio 4, untied head, norm eps 1e-6) and its _init_weights (every
@@ -110,6 +111,19 @@ class Stream:
 
 # ---------------------------------------------------------------------------------------------------------------
 # importing the authors' layer without their package __init__s (those pull in transformers for the HF models)
+
+def limit_autotune(n):
+    """Makes triton.autotune keep only the first n configs of every kernel imported after this call (n > 0):
+    Triton compiles each config on first use, which for the GDN kernels' long lists takes minutes; the configs
+    differ in tiling only."""
+    import triton
+    autotune = triton.autotune
+
+    def first_configs(configs, key, *args, **kwargs):
+        return autotune(list(configs)[:n], key, *args, **kwargs)
+
+    triton.autotune = first_configs
+
 
 def import_sources(authors_src, fla_src):
     """Registers fla, fla.layers, fla.ops (from fla_src) and nats (from authors_src or authors_src/src) as
@@ -216,6 +230,10 @@ def build_model(spec, a, NAtS, GDN, flam):
             m.reset_parameters()
 
     model.apply(init_weights)
+    for blk in model.layers:
+        if isinstance(blk.attn, NAtS) and spec["nosilu"]:
+            blk.attn.q_conv1d.activation = None
+            blk.attn.k_conv1d.activation = None
     if spec["qk"] != 1:
         with torch.no_grad():
             for blk in model.layers:
@@ -313,7 +331,8 @@ def train_one(spec, a, classes, data):
     amask = torch.tensor(answer_mask(a.seq, a.row), dtype=torch.float32, device=dev)
     tag = spec["name"]
     print(f"[{tag}] pattern {spec['pattern']} route {spec['route']} rope {int(spec['rope'])} noconv "
-          f"{int(spec['noconv'])} nonorm {int(spec['nonorm'])} qk {spec['qk']:g} preset {a.preset}: "
+          f"{int(spec['noconv'])} nonorm {int(spec['nonorm'])} nosilu {int(spec['nosilu'])} qk {spec['qk']:g} "
+          f"preset {a.preset}: "
           f"{nparams} parameters, {a.dtype}, B {a.batch} T {a.seq}, lr {a.lr:g} warmup {a.warmup} "
           f"final {a.final_frac:g} wd {a.wd:g}", flush=True)
     t_start = t_last = time.time()
@@ -365,11 +384,12 @@ def train_one(spec, a, classes, data):
 
 def parse_run(s):
     parts = s.split(":")
-    spec = {"name": s, "pattern": parts[0], "route": "argmax", "rope": False, "noconv": False, "nonorm": False, "qk": 1.0}
+    spec = {"name": s, "pattern": parts[0], "route": "argmax", "rope": False, "noconv": False, "nonorm": False, "nosilu": False,
+            "qk": 1.0}
     for p in parts[1:]:
         if p in ("argmax", "gumbel", "softmax", "gdn"):
             spec["route"] = p
-        elif p in ("rope", "noconv", "nonorm"):
+        elif p in ("rope", "noconv", "nonorm", "nosilu"):
             spec[p] = True
         elif p.startswith("qk="):
             try:
@@ -378,7 +398,7 @@ def parse_run(s):
                 sys.exit(f"error: --run {s}: '{p}' needs a number after qk=")
         else:
             sys.exit(f"error: --run {s}: '{p}' is not a route (argmax, gumbel, softmax, gdn), rope, noconv, "
-                     "nonorm nor qk=X")
+                     "nonorm, nosilu nor qk=X")
     if not spec["pattern"] or set(spec["pattern"]) - set("NG"):
         sys.exit(f"error: --run {s}: the pattern is a string over N (NAtS-L) and G (GatedDeltaNet)")
     return spec
@@ -408,6 +428,8 @@ def main():
     p.add_argument("-m", "--val-batches", type=int, default=8)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="bf16 = autocast over fp32 weights")
+    p.add_argument("--autotune-configs", type=int, default=0, metavar="N",
+                   help="keep the first N configs of each Triton autotune list (default 0 = all)")
     p.add_argument("--max-seconds", type=float, default=1e9, help="stop a run's training this long after its step 1")
     a = p.parse_args()
     if a.vocab < 2 or a.vocab > 65536:
@@ -424,6 +446,8 @@ def main():
     import torch
     import triton
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
+    if a.autotune_configs:
+        limit_autotune(a.autotune_configs)
     classes = import_sources(a.authors_src, a.fla_src)
     rows_needed = a.steps * a.batch + 1
     data = {"train": copy_rows(rows_needed, a.row, a.vocab, a.data_seed, "train").reshape(-1).astype(np.int64),
