@@ -22,8 +22,9 @@ over all tokens; with perfect recall the second copy is free: 2.403 over all tok
                        layer's own switches away from natsl_340M.json: rope (attn_apply_pos_encoding=True),
                        noconv (attn_with_short_conv=False: the softmax op's q, k, v straight from the
                        projections), nonorm (attn_qk_norm=False); nosilu drops the SiLU after the q and k
-                       short convs (both ops then read signed q, k features; v keeps it); qk=X starts the
-                       softmax q/k RMSNorm weights at X instead of 1
+                       short convs (both ops then read signed q, k features; v keeps it); nogate
+                       (use_gate=False: the two op outputs RMSNorm'd and summed, no SiLU output gate, no ω);
+                       qk=X starts the softmax q/k RMSNorm weights at X instead of 1
 
 The model mirrors the authors' NeuralAttentionSearchLinearAttnGDNForCausalLM (natsl_340M.json: pre-norm blocks,
 fla's fused RMSNorm and SwiGLU MLP with hidden_ratio 4, untied head, norm eps 1e-6) and its _init_weights (every
@@ -178,7 +179,7 @@ def build_model(spec, a, NAtS, GDN, flam):
                                  num_v_heads=None, n_ops=2, num_nats_head=None, nats_block_size=64,
                                  nats_block_agg_type="mean",
                                  nats_sample_strategy="gumble" if spec["route"] == "gumbel" else "argmax",
-                                 ops_for_incomplete_chunks="all", use_gate=True, use_short_conv=True,
+                                 ops_for_incomplete_chunks="all", use_gate=not spec["nogate"], use_short_conv=True,
                                  allow_neg_eigval=False, conv_size=4, conv_bias=False,
                                  attn_qk_norm=not spec["nonorm"], attn_with_short_conv=not spec["noconv"],
                                  compute_dnats_for_invalid_blocks_attn=False,
@@ -331,7 +332,8 @@ def train_one(spec, a, classes, data):
     amask = torch.tensor(answer_mask(a.seq, a.row), dtype=torch.float32, device=dev)
     tag = spec["name"]
     print(f"[{tag}] pattern {spec['pattern']} route {spec['route']} rope {int(spec['rope'])} noconv "
-          f"{int(spec['noconv'])} nonorm {int(spec['nonorm'])} nosilu {int(spec['nosilu'])} qk {spec['qk']:g} "
+          f"{int(spec['noconv'])} nonorm {int(spec['nonorm'])} nosilu {int(spec['nosilu'])} nogate {int(spec['nogate'])} "
+          f"qk {spec['qk']:g} "
           f"preset {a.preset}: "
           f"{nparams} parameters, {a.dtype}, B {a.batch} T {a.seq}, lr {a.lr:g} warmup {a.warmup} "
           f"final {a.final_frac:g} wd {a.wd:g}", flush=True)
@@ -385,11 +387,12 @@ def train_one(spec, a, classes, data):
 def parse_run(s):
     parts = s.split(":")
     spec = {"name": s, "pattern": parts[0], "route": "argmax", "rope": False, "noconv": False, "nonorm": False, "nosilu": False,
+            "nogate": False,
             "qk": 1.0}
     for p in parts[1:]:
         if p in ("argmax", "gumbel", "softmax", "gdn"):
             spec["route"] = p
-        elif p in ("rope", "noconv", "nonorm", "nosilu"):
+        elif p in ("rope", "noconv", "nonorm", "nosilu", "nogate"):
             spec[p] = True
         elif p.startswith("qk="):
             try:
@@ -398,7 +401,7 @@ def parse_run(s):
                 sys.exit(f"error: --run {s}: '{p}' needs a number after qk=")
         else:
             sys.exit(f"error: --run {s}: '{p}' is not a route (argmax, gumbel, softmax, gdn), rope, noconv, "
-                     "nonorm, nosilu nor qk=X")
+                     "nonorm, nosilu, nogate nor qk=X")
     if not spec["pattern"] or set(spec["pattern"]) - set("NG"):
         sys.exit(f"error: --run {s}: the pattern is a string over N (NAtS-L) and G (GatedDeltaNet)")
     return spec
