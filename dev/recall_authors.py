@@ -24,6 +24,7 @@ over all tokens; with perfect recall the second copy is free: 2.403 over all tok
                        projections), nonorm (attn_qk_norm=False); nosilu drops the SiLU after the q and k
                        short convs (both ops then read signed q, k features; v keeps it); nogate
                        (use_gate=False: the two op outputs RMSNorm'd and summed, no SiLU output gate, no ω);
+                       siggate (the fused gated norm's activation 'sigmoid' instead of 'swish');
                        qk=X starts the softmax q/k RMSNorm weights at X instead of 1
 
 The model mirrors the authors' NeuralAttentionSearchLinearAttnGDNForCausalLM (natsl_340M.json: pre-norm blocks,
@@ -235,6 +236,8 @@ def build_model(spec, a, NAtS, GDN, flam):
         if isinstance(blk.attn, NAtS) and spec["nosilu"]:
             blk.attn.q_conv1d.activation = None
             blk.attn.k_conv1d.activation = None
+        if isinstance(blk.attn, NAtS) and spec["siggate"]:
+            blk.attn.o_norm.activation = "sigmoid"
     if spec["qk"] != 1:
         with torch.no_grad():
             for blk in model.layers:
@@ -333,6 +336,7 @@ def train_one(spec, a, classes, data):
     tag = spec["name"]
     print(f"[{tag}] pattern {spec['pattern']} route {spec['route']} rope {int(spec['rope'])} noconv "
           f"{int(spec['noconv'])} nonorm {int(spec['nonorm'])} nosilu {int(spec['nosilu'])} nogate {int(spec['nogate'])} "
+          f"siggate {int(spec['siggate'])} "
           f"qk {spec['qk']:g} "
           f"preset {a.preset}: "
           f"{nparams} parameters, {a.dtype}, B {a.batch} T {a.seq}, lr {a.lr:g} warmup {a.warmup} "
@@ -387,12 +391,12 @@ def train_one(spec, a, classes, data):
 def parse_run(s):
     parts = s.split(":")
     spec = {"name": s, "pattern": parts[0], "route": "argmax", "rope": False, "noconv": False, "nonorm": False, "nosilu": False,
-            "nogate": False,
+            "nogate": False, "siggate": False,
             "qk": 1.0}
     for p in parts[1:]:
         if p in ("argmax", "gumbel", "softmax", "gdn"):
             spec["route"] = p
-        elif p in ("rope", "noconv", "nonorm", "nosilu", "nogate"):
+        elif p in ("rope", "noconv", "nonorm", "nosilu", "nogate", "siggate"):
             spec[p] = True
         elif p.startswith("qk="):
             try:
@@ -401,7 +405,7 @@ def parse_run(s):
                 sys.exit(f"error: --run {s}: '{p}' needs a number after qk=")
         else:
             sys.exit(f"error: --run {s}: '{p}' is not a route (argmax, gumbel, softmax, gdn), rope, noconv, "
-                     "nonorm, nosilu, nogate nor qk=X")
+                     "nonorm, nosilu, nogate, siggate nor qk=X")
     if not spec["pattern"] or set(spec["pattern"]) - set("NG"):
         sys.exit(f"error: --run {s}: the pattern is a string over N (NAtS-L) and G (GatedDeltaNet)")
     return spec
