@@ -3,6 +3,7 @@
 // logging (stdout and DIR/main.log) and checkpoints; and the -D comparison dump (common/dump.h).
 // It is included at the end of each program and is written on that program's model interface:
 //   Model, model_build, model_init, model_alloc_acts, model_forward, model_free, train_step, logits_to_float32,
+//   token_scores (the last forward pass's per-position losses and argmax hits on the host, doc/model.md §13.1),
 //   and common/model_io.h (softmax_fraction, save/load of the checkpoint files)
 // and on these backend hooks:
 //   backend_default_precision  what -p is when not given ("fp32" on the CPU, "bf16" on the GPU)
@@ -18,31 +19,91 @@
 #include "baseline.h"
 #include "dump.h"
 
-// Mean loss over n batches of the val loader (from its start) into *vloss, and the softmax fraction of every N
-// layer's heads into sfr_head; -1 on a data error. Several ranks share the batches out (batch i on rank i mod N) and
-// sum what they saw, so every rank gets the numbers one process gets.
-static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int T, double *sfr_head, char *err, size_t errlen) {
+// What evaluate() measures over the val batches (doc/model.md §13): the mean loss over every position; the scored
+// targets (the answers where the val shards have answer files, else every target): their count, mean loss and
+// accuracy (13.1a, c), in all and per position bucket (13.2a); the softmax fraction of every N layer's heads.
+#define EVAL_MAX_BUCKETS 24 // positions up to 64·2^22, beyond NATSL_MAX_BT
+typedef struct {
+    double loss;                      // mean over every position
+    int answers;                      // 1: scored on the answers, 0: on every target (no answer files)
+    double n, ans_loss, acc;          // the scored targets: count, mean loss, accuracy
+    int nbuckets;                     // buckets 0 .. position_bucket(T)
+    double bn[EVAL_MAX_BUCKETS], bloss[EVAL_MAX_BUCKETS], bacc[EVAL_MAX_BUCKETS]; // per bucket: count, means
+    double *sfr;                      // [L][H] softmax fractions (the caller's buffer)
+} EvalStats;
+
+// (13.2a): the bucket of a target at position p (1..T) of its row: 0 for p < 64 (the first chunk), then k for
+// 64·2^(k-1) <= p < 64·2^k.
+static int position_bucket(long p) {
+    int k = 0;
+    while (p >= NATSL_CHUNK) { p >>= 1; k++; }
+    return k;
+}
+static void bucket_range(int k, long *lo, long *hi) { // the positions of bucket k: lo .. hi
+    *lo = k == 0 ? 1 : (long)NATSL_CHUNK << (k - 1);
+    *hi = ((long)NATSL_CHUNK << k) - 1;
+}
+
+// Evaluates n batches of the val loader (from its start) into *e (see EvalStats); -1 on a data error. Several ranks
+// share the batches out (batch i on rank i mod N) and sum what they saw, so every rank gets the numbers one process
+// gets.
+static int evaluate(EvalStats *e, Model *M, DataLoader *val, int n, int B, int T, char *err, size_t errlen) {
     const Config *c = &M->cfg;
-    int LH = c->L * c->H;
-    double *sum = (double *)xcalloc(1 + LH, sizeof(double)); // loss, then the fractions [layer][head]
+    int LH = c->L * c->H, BT = B * T, NB = position_bucket(T) + 1;
+    // the sums: loss, then per bucket [count, loss, hits], then the fractions [layer][head]
+    double *sum = (double *)xcalloc(1 + 3 * NB + LH, sizeof(double)), *bs = sum + 1, *fr = bs + 3 * NB;
+    float *loss = (float *)xcalloc(BT, sizeof(float));
+    unsigned char *hit = (unsigned char *)xcalloc(BT, 1);
+    int rc = 0;
     dataloader_reset(val);
     for (int i = 0; i < n; i++) {
         if (i % g_world != g_rank) {
-            if (dataloader_skip_batch(val, err, errlen)) { free(sum); return -1; }
+            if (dataloader_skip_batch(val, err, errlen)) { rc = -1; break; }
             continue;
         }
-        if (dataloader_next_batch(val, err, errlen)) { free(sum); return -1; }
+        if (dataloader_next_batch(val, err, errlen)) { rc = -1; break; }
         model_forward(M, val->inputs, val->targets, B, T);
         sum[0] += M->mean_loss;
+        token_scores(M, val->targets, BT, loss, hit);
+        for (int j = 0; j < BT; j++) {
+            if (val->has_answers && !val->answers[j]) continue;
+            double *b = bs + 3 * position_bucket(j % T + 1);
+            b[0] += 1; b[1] += loss[j]; b[2] += hit[j];
+        }
         for (int l = 0; l < c->L; l++)
             if (c->pattern[l] == 'N')
-                for (int h = 0; h < c->H; h++) sum[1 + l * c->H + h] += softmax_fraction(M, l, h, B, T);
+                for (int h = 0; h < c->H; h++) fr[l * c->H + h] += softmax_fraction(M, l, h, B, T);
     }
-    backend_allreduce(sum, 1 + LH);
-    *vloss = sum[0] / n;
-    for (int i = 0; i < LH; i++) sfr_head[i] = sum[1 + i] / n;
-    free(sum);
-    return 0;
+    if (rc == 0) {
+        backend_allreduce(sum, 1 + 3 * NB + LH);
+        memset(e->bn, 0, sizeof(e->bn)); memset(e->bloss, 0, sizeof(e->bloss)); memset(e->bacc, 0, sizeof(e->bacc));
+        e->loss = sum[0] / n;
+        e->answers = val->has_answers;
+        e->nbuckets = NB;
+        double tn = 0, tl = 0, th = 0;
+        for (int k = 0; k < NB; k++) {
+            const double *b = bs + 3 * k;
+            tn += b[0]; tl += b[1]; th += b[2];
+            e->bn[k] = b[0];
+            e->bloss[k] = b[0] > 0 ? b[1] / b[0] : 0;
+            e->bacc[k] = b[0] > 0 ? b[2] / b[0] : 0;
+        }
+        e->n = tn;
+        e->ans_loss = tn > 0 ? tl / tn : 0;
+        e->acc = tn > 0 ? th / tn : 0;
+        for (int i = 0; i < LH; i++) e->sfr[i] = fr[i] / n;
+    }
+    free(sum); free(loss); free(hit);
+    return rc;
+}
+
+// The softmax fraction of every N layer's heads (evaluate's), as " | softmax frac l0: 0.50 0.25 ..." per layer
+static void print_softmax_fractions(const Config *c, const double *sfr) {
+    for (int l = 0; l < c->L; l++) {
+        if (c->pattern[l] != 'N') continue;
+        printf(" | softmax frac l%d:", l);
+        for (int h = 0; h < c->H; h++) printf(" %.2f", sfr[l * c->H + h]);
+    }
 }
 
 // ---- several ranks (doc/model.md §9.4): what rank 0 decides reaches every rank; every rank must run the same job
@@ -164,6 +225,81 @@ static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *
     free(ids);
 }
 
+// -E 1 (doc/model.md §13.2): the model of -e (a checkpoint, or a preset's initialization), else the latest checkpoint in
+// -o, evaluated on -m batches of B×T of the val shards -j (fewer when they hold fewer) at any T; prints the loss over
+// every position, the answers' loss and accuracy in all and per position bucket, and the softmax fraction of every N
+// layer's heads. Reads only: nothing is written, -o is not locked.
+static int eval_main(const TrainArgs *a) {
+    int B = a->B, T = a->T;
+    char err[1024], msg[4600], src[4200], path[4200];
+    Tokenizer tok;
+    int V = data_vocab(a->val_glob, &tok, src, sizeof(src), err, sizeof(err));
+    if (V < 0) die(err);
+    tokenizer_free(&tok);
+    Model M;
+    Config pc;
+    if (a->init_given && config_from_preset(&pc, a->init_from, V) == 0) { // a preset: its initialization (a baseline)
+        Config c = pc;
+        if (a->arch && config_set_pattern(&c, a->arch, err, sizeof(err))) die(err);
+        if (config_check(&c, err, sizeof(err))) die(err);
+        model_build(&M, &c);
+        model_init(&M, a->seed);
+        snprintf(path, sizeof(path), "preset %s, initialized from seed %d (untrained)", a->init_from, a->seed);
+    } else {
+        if (a->init_given) snprintf(path, sizeof(path), "%s", a->init_from);
+        else if (a->outdir) {
+            int step = latest_checkpoint(a->outdir);
+            if (step < 0) {
+                snprintf(msg, sizeof(msg), "-E 1 -o %s: no checkpoint (model_N.bin with its state_N.bin) in the directory", a->outdir);
+                die(msg);
+            }
+            snprintf(path, sizeof(path), "%s/model_%08d.bin", a->outdir, step);
+        } else die("-E 1 needs a model: -e model_*.bin (or a preset), or -o a run directory (its latest checkpoint)");
+        struct stat sb;
+        if (stat(path, &sb)) { snprintf(msg, sizeof(msg), "-e %s: not a preset (tiny, 340m, 760m) and no such file", path); die(msg); }
+        if (load_model(&M, path, err, sizeof(err))) die(err);
+        if (a->arch) printf("note: -a is ignored when evaluating a checkpoint\n");
+    }
+    if (check_model_for_data(&M.cfg, V, src, path, err, sizeof(err))) die(err);
+    M.rb.kappa = a->kappa; // §7.3: the S gates' scale
+    DataLoader val;
+    if (dataloader_init(&val, a->val_glob, B, T, V, err, sizeof(err))) die(err);
+    long avail = dataloader_batches(&val, err, sizeof(err));
+    if (avail < 0) die(err);
+    int n = a->val_batches < avail ? a->val_batches : (int)avail;
+    const Config *c = &M.cfg;
+    printf("eval: model %s (D=%d L=%d H=%d pattern %s rope %d, %zu parameters)\n", path, c->D, c->L, c->H, c->pattern,
+           c->rope, M.nparams);
+    printf("eval: data %s (V=%d: %s), %s\n", a->val_glob, V, src,
+           val.has_answers ? "scored on the answers of its .ans files" : "no .ans files: scored on every target");
+    if (n < a->val_batches) printf("note: -m %d: the val shards hold %d batches of B=%d x T=%d\n", a->val_batches, n, B, T);
+    model_alloc_acts(&M, B, T, 0);
+    EvalStats e;
+    e.sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double));
+    if (evaluate(&e, &M, &val, n, B, T, err, sizeof(err))) die(err);
+    printf("eval: %d batches of B=%d x T=%d | loss %.6f over every position\n", n, B, T, e.loss);
+    const char *what = e.answers ? "answers" : "targets";
+    printf("eval %s: n %.0f | loss %.6f | accuracy %.6f\n", what, e.n, e.ans_loss, e.acc);
+    for (int k = 0; k < e.nbuckets; k++) {
+        if (e.bn[k] == 0) continue;
+        long lo, hi;
+        bucket_range(k, &lo, &hi);
+        if (hi > T) hi = T;
+        printf("eval %s at positions %ld-%ld: n %.0f | loss %.6f | accuracy %.6f\n", what, lo, hi, e.bn[k], e.bloss[k],
+               e.bacc[k]);
+    }
+    if (strchr(c->pattern, 'N')) {
+        printf("eval:");
+        print_softmax_fractions(c, e.sfr);
+        printf("\n");
+    }
+    free(e.sfr);
+    dataloader_free(&val);
+    model_free(&M);
+    backend_finish();
+    return 0;
+}
+
 // The whole program: flags, model (preset, checkpoint, or resume), data, then the training loop with
 // val loss, samples, per-step logging (stdout and DIR/main.log) and checkpoints.
 static int train_main(int argc, char **argv) {
@@ -187,6 +323,7 @@ static int train_main(int argc, char **argv) {
         }
     }
     backend_start(&a);
+    if (a.eval_only) return eval_main(&a);
 
     // the data, each set of shards checked against its vocabulary; the model's is the train shards' (§1), and the
     // val shards must have the same
@@ -205,6 +342,16 @@ static int train_main(int argc, char **argv) {
         snprintf(msg, sizeof(msg), "-j %.400s: the val shards' vocabulary is V=%d (%.300s), the train shards' V=%d (%.300s)",
                  a.val_glob, Vval, val_src, V, vocab_src);
         die(msg);
+    }
+    if (a.answer_loss) { // §13.1: the loss over the answers only
+        if (!train.has_answers) {
+            char ans[4200];
+            dataloader_answers_path(train.files[0], ans, sizeof(ans));
+            snprintf(msg, sizeof(msg), "-w 1: %.2000s has no answer file (%.2000s): answer-only training needs the .ans files "
+                     "of dev/data/recall.py", train.files[0], ans);
+            die(msg);
+        }
+        train.mask_targets = 1;
     }
 
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
@@ -279,6 +426,10 @@ static int train_main(int argc, char **argv) {
     if (strchr(c->pattern, 'S'))
         printf("layer selection (§7.3): penalty lambda_S %g, kappa %g, gate temperature %s\n", M.rb.sel_lambda, M.rb.kappa,
                M.rb.tau0 > 0 ? "as -G -M -R" : "1");
+    if (train.has_answers || val.has_answers)
+        printf("answers (§13.1): %s; the val loss %s\n", a.answer_loss ? "the train loss is over the answers only (-w 1)" :
+               "the train loss is over every position (-w 1: the answers only)", val.has_answers ?
+               "is reported with the answers' loss and accuracy" : "has no answers (no .ans beside the val shards)");
     printf("batch: B=%d T=%d, %d micro-steps = %d tokens per step", B, T, a.accum, a.total_batch);
     if (g_world > 1) printf(" (%d micro-steps on each of %d ranks)", a.accum / g_world, g_world);
     printf("\n");
@@ -307,23 +458,24 @@ static int train_main(int argc, char **argv) {
         if (st.step > 0 && log_truncate_after(msg, st.step, err, sizeof(err))) die(err);
         logf = log_open(msg, st.step > 0); // every write checked (log_flush)
     }
-    double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double)); // val softmax fractions [layer][head]
+    EvalStats ev;
+    ev.sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double)); // val softmax fractions [layer][head]
     double *sfr_step = (double *)xcalloc(c->L, sizeof(double));            // a step's, per layer
 
     double t_start = now_s(); // for the ETA
     for (int step = st.step + 1; step <= a.max_steps; step++) {
         int last = step == a.max_steps;
         if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
-            double vl;
-            if (evaluate(&vl, &M, &val, a.val_batches, B, T, sfr, err, sizeof(err))) die(err);
-            printf("step %d: val loss %.6f", step, vl);
-            for (int l = 0; l < c->L; l++) {
-                if (c->pattern[l] != 'N') continue;
-                printf(" | softmax frac l%d:", l);
-                for (int h = 0; h < c->H; h++) printf(" %.2f", sfr[l * c->H + h]);
-            }
+            if (evaluate(&ev, &M, &val, a.val_batches, B, T, err, sizeof(err))) die(err);
+            printf("step %d: val loss %.6f", step, ev.loss);
+            if (ev.answers) printf(" | answers: loss %.6f, accuracy %.4f", ev.ans_loss, ev.acc);
+            print_softmax_fractions(c, ev.sfr);
             printf("\n");
-            if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); log_flush(logf); }
+            if (logf) {
+                fprintf(logf, "s:%d tel:%.4f\n", step, ev.loss);
+                if (ev.answers) fprintf(logf, "s:%d tal:%.4f\ns:%d taa:%.4f\n", step, ev.ans_loss, step, ev.acc);
+                log_flush(logf);
+            }
         }
         if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last) && g_rank == 0) {
             printf("step %d: sample\n", step);
@@ -365,7 +517,7 @@ static int train_main(int argc, char **argv) {
         }
     }
     if (logf) log_close(logf);
-    free(sfr); free(sfr_step); free(p_a);
+    free(ev.sfr); free(sfr_step); free(p_a);
     dataloader_free(&train); dataloader_free(&val);
     tokenizer_free(&tok);
     model_free(&M);
