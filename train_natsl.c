@@ -1182,8 +1182,8 @@ static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T, int m
 }
 
 // Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(n·accum) in training, n the
-// micro-batch's scored targets M->nscored: B·T, or its answers under -w 1, (13.1b)). Every layer but the last first refills the shared scratch with what its backward pass reads (the last one's
-// activations are still there): block_rebuild without recompute; under recompute (-k 1, -k 2) block_forward
+// micro-batch's scored targets M->nscored: B·T, or its answers under -w 1, (13.1b)). Every layer but the last first
+// refills the shared scratch with what its backward pass reads (the last one's activations are still there): block_rebuild without recompute; under recompute (-k 1, -k 2) block_forward
 // reruns the layer. The CPU reruns the whole block at both levels; level 1 only keeps more (the GPU uses it to
 // skip the token mixers in the rerun).
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {

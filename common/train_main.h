@@ -239,10 +239,9 @@ static int eval_main(const TrainArgs *a) {
     Model M;
     Config pc;
     if (a->init_given && config_from_preset(&pc, a->init_from, V) == 0) { // a preset: its initialization (a baseline)
-        Config c = pc;
-        if (a->arch && config_set_pattern(&c, a->arch, err, sizeof(err))) die(err);
-        if (config_check(&c, err, sizeof(err))) die(err);
-        model_build(&M, &c);
+        if (a->arch && config_set_pattern(&pc, a->arch, err, sizeof(err))) die(err);
+        if (config_check(&pc, err, sizeof(err))) die(err);
+        model_build(&M, &pc);
         model_init(&M, a->seed);
         snprintf(path, sizeof(path), "preset %s, initialized from seed %d (untrained)", a->init_from, a->seed);
     } else {
