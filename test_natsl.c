@@ -2621,9 +2621,10 @@ static void test_hz_load_model_error_frees(void) {
 // Defect 10: the dev/data scripts answer --help without their packages; the READMEs cite no machine paths.
 static void test_hz_dev_scripts(void) {
     if (system("python3 -c 1 2>/dev/null")) { printf("  (python3 not installed: skipped)\n"); return; }
-    const char *scripts[] = {"fineweb.py", "tokenize_text.py", "make_tokenizer_table.py", "gpt2_offline.py", "char_shards.py"};
+    const char *scripts[] = {"fineweb.py", "tokenize_text.py", "make_tokenizer_table.py", "gpt2_offline.py", "char_shards.py",
+                             "recall.py"};
     char cmd[600], msg[1024];
-    for (int i = 0; i < 5; i++) { // -S: no site-packages, as on a machine without numpy, tiktoken, datasets
+    for (int i = 0; i < (int)(sizeof(scripts) / sizeof(scripts[0])); i++) { // -S: no site-packages, as on a machine without numpy, tiktoken, datasets
         snprintf(cmd, sizeof(cmd), "python3 -S dev/data/%s --help", scripts[i]);
         int rc = run_cmd(cmd, msg, sizeof(msg));
         CHECK(rc == 0, "%s --help without packages: exit %d, '%s'", scripts[i], rc, msg);
