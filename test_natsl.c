@@ -2492,7 +2492,9 @@ static void test_hz_cli_numbers(void) {
         {"-r -1", "-r -1: out of range"},
         {"-r 1.5", "-r 1.5: not an integer"},
         {"-k 1.0", "-k 1.0: not an integer"},
-        {"-w 3", "unknown flag '-w'"},
+        {"-w 3", "-w 3: out of range"},
+        {"-E 2", "-E 2: out of range"},
+        {"-W 3", "unknown flag '-W'"},
         {"-x", "-x needs a value"},
         {"stray", "bad argument 'stray'"},
     };
