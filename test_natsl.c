@@ -1771,6 +1771,426 @@ static int files_equal(const char *a, const char *b) {
     if (fb) fclose(fb);
     return eq;
 }
+// ---- answer-only scoring, the answer files, the recall data and the evaluation-only mode (doc/model.md §13) -------
+// (13.1a-b) on the cross-entropy alone: rows whose target is ANSWER_IGNORE have loss 0 and no gradient
+static double ce_loss4(void *p) { CeCtx *c = p; crossentropy_forward(c->loss, c->lse, c->z, c->tg, 4, 5, 7); return record_terms(c->loss, NULL, 4); }
+static void test_answer_crossentropy_grad(void) { // 4 rows, V = 5 padded to 7, rows 1 and 3 ignored
+    int tg[4] = {0, ANSWER_IGNORE, 4, ANSWER_IGNORE};
+    CeCtx c = {vec(28), vec(4), vec(4), tg};
+    fill_normal(c.z, 28, 2);
+    real *dz = vec(28);
+    crossentropy_forward(c.loss, c.lse, c.z, tg, 4, 5, 7);
+    memcpy(dz, c.z, 28 * sizeof(real));
+    crossentropy_backward(dz, c.lse, tg, 1, 4, 5, 7);
+    CHECK(c.loss[1] == 0 && c.loss[3] == 0 && c.loss[0] > 0 && c.loss[2] > 0, "losses %g %g %g %g", c.loss[0], c.loss[1],
+          c.loss[2], c.loss[3]);
+    for (int i = 0; i < 7; i++) CHECK(dz[7 + i] == 0 && dz[21 + i] == 0, "an ignored row got a gradient at %d", i);
+    CHECK(targets_scored(tg, 4) == 2, "targets_scored %d", targets_scored(tg, 4));
+    Var v[] = {{"logits", c.z, dz, 28}};
+    fd_check("cross-entropy, 2 of 4 ignored", v, 1, ce_loss4, &c, 0);
+    free(c.z); free(c.loss); free(c.lse); free(dz);
+}
+
+// (13.1a-b) through the whole model: the mean loss over the scored targets (1 in 4; the rest ANSWER_IGNORE) plus the
+// routers' penalty, relaxed router: model_backward with dloss_scale = 1/n must give its gradient (the §7 terms weighted
+// by dloss_scale·n, as the mean loss), by central differences on 4 coordinates of every tensor. NA at B = 1, T = 128
+// (two chunks: the router acts): every layer kind's gradient is checked whole by test_grad_model_*; this checks what
+// the mask changes.
+typedef struct { ModelCtx m; real *scale; } AnsCtx; // m first: model_hard_flipped reads an AnsCtx as its ModelCtx
+static double answer_model_loss(void *p) {
+    AnsCtx *c = p;
+    model_forward(c->m.M, c->m.in, c->m.tg, c->m.B, c->m.T);
+    double s = record_terms(c->m.M->losses, c->scale, (size_t)c->m.B * c->m.T);
+    real aux = c->m.M->rb.pen_soft + c->m.M->rb.lb_soft;
+    return s + record_terms(&aux, NULL, 1);
+}
+static void test_answer_model_grad(void) {
+    g_rng = 20261128;
+    Config cf = small_config("NA", 0);
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 13);
+    for (int l = 0; l < cf.L; l++) { // the well-conditioned point of check_model_opts
+        LayerParams *p = &M.p.layer[l];
+        if (cf.pattern[l] == 'N') { fill_normal(p->wr, 2 * cf.H * cf.D, 0.5); fill_normal(p->wow, 2 * cf.Ha * cfg_K(&cf), 0.3); }
+        if (cf.pattern[l] != 'A') fill_normal(p->conv, (2 * cfg_K(&cf) + cfg_Vt(&cf)) * NATSL_CONV, 0.3);
+    }
+    g_fd_h = 3e-4;
+    M.rb.lambda = 0.5;
+    M.router_relaxed = 1;
+    int B = 1, T = 128, BT = B * T;
+    model_alloc_acts(&M, B, T, 0);
+    AnsCtx c = {{&M, xcalloc(BT, sizeof(int)), xcalloc(BT, sizeof(int)), B, T, NULL, NULL}, vec(BT)};
+    for (int i = 0; i < BT; i++) {
+        c.m.in[i] = rng_u32(&g_rng) % cf.V;
+        c.m.tg[i] = i % 4 == 3 ? (int)(rng_u32(&g_rng) % cf.V) : ANSWER_IGNORE;
+    }
+    int n = targets_scored(c.m.tg, BT);
+    for (int i = 0; i < BT; i++) c.scale[i] = (real)1 / n;
+    memset(M.grads, 0, M.nparams * sizeof(real));
+    model_forward(&M, c.m.in, c.m.tg, B, T);
+    CHECK(n == BT / 4 && M.nscored == n, "scored %d, nscored %d", n, M.nscored);
+    double s = 0;
+    for (int i = 0; i < BT; i++) s += M.losses[i];
+    CHECK(fabs(M.mean_loss - s / n) < 1e-12, "mean_loss %.12g, Σ/n %.12g", (double)M.mean_loss, s / n);
+    CHECK(M.rb.pen > 0, "the penalty is not active at the test point");
+    model_backward(&M, c.m.in, c.m.tg, B, T, (real)1 / n);
+    c.m.hard = xcalloc(model_hard_choices(&M, NULL, B, T), 1);
+    model_hard_choices(&M, c.m.hard, B, T);
+    int skipped = 0, tried = 0;
+    double worst = 0;
+    for (int i = 0; i < M.ntensors; i++) {
+        const ParamTensor *t = &M.tensors[i];
+        Var v = {t->name, M.params + t->offset, M.grads + t->offset, t->numel};
+        worst = fmax(worst, fd_check_var(&v, answer_model_loss, &c, 4, model_hard_flipped, &skipped, &tried));
+    }
+    printf("  %-28s max rel err %.2e over %d tensors, %d of %d coordinates skipped (decision flips)\n",
+           "answers only, NA + penalty", worst, M.ntensors, skipped, tried);
+    CHECK(skipped <= tried / 20, "too many decision flips (%d of %d)", skipped, tried);
+    g_fd_h = 1e-4;
+    free(c.m.in); free(c.m.tg); free(c.m.hard); free(c.scale);
+    model_free(&M);
+}
+
+// (13.1c) by hand: the argmax over the V real logits (the padding never counts), ties to the lowest id, ignored
+// targets never hit; token_scores hands the losses and hits over
+static void test_answer_accuracy(void) {
+    enum { R = 5, V = 4, VP = 6 };
+    real z[R * VP] = {0.1, 2.0, -1, 0.5, 9, 9,  // argmax 1 (the padding's 9 excluded): target 1, a hit
+                      1, 1, 0, 0, 0, 0,         // a tie of 0 and 1: argmax 0; target 1, a miss
+                      1, 1, 0, 0, 0, 0,         // the same row, target 0: a hit
+                      0, 0, 0, 3, 0, 0,         // argmax 3, target 2: a miss
+                      5, 0, 0, 0, 0, 0};        // ignored
+    int tg[R] = {1, 1, 0, 2, ANSWER_IGNORE};
+    unsigned char want[R] = {1, 0, 1, 0, 0}, hit[R];
+    crossentropy_hits(hit, z, tg, R, V, VP);
+    for (int i = 0; i < R; i++) CHECK(hit[i] == want[i], "row %d: hit %d, want %d", i, hit[i], want[i]);
+    Model M;
+    memset(&M, 0, sizeof(M));
+    M.cfg.V = V; M.cfg.Vp = VP;
+    M.logits = z; M.losses = vec(R); M.lse = vec(R);
+    crossentropy_forward(M.losses, M.lse, z, tg, R, V, VP);
+    double l0 = log(exp(0.1) + exp(2.0) + exp(-1.0) + exp(0.5)) - 2.0;
+    CHECK(fabs(M.losses[0] - l0) < 1e-12 && M.losses[4] == 0, "losses %.15g (want %.15g), %g", (double)M.losses[0], l0,
+          (double)M.losses[4]);
+    float loss[R];
+    unsigned char hit2[R];
+    token_scores(&M, tg, R, loss, hit2);
+    for (int i = 0; i < R; i++)
+        CHECK(hit2[i] == want[i] && loss[i] == (float)M.losses[i], "token_scores row %d: %d %g", i, hit2[i], loss[i]);
+    free(M.losses); free(M.lse);
+}
+
+// An answer file: the header fields, then nb bytes
+static void ans_write(const char *path, int32_t magic, int32_t n, int32_t rowT, int32_t count, const unsigned char *b, size_t nb) {
+    int32_t h[256] = {magic, 1, n, rowT, count};
+    FILE *f = fopen(path, "wb");
+    if (!f) { CHECK(0, "cannot create %s", path); return; }
+    fwrite(h, sizeof h, 1, f);
+    fwrite(b, 1, nb, f);
+    fclose(f);
+}
+// dataloader_init must fail with a message containing `word`
+static void ans_expect_init_error(const char *pattern, int T, const char *word) {
+    DataLoader d;
+    char err[1024] = "";
+    int rc = dataloader_init(&d, pattern, 1, T, 1000, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, word), "%s at T=%d: rc %d, '%s' (wanted '%s')", pattern, T, rc, err, word);
+    if (rc == 0) dataloader_free(&d);
+}
+// The answer files (common/dataloader.h): answers[i] is the byte of target i's token, mask_targets turns the others
+// into ANSWER_IGNORE, and a wrong row length, a missing, foreign, short, non-0/1 or miscounted file is refused.
+static void test_answer_file_reader(void) {
+    char dir[64], a[128], aa[128], b[128], bb[128], pat[160], err[1024];
+    if (dt_mkdir(dir, sizeof(dir))) return;
+    snprintf(a, sizeof(a), "%s/a.bin", dir); snprintf(aa, sizeof(aa), "%s/a.ans", dir);
+    snprintf(b, sizeof(b), "%s/b.bin", dir); snprintf(bb, sizeof(bb), "%s/b.ans", dir);
+    enum { T = 64, N = 2 * T + 1 };
+    unsigned char ans[N];
+    int count = 0;
+    for (int j = 0; j < N; j++) { ans[j] = j < 2 * T && j % T >= 40; count += ans[j]; }
+    dt_write_ramp(a, 100, N);
+    ans_write(aa, 20261128, N, T, count, ans, N);
+    char p[256];
+    dataloader_answers_path("x/y.bin", p, sizeof(p)); CHECK(!strcmp(p, "x/y.ans"), "%s", p);
+    dataloader_answers_path("x/data", p, sizeof(p)); CHECK(!strcmp(p, "x/data.ans"), "%s", p);
+    DataLoader d;
+    CHECK(dataloader_init(&d, a, 1, T, 1000, err, sizeof(err)) == 0, "%s", err);
+    CHECK(d.has_answers, "the answer file was not found");
+    CHECK(dataloader_batches(&d, err, sizeof(err)) == 2, "dataloader_batches %ld", dataloader_batches(&d, err, sizeof(err)));
+    for (int batch = 0; batch < 2; batch++) {
+        d.mask_targets = batch == 1;
+        CHECK(dataloader_next_batch(&d, err, sizeof(err)) == 0, "%s", err);
+        int scored = 0;
+        for (int i = 0; i < T; i++) {
+            int j = batch * T + i + 1; // the target's token in the shard
+            CHECK(d.answers[i] == ans[j], "batch %d: answers[%d] = %d, byte %d", batch, i, d.answers[i], ans[j]);
+            int want = batch == 1 && !ans[j] ? ANSWER_IGNORE : 100 + j;
+            CHECK(d.targets[i] == want, "batch %d: targets[%d] = %d, want %d", batch, i, d.targets[i], want);
+            scored += ans[j];
+        }
+        if (batch == 1) CHECK(targets_scored(d.targets, T) == scored, "targets_scored %d, want %d", targets_scored(d.targets, T), scored);
+    }
+    dataloader_free(&d);
+    ans_expect_init_error(a, 2 * T, "rows of 64 tokens"); // -t 128 would cut the rows elsewhere
+    dt_write_ramp(b, 100, N);                              // b.bin without b.ans beside a.bin with a.ans
+    snprintf(pat, sizeof(pat), "%s/*.bin", dir);
+    ans_expect_init_error(pat, T, "b.ans: missing");
+    remove(b);
+    ans_write(aa, 42, N, T, count, ans, N);
+    ans_expect_init_error(a, T, "not an answer file");
+    ans_write(aa, 20261128, N, T, count, ans, N - 1);
+    ans_expect_init_error(a, T, "answer bytes");
+    ans[5] = 2;
+    ans_write(aa, 20261128, N, T, count, ans, N);
+    ans_expect_init_error(a, T, "not 0 or 1");
+    ans[5] = 0;
+    ans_write(aa, 20261128, N, T, count + 1, ans, N);
+    ans_expect_init_error(a, T, "answers, the file marks");
+    remove(aa); // no answer files at all: plain data
+    CHECK(dataloader_init(&d, a, 1, T, 1000, err, sizeof(err)) == 0 && !d.has_answers, "plain shard: %s", err);
+    dataloader_free(&d);
+    dt_rmdir(dir);
+}
+
+// dev/data/recall.py's output read back through the dataloader (needs python3 with numpy, else skipped): the rows
+// of every task as the generator documents them, answers where they belong, and the same bytes from the same seed.
+static int py_numpy(void) { return system("python3 -c 'import numpy' > /dev/null 2>&1") == 0; }
+static void recall_gen(const char *dir, const char *task, const char *args) {
+    char cmd[1200], msg[1024];
+    snprintf(cmd, sizeof(cmd), "python3 dev/data/recall.py %s %s --train_rows 8 --val_rows 8 --outdir %s/%s", task, args, dir, task);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+}
+// The val rows of a task at row length T (B = 8 rows) into d; the tokenizer's pieces into tok
+static int recall_load(DataLoader *d, Tokenizer *tok, const char *dir, const char *task, int T) {
+    char glob[300], src[300], err[1024];
+    snprintf(glob, sizeof(glob), "%s/%s/val.bin", dir, task);
+    int V = data_vocab(glob, tok, src, sizeof(src), err, sizeof(err));
+    if (V < 0 || dataloader_init(d, glob, 8, T, V, err, sizeof(err)) || dataloader_next_batch(d, err, sizeof(err))) {
+        CHECK(0, "%s: %s", glob, err);
+        return -1;
+    }
+    CHECK(d->has_answers, "%s: no answers", glob);
+    return V;
+}
+static void test_answer_recall_generator(void) {
+    if (!py_numpy()) { printf("  skipped: needs python3 with numpy (dev/data/requirements.txt)\n"); return; }
+    char dir[64], cmd[400], a[200], b[200];
+    if (dt_mkdir(dir, sizeof(dir))) return;
+    recall_gen(dir, "copy", "--T 64 --V 16 --val_lengths 128");
+    recall_gen(dir, "mqar", "--T 64 --V 16 --pairs 4");
+    recall_gen(dir, "passkey", "--T 128");
+    recall_gen(dir, "selcopy", "--T 64 --V 16 --tokens 8");
+    DataLoader d;
+    Tokenizer tok;
+    // copy: [0] x [0] x, answers the second x (row positions 33..63)
+    if (recall_load(&d, &tok, dir, "copy", 64) == 16) {
+        for (int r = 0; r < 8; r++) {
+            const int *in = d.inputs + r * 64, *tg = d.targets + r * 64;
+            CHECK(in[0] == 0 && in[32] == 0, "copy row %d does not start [0] .. [0]", r);
+            for (int t = 1; t < 32; t++) CHECK(in[t] == in[t + 32] && in[t] > 0, "copy row %d: position %d", r, t);
+            for (int t = 0; t < 64; t++) CHECK(d.answers[r * 64 + t] == (t + 1 >= 33 && t + 1 <= 63), "copy row %d: answer at %d", r, t);
+            CHECK(tg[63] == 0, "copy row %d: the next row does not start with 0", r);
+        }
+    }
+    dataloader_free(&d); tokenizer_free(&tok);
+    // mqar: each answer is the value its query key (the input before it) has in the row's pairs
+    if (recall_load(&d, &tok, dir, "mqar", 64) == 16) {
+        for (int r = 0; r < 8; r++) {
+            const int *in = d.inputs + r * 64, *tg = d.targets + r * 64;
+            int n = 0;
+            for (int t = 0; t < 64; t++) {
+                if (!d.answers[r * 64 + t]) continue;
+                n++;
+                int v = -1;
+                for (int k = 1; k < 9; k += 2) if (in[k] == in[t]) v = in[k + 1];
+                CHECK(t >= 9 && v == tg[t] && v >= 8, "mqar row %d position %d: key %d, value %d, target %d", r, t, in[t], v, tg[t]);
+            }
+            CHECK(n == 4, "mqar row %d: %d answers", r, n);
+        }
+    }
+    dataloader_free(&d); tokenizer_free(&tok);
+    // passkey: the last 5 tokens are the answers, the digits that follow "pass key is " in the needle
+    if (recall_load(&d, &tok, dir, "passkey", 128) > 0) {
+        for (int r = 0; r < 8; r++) {
+            char text[200];
+            const int *in = d.inputs + r * 128, *tg = d.targets + r * 128;
+            for (int t = 0; t < 127; t++) text[t] = tokenizer_decode(&tok, tg[t])[0];
+            text[127] = 0;
+            const char *needle = strstr(text, " The pass key is "), *query = strstr(text, "\nThe pass key is ");
+            CHECK(in[0] == 0 && needle && query && query > needle && !strncmp(needle + 17, text + 122, 5),
+                  "passkey row %d: '%s'", r, text);
+            for (int t = 0; t < 128; t++) CHECK(d.answers[r * 128 + t] == (t >= 122 && t <= 126), "passkey row %d: answer at %d", r, t);
+        }
+    }
+    dataloader_free(&d); tokenizer_free(&tok);
+    // selcopy: the 8 data tokens of the region, in order, after the marker (2) are the answers
+    if (recall_load(&d, &tok, dir, "selcopy", 64) == 16) {
+        for (int r = 0; r < 8; r++) {
+            const int *in = d.inputs + r * 64;
+            int data[8], n = 0;
+            for (int t = 1; t < 55; t++) if (in[t] != 1 && n < 8) data[n++] = in[t];
+            CHECK(n == 8 && in[55] == 2, "selcopy row %d: %d data tokens, marker %d", r, n, in[55]);
+            for (int k = 0; k < 8; k++) CHECK(in[56 + k] == data[k], "selcopy row %d: output %d", r, k);
+            for (int t = 0; t < 64; t++) CHECK(d.answers[r * 64 + t] == (t >= 55 && t < 63), "selcopy row %d: answer at %d", r, t);
+        }
+    }
+    dataloader_free(&d); tokenizer_free(&tok);
+    // the longer val rows exist, and the same command writes the same bytes
+    snprintf(a, sizeof(a), "%s/copy/val_T128.ans", dir);
+    CHECK(access(a, R_OK) == 0, "%s missing", a);
+    snprintf(cmd, sizeof(cmd), "python3 dev/data/recall.py copy --T 64 --V 16 --train_rows 8 --val_rows 8 --outdir %s/again > /dev/null", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(a, sizeof(a), "%s/copy/train.bin", dir); snprintf(b, sizeof(b), "%s/again/train.bin", dir);
+    CHECK(files_equal(a, b), "copy: the same seed wrote different train shards");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
+// The evaluation-only mode (-E 1, doc/model.md §13.2) on a checkpoint written here, against the plain forward pass of
+// the same weights: the loss over every position, the answers' count, loss and accuracy in all and per bucket. The
+// model copies its input (head = embedding, large; the layers' 0.02 weights a small perturbation), and the data's
+// answers in the first chunk repeat the token before them while those after it do not, so a wrong mask or bucket
+// shows in every number. Then -o (the latest checkpoint, nothing written), and the errors: vocabulary, a missing
+// answer file, rows of another length, no model, -w 1 without answers; and two -w 1 training steps.
+static void ev_write_tokenizer(const char *path, int V) {
+    int32_t h[256] = {20251122, 1, V, 0};
+    FILE *f = fopen(path, "wb");
+    if (!f) { CHECK(0, "cannot create %s", path); return; }
+    fwrite(h, sizeof h, 1, f);
+    for (int i = 0; i < V; i++) { unsigned char piece[2] = {1, (unsigned char)('a' + i)}; fwrite(piece, 1, 2, f); }
+    fclose(f);
+}
+// rows of T tokens over 1..V-1 (+ a trailing 0) in DIR/NAME.bin, with DIR/NAME.ans unless ans = 0
+static void ev_write_rows(const char *dir, const char *name, int rows, int T, int V, int ans) {
+    size_t n = (size_t)rows * T + 1;
+    uint16_t *tok = xcalloc(n, sizeof(uint16_t));
+    unsigned char *a = xcalloc(n, 1);
+    int count = 0;
+    uint64_t rng = rng_seed(77);
+    for (size_t j = 0; j < n - 1; j++) {
+        int p = (int)(j % T);
+        tok[j] = p == 0 ? 0 : (uint16_t)(1 + rng_u32(&rng) % (V - 1));
+        if (p == 0 || rng_u32(&rng) % 3) continue;
+        if (p < NATSL_CHUNK) tok[j] = tok[j - 1] ? tok[j - 1] : 1; // an answer that repeats its input
+        else while (tok[j] == tok[j - 1]) tok[j] = (uint16_t)(1 + rng_u32(&rng) % (V - 1));
+        a[j] = 1; count++;
+    }
+    char path[300];
+    snprintf(path, sizeof(path), "%s/%s.bin", dir, name);
+    dt_write_shard(path, 20240520, 1, (int32_t)n, tok, n);
+    snprintf(path, sizeof(path), "%s/%s.ans", dir, name);
+    if (ans) ans_write(path, 20261128, (int32_t)n, T, count, a, n);
+    free(tok); free(a);
+}
+static void test_answer_eval_mode(void) {
+    if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
+    char dir[64], path[300], ckpt[300], args[1600], cmd[2000], msg[1024], err[1024];
+    if (dt_mkdir(dir, sizeof(dir))) return;
+    enum { T = 128, V = 16, B = 2 };
+    ev_write_rows(dir, "val", 4, T, V, 1);
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", dir); ev_write_tokenizer(path, V);
+    Config cf;
+    config_from_preset(&cf, "tiny", V);
+    CHECK(config_set_pattern(&cf, "NA", err, sizeof(err)) == 0, "%s", err);
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 5);
+    uint64_t rng = rng_seed(3);
+    for (int i = 0; i < cf.Vp * cf.D; i++) M.p.wte[i] = M.p.head[i] = 0.1 * rng_normal(&rng);
+    snprintf(ckpt, sizeof(ckpt), "%s/m.bin", dir);
+    CHECK(save_model(&M, ckpt, err, sizeof(err)) == 0, "%s", err);
+    model_free(&M);
+    // the expected numbers: the checkpoint as written (float32), the plain forward pass on the 2 batches
+    double sum_loss = 0, bn[3] = {0}, bl[3] = {0}, bh[3] = {0};
+    DataLoader d;
+    snprintf(path, sizeof(path), "%s/val.bin", dir);
+    CHECK(load_model(&M, ckpt, err, sizeof(err)) == 0 && dataloader_init(&d, path, B, T, V, err, sizeof(err)) == 0, "%s", err);
+    model_alloc_acts(&M, B, T, 0);
+    float loss[B * T];
+    unsigned char hit[B * T];
+    for (int b = 0; b < 2; b++) {
+        CHECK(dataloader_next_batch(&d, err, sizeof(err)) == 0, "%s", err);
+        model_forward(&M, d.inputs, d.targets, B, T);
+        sum_loss += M.mean_loss / 2;
+        token_scores(&M, d.targets, B * T, loss, hit);
+        for (int i = 0; i < B * T; i++)
+            if (d.answers[i]) { int k = position_bucket(i % T + 1); bn[k]++; bl[k] += loss[i]; bh[k] += hit[i]; }
+    }
+    dataloader_free(&d);
+    model_free(&M);
+    CHECK(bn[0] > 10 && bn[1] > 10 && bn[2] == 0, "answers per bucket %g %g %g", bn[0], bn[1], bn[2]);
+    CHECK(bh[0] > 0.9 * bn[0] && bh[1] < 0.1 * bn[1], "the copying model: accuracy %g/%g, %g/%g", bh[0], bn[0], bh[1], bn[1]);
+    snprintf(args, sizeof(args), "-j %s/val.bin -t %d -b %d -m 5", dir, T, B);
+    for (int run = 0; run < 2; run++) { // -e the checkpoint; -o a run directory holding it as its latest
+        char rd[200];
+        snprintf(rd, sizeof(rd), "%s/run", dir);
+        if (run == 0) snprintf(cmd, sizeof(cmd), "%s -E 1 -e %s %s", g_trainer, ckpt, args);
+        else {
+            snprintf(cmd, sizeof(cmd), "mkdir %s && cp %s %s/model_00000007.bin && touch %s/state_00000007.bin", rd, ckpt, rd, rd);
+            CHECK(system(cmd) == 0, "%s", cmd);
+            snprintf(cmd, sizeof(cmd), "%s -E 1 -o %s %s", g_trainer, rd, args);
+        }
+        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+        FILE *f = fopen(g_stdout_path, "r");
+        char line[1024];
+        int batches = 0, seen[3] = {0}, total = 0, sfr = 0, note = 0, named = 0;
+        double l = -1, n, al, acc;
+        long lo, hi;
+        while (f && fgets(line, sizeof(line), f)) {
+            int bb, bt;
+            if (sscanf(line, "eval: %d batches of B=%d x T=%d | loss %lf", &batches, &bb, &bt, &l) == 4) continue;
+            if (strstr(line, "note: -m 5: the val shards hold 2 batches")) note = 1;
+            if (strstr(line, "model_00000007.bin")) named = 1;
+            if (sscanf(line, "eval answers: n %lf | loss %lf | accuracy %lf", &n, &al, &acc) == 3) {
+                total = 1;
+                double N = bn[0] + bn[1];
+                CHECK(n == N && fabs(al - (bl[0] + bl[1]) / N) < 1e-4 * (1 + fabs(al)) && fabs(acc * N - (bh[0] + bh[1])) <= 1,
+                      "answers: n %g loss %g accuracy %g, the forward pass: %g, %g, %g", n, al, acc, N, (bl[0] + bl[1]) / N, (bh[0] + bh[1]) / N);
+            }
+            if (sscanf(line, "eval answers at positions %ld-%ld: n %lf | loss %lf | accuracy %lf", &lo, &hi, &n, &al, &acc) == 5) {
+                int k = position_bucket(lo);
+                CHECK(k < 2 && lo == (k ? 64 : 1) && hi == (k ? 127 : 63), "bucket %ld-%ld", lo, hi);
+                if (k >= 2) continue;
+                seen[k] = 1;
+                CHECK(n == bn[k] && fabs(al - bl[k] / bn[k]) < 1e-4 * (1 + fabs(al)) && fabs(acc * n - bh[k]) <= 1,
+                      "bucket %d: n %g loss %g accuracy %g, the forward pass: %g, %g, %g", k, n, al, acc, bn[k], bl[k] / bn[k], bh[k] / bn[k]);
+            }
+            double f0, f1;
+            if (sscanf(line, "eval: | softmax frac l0: %lf %lf", &f0, &f1) == 2) sfr = f0 >= 0 && f0 <= 1 && f1 >= 0 && f1 <= 1;
+        }
+        if (f) fclose(f);
+        CHECK(batches == 2 && note && fabs(l - sum_loss) < 1e-4 * (1 + sum_loss), "batches %d (note %d), loss %g, the forward pass %g",
+              batches, note, l, sum_loss);
+        CHECK(total && seen[0] && seen[1] && sfr, "missing lines: answers %d, buckets %d %d, softmax fractions %d", total, seen[0], seen[1], sfr);
+        if (run == 1) {
+            CHECK(named, "-o: the latest checkpoint is not named");
+            snprintf(cmd, sizeof(cmd), "test $(ls -A %s | wc -l) -eq 2", rd);
+            CHECK(system(cmd) == 0, "-E 1 -o wrote into the run directory");
+        }
+    }
+    // errors: the data's vocabulary against the checkpoint's, a shard without its answer file, rows of another length
+    char d2[300];
+    snprintf(d2, sizeof(d2), "%s/v20", dir);
+    mkdir(d2, 0755);
+    ev_write_rows(d2, "val", 4, T, V, 1);
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", d2); ev_write_tokenizer(path, 20);
+    snprintf(args, sizeof(args), "-E 1 -e %s -j %s/val.bin -t %d -b %d", ckpt, d2, T, B); expect_error(args, "the data's is V=20");
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", d2); ev_write_tokenizer(path, V);
+    ev_write_rows(d2, "val2", 4, T, V, 0);
+    snprintf(args, sizeof(args), "-E 1 -e %s -j '%s/val*.bin' -t %d -b %d", ckpt, d2, T, B); expect_error(args, "val2.ans: missing");
+    snprintf(args, sizeof(args), "-E 1 -e %s -j %s/val.bin -t 64 -b %d", ckpt, dir, B); expect_error(args, "rows of 128 tokens");
+    snprintf(args, sizeof(args), "-E 1 -j %s/val.bin -t %d", dir, T); expect_error(args, "-E 1 needs a model");
+    expect_error("-w 1 -b 1 -t 64 -x 1 -v 0 -s 0", "-w 1");
+    // two steps on the answers only, the val line with the answers' numbers
+    snprintf(cmd, sizeof(cmd), "%s -i %s/val.bin -j %s/val.bin -t %d -b 1 -x 2 -v 2 -m 1 -s 0 -a NA -w 1", g_trainer, dir, dir, T);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+    snprintf(cmd, sizeof(cmd), "grep -q 'step 2: val loss .* | answers: loss .*, accuracy' %s && grep -q 'over the answers only' %s",
+             g_stdout_path, g_stdout_path);
+    CHECK(system(cmd) == 0, "-w 1: the val line or the note is missing");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
 static void test_cli_bad_input(void) {
     if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
     char dir[] = "/tmp/natsl_cli_XXXXXX", p[512], args[1200];
@@ -2110,7 +2530,9 @@ static void test_hz_cli_numbers(void) {
         {"-r -1", "-r -1: out of range"},
         {"-r 1.5", "-r 1.5: not an integer"},
         {"-k 1.0", "-k 1.0: not an integer"},
-        {"-w 3", "unknown flag '-w'"},
+        {"-w 3", "-w 3: out of range"},
+        {"-E 2", "-E 2: out of range"},
+        {"-W 3", "unknown flag '-W'"},
         {"-x", "-x needs a value"},
         {"stray", "bad argument 'stray'"},
     };
@@ -2239,9 +2661,10 @@ static void test_hz_load_model_error_frees(void) {
 // Defect 10: the dev/data scripts answer --help without their packages; the READMEs cite no machine paths.
 static void test_hz_dev_scripts(void) {
     if (system("python3 -c 1 2>/dev/null")) { printf("  (python3 not installed: skipped)\n"); return; }
-    const char *scripts[] = {"fineweb.py", "tokenize_text.py", "make_tokenizer_table.py", "gpt2_offline.py", "char_shards.py"};
+    const char *scripts[] = {"fineweb.py", "tokenize_text.py", "make_tokenizer_table.py", "gpt2_offline.py", "char_shards.py",
+                             "recall.py"};
     char cmd[600], msg[1024];
-    for (int i = 0; i < 5; i++) { // -S: no site-packages, as on a machine without numpy, tiktoken, datasets
+    for (int i = 0; i < (int)(sizeof(scripts) / sizeof(scripts[0])); i++) { // -S: no site-packages, as on a machine without numpy, tiktoken, datasets
         snprintf(cmd, sizeof(cmd), "python3 -S dev/data/%s --help", scripts[i]);
         int rc = run_cmd(cmd, msg, sizeof(msg));
         CHECK(rc == 0, "%s --help without packages: exit %d, '%s'", scripts[i], rc, msg);
@@ -2748,6 +3171,12 @@ int main(int argc, char **argv) {
     RUN(test_dist_exchange);
     RUN(test_dist_batches);
     RUN(test_dist_zero_checkpoint);
+    RUN(test_answer_crossentropy_grad);
+    RUN(test_answer_model_grad);
+    RUN(test_answer_accuracy);
+    RUN(test_answer_file_reader);
+    RUN(test_answer_recall_generator);
+    RUN(test_answer_eval_mode);
     char why[256];
     if (gpu_available(why, sizeof(why))) {
         RUN(test_gpu_resume_bit_identical);

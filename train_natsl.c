@@ -373,6 +373,7 @@ static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_
 }
 
 // ---- the classifier's loss (§2, (2.3a)): cross-entropy over the V real tokens of the padded logits [BT][Vp] ------
+// A target ANSWER_IGNORE (-1, answer-only training: not an answer) is skipped: loss 0, gradient 0 (§13.1, (13.1a-b)).
 static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
                                  int BT, int V, int Vp) {
     #pragma omp parallel for
@@ -384,7 +385,7 @@ static void crossentropy_forward(real *losses, real *lse, const real *logits, co
         #pragma omp simd reduction(+ : s)
         for (int i = 0; i < V; i++) s += exp(z[i] - mx);
         lse[bt] = mx + log(s);
-        losses[bt] = lse[bt] - z[targets[bt]];
+        losses[bt] = targets[bt] == ANSWER_IGNORE ? 0 : lse[bt] - z[targets[bt]];
     }
 }
 // WRITES dlogits in place of the logits: dloss·(softmax − onehot) on the V real tokens, 0 on the padding (2.3b).
@@ -394,9 +395,22 @@ static void crossentropy_backward(real *logits, const real *lse, const int *targ
     for (int bt = 0; bt < BT; bt++) {
         real *z = logits + (size_t)bt * Vp, l = lse[bt];
         int tg = targets[bt];
+        real dl = tg == ANSWER_IGNORE ? 0 : dloss;
         #pragma omp simd
-        for (int i = 0; i < V; i++) z[i] = dloss * exp(z[i] - l) - (i == tg ? dloss : 0);
+        for (int i = 0; i < V; i++) z[i] = dl * exp(z[i] - l) - (i == tg ? dl : 0);
         for (int i = V; i < Vp; i++) z[i] = 0;
+    }
+}
+
+// Accuracy (§13.1, (13.1c)): hit[bt] = 1 where the argmax of the V real logits (the lowest id among equal maxima) is
+// the target, else 0 (and 0 where the target is ANSWER_IGNORE).
+static void crossentropy_hits(unsigned char *hit, const real *logits, const int *targets, int BT, int V, int Vp) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        const real *z = logits + (size_t)bt * Vp;
+        int best = 0;
+        for (int i = 1; i < V; i++) if (z[i] > z[best]) best = i;
+        hit[bt] = targets[bt] != ANSWER_IGNORE && best == targets[bt];
     }
 }
 
@@ -853,7 +867,8 @@ typedef struct {
     real *dacts, *dres, *dlnf;               // gradient scratch: one layer's activations, the residual
     size_t acts_size, dacts_size;            // floats in acts and dacts
     int *inputs, *targets;
-    real mean_loss;
+    real mean_loss;                          // over the scored targets of the last forward pass (§13.1)
+    int nscored;                             // how many: B·T, or the answers among them under -w 1
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
     RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
     real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2]
@@ -1105,6 +1120,11 @@ static void from_float32(real *x, const float *f, size_t n) { for (size_t i = 0;
 static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // rows of Vp values
     return to_float32(M->logits + row * M->cfg.Vp, nrows * M->cfg.Vp);
 }
+// The last forward pass's per-position losses and hits (crossentropy_hits) of its BT targets, on the host (§13.1)
+static void token_scores(const Model *M, const int *targets, int BT, float *loss, unsigned char *hit) {
+    for (int i = 0; i < BT; i++) loss[i] = (float)M->losses[i];
+    crossentropy_hits(hit, M->logits, targets, BT, M->cfg.V, M->cfg.Vp);
+}
 
 // ---- §7: the routing of a whole pass. Shared with train_natsl.cu, a part of this program written on the functions
 // above (its top lists what it takes from it): the router's statistics and auxiliary terms (softmax_fraction,
@@ -1184,7 +1204,8 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);
         double s = 0;
         for (int i = 0; i < BT; i++) s += M->losses[i];
-        M->mean_loss = s / BT;
+        M->nscored = targets_scored(targets, BT); // (13.1a): the mean over the scored targets
+        M->mean_loss = M->nscored ? s / M->nscored : 0;
         router_aux_forward(M, B, T);
     }
 }
@@ -1199,16 +1220,16 @@ static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T, int m
     layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS | mlp);
 }
 
-// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
-// Every layer but the last first refills the shared scratch with what its backward pass reads (the last one's
-// activations are still there): block_rebuild without recompute; under recompute (-k 1, -k 2) block_forward
+// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(n·accum) in training, n the
+// micro-batch's scored targets M->nscored: B·T, or its answers under -w 1, (13.1b)). Every layer but the last first
+// refills the shared scratch with what its backward pass reads (the last one's activations are still there): block_rebuild without recompute; under recompute (-k 1, -k 2) block_forward
 // reruns the layer. The CPU reruns the whole block at both levels; level 1 only keeps more (the GPU uses it to
 // skip the token mixers in the rerun).
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
-    real dpi[2] = {M->rb.dpi[0] * dloss_scale * BT, M->rb.dpi[1] * dloss_scale * BT}; // §7 terms, weighted as the mean loss
-    double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                        // (7.3e), likewise
+    real dpi[2] = {M->rb.dpi[0] * dloss_scale * M->nscored, M->rb.dpi[1] * dloss_scale * M->nscored}; // §7 terms, weighted as the mean loss
+    double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * M->nscored;                        // (7.3e), likewise
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
@@ -1275,8 +1296,8 @@ static void adamw_update(Model *M, double lr, double wd, double grad_scale, int 
 }
 
 // One optimizer step t (1-based) over `accum` micro-batches of B×T tokens from the loader: zero the gradients;
-// per micro-batch, forward and backward with the loss scaled by 1/(B·T·accum), so the gradients sum to the
-// gradient of the mean loss over the whole batch; then the global gradient norm, clipping to GRAD_CLIP and one
+// per micro-batch, forward and backward with the loss scaled by 1/(n·accum), n its scored targets (B·T, or its
+// answers under -w 1: (13.1b)), so the gradients sum to the gradient of the mean of the micro-batches' mean losses; then the global gradient norm, clipping to GRAD_CLIP and one
 // AdamW update. A step whose gradient norm is not finite is skipped (no update). Returns the mean loss, the norm
 // (before clipping) and, per N layer l, the fraction of chunks routed to softmax in sfr[l] (when sfr != NULL).
 // With the §7 options: the step first draws its S gates' noise (§7.3), under ST-Gumbel routing each micro-batch its
@@ -1297,7 +1318,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
     for (int k = 0; k < accum; k++) {
         next_micro_batch(M, train, B, T); // its tokens and, under ST-Gumbel routing, its noise
         model_forward(M, train->inputs, train->targets, B, T);
-        model_backward(M, train->inputs, train->targets, B, T, (real)1 / ((real)B * T * accum));
+        model_backward(M, train->inputs, train->targets, B, T, M->nscored ? (real)1 / ((real)M->nscored * accum) : 0);
         s.loss += M->mean_loss / accum;
         s.pen += M->rb.pen / accum; s.lb += M->rb.lb / accum; s.frac += M->rb.frac / accum;
         for (int l = 0; sfr && l < c->L; l++)

@@ -17,6 +17,16 @@
  * The pair (shard, pos) is the whole position: save it in a checkpoint and hand it back to
  * dataloader_seek to resume with exactly the same batches.
  *
+ * Answer files (the recall tasks of dev/data/recall.py, doc/recall.md): a shard X.bin may have beside it X.ans (the
+ * name with .bin replaced by .ans; other names get .ans appended) saying which of its tokens are answers:
+ *   header: 256 little-endian int32 = [20261128 magic, 1 version, number of tokens N (the shard's), row length R,
+ *           number of answers, 0, ...]
+ *   then N bytes, one per token of the shard: 1 where the token is an answer, else 0.
+ * The shard is rows of R tokens one after the other (plus a trailing token), so T must be R: each batch row is then
+ * one data row. Either every shard has its answer file or none has. With them, each batch also fills
+ * answers[i] = 1 where targets[i] is an answer; with mask_targets set (answer-only training), the targets that are
+ * not answers become ANSWER_IGNORE (-1), which the cross-entropy skips.
+ *
  * Checks: init reads only the headers of all shards (magic, version, size consistent with the
  * token count, at least B*T+1 tokens); a shard's token ids are checked when the shard is
  * loaded. Every function returns 0, or -1 with a one-line "FILE: problem" message in err;
@@ -37,6 +47,9 @@
 #define DATALOADER_MAGIC 20240520
 #define DATALOADER_VERSION 1
 #define DATALOADER_HEADER_BYTES 1024 /* 256 int32 */
+#define ANSWERS_MAGIC 20261128
+#define ANSWERS_VERSION 1
+#define ANSWER_IGNORE (-1) /* a target the loss skips (doc/model.md §13.1) */
 
 typedef struct {
     int B, T, vocab;                 /* every token id must be below vocab */
@@ -44,6 +57,10 @@ typedef struct {
     int shard; size_t pos;           /* current shard index and token position in it (the checkpointable state) */
     uint16_t *tokens; size_t ntok; int loaded_shard; /* the current shard, fully read into memory and validated */
     int *inputs, *targets;           /* B*T each */
+    int has_answers;                 /* every shard has its answer file (X.ans): answers is filled with each batch */
+    int mask_targets;                /* set by the caller (answer-only training): non-answer targets become ANSWER_IGNORE */
+    unsigned char *ans_tokens;       /* the current shard's answer bytes, ntok of them */
+    unsigned char *answers;          /* B*T: 1 where targets[i] is an answer (with has_answers) */
 } DataLoader;
 
 static inline void dataloader_error_(char *err, size_t errlen, const char *fmt, ...) {
@@ -126,7 +143,94 @@ static inline int dataloader_check_size_(const DataLoader *d, const char *path, 
     return 0;
 }
 
-/* Read shard `s` fully into d->tokens and validate every token id. */
+/* The answer file of a shard: X.bin -> X.ans, any other name + ".ans". */
+static inline void dataloader_answers_path(const char *shard, char *out, size_t outlen) {
+    size_t n = strlen(shard);
+    int bin = n >= 4 && !strcmp(shard + n - 4, ".bin");
+    snprintf(out, outlen, "%.*s.ans", (int)(bin ? n - 4 : n), shard);
+}
+
+/* Open the answer file at path and check its header against the shard's token count ntok and the batch's row length
+ * T. On success returns the FILE positioned at the first answer byte and the header's answer count in *nans. */
+static inline FILE *dataloader_open_answers_(const char *path, size_t ntok, int T, long *nans, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dataloader_error_(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        return NULL;
+    }
+    unsigned char h[DATALOADER_HEADER_BYTES];
+    long size = -1;
+    int32_t n, rowT;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0 || size < DATALOADER_HEADER_BYTES || fread(h, 1, sizeof h, f) != sizeof h) {
+        dataloader_error_(err, errlen, "%s: shorter than the %d-byte header of an answer file (truncated?)", path,
+                          DATALOADER_HEADER_BYTES);
+        goto fail;
+    }
+    if (dataloader_le32_(h) != ANSWERS_MAGIC || dataloader_le32_(h + 4) != ANSWERS_VERSION) {
+        dataloader_error_(err, errlen, "%s: not an answer file (magic %ld, version %ld; expected %d, %d)", path,
+                          (long)dataloader_le32_(h), (long)dataloader_le32_(h + 4), ANSWERS_MAGIC, ANSWERS_VERSION);
+        goto fail;
+    }
+    n = dataloader_le32_(h + 8);
+    rowT = dataloader_le32_(h + 12);
+    *nans = dataloader_le32_(h + 16);
+    if (n < 0 || (size_t)n != ntok || size - DATALOADER_HEADER_BYTES != (long)n) {
+        dataloader_error_(err, errlen, "%s: %ld answer bytes for a shard of %lu tokens (header says %ld)", path,
+                          size - DATALOADER_HEADER_BYTES, (unsigned long)ntok, (long)n);
+        goto fail;
+    }
+    if (rowT != T) {
+        dataloader_error_(err, errlen, "%s: the data is rows of %ld tokens, but T = %d would cut them elsewhere (-t %ld)",
+                          path, (long)rowT, T, (long)rowT);
+        goto fail;
+    }
+    if (*nans < 0 || *nans > n) {
+        dataloader_error_(err, errlen, "%s: header says %ld answers in %ld tokens", path, *nans, (long)n);
+        goto fail;
+    }
+    return f;
+fail:
+    fclose(f);
+    return NULL;
+}
+
+/* Read the answer bytes of the shard at `shard` (ntok tokens) into d->ans_tokens, checking every byte. */
+static inline int dataloader_load_answers_(DataLoader *d, const char *shard, size_t ntok, char *err, size_t errlen) {
+    char path[4096];
+    long nans = 0, count = 0;
+    dataloader_answers_path(shard, path, sizeof(path));
+    FILE *f = dataloader_open_answers_(path, ntok, d->T, &nans, err, errlen);
+    if (!f) return -1;
+    unsigned char *buf = (unsigned char *)realloc(d->ans_tokens, ntok ? ntok : 1);
+    if (!buf) {
+        dataloader_error_(err, errlen, "%s: out of memory for %lu answer bytes", path, (unsigned long)ntok);
+        fclose(f);
+        return -1;
+    }
+    d->ans_tokens = buf;
+    size_t got = fread(buf, 1, ntok, f);
+    fclose(f);
+    if (got != ntok) {
+        dataloader_error_(err, errlen, "%s: read error at byte offset %lu", path, (unsigned long)(DATALOADER_HEADER_BYTES + got));
+        return -1;
+    }
+    for (size_t i = 0; i < ntok; i++) {
+        if (buf[i] > 1) {
+            dataloader_error_(err, errlen, "%s: byte %u at offset %lu is not 0 or 1", path, (unsigned)buf[i],
+                              (unsigned long)(DATALOADER_HEADER_BYTES + i));
+            return -1;
+        }
+        count += buf[i];
+    }
+    if (count != nans) {
+        dataloader_error_(err, errlen, "%s: header says %ld answers, the file marks %ld", path, nans, count);
+        return -1;
+    }
+    return 0;
+}
+
+/* Read shard `s` fully into d->tokens and validate every token id (and its answer bytes, with has_answers). */
 static inline int dataloader_load_shard_(DataLoader *d, int s, char *err, size_t errlen) {
     const char *path = d->files[s];
     size_t n = 0, got;
@@ -156,6 +260,7 @@ static inline int dataloader_load_shard_(DataLoader *d, int s, char *err, size_t
             return -1;
         }
     }
+    if (d->has_answers && dataloader_load_answers_(d, path, n, err, errlen)) return -1;
     d->ntok = n;
     d->loaded_shard = s;
     return 0;
@@ -171,6 +276,8 @@ static inline void dataloader_free(DataLoader *d) {
     free(d->tokens);
     free(d->inputs);
     free(d->targets);
+    free(d->ans_tokens);
+    free(d->answers);
     memset(d, 0, sizeof *d);
     d->loaded_shard = -1;
 }
@@ -183,6 +290,38 @@ static inline int dataloader_glob_(const char *pattern, glob_t *g, char *err, si
         if (rc != GLOB_NOMATCH) globfree(g);
         return -1;
     }
+    return 0;
+}
+
+/* Whether the shards have answer files: all of them (has_answers = 1, each header checked against its shard and T),
+ * none (0), or some (an error naming a shard without one). */
+static inline int dataloader_find_answers_(DataLoader *d, char *err, size_t errlen) {
+    char path[4096];
+    int with = -1, without = -1;
+    for (int i = 0; i < d->nfiles; i++) {
+        struct stat sb;
+        dataloader_answers_path(d->files[i], path, sizeof(path));
+        if (stat(path, &sb) == 0) with = i;
+        else without = i;
+    }
+    if (with < 0) return 0;
+    if (without >= 0) {
+        dataloader_answers_path(d->files[without], path, sizeof(path));
+        dataloader_error_(err, errlen, "%s: missing (the answer file of %s), but %s has one: every shard needs its "
+                          "answer file, or none", path, d->files[without], d->files[with]);
+        return -1;
+    }
+    for (int i = 0; i < d->nfiles; i++) {
+        size_t n = 0;
+        long nans;
+        FILE *f = dataloader_open_shard_(d->files[i], &n, err, errlen);
+        if (!f) return -1;
+        fclose(f);
+        dataloader_answers_path(d->files[i], path, sizeof(path));
+        if (!(f = dataloader_open_answers_(path, n, d->T, &nans, err, errlen))) return -1;
+        fclose(f);
+    }
+    d->has_answers = 1;
     return 0;
 }
 
@@ -223,9 +362,11 @@ static inline int dataloader_init(DataLoader *d, const char *pattern, int B, int
         fclose(f);
         if (dataloader_check_size_(d, d->files[i], n, err, errlen) != 0) goto fail;
     }
+    if (dataloader_find_answers_(d, err, errlen)) goto fail;
     d->inputs = (int *)malloc((size_t)B * T * sizeof(int));
     d->targets = (int *)malloc((size_t)B * T * sizeof(int));
-    if (!d->inputs || !d->targets) {
+    d->answers = (unsigned char *)calloc((size_t)B * T, 1);
+    if (!d->inputs || !d->targets || !d->answers) {
         dataloader_error_(err, errlen, "%s: out of memory for B*T = %lu", pattern, (unsigned long)((size_t)B * T));
         goto fail;
     }
@@ -255,9 +396,12 @@ static inline int dataloader_advance_(DataLoader *d, int copy, char *err, size_t
         d->pos = 0;
     }
     const uint16_t *p = d->tokens + d->pos;
+    const unsigned char *ans = d->has_answers ? d->ans_tokens + d->pos + 1 : NULL; /* the targets' answer bytes */
     for (size_t i = 0; copy && i < BT; i++) {
         d->inputs[i] = p[i];
         d->targets[i] = p[i + 1];
+        if (ans) d->answers[i] = ans[i];
+        if (ans && d->mask_targets && !ans[i]) d->targets[i] = ANSWER_IGNORE;
     }
     d->pos += BT;
     return 0;
@@ -285,6 +429,27 @@ static inline int dataloader_seek(DataLoader *d, int shard, size_t pos, char *er
     d->shard = shard;
     d->pos = pos;
     return 0;
+}
+
+/* How many of n targets are scored (not ANSWER_IGNORE): the count the loss is a mean over (doc/model.md §13.1). */
+static inline int targets_scored(const int *targets, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += targets[i] != ANSWER_IGNORE;
+    return k;
+}
+
+/* How many batches of B*T one pass over the shards gives (the next batch after them is shard 0's first again), or -1
+ * with the error of a shard that cannot be read. */
+static inline long dataloader_batches(const DataLoader *d, char *err, size_t errlen) {
+    long n = 0;
+    for (int i = 0; i < d->nfiles; i++) {
+        size_t ntok = 0;
+        FILE *f = dataloader_open_shard_(d->files[i], &ntok, err, errlen);
+        if (!f) return -1;
+        fclose(f);
+        n += (long)((ntok - 1) / ((size_t)d->B * d->T));
+    }
+    return n;
 }
 
 /* Back to the first batch of shard 0 (loaded again on the next call if needed). */

@@ -33,7 +33,7 @@ typedef struct {
     const char *launcher; // whose variables said so ("" for one process)
     int mpi;              // an MPI launcher (Open MPI, PMI): -pi's default is then mpi in a USE_MPI=1 build
 } DistEnv;
-static DistEnv g_job = {0, 1, 0, "", 0}; // this job, as dist_env read it (common/train_main.h sets it)
+static DistEnv g_job = {0, 1, 0, "", 0}; // this job, as dist_env read it (common/train_main.inc sets it)
 
 // The integer in environment variable `name` in [lo, hi] into *out: 1; unset or empty: 0; -1 and err if it is
 // not such a number.

@@ -93,6 +93,8 @@ typedef struct {
     const char *freeze_path;  // §7.3: -f, write the model with its S layers frozen and exit
     int zero;                 // several GPUs (§9.4): -z 1 shards AdamW's moments over the ranks (ZeRO-1)
     const char *pi, *pf, *ps; // several GPUs: how the NCCL id reaches the ranks (common/dist.h)
+    int eval_only;            // -E 1: evaluate a model on the val shards and exit (doc/recall.md; doc/model.md §13.2)
+    int answer_loss;          // -w 1: train on the loss over the answer positions only (§13.1)
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -118,6 +120,12 @@ static inline void train_usage(const char *prog) {
            "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
            "  -r <int>    seed                              (default 42)\n"
            "  -D <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
+           "  -w <0|1>    1 = train on the loss over the answer positions only (the .ans files beside the train\n"
+           "              shards: dev/data/recall.py) (default 0)\n"
+           "  -E <0|1>    1 = evaluate only: the model of -e (a model_*.bin; else the latest checkpoint in -o, read\n"
+           "              only) on -m batches of B x T of the val shards -j, any T a multiple of 64; prints the\n"
+           "              loss and accuracy over the answers (every target without .ans files) by position, and\n"
+           "              the softmax fraction per layer and head; writes nothing (default 0)\n"
            "  -k <0|1|2>  recompute in the backward pass, for less memory: 1 = keep each layer's input, its\n"
            "              GDN/softmax op outputs and its mixer output, rerun the rest; 2 = keep only the input\n"
            "              (default 0)\n"
@@ -184,7 +192,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -206,7 +214,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfD", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEw", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -251,6 +259,8 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'S': a->sel_lambda = parse_double_flag(f, v, 0, 1e6, 0, "S-layer penalty lambda_S"); break;
         case 'K': a->kappa = parse_double_flag(f, v, 0, 1e6, 1, "S-gate scale kappa"); break;
         case 'f': a->freeze_path = v; break;
+        case 'E': a->eval_only = parse_int_flag(f, v, 0, 1, "evaluate-only flag"); break;
+        case 'w': a->answer_loss = parse_int_flag(f, v, 0, 1, "answer-only loss flag"); break;
         }
     }
     if (a->T % NATSL_CHUNK) {
@@ -268,7 +278,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         snprintf(msg, sizeof(msg), "-d %d: total batch must be a positive multiple of B*T = %d", a->total_batch, BT);
         die(msg);
     }
-    if (a->sample_every > 0 && a->gen_tokens >= a->T) {
+    if (a->sample_every > 0 && !a->eval_only && a->gen_tokens >= a->T) {
         snprintf(msg, sizeof(msg), "-g %d: a sample holds at most T-1 = %d tokens (raise -t or lower -g)", a->gen_tokens, a->T - 1);
         die(msg);
     }
