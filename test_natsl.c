@@ -974,7 +974,8 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
     return routed ? (double)soft / routed : -1;
 }
 // A model of the pattern with router weights that mix the routing (as test_recompute_identical), random tokens; every
-// prompt length of plens in turn, one sequence of T = 256 tokens (4 chunks). s_sel: the S layers' gate values.
+// prompt length of plens in turn, one sequence of T = 256 tokens (4 chunks; the activations hold 384). s_sel: the S
+// layers' gate values; frozen: the pattern they decode as.
 static void cache_check_pattern(const char *pattern, int rope, const double *s_sel, const char *frozen) {
     static const int plens[] = {0, 1, 63, 64, 65, 200};
     g_rng = 20261128; // the same model and tokens whichever tests ran before
@@ -994,7 +995,7 @@ static void cache_check_pattern(const char *pattern, int rope, const double *s_s
     }
     int T = 256, *in = xcalloc(T, sizeof(int));
     for (int i = 0; i < T; i++) in[i] = rng_u32(&g_rng) % cf.V;
-    model_alloc_acts(&M, 1, T, 0);
+    model_alloc_acts(&M, 1, T + 2 * CH, 0); // the forward on fewer tokens than its activations hold
     char what[64];
     double fmin = 1, fmax = 0;
     for (size_t i = 0; i < sizeof(plens) / sizeof(plens[0]); i++) {
@@ -1915,6 +1916,33 @@ static void test_cli_bad_input(void) {
     CHECK(access(p, F_OK) == 0, "the first run's checkpoint is gone");
     snprintf(args, sizeof(args), "rm -rf %s", dir);
     CHECK(system(args) == 0, "cleanup");
+}
+// The generate mode (-N, doc/model.md §13) of the trainer: a prompt through the character vocabulary, the text, the
+// speed and the cache line; the same seed gives the same text; bad prompts and flags get one-line errors.
+static void test_cache_generate_cli(void) {
+    char cmd[1024], msg[1024], out[2][4096];
+    for (int run = 0; run < 2; run++) {
+        snprintf(cmd, sizeof(cmd), "%s -a GNAN -N 100 -P 'ROMEO:' -T 0.8 -O 5 -r 3", g_trainer); // 107 tokens: a chunk routed
+        int rc = run_cmd(cmd, msg, sizeof(msg));
+        FILE *f = fopen(g_stdout_path, "r");
+        size_t n = f ? fread(out[run], 1, sizeof(out[run]) - 1, f) : 0;
+        out[run][n] = 0;
+        if (f) fclose(f);
+        CHECK(rc == 0, "%s: exit %d (%s)", cmd, rc, msg);
+    }
+    char *text = strstr(out[0], "---\nROMEO:"), *end = text ? strstr(text + 4, "\n---\n") : NULL;
+    CHECK(end != NULL, "the output does not show the prompt and the text: %s", out[0]);
+    CHECK(strstr(out[0], "decode: 100 tokens") && strstr(out[0], "cache: ") && strstr(out[0], "a Transformer of the same") &&
+          strstr(out[0], "softmax fraction of the completed chunks: l1 "), "the speed or the cache line is missing: %s", out[0]);
+    if (end) *end = 0;
+    CHECK(end && strstr(out[1], text), "the same seed gave another text");
+    expect_error("-N 5 -P 'caf\xc3\xa9'", "not in the vocabulary");
+    expect_error("-P x", "go with -N");
+    expect_error("-N 5 -I 1,x", "not a token id");
+    expect_error("-N 5 -I 66", "below V = 66");
+    expect_error("-N 5 -P a -I 3", "give one");
+    expect_error("-N 5 -T -1", "temperature");
+    expect_error("-N 5 -i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -P hi", "not a character vocabulary");
 }
 // trainer with the flags common into dir/full (6 steps) and dir/split (3, a resume, 3 more; `before`: shell commands
 // run before the split run): both runs' step-6 checkpoints must be equal.
@@ -2852,6 +2880,7 @@ int main(int argc, char **argv) {
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
     RUN(test_cli_bad_input);
+    RUN(test_cache_generate_cli);
     RUN(test_resume_bit_identical);
     register_hardening_tests();
     RUN(test_dist_env);

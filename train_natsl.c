@@ -14,6 +14,7 @@ The file reads in this order:
   1. conventions and the small layers (embedding, linear, norms, SwiGLU, short conv, gates, RoPE, ...)
   2. the two NAtS-L token mixers (the softmax op and the GDN op) and the router
   3. the model: the G, A, N and S layers, the block, the forward and backward passes
+  3b. decoding with the cache: B sequences a token at a time, equal to the forward pass (doc/model.md §13)
   4. the training step: gradient norm, clipping, AdamW
   5. checkpoints and the program (the loop around train_step lives in common/train_main.h)
   Appendix: speed and checking machinery that is not model math (the blocked matmul, bf16 emulation).
@@ -944,7 +945,9 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     conv_silu_qkv_forward(a->q, a->k, a->v, a->proj, W, p->conv, B, T, K, Vt); // proj's columns: Q | K | V
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
-    l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
+    // the Q and K planes (BT rows each, wherever the layout put them: it may hold more tokens than this pass)
+    l2norm_forward(a->q_hat, a->qk_rho, a->q, BT, H, c->dk);
+    l2norm_forward(a->k_hat, a->qk_rho + (size_t)BT * H, a->k, BT, H, c->dk);
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
 // Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
@@ -1525,7 +1528,7 @@ static void decoder_step(Decoder *d, const int *tokens) {
     int D = c->D, F = c->F, R = 0;
     for (int b = 0; b < d->B; b++) {
         if (tokens[b] < 0) continue;
-        if (d->pos[b] >= d->Tmax) { fprintf(stderr, "error: decoder_step: sequence %d is full (%d tokens)\n", b, d->Tmax); exit(1); }
+        if (d->pos[b] >= d->Tmax) die("decoder_step: a sequence is full (decoder_init's Tmax tokens)");
         d->seq[R] = b; d->ids[R] = tokens[b]; R++;
     }
     if (R == 0) return;

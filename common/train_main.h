@@ -4,6 +4,13 @@
 // It is included at the end of each program and is written on that program's model interface:
 //   Model, model_build, model_init, model_alloc_acts, model_forward, model_free, train_step, logits_to_float32,
 //   and common/model_io.h (softmax_fraction, save/load of the checkpoint files)
+// and on the decoder (doc/model.md §13), for the samples and the generate mode (-N):
+//   Decoder                    B sequences being decoded, each at its own position
+//   decoder_init(d, M, B, Tmax), decoder_free(d)
+//   decoder_prefill(d, prompts, lens)  feed sequence b its lens[b] prompt tokens
+//   decoder_step(d, tokens)    one more token for every b with tokens[b] >= 0
+//   decoder_logits(d, b)       a new float32 copy of b's latest logits (Vp values)
+//   decoder_stats(d)           the cache's bytes and the routing so far (DecoderStats, common/train_util.h)
 // and on these backend hooks:
 //   backend_default_precision  what -p is when not given ("fp32" on the CPU, "bf16" on the GPU)
 //   backend_start(args)        set the backend up for the flags (precision, the ranks' GPUs) and print what it runs on
@@ -14,6 +21,8 @@
 #ifndef NATSL_TRAIN_MAIN_H
 #define NATSL_TRAIN_MAIN_H
 
+#include <ctype.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include "baseline.h"
 #include "dump.h"
@@ -134,33 +143,154 @@ static int data_vocab(const char *glob, Tokenizer *tok, char *src, size_t srclen
     return (int)tok->vocab_size;
 }
 
-// Generates n tokens after an end-of-text token, sampling from the softmax. The forward runs on the
-// shortest multiple of 64 that holds the sequence: a position's logits depend only on earlier
-// tokens (routing of the current chunk only affects later chunks, §5.3-5.4), so this is exact.
-static void sample_text(Model *M, const Tokenizer *tok, int n, int T, uint64_t *rng) {
-    int *ids = (int *)xcalloc(T, sizeof(int));
-    ids[0] = tok->ok ? (int)tok->eot : GPT2_EOT;
-    printf("---\n");
-    for (int t = 1; t < n + 1 && t < T; t++) {
-        int Tt = ((t + NATSL_CHUNK - 1) / NATSL_CHUNK) * NATSL_CHUNK;
-        model_forward(M, ids, NULL, 1, Tt);
-        float *z = logits_to_float32(M, t - 1, 1);
-        double mx = -1e30, s = 0, u = rng_uniform(rng), cum = 0;
-        for (int i = 0; i < M->cfg.V; i++) if (z[i] > mx) mx = z[i];
-        for (int i = 0; i < M->cfg.V; i++) s += exp(z[i] - mx);
-        int next = M->cfg.V - 1;
-        for (int i = 0; i < M->cfg.V; i++) {
-            cum += exp(z[i] - mx) / s;
-            if (u < cum) { next = i; break; }
+// A token drawn from the logits z[0 .. V): softmax(z / temperature) over the top_k largest (0: all); temperature 0:
+// the largest (the first on a tie). One uniform draw per token.
+static int sample_logits(const float *z, int V, double temperature, int top_k, uint64_t *rng) {
+    double u = rng_uniform(rng), mx = -1e30, s = 0, cum = 0, floor_z = -1e30;
+    int best = 0;
+    for (int i = 0; i < V; i++) if (z[i] > z[best]) best = i;
+    if (temperature == 0) return best;
+    mx = z[best];
+    if (top_k > 0 && top_k < V) { // the k-th largest logit: tokens below it are left out
+        float *sorted = (float *)xcalloc(V, sizeof(float));
+        memcpy(sorted, z, V * sizeof(float));
+        for (int k = 0; k < top_k; k++) { // partial selection: sorted[0 .. k] are the k+1 largest, in order
+            int m = k;
+            for (int i = k + 1; i < V; i++) if (sorted[i] > sorted[m]) m = i;
+            float t = sorted[k]; sorted[k] = sorted[m]; sorted[m] = t;
         }
+        floor_z = sorted[top_k - 1];
+        free(sorted);
+    }
+    for (int i = 0; i < V; i++) if (z[i] >= floor_z) s += exp((z[i] - mx) / temperature);
+    for (int i = 0; i < V; i++) {
+        if (z[i] < floor_z) continue;
+        cum += exp((z[i] - mx) / temperature) / s;
+        if (u < cum) return i;
+    }
+    return best;
+}
+
+static void print_token(const Tokenizer *tok, int id) {
+    const char *piece = tokenizer_decode(tok, id);
+    if (piece) tokenizer_print_safe(piece);
+    else printf("<%d>", id);
+}
+
+// Samples n tokens after an end-of-text token through the decoder (§13; the same numbers as the forward pass over
+// the text so far), at temperature 1 from all tokens.
+static void sample_text(Model *M, const Tokenizer *tok, int n, uint64_t *rng) {
+    Decoder d;
+    int first = tok->ok ? (int)tok->eot : GPT2_EOT, one = 1;
+    const int *prompt = &first;
+    decoder_init(&d, M, 1, n + 1);
+    decoder_prefill(&d, &prompt, &one);
+    printf("---\n");
+    for (int t = 0; t < n; t++) {
+        float *z = decoder_logits(&d, 0);
+        int next = sample_logits(z, M->cfg.V, 1, 0, rng);
         free(z);
-        ids[t] = next;
-        const char *piece = tokenizer_decode(tok, next);
-        if (piece) tokenizer_print_safe(piece);
-        else printf("<%d>", next);
+        print_token(tok, next);
         fflush(stdout);
+        if (t + 1 < n) decoder_step(&d, &next);
     }
     printf("\n---\n");
+    decoder_free(&d);
+}
+
+// The prompt of -P (text, encoded through a character vocabulary: each byte is the token whose piece is that byte) or
+// -I (comma-separated ids below V), after an end-of-text token, as every document of the shards starts. Returns its
+// length with the ids in *ids (a new array), or -1 with a one-line message.
+static int prompt_tokens(const TrainArgs *a, const Tokenizer *tok, int V, const char *vocab_src, int **ids, char *err,
+                         size_t errlen) {
+    size_t cap = 2 + (a->prompt ? strlen(a->prompt) : a->prompt_ids ? strlen(a->prompt_ids) : 0);
+    int n = 0, *out = (int *)xcalloc(cap, sizeof(int));
+    out[n++] = tok->ok ? (int)tok->eot : GPT2_EOT;
+    if (a->prompt) {
+        int of_byte[256];
+        for (int i = 0; i < 256; i++) of_byte[i] = -1;
+        for (uint32_t i = 0; tok->ok && i < tok->vocab_size; i++) {
+            const char *p = tok->token_table[i];
+            if (i == tok->eot) continue;
+            if (strlen(p) != 1) { of_byte[0] = -2; break; } // (the piece of byte 0 is empty: not in a text)
+            of_byte[(unsigned char)p[0]] = (int)i;
+        }
+        if (!tok->ok || of_byte[0] == -2) {
+            snprintf(err, errlen, "-P: the vocabulary (%.300s) is not a character vocabulary, which is all natsl.c encodes; "
+                     "give the prompt as token ids with -I (comma-separated: e.g. tiktoken's gpt2 encoding of the text)", vocab_src);
+            free(out);
+            return -1;
+        }
+        for (const unsigned char *p = (const unsigned char *)a->prompt; *p; p++) {
+            if (of_byte[*p] < 0) {
+                snprintf(err, errlen, "-P: the character '%c' (byte 0x%02x) is not in the vocabulary (%.300s)",
+                         isprint(*p) ? *p : '?', *p, vocab_src);
+                free(out);
+                return -1;
+            }
+            out[n++] = of_byte[*p];
+        }
+    } else if (a->prompt_ids) {
+        for (const char *p = a->prompt_ids; *p;) {
+            char *end;
+            errno = 0;
+            long id = strtol(p, &end, 10);
+            if (end == p || errno || id < 0 || id >= V || (*end && *end != ',')) {
+                snprintf(err, errlen, "-I %.300s: '%.40s' is not a token id below V = %d (ids are comma-separated)",
+                         a->prompt_ids, p, V);
+                free(out);
+                return -1;
+            }
+            out[n++] = (int)id;
+            p = *end ? end + 1 : end;
+        }
+    }
+    *ids = out;
+    return n;
+}
+
+// -N: generates a.gen_n tokens after the prompt with the decoder (§13), prints the text, the speed and the cache.
+static void generate(Model *M, const Tokenizer *tok, const TrainArgs *a, int V, const char *vocab_src) {
+    const Config *c = &M->cfg;
+    char err[1200];
+    int *ids, n = prompt_tokens(a, tok, V, vocab_src, &ids, err, sizeof(err));
+    if (n < 0) die(err);
+    if (!a->init_given && !a->resume) printf("note: generating from an untrained %s model (give -e model_*.bin)\n", a->init_from);
+    uint64_t rng = rng_seed((uint64_t)a->seed + 1);
+    Decoder d;
+    decoder_init(&d, M, 1, n + a->gen_n);
+    printf("generate: %d tokens after a prompt of %d (with <|endoftext|>), temperature %g, top-k %d, seed %d\n---\n",
+           a->gen_n, n, a->temperature, a->top_k, a->seed);
+    for (int i = 1; i < n; i++) print_token(tok, ids[i]);
+    fflush(stdout);
+    const int *prompt = ids;
+    double t0 = now_s();
+    decoder_prefill(&d, &prompt, &n);
+    double t1 = now_s();
+    for (int t = 0; t < a->gen_n; t++) {
+        float *z = decoder_logits(&d, 0);
+        int next = sample_logits(z, c->V, a->temperature, a->top_k, &rng);
+        free(z);
+        print_token(tok, next);
+        fflush(stdout);
+        if (t + 1 < a->gen_n) decoder_step(&d, &next);
+    }
+    double t2 = now_s();
+    printf("\n---\nprefill: %d tokens in %.3f s (%.1f tokens/s) | decode: %d tokens in %.3f s (%.1f tokens/s)\n", n, t1 - t0,
+           n / (t1 - t0), a->gen_n, t2 - t1, a->gen_n / (t2 - t1));
+    DecoderStats st = decoder_stats(&d);
+    double kv = 0;
+    for (int l = 0; l < c->L; l++) kv += st.kv[l];
+    if (st.held < 0) printf("cache: none (this program reruns the forward pass for every token)");
+    else printf("cache: %.1f KiB held (%.1f KiB of keys and values, the rest fixed-size states)", st.held / 1024, kv / 1024);
+    printf("; a Transformer of the same width and depth: %.1f KiB", st.transformer / 1024);
+    if (st.held > 0) printf(" (%.2fx)", st.transformer / st.held);
+    printf("\n");
+    int any = 0;
+    for (int l = 0; l < c->L; l++)
+        if (st.sfr[l] >= 0) printf("%s l%d %.2f", any++ ? " |" : "softmax fraction of the completed chunks:", l, st.sfr[l]);
+    if (any) printf("\n");
+    decoder_free(&d);
     free(ids);
 }
 
@@ -179,7 +309,7 @@ static int train_main(int argc, char **argv) {
     if (g_world > 1) {
         snprintf(g_rank_tag, sizeof(g_rank_tag), "rank %d: ", g_rank);
         if (g_rank > 0 && !freopen("/dev/null", "w", stdout)) die("cannot send stdout to /dev/null");
-        if (a.dump_path || a.freeze_path) die("-D and -f run in one process, not in a job of several");
+        if (a.dump_path || a.freeze_path || a.gen_n) die("-D, -f and -N run in one process, not in a job of several");
         if (a.accum % g_world) {
             snprintf(msg, sizeof(msg), "-d %d: with %d ranks the total batch must be a multiple of B*T*ranks = %lld",
                      a.total_batch, g_world, (long long)B * T * g_world);
@@ -276,6 +406,13 @@ static int train_main(int argc, char **argv) {
         backend_finish();
         return 0;
     }
+    if (a.gen_n) { // §13: generate and exit
+        generate(&M, &tok, &a, V, vocab_src);
+        model_free(&M); free(p_a);
+        dataloader_free(&train); dataloader_free(&val); tokenizer_free(&tok);
+        backend_finish();
+        return 0;
+    }
     if (strchr(c->pattern, 'S'))
         printf("layer selection (§7.3): penalty lambda_S %g, kappa %g, gate temperature %s\n", M.rb.sel_lambda, M.rb.kappa,
                M.rb.tau0 > 0 ? "as -G -M -R" : "1");
@@ -327,7 +464,7 @@ static int train_main(int argc, char **argv) {
         }
         if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last) && g_rank == 0) {
             printf("step %d: sample\n", step);
-            sample_text(&M, &tok, a.gen_tokens, T, &st.rng);
+            sample_text(&M, &tok, a.gen_tokens, &st.rng);
         }
 
         double t0 = now_s(), step_lr = lr_at(step - 1, a.warmup, a.max_steps, a.lr, a.final_frac);
