@@ -309,7 +309,8 @@ static int train_main(int argc, char **argv) {
     if (g_world > 1) {
         snprintf(g_rank_tag, sizeof(g_rank_tag), "rank %d: ", g_rank);
         if (g_rank > 0 && !freopen("/dev/null", "w", stdout)) die("cannot send stdout to /dev/null");
-        if (a.dump_path || a.freeze_path || a.gen_n) die("-D, -f and -N run in one process, not in a job of several");
+        if (a.dump_path || a.freeze_path) die("-D and -f run in one process, not in a job of several");
+        if (a.gen_n) die("-N generates in one process, not in a job of several");
         if (a.accum % g_world) {
             snprintf(msg, sizeof(msg), "-d %d: with %d ranks the total batch must be a multiple of B*T*ranks = %lld",
                      a.total_batch, g_world, (long long)B * T * g_world);

@@ -145,7 +145,7 @@ static inline void train_usage(const char *prog) {
            "  -f <file>   write the model of -e (or the resumed run) with every S layer frozen to the A or G\n"
            "              its gate chooses (keeping that mixer's parameters) to <file> and exit\n"
            "  generate (doc/model.md §13) from the model of -e (a model_*.bin) or the resumed run, then exit:\n"
-           "  -N <int>    tokens to generate after <|endoftext|> and the prompt (default 0 = train)\n"
+           "  -N <int>    generate this many tokens after <|endoftext|> and the prompt (default: train)\n"
            "  -P <text>   the prompt as text: a character vocabulary (a data set's tokenizer.bin) encodes it\n"
            "  -I <ids>    the prompt as comma-separated token ids (GPT-2 BPE text is not encoded here: e.g.\n"
            "              tiktoken's encoding of the text)\n"
