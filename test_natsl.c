@@ -921,6 +921,146 @@ static void test_recompute_identical(void) {
     free(in); free(tg);
 }
 
+// ---- decoding with the cache (doc/model.md §13) -----------------------------------------------------------------
+// B sequences of T tokens, teacher-forced: sequence b's first plen[b] tokens go through decoder_prefill, the rest
+// through decoder_step, the sequences advancing together (each at its own position). Checks against model_forward
+// over the same tokens: the logits at every decoded position (and after the prompt's last token) to 1e-10, the
+// router's decision for every completed chunk (the forward's last chunk is forced, §5.2f: not compared), and that
+// each N layer keeps exactly the keys of its softmax-routed chunks (those of the forward's ka), kv[l] = kept chunks ×
+// 64 × (d_k + d_v) reals; an A layer all T tokens' K and V. Returns the fraction of routed chunk-heads sent to
+// softmax (-1: no N layer).
+static double cache_check(Model *M, const int *in, int B, int T, const int *plen, const char *what) {
+    const Config *c = &M->cfg;
+    int Vp = c->Vp, H = c->H, Nc = T / CH, K = cfg_K(c), dk = c->dk, dv = c->dv;
+    model_forward(M, in, NULL, B, T);
+    Decoder d;
+    decoder_init(&d, M, B, T);
+    const int **pr = xcalloc(B, sizeof(int *));
+    int *tok = xcalloc(B, sizeof(int)), compared = 0;
+    for (int b = 0; b < B; b++) pr[b] = in + (size_t)b * T;
+    decoder_prefill(&d, pr, plen);
+    double worst = 0;
+    for (int first = 1;; first = 0) {
+        for (int b = 0; b < B; b++) {
+            if (first ? plen[b] == 0 : tok[b] < 0) continue;
+            const real *full = M->logits + ((size_t)b * T + d.pos[b] - 1) * Vp, *dec = d.logits + (size_t)b * Vp;
+            for (int i = 0; i < c->V; i++) worst = fmax(worst, fabs(full[i] - dec[i]));
+            compared++;
+        }
+        int any = 0;
+        for (int b = 0; b < B; b++) { tok[b] = d.pos[b] < T ? in[(size_t)b * T + d.pos[b]] : -1; any |= tok[b] >= 0; }
+        if (!any) break;
+        decoder_step(&d, tok);
+    }
+    int routed = 0, soft = 0, route_bad = 0, kept_bad = 0;
+    DecoderStats st = decoder_stats(&d);
+    for (int l = 0; l < c->L; l++) {
+        const DecLayer *L = &d.dl[l];
+        if (d.kind[l] == 'A') {
+            CHECK(st.kv[l] == (double)B * T * 2 * c->D * sizeof(real), "%s: layer %d (A) holds %.0f bytes of K/V", what, l, st.kv[l]);
+            continue;
+        }
+        if (d.kind[l] != 'N') { CHECK(st.kv[l] == 0, "%s: layer %d (G) holds keys", what, l); continue; }
+        double kept = 0;
+        for (int b = 0; b < B; b++)
+            for (int n = 0; n < H; n++) {
+                int nk = 0;
+                for (int ch = 0; ch < Nc; ch++) {
+                    int dec = d.route[(((size_t)l * B + b) * d.Ncmax + ch) * H + n];
+                    route_bad += dec < 0;
+                    if (dec != 1) continue;
+                    if (ch < Nc - 1) // the kept keys are the forward's ka of this chunk, in chunk order
+                        for (int t = 0; t < CH; t++)
+                            for (int i = 0; i < dk; i++)
+                                kept_bad += fabs(L->kk[((((size_t)b * H + n) * d.Ncmax + nk) * CH + t) * dk + i] -
+                                                 M->la[l].ka[((size_t)b * T + ch * CH + t) * K + n * dk + i]) > 1e-12;
+                    nk++;
+                }
+                for (int ch = 0; ch < Nc - 1; ch++) {
+                    int dec = d.route[(((size_t)l * B + b) * d.Ncmax + ch) * H + n];
+                    int fwd = M->la[l].rmask[(((size_t)b * Nc + ch) * H + n) * 2] == 1;
+                    route_bad += dec != fwd;
+                    routed++; soft += fwd;
+                }
+                kept_bad += nk != d.nkept[((size_t)l * B + b) * H + n];
+                kept += (double)nk * CH * (dk + dv) * sizeof(real);
+            }
+        CHECK(st.kv[l] == kept, "%s: layer %d holds %.0f bytes of kept K/V, its softmax chunks %.0f", what, l, st.kv[l], kept);
+    }
+    printf("  %s: B=%d T=%d prompt", what, B, T);
+    for (int b = 0; b < B; b++) printf(" %d", plen[b]);
+    printf(": %d positions, max |logit diff| %.2e; %d of %d routed chunk-heads softmax; cache %.0f bytes (Transformer %.0f)\n",
+           compared, worst, soft, routed, st.held, st.transformer);
+    int expect = 0;
+    for (int b = 0; b < B; b++) expect += T - plen[b] + (plen[b] > 0);
+    CHECK(compared == expect, "%s: %d positions compared, %d expected", what, compared, expect);
+    CHECK(worst < 1e-10, "%s: cached logits differ from the forward's by %.3e", what, worst);
+    CHECK(route_bad == 0, "%s: %d routing decisions differ from the forward's (or are missing)", what, route_bad);
+    CHECK(kept_bad == 0, "%s: %d kept keys or counts differ from the softmax-routed chunks'", what, kept_bad);
+    decoder_free(&d);
+    free(pr); free(tok);
+    return routed ? (double)soft / routed : -1;
+}
+// A model of the pattern with router weights that mix the routing (as test_recompute_identical), random tokens; every
+// prompt length of plens in turn, one sequence of T = 256 tokens (4 chunks; the activations hold 384). s_sel: the S
+// layers' gate values; frozen: the pattern they decode as.
+static void cache_check_pattern(const char *pattern, int rope, const double *s_sel, const char *frozen) {
+    static const int plens[] = {0, 1, 63, 64, 65, 200};
+    g_rng = 20261128; // the same model and tokens whichever tests ran before
+    Config cf = small_config(pattern, rope);
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 11);
+    for (int l = 0; l < cf.L; l++) {
+        if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5);
+        if (cf.pattern[l] == 'S') M.p.layer[l].s_sel[0] = *s_sel++;
+    }
+    if (frozen) {
+        Decoder d;
+        decoder_init(&d, &M, 1, 64);
+        CHECK(!strcmp(d.kind, frozen), "%s decodes as %s, not %s", pattern, d.kind, frozen);
+        decoder_free(&d);
+    }
+    int T = 256, *in = xcalloc(T, sizeof(int));
+    for (int i = 0; i < T; i++) in[i] = rng_u32(&g_rng) % cf.V;
+    model_alloc_acts(&M, 1, T + 2 * CH, 0); // the forward on fewer tokens than its activations hold
+    char what[64];
+    double fmin = 1, fmax = 0;
+    for (size_t i = 0; i < sizeof(plens) / sizeof(plens[0]); i++) {
+        snprintf(what, sizeof(what), "%s%s", pattern, rope ? " (RoPE)" : "");
+        double f = cache_check(&M, in, 1, T, &plens[i], what);
+        fmin = fmin < f ? fmin : f; fmax = fmax > f ? fmax : f;
+    }
+    if (strchr(pattern, 'N')) CHECK(fmin > 0 && fmax < 1, "%s: the routing is not mixed (softmax fraction %.2f)", pattern, fmin);
+    model_free(&M);
+    free(in);
+}
+static void test_cache_gdn(void) { cache_check_pattern("G", 0, NULL, NULL); }
+static void test_cache_attention(void) { cache_check_pattern("A", 0, NULL, NULL); }
+static void test_cache_natsl(void) { cache_check_pattern("N", 0, NULL, NULL); }
+static void test_cache_natsl_rope(void) { cache_check_pattern("N", 1, NULL, NULL); }
+static void test_cache_mixed(void) { cache_check_pattern("GNAN", 0, NULL, NULL); }
+// S layers decode as the mixer their noise-free gate chooses (§7.3): the first one A, the second G
+static void test_cache_select(void) { cache_check_pattern("SNS", 0, (const double[]){-0.3, 0.4}, "ANG"); }
+// Three sequences of different prompt lengths decoded together, each with its own position and routing; and the
+// cache's bytes: fixed state, the A layer's tokens, the N layers' kept chunks.
+static void test_cache_batched(void) {
+    g_rng = 20261129;
+    Config cf = small_config("GNAN", 0);
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 12);
+    for (int l = 0; l < cf.L; l++) if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5);
+    int B = 3, T = 320, plen[3] = {1, 130, 63};
+    int *in = xcalloc((size_t)B * T, sizeof(int));
+    for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
+    model_alloc_acts(&M, B, T, 0);
+    double f = cache_check(&M, in, B, T, plen, "GNAN batched");
+    CHECK(f > 0 && f < 1, "the routing is not mixed (softmax fraction %.2f)", f);
+    model_free(&M);
+    free(in);
+}
+
 // ---- parameter counts (§10) ------------------------------------------------------------------------------
 static size_t mixer_params(const Config *c, char kind) {
     size_t n = 0, r, k;
@@ -2235,6 +2375,33 @@ static void test_cli_bad_input(void) {
     snprintf(args, sizeof(args), "rm -rf %s", dir);
     CHECK(system(args) == 0, "cleanup");
 }
+// The generate mode (-N, doc/model.md §13) of the trainer: a prompt through the character vocabulary, the text, the
+// speed and the cache line; the same seed gives the same text; bad prompts and flags get one-line errors.
+static void test_cache_generate_cli(void) {
+    char cmd[1024], msg[1024], out[2][4096];
+    for (int run = 0; run < 2; run++) {
+        snprintf(cmd, sizeof(cmd), "%s -a GNAN -N 100 -P 'ROMEO:' -T 0.8 -O 5 -r 3", g_trainer); // 107 tokens: a chunk routed
+        int rc = run_cmd(cmd, msg, sizeof(msg));
+        FILE *f = fopen(g_stdout_path, "r");
+        size_t n = f ? fread(out[run], 1, sizeof(out[run]) - 1, f) : 0;
+        out[run][n] = 0;
+        if (f) fclose(f);
+        CHECK(rc == 0, "%s: exit %d (%s)", cmd, rc, msg);
+    }
+    char *text = strstr(out[0], "---\nROMEO:"), *end = text ? strstr(text + 4, "\n---\n") : NULL;
+    CHECK(end != NULL, "the output does not show the prompt and the text: %s", out[0]);
+    CHECK(strstr(out[0], "decode: 100 tokens") && strstr(out[0], "cache: ") && strstr(out[0], "a Transformer of the same") &&
+          strstr(out[0], "softmax fraction of the completed chunks: l1 "), "the speed or the cache line is missing: %s", out[0]);
+    if (end) *end = 0;
+    CHECK(end && strstr(out[1], text), "the same seed gave another text");
+    expect_error("-N 5 -P 'caf\xc3\xa9'", "not in the vocabulary");
+    expect_error("-P x", "go with -N");
+    expect_error("-N 5 -I 1,x", "not a token id");
+    expect_error("-N 5 -I 66", "below V = 66");
+    expect_error("-N 5 -P a -I 3", "give one");
+    expect_error("-N 5 -T -1", "temperature");
+    expect_error("-N 5 -i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -P hi", "not a character vocabulary");
+}
 // trainer with the flags common into dir/full (6 steps) and dir/split (3, a resume, 3 more; `before`: shell commands
 // run before the split run): both runs' step-6 checkpoints must be equal.
 static void check_resume(const char *trainer, const char *common, const char *dir, const char *before) {
@@ -3154,6 +3321,13 @@ int main(int argc, char **argv) {
     RUN(test_grad_model_select);
     RUN(test_freeze_selection);
     RUN(test_recompute_identical);
+    RUN(test_cache_gdn);
+    RUN(test_cache_attention);
+    RUN(test_cache_natsl);
+    RUN(test_cache_natsl_rope);
+    RUN(test_cache_mixed);
+    RUN(test_cache_select);
+    RUN(test_cache_batched);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);
     RUN(test_acts_layout_bf16);
@@ -3165,6 +3339,7 @@ int main(int argc, char **argv) {
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
     RUN(test_cli_bad_input);
+    RUN(test_cache_generate_cli);
     RUN(test_resume_bit_identical);
     register_hardening_tests();
     RUN(test_dist_env);

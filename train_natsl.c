@@ -14,6 +14,7 @@ The file reads in this order:
   1. conventions and the small layers (embedding, linear, norms, SwiGLU, short conv, gates, RoPE, ...)
   2. the two NAtS-L token mixers (the softmax op and the GDN op) and the router
   3. the model: the G, A, N and S layers, the block, the forward and backward passes
+  3b. decoding with the cache: B sequences a token at a time, equal to the forward pass (doc/model.md §14)
   4. the training step: gradient norm, clipping, AdamW
   5. checkpoints and the program (the loop around train_step lives in common/train_main.inc)
   Appendix: speed and checking machinery that is not model math (the blocked matmul, bf16 emulation).
@@ -334,22 +335,23 @@ static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const re
 // Row r is position t = r mod T; the angle t·10000^(−2i/hd) in double. The backward is the rotation by the
 // opposite angle (sign = −1). x_mp: x is stored in the matmul precision (the A layer's q, k), so the rotated
 // values are rounded to it.
-static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp) {
-    #pragma omp parallel for
-    for (int r = 0; r < N; r++) {
-        int t = r % T;
-        for (int h = 0; h < nh; h++) {
-            real *v = x + (size_t)r * ld + h * hd;
-            for (int i = 0; i < hd / 2; i++) {
-                double ang = t * pow(10000.0, -2.0 * i / hd);
-                real c = cos(ang), s = sign * sin(ang);
-                real x1 = v[i], x2 = v[i + hd / 2];
-                v[i] = x1 * c - x2 * s;
-                v[i + hd / 2] = x2 * c + x1 * s;
-                if (x_mp) { v[i] = matmul_precision(v[i]); v[i + hd / 2] = matmul_precision(v[i + hd / 2]); }
-            }
+// One token's row x (nh heads of width hd, contiguous) at position t (the decoder rotates one token at a time).
+static void rope_rotate_row(real *x, int t, int nh, int hd, int sign, int x_mp) {
+    for (int h = 0; h < nh; h++) {
+        real *v = x + h * hd;
+        for (int i = 0; i < hd / 2; i++) {
+            double ang = t * pow(10000.0, -2.0 * i / hd);
+            real c = cos(ang), s = sign * sin(ang);
+            real x1 = v[i], x2 = v[i + hd / 2];
+            v[i] = x1 * c - x2 * s;
+            v[i + hd / 2] = x2 * c + x1 * s;
+            if (x_mp) { v[i] = matmul_precision(v[i]); v[i + hd / 2] = matmul_precision(v[i + hd / 2]); }
         }
     }
+}
+static void rope_rotate(real *x, int N, int T, int nh, int hd, int ld, int sign, int x_mp) {
+    #pragma omp parallel for
+    for (int r = 0; r < N; r++) rope_rotate_row(x + (size_t)r * ld, r % T, nh, hd, sign, x_mp);
 }
 static void rope_forward(real *x, int N, int T, int nh, int hd, int ld, int x_mp) { rope_rotate(x, N, T, nh, hd, ld, 1, x_mp); }
 // in place: dx holds dL/d(rotated x) and becomes dL/dx
@@ -432,6 +434,34 @@ static inline real chunk_weight(const real *m, int b, int c, int cq, int n, int 
 // normalizer, kept for the backward). Query i attends key j' ≤ i of its own chunk, and the keys of earlier
 // chunks c with weight m[b][c][j/G][0] (G = heads/mask_heads heads share one mask head; chunks with weight 0
 // are skipped):  P_ij' = w_ij' exp(e_ij') / Σ w exp(e),  e_ij' = q_i·k_j' / sqrt(head_k),  o_i = Σ P_ij' v_j'.
+// One query row q against spans of keys (§5.3 (5.3b-d)): span i holds n keys k + t·ldk and values v + t·ldv with
+// weight w (the chunk's mask value; a span of weight 0 is not passed).  o = Σ w·exp(e − mx)·v / Σ w·exp(e − mx),
+// e = q·k / sqrt(dq); returns lse = mx + log(Σ w·exp(e − mx)). e: scratch for the keys of all spans. The training
+// forward passes a query's allowed chunks, the decoder (§14) its cache: kept chunks and the current one.
+typedef struct { const real *k, *v; int ldk, ldv, n; real w; } KeySpan;
+static real attend_query(real *o, const real *q, const KeySpan *sp, int nsp, int dq, int dvh, real *e) {
+    real scale = 1 / sqrt((real)dq), mx = NEG_LARGE, sum = 0;
+    int at = 0;
+    for (int s = 0; s < nsp; s++)
+        for (int t = 0; t < sp[s].n; t++, at++) {
+            const real *kt = sp[s].k + (size_t)t * sp[s].ldk;
+            real dot = 0;
+            for (int d = 0; d < dq; d++) dot += q[d] * kt[d];
+            e[at] = dot * scale;
+            if (e[at] > mx) mx = e[at];
+        }
+    for (int d = 0; d < dvh; d++) o[d] = 0;
+    at = 0;
+    for (int s = 0; s < nsp; s++)
+        for (int t = 0; t < sp[s].n; t++, at++) {
+            real p = sp[s].w * exp(e[at] - mx);
+            const real *vt = sp[s].v + (size_t)t * sp[s].ldv;
+            sum += p;
+            for (int d = 0; d < dvh; d++) o[d] += p * vt[d];
+        }
+    for (int d = 0; d < dvh; d++) o[d] /= sum;
+    return mx + log(sum);
+}
 static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     AttnArgs r;
     int rounds_out;
@@ -440,43 +470,27 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
     const real *q = a->q, *k = a->k, *v = a->v, *m = a->mask;
     int B = a->B, T = a->T, NH = a->heads, Hm = a->mask_heads, dq = a->head_k, dvh = a->head_v;
     int Nc = T / CH, G = NH / Hm;
-    real scale = 1 / sqrt((real)dq);
     #pragma omp parallel
     {
         real *e = xcalloc(T, sizeof(real));
+        KeySpan *sp = xcalloc(Nc, sizeof(KeySpan));
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++)
             for (int j = 0; j < NH; j++)
                 for (int i = 0; i < T; i++) {
-                    int ci = i / CH;
-                    const real *qi = q + ((size_t)b * T + i) * a->ldqk + j * dq;
-                    real mx = NEG_LARGE;
-                    for (int c = 0; c <= ci; c++) {
-                        if (chunk_weight(m, b, c, ci, j / G, Nc, Hm, 0) == 0) continue;
-                        for (int jj = c * CH; jj < (c + 1) * CH && jj <= i; jj++) {
-                            const real *kj = k + ((size_t)b * T + jj) * a->ldqk + j * dq;
-                            real s = 0;
-                            for (int d = 0; d < dq; d++) s += qi[d] * kj[d];
-                            e[jj] = s * scale;
-                            if (e[jj] > mx) mx = e[jj];
-                        }
-                    }
-                    real *oi = out + ((size_t)b * T + i) * NH * dvh + j * dvh, sum = 0;
-                    for (int d = 0; d < dvh; d++) oi[d] = 0;
+                    int ci = i / CH, nsp = 0;
                     for (int c = 0; c <= ci; c++) {
                         real wc = chunk_weight(m, b, c, ci, j / G, Nc, Hm, 0);
                         if (wc == 0) continue;
-                        for (int jj = c * CH; jj < (c + 1) * CH && jj <= i; jj++) {
-                            real p = wc * exp(e[jj] - mx);
-                            const real *vj = v + ((size_t)b * T + jj) * a->ldv + j * dvh;
-                            sum += p;
-                            for (int d = 0; d < dvh; d++) oi[d] += p * vj[d];
-                        }
+                        size_t row = (size_t)b * T + c * CH;
+                        sp[nsp++] = (KeySpan){k + row * a->ldqk + j * dq, v + row * a->ldv + j * dvh, a->ldqk, a->ldv,
+                                              c < ci ? CH : i - c * CH + 1, wc};
                     }
-                    for (int d = 0; d < dvh; d++) oi[d] /= sum;
-                    lse[((size_t)b * NH + j) * T + i] = mx + log(sum);
+                    const real *qi = q + ((size_t)b * T + i) * a->ldqk + j * dq;
+                    real *oi = out + ((size_t)b * T + i) * NH * dvh + j * dvh;
+                    lse[((size_t)b * NH + j) * T + i] = attend_query(oi, qi, sp, nsp, dq, dvh, e);
                 }
-        free(e);
+        free(e); free(sp);
     }
     if (rounds_out)
         for (size_t i = 0; i < (size_t)B * T * NH * dvh; i++) out[i] = matmul_precision(out[i]);
@@ -549,11 +563,28 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
 //   Z ← α_t Z;  u_t = β_t (v_t − Zᵀk̂_t);  Z ← Z + k̂_t u_tᵀ;  o_t = s Zᵀq̂_t      (α_t = e^{g_t}, s = 1/sqrt(d_k))
 // then S_{c+1} = Dec_c S_c + m_c (Z_last − Dec_c s0_c),  Dec_c = exp(Σ_{t∈c} g_t),  m_c = m[b][c][h][1]:
 // a GDN chunk (m = 1) commits its run, any other chunk only decays the committed state.
+// One token of the delta rule on the d_k×d_v run state Z (3.2b-e): Z ← α Z;  u = β(v − Zᵀk̂);  Z ← Z + k̂ uᵀ;
+// o = s Zᵀq̂ (s = 1/sqrt(d_k)). kz: scratch [d_v]. The training forward and the decoder (§14) step with it.
+static void gdn_token_step(real *Z, real *o, const real *q, const real *k, const real *v, real al, real bt, int dk,
+                           int dv, real *kz) {
+    real scale = 1 / sqrt((real)dk);
+    for (int j = 0; j < dv; j++) kz[j] = 0;
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dv; j++) { Z[i * dv + j] *= al; kz[j] += k[i] * Z[i * dv + j]; }
+    for (int j = 0; j < dv; j++) { kz[j] = bt * (v[j] - kz[j]); o[j] = 0; } // kz ← u_t
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dv; j++) { Z[i * dv + j] += k[i] * kz[j]; o[j] += q[i] * Z[i * dv + j]; }
+    for (int j = 0; j < dv; j++) o[j] *= scale;
+}
+// The chunk's commit (5.4h): S ← Dec·S + m·(Z_last − Dec·s0), s0 = the start state as stored (matmul_precision(S)),
+// written (1 − m)·Dec·S + m·(Z + Dec·(S − s0)); m = 1 for a G layer and a GDN-routed chunk, 0 for a softmax one.
+static void gdn_chunk_commit(real *S, const real *Z, real mc, real dec, size_t KV) {
+    for (size_t i = 0; i < KV; i++) S[i] = (1 - mc) * dec * S[i] + mc * (Z[i] + dec * (S[i] - matmul_precision(S[i])));
+}
 static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
     const real *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta, *m = a->mask;
     int B = a->B, T = a->T, H = a->H, dk = a->head_k, dv = a->head_v, Nc = T / CH;
     size_t KV = (size_t)dk * dv;
-    real scale = 1 / sqrt((real)dk);
     #pragma omp parallel
     {
         real *S = xcalloc(KV, sizeof(real)), *Z = xcalloc(KV, sizeof(real)), *kz = xcalloc(dv, sizeof(real));
@@ -570,19 +601,12 @@ static void gdn_op_forward(real *out, real *state, const GdnArgs *a) {
                         size_t row = (size_t)b * T + t;
                         const real *qt = q + row * a->ldqk + h * dk, *kt = k + row * a->ldqk + h * dk;
                         const real *vt = v + row * a->ldv + h * dv;
-                        real al = exp(g[row * H + h]), bt = beta[row * H + h];
-                        real *ot = out + row * H * dv + h * dv;
                         gsum += g[row * H + h];
-                        for (int j = 0; j < dv; j++) kz[j] = 0;
-                        for (int i = 0; i < dk; i++)
-                            for (int j = 0; j < dv; j++) { Z[i * dv + j] *= al; kz[j] += kt[i] * Z[i * dv + j]; }
-                        for (int j = 0; j < dv; j++) { kz[j] = bt * (vt[j] - kz[j]); ot[j] = 0; } // kz ← u_t
-                        for (int i = 0; i < dk; i++)
-                            for (int j = 0; j < dv; j++) { Z[i * dv + j] += kt[i] * kz[j]; ot[j] += qt[i] * Z[i * dv + j]; }
-                        for (int j = 0; j < dv; j++) ot[j] *= scale;
+                        gdn_token_step(Z, out + row * H * dv + h * dv, qt, kt, vt, exp(g[row * H + h]), beta[row * H + h],
+                                       dk, dv, kz);
                     }
-                    real mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1, dec = exp(gsum);
-                    for (size_t i = 0; i < KV; i++) S[i] = (1 - mc) * dec * S[i] + mc * (Z[i] + dec * (S[i] - s0[i]));
+                    real mc = m ? m[(((size_t)b * Nc + c) * H + h) * 2 + 1] : 1;
+                    gdn_chunk_commit(S, Z, mc, exp(gsum), KV);
                 }
             }
         free(S); free(Z); free(kz);
@@ -939,7 +963,9 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     conv_silu_qkv_forward(a->q, a->k, a->v, &conv, K, Vt); // proj's columns: Q | K | V
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
-    l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
+    // the Q and K planes (BT rows each, wherever the layout put them: it may hold more tokens than this pass)
+    l2norm_forward(a->q_hat, a->qk_rho, a->q, BT, H, c->dk);
+    l2norm_forward(a->k_hat, a->qk_rho + (size_t)BT * H, a->k, BT, H, c->dk);
     gdn_gates_forward(a->g, a->beta, &gates);
 }
 // Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
@@ -1264,6 +1290,353 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
 // Shared with train_natsl.cu, a part of this program (its top lists what it takes from it): freezing the S layers
 // and the checkpoint files (save_model, load_model, save_state, load_state and ZeRO-1's shards).
 #include "common/model_io.inc"
+
+// ================================================================================================
+// 3b. Decoding with the cache (doc/model.md §14): B sequences one token at a time, each at its own position with its
+// own routing, equal to the forward pass over the same tokens. Per layer kind the cache holds (one flat buffer, laid
+// out by decoder_layout):
+//   G: the GDN state S_c [H][d_k][d_v], the current chunk's run Z and its Σg, the short conv's last inputs;
+//   A: the keys (RoPE'd) and values of every token so far;
+//   N: what G holds, the router's running sum of x over the current chunk, the current chunk's softmax keys and
+//      values, and per head group the keys and values of the completed chunks the router sent to softmax;
+//   S: what its frozen choice (the noise-free gate, §7.3) holds.
+// A step costs O(1) in the GDN part and O(kept softmax tokens) in attention. At a chunk's last token the router
+// decides for the chunk from its mean (5.2a-d): routed to GDN, the run commits into the state and the keys and values
+// are dropped; routed to softmax, they are kept and the state only decays (5.4h).
+// ================================================================================================
+
+typedef struct {
+    real *S, *Z, *gsum, *tail; // G, N: state S_c and run Z [B][H][d_k][d_v], Σg of the chunk [B][H], the conv inputs
+                               //   [B][4][2K+Vt] (the last 3 tokens', then the current one's)
+    real *psum;                // N: Σ x over the current chunk [B][D] (the router's pool, (5.2a))
+    real *ck, *cv;             // N: the current chunk's ka [B][64][K], va [B][64][Vt];  A: keys, values [B][Tmax][D]
+    real *kk, *kv;             // N: the kept chunks' keys [B][H][Nc][64][d_k], values [B][H][Nc][64][d_v], per head
+                               //   group (its G softmax heads' columns), in chunk order
+} DecLayer;
+
+typedef struct {
+    Model *M;
+    int B, Tmax, Ncmax;
+    char kind[NATSL_MAX_LAYERS + 1];  // the pattern with every S resolved to the A or G its gate chooses
+    LayerParams p[NATSL_MAX_LAYERS];  // the parameters each layer runs with (an S layer's: its chosen mixer's)
+    DecLayer dl[NATSL_MAX_LAYERS];
+    real *cache;                      // the flat cache, cache_size reals (decoder_layout)
+    size_t cache_size;
+    real *work, *zrows;               // one step's activations (decoder_work_layout), the rows' logits [B][Vp]
+    LayerActs w;
+    real *logits;                     // [B][Vp]: each sequence's latest logits
+    int *pos, *seq, *ids;             // [B]: tokens each sequence has consumed; a step's sequences and tokens
+    int *nkept;                       // [L][B][H]: softmax chunks an N layer keeps, per sequence and head group
+    signed char *route;               // [L][B][Nc][H]: the router's decision per completed chunk: 1 softmax, 0 GDN
+} Decoder;
+
+// The cache's fields, carved out of base (NULL: only count); returns its size in reals.
+static size_t decoder_layout(Decoder *d, real *base) {
+    const Config *c = &d->M->cfg;
+    size_t B = d->B, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, Nc = d->Ncmax, off = 0;
+    size_t KV = (size_t)c->dk * c->dv;
+#define TAKE(field, n) do { L->field = base ? base + off : NULL; off += (size_t)(n); } while (0)
+    for (int l = 0; l < c->L; l++) {
+        DecLayer *L = &d->dl[l];
+        memset(L, 0, sizeof(*L));
+        if (d->kind[l] != 'A') {
+            TAKE(S, B * H * KV); TAKE(Z, B * H * KV); TAKE(gsum, B * H); TAKE(tail, B * NATSL_CONV * W);
+        }
+        if (d->kind[l] == 'N') {
+            TAKE(psum, B * D); TAKE(ck, B * CH * K); TAKE(cv, B * CH * Vt);
+            TAKE(kk, B * H * Nc * CH * c->dk); TAKE(kv, B * H * Nc * CH * c->dv);
+        }
+        if (d->kind[l] == 'A') { TAKE(ck, B * d->Tmax * D); TAKE(cv, B * d->Tmax * D); }
+    }
+#undef TAKE
+    return off;
+}
+
+// One step's activations for R rows (one token of each advancing sequence), in the fields of LayerActs with B·T = R;
+// carved out of base (NULL: only count). The planes (q | k, q̂ | k̂, qa | ka) are R rows apart.
+static size_t decoder_work_layout(LayerActs *w, const Config *c, int R, real *base) {
+    size_t D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, off = 0;
+    size_t P = 2 * K + Vt > 3 * D ? 2 * K + Vt : 3 * D, A = Vt > D ? Vt : D, NR = H > Ha ? H : Ha;
+    memset(w, 0, sizeof(*w));
+#define TAKE(field, n) do { w->field = base ? base + off : NULL; off += (size_t)(n); } while (0)
+    TAKE(res, R * D); TAKE(xn, R * D); TAKE(rstd1, R); TAKE(proj, R * P); TAKE(qk, 2 * R * K); TAKE(v, R * Vt);
+    TAKE(gate, R * Vt); TAKE(ab, R * 2 * H); TAKE(g, R * H); TAKE(beta, R * H); TAKE(qk_hat, 2 * R * K);
+    TAKE(qk_rho, 2 * R * H); TAKE(qka, 2 * R * K); TAKE(qka_rstd, 2 * R * Ha); TAKE(omega_raw, R * 2 * Ha);
+    TAKE(omega, R * 2 * Ha); TAKE(gdn_out, R * Vt); TAKE(att_out, R * A); TAKE(pool, D); TAKE(rlogits, 2 * H);
+    TAKE(rpi, 2 * H); TAKE(norm_rstd, 2 * R * NR); TAKE(y, R * Vt); TAKE(r, R * D); TAKE(xn2, R * D); TAKE(rstd2, R);
+    TAKE(gu, R * 2 * c->F); TAKE(hmid, R * c->F);
+#undef TAKE
+    if (base) {
+        w->q = w->qk; w->k = w->qk + R * K; w->q_hat = w->qk_hat; w->k_hat = w->qk_hat + R * K;
+        w->qa = w->qka; w->ka = w->qka + R * K; w->qa_rstd = w->qka_rstd; w->ka_rstd = w->qka_rstd + R * Ha;
+    }
+    return off;
+}
+
+// Empties the cache: every sequence at position 0.
+static void decoder_reset(Decoder *d) {
+    const Config *c = &d->M->cfg;
+    memset(d->cache, 0, d->cache_size * sizeof(real));
+    memset(d->pos, 0, d->B * sizeof(int));
+    memset(d->nkept, 0, (size_t)c->L * d->B * c->H * sizeof(int));
+    memset(d->route, -1, (size_t)c->L * d->B * d->Ncmax * c->H);
+}
+
+// A decoder for B sequences of up to Tmax tokens each. The S layers are frozen to their noise-free choice (§7.3).
+static void decoder_init(Decoder *d, Model *M, int B, int Tmax) {
+    const Config *c = &M->cfg;
+    memset(d, 0, sizeof(*d));
+    d->M = M; d->B = B; d->Tmax = Tmax; d->Ncmax = (Tmax + CH - 1) / CH;
+    for (int l = 0; l < c->L; l++) {
+        d->kind[l] = c->pattern[l];
+        d->p[l] = M->p.layer[l];
+        if (c->pattern[l] != 'S') continue;
+        double s = M->p.layer[l].s_sel[0];
+        d->kind[l] = sel_gate(s, M->rb.kappa, NULL, 1).a ? 'A' : 'G';
+        if (d->kind[l] == 'A') d->p[l] = select_attn_params(&M->p.layer[l]);
+    }
+    d->cache_size = decoder_layout(d, NULL);
+    d->cache = xcalloc(d->cache_size, sizeof(real));
+    decoder_layout(d, d->cache);
+    d->work = xcalloc(decoder_work_layout(&d->w, c, B, NULL), sizeof(real));
+    d->zrows = xcalloc((size_t)B * c->Vp, sizeof(real));
+    d->logits = xcalloc((size_t)B * c->Vp, sizeof(real));
+    d->pos = xcalloc(B, sizeof(int)); d->seq = xcalloc(B, sizeof(int)); d->ids = xcalloc(B, sizeof(int));
+    d->nkept = xcalloc((size_t)c->L * B * c->H, sizeof(int));
+    d->route = xcalloc((size_t)c->L * B * d->Ncmax * c->H, 1);
+    decoder_reset(d);
+}
+
+static void decoder_free(Decoder *d) {
+    free(d->cache); free(d->work); free(d->zrows); free(d->logits); free(d->pos); free(d->seq); free(d->ids);
+    free(d->nkept); free(d->route);
+}
+
+// G and N layers (§3, §5) on R rows: the inputs (3.1a-h, 5.1a-e) with the short conv over the cached last inputs,
+// one GDN step per head on the run Z (3.2b-e, 5.4b-c), for N the softmax op over the kept chunks and the current one
+// (5.3a-d), the gated norm and the output projection; at a chunk's last token the router's decision and the commit.
+static void decoder_gdn_layer(Decoder *d, int l, int R) {
+    const Config *c = &d->M->cfg;
+    const LayerParams *p = &d->p[l];
+    const DecLayer *L = &d->dl[l];
+    LayerActs *w = &d->w;
+    int D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, dk = c->dk, dv = c->dv;
+    int Ha = c->Ha, dka = cfg_dka(c), dva = cfg_dva(c), G = Ha / H, nats = d->kind[l] == 'N';
+    size_t KV = (size_t)dk * dv;
+    matmul_forward(w->proj, w->xn, p->wqkv, R, D, W, 1, NULL);
+    #pragma omp parallel for
+    for (int r = 0; r < R; r++) { // the short conv (3.1c) over the last 3 inputs and this one, then SiLU
+        real *win = L->tail + (size_t)d->seq[r] * NATSL_CONV * W;
+        memcpy(win + (NATSL_CONV - 1) * W, w->proj + (size_t)r * W, W * sizeof(real));
+        for (int ch = 0; ch < W; ch++) {
+            real y = matmul_precision(silu(conv_pre(win + ch, W, p->conv + ch * NATSL_CONV, NATSL_CONV - 1)));
+            if (ch < K) w->q[(size_t)r * K + ch] = y;
+            else if (ch < 2 * K) w->k[(size_t)r * K + ch - K] = y;
+            else w->v[(size_t)r * Vt + ch - 2 * K] = y;
+        }
+        memmove(win, win + W, (NATSL_CONV - 1) * W * sizeof(real));
+    }
+    matmul_forward(w->gate, w->xn, p->wg, R, D, Vt, 1, NULL);
+    matmul_forward(w->ab, w->xn, p->wab, R, D, 2 * H, 0, NULL);
+    l2norm_forward(w->qk_hat, w->qk_rho, w->qk, 2 * R, H, dk);
+    GdnGatesArgs gates = {w->ab, p->a_log, p->dt_bias, R, H, 0, 0}; // (the backward's stride fields: unused)
+    gdn_gates_forward(w->g, w->beta, &gates);
+    #pragma omp parallel
+    {
+        real *kz = xcalloc(dv, sizeof(real));
+        #pragma omp for collapse(2)
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < H; h++) { // the run starts each chunk from the committed state as stored (5.4h)
+                size_t bh = (size_t)d->seq[r] * H + h, rh = (size_t)r * H + h;
+                real *S = L->S + bh * KV, *Z = L->Z + bh * KV;
+                if (d->pos[d->seq[r]] % CH == 0) {
+                    for (size_t i = 0; i < KV; i++) Z[i] = matmul_precision(S[i]);
+                    L->gsum[bh] = 0;
+                }
+                L->gsum[bh] += w->g[rh];
+                gdn_token_step(Z, w->gdn_out + (size_t)r * Vt + h * dv, w->q_hat + (size_t)r * K + h * dk,
+                               w->k_hat + (size_t)r * K + h * dk, w->v + (size_t)r * Vt + h * dv, exp(w->g[rh]),
+                               w->beta[rh], dk, dv, kz);
+            }
+        free(kz);
+    }
+    for (size_t i = 0; i < (size_t)R * Vt; i++) w->gdn_out[i] = matmul_precision(w->gdn_out[i]);
+    if (nats) {
+        rmsnorm_forward(w->qa, w->qa_rstd, w->q, p->qn, (NormRows){R, Ha, dka, K, K}, 1);
+        rmsnorm_forward(w->ka, w->ka_rstd, w->k, p->kn, (NormRows){R, Ha, dka, K, K}, 1);
+        if (c->rope)
+            for (int r = 0; r < R; r++) {
+                rope_rotate_row(w->qa + (size_t)r * K, d->pos[d->seq[r]], Ha, dka, 1, 1);
+                rope_rotate_row(w->ka + (size_t)r * K, d->pos[d->seq[r]], Ha, dka, 1, 1);
+            }
+        matmul_forward(w->omega_raw, w->q, p->wow, R, K, 2 * Ha, 0, NULL);
+        pair_softmax_forward(w->omega, w->omega_raw, (size_t)R * Ha);
+        for (int r = 0; r < R; r++) { // the router's running sum; the chunk's keys and values
+            int b = d->seq[r], t = d->pos[b] % CH;
+            for (int i = 0; i < D; i++) L->psum[(size_t)b * D + i] += matmul_precision(w->xn[(size_t)r * D + i]);
+            memcpy(L->ck + ((size_t)b * CH + t) * K, w->ka + (size_t)r * K, K * sizeof(real));
+            memcpy(L->cv + ((size_t)b * CH + t) * Vt, w->v + (size_t)r * Vt, Vt * sizeof(real));
+        }
+        #pragma omp parallel
+        {
+            real *e = xcalloc((size_t)d->Ncmax * CH, sizeof(real));
+            KeySpan *sp = xcalloc(d->Ncmax + 1, sizeof(KeySpan));
+            #pragma omp for collapse(2)
+            for (int r = 0; r < R; r++)
+                for (int j = 0; j < Ha; j++) { // (5.3a): the kept chunks of head group n, then the own chunk up to t
+                    int b = d->seq[r], n = j / G, jj = j % G, nsp = 0;
+                    int nk = d->nkept[((size_t)l * d->B + b) * H + n];
+                    size_t slot = ((size_t)b * H + n) * d->Ncmax;
+                    for (int i = 0; i < nk; i++)
+                        sp[nsp++] = (KeySpan){L->kk + (slot + i) * CH * dk + jj * dka, L->kv + (slot + i) * CH * dv + jj * dva,
+                                              dk, dv, CH, 1};
+                    sp[nsp++] = (KeySpan){L->ck + (size_t)b * CH * K + j * dka, L->cv + (size_t)b * CH * Vt + j * dva, K, Vt,
+                                          d->pos[b] % CH + 1, 1};
+                    attend_query(w->att_out + (size_t)r * Vt + j * dva, w->qa + (size_t)r * K + j * dka, sp, nsp, dka, dva, e);
+                }
+            free(e); free(sp);
+        }
+        for (size_t i = 0; i < (size_t)R * Vt; i++) w->att_out[i] = matmul_precision(w->att_out[i]);
+    }
+    GatedNormArgs norm = nats ? natsl_norm_args(c, w, p->n1, p->n2, R, 1) : gdn_layer_norm_args(c, w, p->o_norm, R, 1);
+    gated_norm_forward(w->y, w->norm_rstd, &norm);
+    matmul_forward(w->r, w->y, p->wo, R, Vt, D, 1, w->res);
+    for (int r = 0; r < R; r++) { // the chunk boundary: the router decides (5.2a-d), the state commits or decays (5.4h)
+        int b = d->seq[r], cidx = d->pos[b] / CH;
+        if (d->pos[b] % CH != CH - 1) continue;
+        if (nats) {
+            for (int i = 0; i < D; i++) { w->pool[i] = L->psum[(size_t)b * D + i] / CH; L->psum[(size_t)b * D + i] = 0; }
+            matmul_forward(w->rlogits, w->pool, p->wr, 1, D, 2 * H, 0, NULL);
+            pair_softmax_forward(w->rpi, w->rlogits, H);
+        }
+        for (int h = 0; h < H; h++) {
+            int soft = nats && w->rpi[2 * h] >= w->rpi[2 * h + 1]; // ties to softmax (5.2d)
+            size_t bh = (size_t)b * H + h;
+            if (nats) d->route[(((size_t)l * d->B + b) * d->Ncmax + cidx) * H + h] = (signed char)soft;
+            if (soft) { // keep the chunk's keys and values of head group h
+                int *nk = &d->nkept[((size_t)l * d->B + b) * H + h];
+                size_t slot = bh * d->Ncmax + *nk;
+                for (int t = 0; t < CH; t++) {
+                    memcpy(L->kk + (slot * CH + t) * dk, L->ck + ((size_t)b * CH + t) * K + h * dk, dk * sizeof(real));
+                    memcpy(L->kv + (slot * CH + t) * dv, L->cv + ((size_t)b * CH + t) * Vt + h * dv, dv * sizeof(real));
+                }
+                (*nk)++;
+            }
+            gdn_chunk_commit(L->S + bh * KV, L->Z + bh * KV, soft ? 0 : 1, exp(L->gsum[bh]), KV);
+        }
+    }
+}
+
+// A layer (§4) on R rows: q, k RoPE'd at each sequence's position, k and v appended to the cache, causal attention
+// over every cached token (4.1c).
+static void decoder_attention_layer(Decoder *d, int l, int R) {
+    const Config *c = &d->M->cfg;
+    const LayerParams *p = &d->p[l];
+    const DecLayer *L = &d->dl[l];
+    LayerActs *w = &d->w;
+    int D = c->D, heads = cfg_attn_heads(c), hd = NATSL_ATTN_HEAD;
+    matmul_forward(w->proj, w->xn, p->wqkv, R, D, 3 * D, 1, NULL);
+    for (int r = 0; r < R; r++) {
+        int b = d->seq[r];
+        real *row = w->proj + (size_t)r * 3 * D;
+        rope_rotate_row(row, d->pos[b], 2 * heads, hd, 1, 1);
+        memcpy(L->ck + ((size_t)b * d->Tmax + d->pos[b]) * D, row + D, D * sizeof(real));
+        memcpy(L->cv + ((size_t)b * d->Tmax + d->pos[b]) * D, row + 2 * D, D * sizeof(real));
+    }
+    #pragma omp parallel
+    {
+        real *e = xcalloc(d->Tmax, sizeof(real));
+        #pragma omp for collapse(2)
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < heads; j++) {
+                int b = d->seq[r];
+                KeySpan sp = {L->ck + (size_t)b * d->Tmax * D + j * hd, L->cv + (size_t)b * d->Tmax * D + j * hd, D, D,
+                              d->pos[b] + 1, 1};
+                attend_query(w->att_out + (size_t)r * D + j * hd, w->proj + (size_t)r * 3 * D + j * hd, &sp, 1, hd, hd, e);
+            }
+        free(e);
+    }
+    for (size_t i = 0; i < (size_t)R * D; i++) w->att_out[i] = matmul_precision(w->att_out[i]);
+    matmul_forward(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
+}
+
+// One token for every sequence b with tokens[b] >= 0 (the others wait): the whole model (2.1a-f) on those rows; each
+// one's logits land in d->logits[b] and its position advances.
+static void decoder_step(Decoder *d, const int *tokens) {
+    const Config *c = &d->M->cfg;
+    const ParamPtrs *P = &d->M->p;
+    int D = c->D, F = c->F, R = 0;
+    for (int b = 0; b < d->B; b++) {
+        if (tokens[b] < 0) continue;
+        if (d->pos[b] >= d->Tmax) die("decoder_step: a sequence is full (decoder_init's Tmax tokens)");
+        d->seq[R] = b; d->ids[R] = tokens[b]; R++;
+    }
+    if (R == 0) return;
+    LayerActs *w = &d->w;
+    decoder_work_layout(w, c, R, d->work);
+    encoder_forward(w->res, d->ids, P->wte, R, D);
+    for (int l = 0; l < c->L; l++) {
+        const LayerParams *p = &d->p[l];
+        rmsnorm_forward(w->xn, w->rstd1, w->res, p->ln_mix, norm_rows(R, D), 1);
+        if (d->kind[l] == 'A') decoder_attention_layer(d, l, R);
+        else decoder_gdn_layer(d, l, R);
+        rmsnorm_forward(w->xn2, w->rstd2, w->r, p->ln_mlp, norm_rows(R, D), 1);
+        matmul_forward(w->gu, w->xn2, p->wgu, R, D, 2 * F, 1, NULL);
+        swiglu_forward(w->hmid, w->gu, R, F);
+        matmul_forward(w->res, w->hmid, p->wdown, R, F, D, 1, w->r);
+    }
+    rmsnorm_forward(w->xn, w->rstd1, w->res, P->ln_f, norm_rows(R, D), 1);
+    matmul_forward(d->zrows, w->xn, P->head, R, D, c->Vp, 1, NULL);
+    for (int r = 0; r < R; r++) {
+        memcpy(d->logits + (size_t)d->seq[r] * c->Vp, d->zrows + (size_t)r * c->Vp, c->Vp * sizeof(real));
+        d->pos[d->seq[r]]++;
+    }
+}
+
+// Feeds sequence b its prompt prompts[b][0 .. lens[b]) (lengths may differ, 0 included), token by token through
+// decoder_step (exact: the oracle of §14); d->logits[b] then holds the logits after b's last token.
+static void decoder_prefill(Decoder *d, const int *const *prompts, const int *lens) {
+    int most = 0;
+    for (int b = 0; b < d->B; b++) most = lens[b] > most ? lens[b] : most;
+    int *tok = xcalloc(d->B, sizeof(int));
+    for (int i = 0; i < most; i++) {
+        for (int b = 0; b < d->B; b++) tok[b] = i < lens[b] ? prompts[b][i] : -1;
+        decoder_step(d, tok);
+    }
+    free(tok);
+}
+
+// Sequence b's latest logits (Vp values) as a new float32 array.
+static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->logits + (size_t)b * d->M->cfg.Vp, d->M->cfg.Vp); }
+
+// What the cache holds now, in bytes: the fixed state of every G and N layer (S, Z, Σg, conv inputs; N: the router's
+// sum and the current chunk's keys and values) and the keys and values that grow (A: every token's; N: the kept
+// chunks', kv[l]); a Transformer of the same width and depth would hold K and V of every layer and token. sfr[l]: the
+// fraction of an N layer's completed chunk-heads routed to softmax (-1: no N layer or no completed chunk).
+static DecoderStats decoder_stats(const Decoder *d) {
+    const Config *c = &d->M->cfg;
+    DecoderStats s;
+    memset(&s, 0, sizeof(s));
+    size_t B = d->B, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, tokens = 0, el = sizeof(real);
+    for (int b = 0; b < d->B; b++) tokens += d->pos[b];
+    s.transformer = (double)tokens * c->L * 2 * D * el;
+    for (int l = 0; l < c->L; l++) {
+        s.sfr[l] = -1;
+        if (d->kind[l] == 'A') s.kv[l] = (double)tokens * 2 * D * el;
+        if (d->kind[l] != 'A') s.held += (double)B * (2 * H * c->dk * c->dv + H + NATSL_CONV * W) * el;
+        if (d->kind[l] != 'N') { s.held += s.kv[l]; continue; }
+        s.held += (double)B * (D + CH * (K + Vt)) * el;
+        int n = 0, soft = 0;
+        for (size_t i = 0; i < B * H; i++) s.kv[l] += (double)d->nkept[(size_t)l * B * H + i] * CH * (c->dk + c->dv) * el;
+        for (size_t i = 0; i < B * d->Ncmax * H; i++) {
+            signed char x = d->route[(size_t)l * B * d->Ncmax * H + i];
+            n += x >= 0; soft += x == 1;
+        }
+        if (n) s.sfr[l] = (double)soft / n;
+        s.held += s.kv[l];
+    }
+    return s;
+}
 
 // ================================================================================================
 // 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW

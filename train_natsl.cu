@@ -2615,6 +2615,69 @@ static void backend_finish(void) {
 #endif
 }
 
+// ---- the decoder interface of common/train_main.inc (doc/model.md §14), without a cache: a step reruns the forward
+// pass over the sequence's tokens so far, padded to a multiple of 64 (a position's logits depend only on the tokens
+// before it, §5.3-5.4); train_natsl.c (section 3b) holds the cached decoder, the oracle.
+typedef struct {
+    Model *M;
+    int B, Tmax, Tlast; // Tlast: the length of the last forward pass (the router statistics)
+    int *ids, *len;     // [B][Tmax] each sequence's tokens, [B] their number
+    float *logits;      // [B][Vp] each sequence's latest logits
+} Decoder;
+static void decoder_init(Decoder *d, Model *M, int B, int Tmax) {
+    int Tp = (Tmax + NATSL_CHUNK - 1) / NATSL_CHUNK * NATSL_CHUNK;
+    memset(d, 0, sizeof(*d));
+    d->M = M; d->B = B; d->Tmax = Tmax;
+    if (!M->acts) model_alloc_acts(M, 1, Tp, 0); // the generate mode; the samples run on the training activations
+    if ((size_t)M->B * M->T < (size_t)Tp) die("decoder_init: the activations hold fewer tokens than the text");
+    d->ids = (int *)xcalloc((size_t)B * Tmax, sizeof(int));
+    d->len = (int *)xcalloc(B, sizeof(int));
+    d->logits = (float *)xcalloc((size_t)B * M->cfg.Vp, sizeof(float));
+}
+static void decoder_free(Decoder *d) { free(d->ids); free(d->len); free(d->logits); }
+static void decoder_forward(Decoder *d, int b) { // b's logits after its last token
+    d->Tlast = (d->len[b] + NATSL_CHUNK - 1) / NATSL_CHUNK * NATSL_CHUNK;
+    model_forward(d->M, d->ids + (size_t)b * d->Tmax, NULL, 1, d->Tlast);
+    float *z = logits_to_float32(d->M, d->len[b] - 1, 1);
+    memcpy(d->logits + (size_t)b * d->M->cfg.Vp, z, d->M->cfg.Vp * sizeof(float));
+    free(z);
+}
+static void decoder_prefill(Decoder *d, const int *const *prompts, const int *lens) {
+    for (int b = 0; b < d->B; b++) {
+        if (lens[b] == 0) continue;
+        if (d->len[b] + lens[b] > d->Tmax) die("decoder_prefill: the prompt does not fit");
+        memcpy(d->ids + (size_t)b * d->Tmax + d->len[b], prompts[b], lens[b] * sizeof(int));
+        d->len[b] += lens[b];
+        decoder_forward(d, b);
+    }
+}
+static void decoder_step(Decoder *d, const int *tokens) {
+    for (int b = 0; b < d->B; b++) {
+        if (tokens[b] < 0) continue;
+        if (d->len[b] >= d->Tmax) die("decoder_step: the sequence is full");
+        d->ids[(size_t)b * d->Tmax + d->len[b]++] = tokens[b];
+        decoder_forward(d, b);
+    }
+}
+static float *decoder_logits(const Decoder *d, int b) {
+    float *z = (float *)xcalloc(d->M->cfg.Vp, sizeof(float));
+    memcpy(z, d->logits + (size_t)b * d->M->cfg.Vp, d->M->cfg.Vp * sizeof(float));
+    return z;
+}
+// No cache (held = -1); a Transformer's K and V in the precision of the activations; the routing of the last pass.
+static DecoderStats decoder_stats(const Decoder *d) {
+    const Config *c = &d->M->cfg;
+    DecoderStats s;
+    memset(&s, 0, sizeof(s));
+    size_t tokens = 0;
+    for (int b = 0; b < d->B; b++) tokens += d->len[b];
+    s.held = -1;
+    s.transformer = (double)tokens * c->L * 2 * c->D * (g_bf16 ? 2 : 4);
+    for (int l = 0; l < c->L; l++)
+        s.sfr[l] = c->pattern[l] == 'N' && d->Tlast > NATSL_CHUNK ? softmax_fraction(d->M, l, -1, 1, d->Tlast) : -1;
+    return s;
+}
+
 #include "common/train_main.inc"
 
 #ifndef TESTING

@@ -80,6 +80,12 @@ static inline void print_eta(int steps_done, int steps_left, double elapsed) {
     else printf(" | ETA %dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
+// ---- what a decoder's cache holds (doc/model.md §14; each program's decoder_stats fills it) ----------
+// Bytes: held now (held; -1: the program decodes without a cache), the keys and values of each layer (kv[l]: an A
+// layer's, an N layer's kept chunks'), and what a Transformer of the same width and depth would hold (K and V of every
+// layer and token). sfr[l]: the softmax fraction of N layer l's completed chunk-heads (-1: none).
+typedef struct { double held, transformer, kv[NATSL_MAX_LAYERS], sfr[NATSL_MAX_LAYERS]; } DecoderStats;
+
 // ---- the command line (llm.c style: one letter, one value) -----------------------------------------
 typedef struct {
     const char *train_glob, *val_glob, *outdir, *init_from, *arch, *dump_path, *precision;
@@ -95,6 +101,9 @@ typedef struct {
     const char *pi, *pf, *ps; // several GPUs: how the NCCL id reaches the ranks (common/dist.h)
     int eval_only;            // -E 1: evaluate a model on the val shards and exit (doc/recall.md; doc/model.md §13.2)
     int answer_loss;          // -w 1: train on the loss over the answer positions only (§13.1)
+    int gen_n, top_k;         // generate (doc/model.md §14): -N tokens after the prompt, then exit; -O top-k (0: all)
+    const char *prompt, *prompt_ids; // -P text (a character vocabulary), -I comma-separated token ids
+    double temperature;       // -T (0: the most likely token)
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -143,6 +152,14 @@ static inline void train_usage(const char *prog) {
            "  -K <float>  gate scale kappa: logits -+(kappa/2)*tanh(s_sel) (default 10)\n"
            "  -f <file>   write the model of -e (or the resumed run) with every S layer frozen to the A or G\n"
            "              its gate chooses (keeping that mixer's parameters) to <file> and exit\n"
+           "  generate (doc/model.md §14) from the model of -e (a model_*.bin) or the resumed run, then exit:\n"
+           "  -N <int>    generate this many tokens after <|endoftext|> and the prompt (default: train)\n"
+           "  -P <text>   the prompt as text: a character vocabulary (a data set's tokenizer.bin) encodes it\n"
+           "  -I <ids>    the prompt as comma-separated token ids (GPT-2 BPE text is not encoded here: e.g.\n"
+           "              tiktoken's encoding of the text)\n"
+           "  -T <float>  sampling temperature, 0 = always the most likely token (default 1)\n"
+           "  -O <int>    top-k: sample from the k most likely tokens, 0 = all (default 0)\n"
+           "              (-r seeds the sampling; -i names the data set whose vocabulary decodes the text)\n"
            "  several GPUs (train_natsl_cu, one process per GPU; README \"Several GPUs\"):\n"
            "  -z <0|1>    ZeRO stage: 0 = all-reduce the gradients, 1 = shard AdamW's moments (default 0)\n"
            "  -pi <how>   tcp|fs|mpi: how rank 0's NCCL id reaches the others (default mpi in USE_MPI=1 builds\n"
@@ -192,7 +209,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -214,7 +231,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEw", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITO", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -261,6 +278,12 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'f': a->freeze_path = v; break;
         case 'E': a->eval_only = parse_int_flag(f, v, 0, 1, "evaluate-only flag"); break;
         case 'w': a->answer_loss = parse_int_flag(f, v, 0, 1, "answer-only loss flag"); break;
+        // §14 generation
+        case 'N': a->gen_n = parse_int_flag(f, v, 1, NATSL_MAX_BT, "tokens to generate"); break;
+        case 'P': a->prompt = v; break;
+        case 'I': a->prompt_ids = v; break;
+        case 'T': a->temperature = parse_double_flag(f, v, 0, 100, 0, "sampling temperature, 0 = the most likely token"); break;
+        case 'O': a->top_k = parse_int_flag(f, v, 0, NATSL_MAX_VOCAB, "top-k, 0 = all tokens"); break;
         }
     }
     if (a->T % NATSL_CHUNK) {
@@ -283,6 +306,10 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         die(msg);
     }
     if (a->resume && !a->outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
+    if (!a->gen_n && (a->prompt || a->prompt_ids || a->temperature != 1 || a->top_k))
+        die("-P, -I, -T and -O go with -N <tokens> (generate)");
+    if (a->prompt && a->prompt_ids) die("-P and -I both give the prompt: give one");
+    if (a->gen_n && (a->dump_path || a->freeze_path)) die("-N generates and exits: not with -D or -f");
     if (strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16")) {
         snprintf(msg, sizeof(msg), "-p %.1000s: precision must be fp32 or bf16", a->precision);
         die(msg);
