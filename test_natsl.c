@@ -138,11 +138,11 @@ static void test_grad_matmul(void) {
                 memcpy(gx0, gx, (size_t)BT * C * sizeof(real)); memcpy(gw0, gw, (size_t)OC * C * sizeof(real));
                 const int add = mode == DINP_ADD;
                 if (add) memcpy(y0, dy, (size_t)BT * OC * sizeof(real)); // dy as the residual
-                gemm_reference(y0, OC, x, C, 1, w, 1, C, BT, OC, C, add);
-                gemm_reference(gx0, C, dy, OC, 1, w, C, 1, BT, C, OC, add);
+                gemm_reference(y0, OC, (GemmOperand){x, C, 1}, (GemmOperand){w, 1, C}, BT, OC, C, add);
+                gemm_reference(gx0, C, (GemmOperand){dy, OC, 1}, (GemmOperand){w, C, 1}, BT, C, OC, add);
                 if (mode == DINP_WRITE_MP && bf16)
                     for (size_t i = 0; i < (size_t)BT * C; i++) gx0[i] = matmul_precision(gx0[i]);
-                gemm_reference(gw0, C, dy, 1, OC, x, C, 1, OC, C, BT, 1);
+                gemm_reference(gw0, C, (GemmOperand){dy, 1, OC}, (GemmOperand){x, C, 1}, OC, C, BT, 1);
                 matmul_forward(y, x, w, BT, C, OC, 0, add ? dy : NULL);
                 matmul_backward(gx, gw, dy, x, w, BT, C, OC, mode);
                 g_bf16 = 0;
@@ -160,13 +160,14 @@ static void test_grad_matmul(void) {
 }
 
 typedef struct { real *x, *w, *y, *rstd, *R; } NormCtx;
-static double rmsnorm_loss(void *p) { NormCtx *c = p; rmsnorm_forward(c->y, c->rstd, c->x, c->w, 3, 2, 4, 10, 8, 0, 0); return dot_r(c->y, c->R, 24); }
+static const NormRows g_norm_rows = {3, 2, 4, 10, 8};
+static double rmsnorm_loss(void *p) { NormCtx *c = p; rmsnorm_forward(c->y, c->rstd, c->x, c->w, g_norm_rows, 0); return dot_r(c->y, c->R, 24); }
 static void test_grad_rmsnorm(void) { // 3 rows × 2 heads of width 4, input row stride 10, output stride 8
     NormCtx c = {vec(30), vec(4), vec(24), vec(6), vec(24)};
     real *dx = vec(30), *dw = vec(4);
     fill_normal(c.x, 30, 1); fill_normal(c.w, 4, 1); fill_normal(c.R, 24, 1);
     rmsnorm_loss(&c);
-    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, 3, 2, 4, 10, 8, 0, 0, 0);
+    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, g_norm_rows, 0);
     for (int i = 0; i < 3; i++) CHECK(dx[i * 10 + 8] == 0 && dx[i * 10 + 9] == 0, "rmsnorm touched a gap column");
     Var v[] = {{"x", c.x, dx, 30}, {"w", c.w, dw, 4}};
     fd_check("rmsnorm (heads, strides)", v, 2, rmsnorm_loss, &c, 0);
@@ -184,7 +185,12 @@ static void test_grad_swiglu(void) {
     fd_check("swiglu", v, 1, swiglu_loss, &c, 0);
 }
 
-static double conv_loss(void *p) { NormCtx *c = p; conv_silu_forward(c->y, c->x, 5, 1, c->w, 2, 6, 3); return dot_r(c->y, c->R, 36); }
+static double conv_loss(void *p) {
+    NormCtx *c = p;
+    ConvArgs a = {c->x, 5, c->w, 2, 6};
+    conv_silu_forward(c->y, &a, 1, 3);
+    return dot_r(c->y, c->R, 36);
+}
 static void test_grad_conv_silu(void) { // B=2, T=6, channels 1..3 of rows of stride 5 (weights [5][4]); dx's rows of 7
     NormCtx c = {vec(60), vec(20), vec(36), NULL, vec(36)};
     real *dx = vec(60), *dw = vec(20), *dx7 = vec(84);
@@ -192,7 +198,8 @@ static void test_grad_conv_silu(void) { // B=2, T=6, channels 1..3 of rows of st
     fill_normal(dx7, 84, 1); // the channels it writes start as garbage: it writes them, it does not add to them
     for (int i = 0; i < 84; i++) if (i % 7 < 1 || i % 7 > 3) dx7[i] = 0;
     conv_loss(&c);
-    conv_silu_backward(dx7, 7, dw, c.R, c.x, 5, 1, c.w, 2, 6, 3);
+    ConvArgs a = {c.x, 5, c.w, 2, 6};
+    conv_silu_backward(dx7, 7, dw, c.R, &a, 1, 3);
     for (int i = 0; i < 84; i++) if (i % 7 < 1 || i % 7 > 3) CHECK(dx7[i] == 0, "the conv wrote outside its channels");
     for (int i = 0; i < 60; i++) dx[i] = dx7[i / 5 * 7 + i % 5];
     for (int i = 0; i < 20; i++) if (i < 4 || i >= 16) CHECK(dw[i] == 0, "the conv's weight gradient left its channels");
@@ -212,14 +219,21 @@ static void test_grad_l2norm(void) {
 }
 
 typedef struct { real *ab, *alog, *dtb, *g, *beta, *R1, *R2; } GateCtx;
-static double gates_loss(void *p) { GateCtx *c = p; gdn_gates_forward(c->g, c->beta, c->ab, c->alog, c->dtb, 5, 2); return dot_r(c->g, c->R1, 10) + dot_r(c->beta, c->R2, 10); }
+static GdnGatesArgs gates_args(const GateCtx *c) { GdnGatesArgs a = {c->ab, c->alog, c->dtb, 5, 2, 7, 6}; return a; }
+static double gates_loss(void *p) {
+    GateCtx *c = p;
+    GdnGatesArgs a = gates_args(c);
+    gdn_gates_forward(c->g, c->beta, &a);
+    return dot_r(c->g, c->R1, 10) + dot_r(c->beta, c->R2, 10);
+}
 static void test_grad_gdn_gates(void) { // dab written in rows of stride 7: da | db | 2 zeros | one column left alone
     GateCtx c = {vec(20), vec(2), vec(2), vec(10), vec(10), vec(10), vec(10)};
     real *dab = vec(20), *dal = vec(2), *ddt = vec(2), *d7 = vec(35);
     fill_normal(c.ab, 20, 1); fill_uniform(c.alog, 2, -1, 2); fill_normal(c.dtb, 2, 1); fill_normal(c.R1, 10, 1); fill_normal(c.R2, 10, 1);
     for (int i = 0; i < 35; i++) d7[i] = 1e3;
     gates_loss(&c);
-    gdn_gates_backward(d7, 7, 6, dal, ddt, c.R1, c.R2, c.ab, c.g, c.beta, c.alog, c.dtb, 5, 2);
+    GdnGatesArgs a = gates_args(&c);
+    gdn_gates_backward(d7, dal, ddt, c.R1, c.R2, c.g, c.beta, &a);
     for (int i = 0; i < 35; i++)
         CHECK(i % 7 < 4 || (i % 7 < 6 ? d7[i] == 0 : d7[i] == 1e3), "the gates' pad columns: %g at column %d", d7[i], i % 7);
     for (int i = 0; i < 20; i++) dab[i] = d7[i / 4 * 7 + i % 4];
@@ -503,9 +517,15 @@ static void test_router_mask_gradient(void) {
 
 // ---- router: relaxed mode is smooth in x and W_r, and its backward is the straight-through chain --------
 typedef struct { real *x, *Wr, *mask, *pi, *logits, *pool, *R, *noise, tau, *dpi; } RouterCtx;
+// B = 2, T = 192 (3 chunks), D = 5, H = 3
+static RouterArgs router_args(const RouterCtx *c, int relaxed) {
+    RouterArgs a = {c->x, c->Wr, 2, 192, 5, 3, c->noise, c->tau, relaxed, c->dpi};
+    return a;
+}
 static double router_loss(void *p) {
     RouterCtx *c = p;
-    router_forward(c->mask, c->pi, c->logits, c->pool, c->x, c->Wr, 2, 192, 5, 3, 1, c->noise, c->tau);
+    RouterArgs a = router_args(c, 1);
+    router_forward(c->mask, c->pi, c->logits, c->pool, &a);
     if (c->dpi) // the §7 terms: dpi[m] per routed s[…, m] (the last chunk excluded)
         for (int i = 0; i < 18; i++) if ((i / 3) % 3 != 2) record_terms(c->pi + 2 * i, c->dpi, 2);
     return dot_r(c->mask, c->R, 2 * 3 * 3 * 2);
@@ -515,11 +535,13 @@ static void test_grad_router_straight_through(void) {
     real *dx = vec(2 * 192 * 5), *dWr = vec(30), *dpool = vec(30), *dlog = vec(36);
     fill_normal(c.x, 2 * 192 * 5, 1); fill_normal(c.Wr, 30, 1); fill_normal(c.R, 36, 1);
     router_loss(&c);
-    router_backward(dx, dWr, dpool, dlog, c.R, c.pi, c.pool, c.Wr, 2, 192, 5, 3, NULL, 1);
+    RouterArgs a = router_args(&c, 1);
+    router_backward(dx, dWr, dpool, dlog, c.R, c.pi, c.pool, &a);
     Var v[] = {{"x", c.x, dx, 2 * 192 * 5}, {"W_r", c.Wr, dWr, 30}};
     fd_check("router (relaxed, ST chain)", v, 2, router_loss, &c, 200);
     // hard mode: one-hot, ties to op 0, last chunk both
-    router_forward(c.mask, c.pi, c.logits, c.pool, c.x, c.Wr, 2, 192, 5, 3, 0, NULL, 1);
+    a.relaxed = 0;
+    router_forward(c.mask, c.pi, c.logits, c.pool, &a);
     for (int i = 0; i < 18; i++) {
         int last = (i / 3) % 3 == 2;
         CHECK(last ? (c.mask[2 * i] == 1 && c.mask[2 * i + 1] == 1)
@@ -538,11 +560,13 @@ static void test_grad_router_gumbel_budget(void) {
         fill_normal(c.x, 2 * 192 * 5, 1); fill_normal(c.Wr, 30, 1); fill_normal(c.R, 36, 1);
         if (gumbel) { c.noise = vec(36); for (int i = 0; i < 36; i++) c.noise[i] = -log(-log(rng_uniform(&g_rng))); }
         router_loss(&c);
-        router_backward(dx, dWr, dpool, dlog, c.R, c.pi, c.pool, c.Wr, 2, 192, 5, 3, dpi, c.tau);
+        RouterArgs a = router_args(&c, 1);
+        router_backward(dx, dWr, dpool, dlog, c.R, c.pi, c.pool, &a);
         Var v[] = {{"x", c.x, dx, 2 * 192 * 5}, {"W_r", c.Wr, dWr, 30}};
         fd_check(gumbel ? "router, ST-Gumbel tau 0.7 + dpi" : "router, dpi (penalty + lb)", v, 2, router_loss, &c, 200);
         if (gumbel) { // hard mode: the choice is argmax(ℓ + g)
-            router_forward(c.mask, c.pi, c.logits, c.pool, c.x, c.Wr, 2, 192, 5, 3, 0, c.noise, c.tau);
+            a.relaxed = 0;
+            router_forward(c.mask, c.pi, c.logits, c.pool, &a);
             int differ = 0;
             for (int i = 0; i < 18; i++) {
                 int last = (i / 3) % 3 == 2, want = c.logits[2 * i] + c.noise[2 * i] >= c.logits[2 * i + 1] + c.noise[2 * i + 1];
@@ -575,10 +599,12 @@ static void layer_run(LayerCtx *c) {
     char k = cf->pattern[c->l];
     if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T);
     else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T);
-    else if (k == 'S') {
-        c->M->rb.sel[c->l] = select_gate(c->M, c->l);
-        select_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T, &c->M->rb.sel[c->l]);
-    } else natsl_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T, c->M->router_relaxed, NULL, 1);
+    else {
+        if (k == 'S') c->M->rb.sel[c->l] = select_gate(c->M, c->l);
+        Routing r = {NULL, 1, NULL, &c->M->rb.sel[c->l], 0, c->M->router_relaxed, c->M->router_no_grad};
+        if (k == 'S') select_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T, &r);
+        else natsl_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T, &r);
+    }
 }
 // A relaxed S layer's loss adds g_sel_dpen·y_A, a penalty term whose gradient select_layer_backward takes as dpen
 // (7.3e); the hard one's does not depend on s_sel (its gate gradient is off).
@@ -625,9 +651,11 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     memset(M.grads, 0, M.nparams * sizeof(real));
     if (pattern[0] == 'G') gdn_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
     else if (pattern[0] == 'A') attention_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
-    else if (pattern[0] == 'S')
-        select_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, &M.rb.sel[0], g_sel_dpen, relaxed);
-    else natsl_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, M.router_no_grad, NULL, 1);
+    else { // the gate's gradient and the router's only in relaxed mode (router_no_grad)
+        Routing r = {NULL, 1, NULL, &M.rb.sel[0], g_sel_dpen, M.router_relaxed, M.router_no_grad};
+        if (pattern[0] == 'S') select_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, &r);
+        else natsl_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, &r);
+    }
     if (pattern[0] == 'S') { // the unchosen mixer's parameters get exactly zero gradient (hard), every one some (relaxed)
         const SelGate *g = &M.rb.sel[0];
         for (int i = 0; i < M.ntensors; i++) {

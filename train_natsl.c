@@ -68,9 +68,9 @@ static void *xcalloc(size_t n, size_t size) {
 }
 
 // From the appendix: the matrix product C[M][N] (=, or += with accumulate) A·B with strided operands,
-// A(i,k) = A[i*ars + k*acs], B(k,j) = B[k*brs + j*bcs]; with -p bf16 it rounds its operands to bf16.
-static void gemm(real *C, int ldc, const real *A, long ars, long acs, const real *B, long brs, long bcs,
-                 int M, int N, int K, int accumulate);
+// A(i,k) = A.p[i*A.rs + k*A.cs], B(k,j) = B.p[k*B.rs + j*B.cs]; with -p bf16 it rounds its operands to bf16.
+typedef struct { const real *p; long rs, cs; } GemmOperand;
+static void gemm(real *C, int ldc, GemmOperand A, GemmOperand B, int M, int N, int K, int accumulate);
 static int g_bf16 = 0;              // -p bf16: the CPU computes what train_natsl_cu -p bf16 does (appendix)
 static real matmul_precision(real x); // x as the GPU stores a matmul operand (or the GDN op's start states): bf16 in bf16 mode
 static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real **dout, const real **out, int *rounds_out);
@@ -101,7 +101,7 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
 // none): a residual stream that the output lands on, (2.1c-d).
 static void matmul_forward(real *out, const real *inp, const real *weight, int BT, int C, int OC, int out_bf16,
                            const real *add) {
-    gemm(out, OC, inp, C, 1, weight, 1, C, BT, OC, C, 0); // B(c,o) = W[o][c]
+    gemm(out, OC, (GemmOperand){inp, C, 1}, (GemmOperand){weight, 1, C}, BT, OC, C, 0); // B(c,o) = W[o][c]
     if (add) {
         #pragma omp parallel for
         for (size_t i = 0; i < (size_t)BT * OC; i++) out[i] += add[i];
@@ -117,12 +117,12 @@ static void matmul_forward(real *out, const real *inp, const real *weight, int B
 // ldo columns, the pad's zeros too).
 static void matmul_backward_ld(real *dinp, real *dweight, const real *dout, int ldo, const real *inp, const real *weight,
                                int BT, int C, int OC, int dinp_mode) {
-    if (dinp) gemm(dinp, C, dout, ldo, 1, weight, C, 1, BT, C, OC, dinp_mode == DINP_ADD);
+    if (dinp) gemm(dinp, C, (GemmOperand){dout, ldo, 1}, (GemmOperand){weight, C, 1}, BT, C, OC, dinp_mode == DINP_ADD);
     if (dinp && dinp_mode == DINP_WRITE_MP && g_bf16) {
         #pragma omp parallel for
         for (size_t i = 0; i < (size_t)BT * C; i++) dinp[i] = matmul_precision(dinp[i]);
     }
-    if (dweight) gemm(dweight, C, dout, 1, ldo, inp, C, 1, OC, C, BT, 1); // A(o,t) = dout[t][o]
+    if (dweight) gemm(dweight, C, (GemmOperand){dout, 1, ldo}, (GemmOperand){inp, C, 1}, OC, C, BT, 1); // A(o,t) = dout[t][o]
 }
 static void matmul_backward(real *dinp, real *dweight, const real *dout, const real *inp, const real *weight, int BT,
                             int C, int OC, int dinp_mode) {
@@ -130,13 +130,11 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout, const r
 }
 
 // ---- RMSNorm (§0, (0.3)): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
-// The rows are (i, h) for i < N, h < nh, at x + i*ldx + h*n (and y + i*ldy + h*n): one call
-// normalizes every head of a packed [N][nh*n] tensor. rstd[i*nh + h] is kept for the backward. x_mp, y_mp: x, y are
-// stored in the matmul precision (bf16 in bf16 mode: y where it feeds only matmuls or the softmax op; x the N layer's
-// Q, K); here x_mp changes nothing (its values are already rounded), y_mp rounds y.
-static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, int N, int nh, int n, int ldx, int ldy,
-                            int x_mp, int y_mp) {
-    (void)x_mp;
+// The rows (NormRows, common/layout.h) are (i, h) for i < N, h < nh, at x + i*ldx + h*n (and y + i*ldy + h*n): one
+// call normalizes every head of a packed [N][nh*n] tensor. rstd[i*nh + h] is kept for the backward. y_mp: y is stored
+// in the matmul precision (bf16 in bf16 mode: where it feeds only matmuls or the softmax op), so it is rounded.
+static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, NormRows rows, int y_mp) {
+    int N = rows.rows, nh = rows.heads, n = rows.n, ldx = rows.ldx, ldy = rows.ldy;
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
         const real *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
@@ -148,12 +146,11 @@ static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w, i
         rstd[r] = s;
     }
 }
-// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j);  x_mp as in the forward, dy_mp likewise (dy stored
-// in the matmul precision: matmul_backward's DINP_WRITE_MP rounded it); dx_mp: dx is stored in the matmul precision
-// (the residual stream's gradient), so the sum is rounded
-static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
-                             const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp, int dy_mp, int dx_mp) {
-    (void)x_mp; (void)dy_mp;
+// dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j);  dx_mp: dx is stored in the matmul precision (the
+// residual stream's gradient), so the sum is rounded
+static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w, const real *rstd,
+                             NormRows rows, int dx_mp) {
+    int N = rows.rows, nh = rows.heads, n = rows.n, ldx = rows.ldx, ldy = rows.ldy;
     #pragma omp parallel for
     for (int r = 0; r < N * nh; r++) {
         size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
@@ -204,10 +201,10 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre).
-// The conv runs on channels col .. col+n−1 of x (rows of stride ldx: the projection output) with those
-// channels' weights w[col + ch][4]; y is [B*T][n], stored in the matmul precision (bf16 in bf16 mode: it feeds the
-// L2 norm, the two ops and the N layer's RMSNorm, which read it so). pre is not stored: the backward pass recomputes
-// it from x.
+// The conv (ConvArgs, common/layout.h) runs on channels col .. col+n−1 of x (rows of stride ldx: the projection
+// output) with those channels' weights w[col + ch][4]; y is [B*T][n], stored in the matmul precision (bf16 in bf16
+// mode: it feeds the L2 norm, the two ops and the N layer's RMSNorm, which read it so). pre is not stored: the
+// backward pass recomputes it from x.
 static real conv_pre(const real *xc, int ldx, const real *wc, int t) { // xc: the channel's column of the sequence
     real s = 0;
     for (int i = 0; i < NATSL_CONV; i++) {
@@ -216,7 +213,9 @@ static real conv_pre(const real *xc, int ldx, const real *wc, int t) { // xc: th
     }
     return s;
 }
-static void conv_silu_forward(real *y, const real *x, int ldx, int col, const real *w, int B, int T, int n) {
+static void conv_silu_forward(real *y, const ConvArgs *a, int col, int n) {
+    const real *x = a->x, *w = a->w;
+    int ldx = a->ldx, B = a->B, T = a->T;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -227,8 +226,9 @@ static void conv_silu_forward(real *y, const real *x, int ldx, int col, const re
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
 // WRITES dx's channels col .. col+n−1 (the conv is their only producer; rows of stride lddx).
-static void conv_silu_backward(real *dx, int lddx, real *dw, const real *dy, const real *x, int ldx, int col,
-                               const real *w, int B, int T, int n) {
+static void conv_silu_backward(real *dx, int lddx, real *dw, const real *dy, const ConvArgs *a, int col, int n) {
+    const real *x = a->x, *w = a->w;
+    int ldx = a->ldx, B = a->B, T = a->T;
     #pragma omp parallel for
     for (int ch = 0; ch < n; ch++) { // channels are independent: one thread owns a channel
         const real *wc = w + (col + ch) * NATSL_CONV;
@@ -252,19 +252,18 @@ static void conv_silu_backward(real *dx, int lddx, real *dw, const real *dy, con
     }
 }
 
-// The G and N layers' Q, K, V (K, K and Vt channels) from the projection's columns Q | K | V (rows of stride ldx), and
-// the backward that WRITES dx's columns Q | K | V (rows of stride lddx; the GPU takes the three runs in one launch).
-static void conv_silu_qkv_forward(real *q, real *k, real *v, const real *x, int ldx, const real *w, int B, int T, int K,
-                                  int Vt) {
-    conv_silu_forward(q, x, ldx, 0, w, B, T, K);
-    conv_silu_forward(k, x, ldx, K, w, B, T, K);
-    conv_silu_forward(v, x, ldx, 2 * K, w, B, T, Vt);
+// The G and N layers' Q, K, V (K, K and Vt channels) from the projection's columns Q | K | V, and the backward that
+// WRITES dx's columns Q | K | V (rows of stride lddx; the GPU takes the three runs in one launch).
+static void conv_silu_qkv_forward(real *q, real *k, real *v, const ConvArgs *a, int K, int Vt) {
+    conv_silu_forward(q, a, 0, K);
+    conv_silu_forward(k, a, K, K);
+    conv_silu_forward(v, a, 2 * K, Vt);
 }
 static void conv_silu_qkv_backward(real *dx, int lddx, real *dw, const real *dq, const real *dk, const real *dv,
-                                   const real *x, int ldx, const real *w, int B, int T, int K, int Vt) {
-    conv_silu_backward(dx, lddx, dw, dq, x, ldx, 0, w, B, T, K);
-    conv_silu_backward(dx, lddx, dw, dk, x, ldx, K, w, B, T, K);
-    conv_silu_backward(dx, lddx, dw, dv, x, ldx, 2 * K, w, B, T, Vt);
+                                   const ConvArgs *a, int K, int Vt) {
+    conv_silu_backward(dx, lddx, dw, dq, a, 0, K);
+    conv_silu_backward(dx, lddx, dw, dk, a, K, K);
+    conv_silu_backward(dx, lddx, dw, dv, a, 2 * K, Vt);
 }
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
@@ -294,8 +293,10 @@ static void l2norm_backward(real *dx, const real *dy, const real *y, const real 
 }
 
 // ---- GDN gates (§3.1, (3.1f-g)): β = σ(b), g = −exp(A_log)·softplus(a + dt_bias); ab rows are [a(H) | b(H)]
-static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A_log,
-                              const real *dt_bias, int BT, int H) {
+// (GdnGatesArgs, common/layout.h)
+static void gdn_gates_forward(real *g, real *beta, const GdnGatesArgs *a) {
+    const real *ab = a->ab, *A_log = a->A_log, *dt_bias = a->dt_bias;
+    int BT = a->BT, H = a->H;
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++)
         for (int h = 0; h < H; h++) {
@@ -304,11 +305,13 @@ static void gdn_gates_forward(real *g, real *beta, const real *ab, const real *A
             beta[(size_t)bt * H + h] = sigmoid(row[H + h]);
         }
 }
-// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (3.4l-m)
-// WRITES dab's rows (stride ld): da | db, then zeros up to column ncol (the pad of the layers' gradient rows, gdn_in_ld)
-static void gdn_gates_backward(real *dab, int ld, int ncol, real *dA_log, real *ddt_bias, const real *dg,
-                               const real *dbeta, const real *ab, const real *g, const real *beta, const real *A_log,
-                               const real *dt_bias, int BT, int H) {
+// da = dg·(−e^{A_log})·σ(a + dt_bias), d dt_bias = Σ da, dA_log = Σ dg·g, db = dβ·β(1−β)   (3.4l-m), from the
+// forward's g and β. WRITES dab's rows (stride ld_dab): da | db, then zeros up to column ncol_dab (the pad of the
+// layers' gradient rows, gdn_in_ld)
+static void gdn_gates_backward(real *dab, real *dA_log, real *ddt_bias, const real *dg, const real *dbeta,
+                               const real *g, const real *beta, const GdnGatesArgs *a) {
+    const real *ab = a->ab, *A_log = a->A_log, *dt_bias = a->dt_bias;
+    int BT = a->BT, H = a->H, ld = a->ld_dab, ncol = a->ncol_dab;
     for (int bt = 0; bt < BT; bt++)
         for (int j = 2 * H; j < ncol; j++) dab[(size_t)bt * ld + j] = 0;
     for (int h = 0; h < H; h++) {
@@ -695,12 +698,14 @@ static void gdn_op_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta,
 // ---- the router (Attention Score Layer, §5.2: (5.2a-f)) ------------------------------------------------------
 // p_c = mean_{t∈c} x_t,  ℓ_c = p_c W_rᵀ viewed [H][2],  π = softmax over the pair,  mask = one-hot
 // argmax (op 0 on ties) with the straight-through estimator; the last chunk is active for both ops.
-// noise (ST-Gumbel routing, §7.2; NULL = off): Gumbel noise g [B][Nc][H][2]; then pi holds
-// y = softmax((ℓ + g)/τ) in place of π and the hard choice is argmax(ℓ + g), decided on y (ties to op 0).
-// relaxed (tests only, §8): mask = π (or y) itself, so the whole layer is a smooth function of W_r and x.
-// x is the normalized block input, which the GPU stores in bf16 in bf16 mode: the pool reads it so.
-static void router_forward(real *mask, real *pi, real *logits, real *pool, const real *x, const real *Wr,
-                           int B, int T, int D, int H, int relaxed, const real *noise, real tau) {
+// Operands and options in RouterArgs (common/layout.h). noise (ST-Gumbel routing, §7.2; NULL = off): Gumbel noise g
+// [B][Nc][H][2]; then pi holds y = softmax((ℓ + g)/τ) in place of π and the hard choice is argmax(ℓ + g), decided on
+// y (ties to op 0). relaxed (tests only, §8): mask = π (or y) itself, so the whole layer is a smooth function of W_r
+// and x. x is the normalized block input, which the GPU stores in bf16 in bf16 mode: the pool reads it so.
+static void router_forward(real *mask, real *pi, real *logits, real *pool, const RouterArgs *a) {
+    const real *x = a->x, *Wr = a->Wr, *noise = a->noise;
+    int B = a->B, T = a->T, D = a->D, H = a->H, relaxed = a->relaxed;
+    real tau = a->tau;
     int Nc = T / CH;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
@@ -732,7 +737,10 @@ static void router_forward(real *mask, real *pi, real *logits, real *pool, const
 // same for every routed chunk: dÃ + dpi goes through the straight-through; with noise (τ ≠ 1 or dpi) pi holds
 // y and dℓ = y ⊙ (dÃ − ⟨y, dÃ⟩) / τ (7.2a).
 static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, const real *dA, const real *pi,
-                            const real *pool, const real *Wr, int B, int T, int D, int H, const real *dpi, real tau) {
+                            const real *pool, const RouterArgs *a) {
+    const real *Wr = a->Wr, *dpi = a->dpi;
+    int B = a->B, T = a->T, D = a->D, H = a->H;
+    real tau = a->tau;
     int Nc = T / CH;
     memset(dlogits, 0, (size_t)B * Nc * 2 * H * sizeof(real));
     for (int b = 0; b < B; b++)
@@ -910,12 +918,14 @@ static void model_zero_grad(Model *M) { memset(M->grads, 0, M->nparams * sizeof(
 // proj = x[W_q;W_k;W_v]ᵀ;  Q, K, V = silu(conv(proj));  gate = x W_gᵀ;  q̂, k̂ = L2N per head;  β, g.
 static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams *p, int B, int T) {
     int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
+    ConvArgs conv = gdn_conv_args(c, a, p, B, T);
+    GdnGatesArgs gates = gdn_gates_args(c, a, p, B, T);
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, W, 1, NULL);
-    conv_silu_qkv_forward(a->q, a->k, a->v, a->proj, W, p->conv, B, T, K, Vt); // proj's columns: Q | K | V
+    conv_silu_qkv_forward(a->q, a->k, a->v, &conv, K, Vt); // proj's columns: Q | K | V
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
     l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
-    gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
+    gdn_gates_forward(a->g, a->beta, &gates);
 }
 // Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
 // parameters and dx, which it WRITES. d proj | d gate | d ab share rows (gdn_in_ld), as [W_q;W_k;W_v], W_g, [W_a;W_b]
@@ -923,10 +933,11 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
 // weights' gradients.
 static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerParams *gp, const LayerActs *a,
                                 const LayerParams *p, int B, int T) {
-    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, ld = gdn_in_ld(c);
-    gdn_gates_backward(d->ab, ld, ld - W - Vt, gp->a_log, gp->dt_bias, d->g, d->beta, a->ab, a->g, a->beta, p->a_log,
-                       p->dt_bias, BT, H);
-    conv_silu_qkv_backward(d->proj, ld, gp->conv, d->q, d->k, d->v, a->proj, W, p->conv, B, T, K, Vt);
+    int BT = B * T, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), ld = gdn_in_ld(c);
+    ConvArgs conv = gdn_conv_args(c, a, p, B, T);
+    GdnGatesArgs gates = gdn_gates_args(c, a, p, B, T);
+    gdn_gates_backward(d->ab, gp->a_log, gp->dt_bias, d->g, d->beta, a->g, a->beta, &gates);
+    conv_silu_qkv_backward(d->proj, ld, gp->conv, d->q, d->k, d->v, &conv, K, Vt);
     matmul_backward_ld(dx, gp->wqkv, d->proj, ld, a->xn, p->wqkv, BT, D, gdn_in_cols(c), DINP_WRITE);
 }
 
@@ -985,17 +996,19 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 // [H][d_v] re-viewed as [Ha][d_va]):  y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j);
 // out = res + y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536]; H = 6 GDN heads of 128/256, Ha = 12 softmax
 // heads of 64/128 (dka/dva).
-// noise, tau: ST-Gumbel routing (§7.2; noise NULL = off).
+// r: the router's noise, tau (ST-Gumbel routing, §7.2) and the tests' switches (Routing, common/layout.h).
 static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
-                                int T, int relaxed, const real *noise, real tau) {
+                                int T, const Routing *r) {
     int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
+    RouterArgs router = natsl_router_args(c, a, p, B, T, r);
+    NormRows heads = {BT, Ha, dka, K, K}; // the softmax planes' RMSNorm: Ha heads of dka in Q's, K's rows
     gdn_inputs_forward(c, a, p, B, T);
-    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, a->xn, p->wr, B, T, c->D, c->H, relaxed, noise, tau);
-    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, BT, Ha, dka, K, K, 1, 1);
-    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, BT, Ha, dka, K, K, 1, 1);
+    router_forward(a->rmask, a->rpi, a->rlogits, a->pool, &router);
+    rmsnorm_forward(a->qa, a->qa_rstd, a->q, p->qn, heads, 1);
+    rmsnorm_forward(a->ka, a->ka_rstd, a->k, p->kn, heads, 1);
     if (c->rope) { rope_forward(a->qa, BT, T, Ha, dka, K, 1); rope_forward(a->ka, BT, T, Ha, dka, K, 1); }
     matmul_forward(a->omega_raw, a->q, p->wow, BT, K, 2 * Ha, 0, NULL);
     pair_softmax_forward(a->omega, a->omega_raw, (size_t)BT * Ha);
@@ -1005,14 +1018,16 @@ static void natsl_layer_forward(const Config *c, LayerActs *a, const LayerParams
     matmul_forward(out, a->y, p->wo, BT, cfg_Vt(c), c->D, res != NULL, res);
 }
 // The softmax op's backward writes dV and dA[...][0]; the GDN op's then adds its part to dV and writes dA[...][1]:
-// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). dpi, tau: the §7 terms (router_backward).
+// together the router gradient dÃ [B][Nc][H][2] (§6.3, §6.4). r: the §7 terms' dpi, tau (router_backward), and
+// no_grad (tests).
 static void natsl_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
-                                 const LayerActs *a, const LayerParams *p, int B, int T, int no_router_grad,
-                                 const real *dpi, real tau) {
+                                 const LayerActs *a, const LayerParams *p, int B, int T, const Routing *r) {
     int BT = B * T, K = cfg_K(c), Ha = c->Ha, dka = cfg_dka(c);
     AttnArgs att = natsl_attn_args(c, a, B, T);
     GdnArgs gdn = natsl_gdn_args(c, a, B, T);
     GatedNormArgs norm = natsl_norm_args(c, a, p->n1, p->n2, B, T);
+    RouterArgs router = natsl_router_args(c, a, p, B, T, r);
+    NormRows heads = {BT, Ha, dka, K, K};
     matmul_backward(d->y, gp->wo, dout, a->y, p->wo, BT, cfg_Vt(c), c->D, DINP_WRITE_MP);
     gated_norm_backward(d->gdn_out, gp->n1, d->att_out, gp->n2, d->omega, d->gate, d->y, a->norm_rstd, &norm);
     attention_backward(d->qa, d->ka, d->v, d->rmask, d->att_out, a->att_out, a->lse, &att);
@@ -1021,19 +1036,19 @@ static void natsl_layer_backward(const Config *c, real *dx, const real *dout, La
     pair_softmax_backward(d->omega_raw, d->omega, a->omega, (size_t)BT * Ha);
     matmul_backward(d->q, gp->wow, d->omega_raw, a->q, p->wow, BT, K, 2 * Ha, DINP_ADD);
     if (c->rope) { rope_backward(d->qa, BT, T, Ha, dka, K); rope_backward(d->ka, BT, T, Ha, dka, K); }
-    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, BT, Ha, dka, K, K, 1, 0, 0);
-    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, BT, Ha, dka, K, K, 1, 0, 0);
+    rmsnorm_backward(d->q, gp->qn, d->qa, a->q, p->qn, a->qa_rstd, heads, 0);
+    rmsnorm_backward(d->k, gp->kn, d->ka, a->k, p->kn, a->ka_rstd, heads, 0);
     gdn_inputs_backward(c, dx, d, gp, a, p, B, T); // writes dx, the router adds its part
-    if (!no_router_grad)
-        router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, p->wr, B, T, c->D, c->H, dpi, tau);
+    if (!r->no_grad) router_backward(dx, gp->wr, d->pool, d->rlogits, d->rmask, a->rpi, a->pool, &router);
 }
 
 // ---- S: layer-level selection (§7.3) ----------------------------------------------------------------------
 // Both mixers run on x: the A mixer (§4, with its own W_qkv_a, W_o_a) into sel_out's first plane, the G mixer (§3)
 // into its second; out = res + the one the gate chose (the value of Ã_A·A(x) + Ã_G·G(x), (7.3c)), or in relaxed
-// mode (tests) res + y_A·A(x) + y_G·G(x).
+// mode (tests) res + y_A·A(x) + y_G·G(x). The gate: r->gate (Routing, common/layout.h).
 static void select_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res,
-                                 int B, int T, const SelGate *g) {
+                                 int B, int T, const Routing *r) {
+    const SelGate *g = r->gate;
     size_t n = (size_t)B * T * c->D;
     LayerActs aa = select_attn_acts(c, a, B, T, 0);
     LayerParams pa = select_attn_params(p);
@@ -1044,15 +1059,15 @@ static void select_layer_forward(const Config *c, LayerActs *a, const LayerParam
         if (res) out[i] = matmul_precision(out[i] + res[i]); // the residual stream
     }
 }
-// (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + dpen (the penalty's λ_S/L, (7.3e), in the loss's scale), ∂L/∂y_G = ⟨dout, G(x)⟩,
-// to s_sel through sel_grad (none with gate_grad = 0: the tests' hard mode). The chosen mixer's backward gets dout,
-// the other none (its Ã is 0: zero gradient); relaxed mode: each gets y·dout.
+// (7.3d): ∂L/∂y_A = ⟨dout, A(x)⟩ + r->dpen (the penalty's λ_S/L, (7.3e), in the loss's scale), ∂L/∂y_G =
+// ⟨dout, G(x)⟩, to s_sel through sel_grad (none with r->no_grad: the tests' hard mode). The chosen mixer's backward
+// gets dout, the other none (its Ã is 0: zero gradient); relaxed mode: each gets y·dout.
 static void select_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
-                                  const LayerActs *a, const LayerParams *p, int B, int T, const SelGate *g,
-                                  double dpen, int gate_grad) {
+                                  const LayerActs *a, const LayerParams *p, int B, int T, const Routing *r) {
+    const SelGate *g = r->gate;
     size_t n = (size_t)B * T * c->D;
-    if (gate_grad) {
-        double dya = dpen, dyg = 0;
+    if (!r->no_grad) {
+        double dya = r->dpen, dyg = 0;
         for (size_t i = 0; i < n; i++) { dya += (double)dout[i] * a->sel_out[i]; dyg += (double)dout[i] * a->sel_out[n + i]; }
         gp->s_sel[0] += sel_grad(g, dya, dyg);
     }
@@ -1097,10 +1112,16 @@ static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // r
 // select_draw, select_pattern).
 #include "common/model_routing.inc"
 
-// This micro-batch's Gumbel noise for layer l (an N layer), or NULL when ST-Gumbel routing is off in this pass
-static real *router_noise(Model *M, int l, int B, int T) {
-    if (!M->rb.noise) return NULL;
-    return M->gnoise + (size_t)natsl_layer_index(&M->cfg, l) * B * (T / CH) * M->cfg.H * 2;
+// Layer l's routing in this pass (Routing, common/layout.h): an N layer's Gumbel noise from this micro-batch's when
+// ST-Gumbel routing is on in this pass (else none, τ = 1), an S layer's gate from its forward pass, the tests'
+// switches; dpi, dpen: the §7 terms' gradients in the backward pass (dpi only where the router's terms are on).
+static Routing layer_routing(const Model *M, int l, int B, int T, const real *dpi, double dpen) {
+    Routing r = {NULL, 1, budget_aux_on(&M->rb) ? dpi : NULL, &M->rb.sel[l], dpen, M->router_relaxed, M->router_no_grad};
+    if (M->rb.noise && M->cfg.pattern[l] == 'N') {
+        r.noise = M->gnoise + (size_t)natsl_layer_index(&M->cfg, l) * B * (T / CH) * M->cfg.H * 2;
+        r.tau = M->rb.tau;
+    }
+    return r;
 }
 
 // ---- the whole model (§2, (2.1a-f)) --------------------------------------------------------------------------------
@@ -1114,15 +1135,16 @@ static void block_forward(Model *M, int l, int B, int T) {
     int BT = B * T, D = c->D;
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, norm_rows(BT, D), 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T);
-    else if (c->pattern[l] == 'S') {
-        M->rb.sel[l] = select_gate(M, l);
-        select_layer_forward(c, a, p, a->r, a->res, B, T, &M->rb.sel[l]);
-    } else natsl_layer_forward(c, a, p, a->r, a->res, B, T, M->router_relaxed, router_noise(M, l, B, T),
-                             M->rb.noise ? M->rb.tau : 1);
-    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, BT, 1, D, D, D, 1, 1);
+    else {
+        if (c->pattern[l] == 'S') M->rb.sel[l] = select_gate(M, l);
+        Routing r = layer_routing(M, l, B, T, NULL, 0);
+        if (c->pattern[l] == 'S') select_layer_forward(c, a, p, a->r, a->res, B, T, &r);
+        else natsl_layer_forward(c, a, p, a->r, a->res, B, T, &r);
+    }
+    rmsnorm_forward(a->xn2, a->rstd2, a->r, p->ln_mlp, norm_rows(BT, D), 1);
     matmul_forward(a->gu, a->xn2, p->wgu, BT, D, 2 * c->F, 1, NULL);
 }
 
@@ -1135,10 +1157,10 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     char kind = c->pattern[l];
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
-    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
+    rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, norm_rows(BT, D), 1);
     if (kind != 'A') { // G, N, S (an S layer's G mixer)
-        int K = cfg_K(c), Vt = cfg_Vt(c);
-        conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
+        ConvArgs conv = gdn_conv_args(c, a, p, B, T);
+        conv_silu_forward(a->v, &conv, 2 * cfg_K(c), cfg_Vt(c));
     }
 }
 
@@ -1156,7 +1178,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         swiglu_forward(M->la[l].hmid, M->la[l].gu, BT, c->F);
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
     }
-    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, BT, 1, D, D, D, 1, 1);
+    rmsnorm_forward(M->lnf, M->lnf_rstd, M->hL, M->p.ln_f, norm_rows(BT, D), 1);
     matmul_forward(M->logits, M->lnf, M->p.head, BT, D, c->Vp, 1, NULL);
     if (targets) {
         crossentropy_forward(M->losses, M->lse, M->logits, targets, BT, c->V, c->Vp);
@@ -1190,7 +1212,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
     crossentropy_backward(M->logits, M->lse, targets, dloss_scale, BT, c->V, c->Vp);
     matmul_backward(M->dlnf, M->g.head, M->logits, M->lnf, M->p.head, BT, D, c->Vp, DINP_WRITE_MP);
     memset(M->dres, 0, (size_t)BT * D * sizeof(real));
-    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, BT, 1, D, D, D, 1, 1, 1);
+    rmsnorm_backward(M->dres, M->g.ln_f, M->dlnf, M->hL, M->p.ln_f, M->lnf_rstd, norm_rows(BT, D), 1);
     for (int l = c->L - 1; l >= 0; l--) { // M->dres holds dL/dh^{l+1}, then dL/dr, then dL/dh^l
         LayerActs *a = &M->la[l], d;
         const LayerParams *p = &M->p.layer[l];
@@ -1204,15 +1226,16 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         swiglu_backward(d.gu, a->hmid, d.hmid, a->gu, BT, c->F); // and hmid, as the forward computed it
         matmul_backward(NULL, gp->wdown, M->dres, a->hmid, NULL, BT, c->F, D, DINP_WRITE_MP);
         matmul_backward(d.xn2, gp->wgu, d.gu, a->xn2, p->wgu, BT, D, 2 * c->F, DINP_WRITE_MP);
-        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, BT, 1, D, D, D, 1, 1, 1);
+        rmsnorm_backward(M->dres, gp->ln_mlp, d.xn2, a->r, p->ln_mlp, a->rstd2, norm_rows(BT, D), 1);
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
-        else if (c->pattern[l] == 'S')
-            select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
-        else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
-                                  budget_aux_on(&M->rb) ? dpi : NULL, M->rb.noise ? M->rb.tau : 1);
-        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, BT, 1, D, D, D, 1, 0, 1);
+        else {
+            Routing r = layer_routing(M, l, B, T, dpi, dpen_sel);
+            if (c->pattern[l] == 'S') select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &r);
+            else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &r);
+        }
+        rmsnorm_backward(M->dres, gp->ln_mix, d.xn, a->res, p->ln_mix, a->rstd1, norm_rows(BT, D), 1);
     }
     encoder_backward(M->g.wte, M->dres, inputs, BT, D);
 }
@@ -1376,13 +1399,13 @@ static real *attention_operands_bf16(AttnArgs *r, const AttnArgs *a, const real 
 // ---- the matrix product ------------------------------------------------------------------------------
 // gemm_reference is the definition (and the oracle the tests check gemm against; build with
 // -DNATSL_REFERENCE_GEMM to train with it):  C(i,j) (=, or +=) Σ_k A(i,k) B(k,j).
-static void gemm_reference(real *C, int ldc, const real *A, long ars, long acs, const real *B, long brs, long bcs,
-                           int M, int N, int K, int accumulate) {
+static void gemm_reference(real *C, int ldc, GemmOperand A, GemmOperand B, int M, int N, int K, int accumulate) {
     #pragma omp parallel for
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             real s = 0;
-            for (int k = 0; k < K; k++) s += matmul_precision(A[i * ars + k * acs]) * matmul_precision(B[k * brs + j * bcs]);
+            for (int k = 0; k < K; k++)
+                s += matmul_precision(A.p[i * A.rs + k * A.cs]) * matmul_precision(B.p[k * B.rs + j * B.cs]);
             C[(long)i * ldc + j] = accumulate ? C[(long)i * ldc + j] + s : s;
         }
 }
@@ -1447,8 +1470,7 @@ static size_t gemm_scratch_size = 0;
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-static void gemm_blocked(real *Cm, int ldc, const real *A, long ars, long acs,
-                         const real *B, long brs, long bcs, int M, int N, int K, int accumulate) {
+static void gemm_blocked(real *Cm, int ldc, GemmOperand A, GemmOperand B, int M, int N, int K, int accumulate) {
     int nthreads = 1;
 #ifdef _OPENMP
     nthreads = omp_get_max_threads();
@@ -1482,8 +1504,8 @@ static void gemm_blocked(real *Cm, int ldc, const real *A, long ars, long acs,
         int mb = M - i0 < mc ? M - i0 : mc, nb = N - j0 < nc ? N - j0 : nc;
         for (int p0 = 0; p0 < K; p0 += KC) {
             int kc = K - p0 < KC ? K - p0 : KC;
-            pack(Ap, A + i0 * ars + p0 * acs, ars, acs, mb, kc, MR);
-            pack(Bp, B + p0 * brs + j0 * bcs, bcs, brs, nb, kc, NR);
+            pack(Ap, A.p + i0 * A.rs + p0 * A.cs, A.rs, A.cs, mb, kc, MR);
+            pack(Bp, B.p + p0 * B.rs + j0 * B.cs, B.cs, B.rs, nb, kc, NR);
             for (int j = 0; j < nb; j += NR)
                 for (int i = 0; i < mb; i += MR)
                     micro_kernel(kc, Ap + (long)i * kc, Bp + (long)j * kc,
@@ -1494,11 +1516,10 @@ static void gemm_blocked(real *Cm, int ldc, const real *A, long ars, long acs,
     }
 }
 
-static void gemm(real *C, int ldc, const real *A, long ars, long acs, const real *B, long brs, long bcs,
-                 int M, int N, int K, int accumulate) {
+static void gemm(real *C, int ldc, GemmOperand A, GemmOperand B, int M, int N, int K, int accumulate) {
 #ifdef NATSL_REFERENCE_GEMM
-    gemm_reference(C, ldc, A, ars, acs, B, brs, bcs, M, N, K, accumulate);
+    gemm_reference(C, ldc, A, B, M, N, K, accumulate);
 #else
-    gemm_blocked(C, ldc, A, ars, acs, B, brs, bcs, M, N, K, accumulate);
+    gemm_blocked(C, ldc, A, B, M, N, K, accumulate);
 #endif
 }

@@ -1,11 +1,12 @@
 // The named pointers into natsl.c's flat buffers, shared by train_natsl.c and train_natsl.cu so both
 // programs lay out parameters and activations the same way (sizes are computed only here and in
-// config.h's param_tensors), and the arguments of the ops that read them.
+// config.h's param_tensors), and the arguments of the ops and layers that read them.
 #ifndef NATSL_LAYOUT_H
 #define NATSL_LAYOUT_H
 
 #include <string.h>
 #include "config.h"
+#include "budget.h"     // SelGate (Routing)
 #include "train_util.h" // rng_seed, rng_normal, rng_uniform
 
 // The element type of the flat buffers: float; double with -DNATSL_DOUBLE (the CPU build of the tests).
@@ -271,6 +272,55 @@ typedef struct {
     int heads, ld_dgate;
 } GatedNormArgs;
 
+// RMSNorm's rows (§0, (0.3)): row (i, h), i < rows, h < heads, of width n at x + i*ldx + h*n (and y + i*ldy + h*n),
+// so that one call normalizes every head of a packed [rows][heads*n] tensor; norm_rows: plain rows [rows][n].
+typedef struct { int rows, heads, n, ldx, ldy; } NormRows;
+static inline NormRows norm_rows(int rows, int n) { NormRows r = {rows, 1, n, n, n}; return r; }
+
+// The causal short conv (§3.1, (3.1b-c)) over B sequences of T tokens: its input x (rows of stride ldx) and the
+// weights w [channel][NATSL_CONV] of all of x's channels; a call runs on a range of them.
+typedef struct {
+    const real *x;
+    int ldx;
+    const real *w;
+    int B, T;
+} ConvArgs;
+
+// The GDN gates (§3.1, (3.1f-g)) of BT tokens and H heads: from ab [BT][2H] (a | b) and the heads' A_log, dt_bias.
+// The backward writes the gradient's rows da | db at a stride of ld_dab, then zeros up to column ncol_dab of them.
+typedef struct {
+    const real *ab, *A_log, *dt_bias;
+    int BT, H;
+    int ld_dab, ncol_dab;
+} GdnGatesArgs;
+
+// The router (§5.2, §7.2): x [B*T][D] (the N layer's normalized input) pooled per chunk, scored by W_r [2H][D] (H
+// head groups). noise: ST-Gumbel noise [B][Nc][H][2] at temperature tau (§7.2; NULL: none, tau = 1). relaxed (tests
+// only, §8): the mask is π itself. dpi (the backward; NULL: none): the §7 terms' gradient on every routed s[…, m]
+// (7.1c, 7.4a).
+typedef struct {
+    const real *x, *Wr;
+    int B, T, D, H;
+    const real *noise;
+    real tau;
+    int relaxed;
+    const real *dpi;
+} RouterArgs;
+
+// How the N and S layers route in one pass (§7), as the model hands it to them. An N layer's: its Gumbel noise
+// [B][Nc][H][2] at temperature tau (§7.2; NULL: none, tau = 1) and, in the backward pass, dpi (RouterArgs). An S
+// layer's: its gate in the forward pass (§7.3) and, in the backward pass, dpen, the penalty's gradient λ_S/L on y_A
+// (7.3e). dpi and dpen are in the mean loss's scale. Tests only (§8): relaxed, an N layer's mask is π itself (an S
+// gate carries its own); no_grad, no gradient reaches W_r or s_sel.
+typedef struct {
+    const real *noise;
+    real tau;
+    const real *dpi;
+    const SelGate *gate;
+    double dpen;
+    int relaxed, no_grad;
+} Routing;
+
 // §7.3: an S layer's A mixer, as an A layer's fields and parameters: its projection aproj (planes q, k, v) where
 // an A layer has proj, its W_qkv_a and W_o_a where an A layer has W_qkv and W_o; the rest is the S layer's own
 // (att_out, lse; the G mixer's fields and parameters are the S layer's G-named ones). For activations, their
@@ -311,6 +361,23 @@ static inline AttnArgs natsl_attn_args(const Config *c, const LayerActs *a, int 
 static inline AttnArgs attn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
     int D = c->D, heads = cfg_attn_heads(c);
     AttnArgs o = {a->q, a->k, a->v, 3 * D, 3 * D, NULL, B, T, heads, heads, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 1};
+    return o;
+}
+// The G, N and S layers' conv on the columns Q | K | V of proj, and their gates (the gradient's rows: the columns of
+// the input projections' gradients, gdn_in_ld).
+static inline ConvArgs gdn_conv_args(const Config *c, const LayerActs *a, const LayerParams *p, int B, int T) {
+    ConvArgs o = {a->proj, 2 * cfg_K(c) + cfg_Vt(c), p->conv, B, T};
+    return o;
+}
+static inline GdnGatesArgs gdn_gates_args(const Config *c, const LayerActs *a, const LayerParams *p, int B, int T) {
+    int ld = gdn_in_ld(c);
+    GdnGatesArgs o = {a->ab, p->a_log, p->dt_bias, B * T, c->H, ld, ld - 2 * cfg_K(c) - 2 * cfg_Vt(c)};
+    return o;
+}
+// The N layer's router on its normalized input
+static inline RouterArgs natsl_router_args(const Config *c, const LayerActs *a, const LayerParams *p, int B, int T,
+                                           const Routing *r) {
+    RouterArgs o = {a->xn, p->wr, B, T, c->D, c->H, r->noise, r->tau, r->relaxed, r->dpi};
     return o;
 }
 static inline GatedNormArgs gdn_layer_norm_args(const Config *c, const LayerActs *a, const real *o_norm, int B, int T) {
