@@ -921,7 +921,10 @@ static void gdn_inputs_forward(const Config *c, LayerActs *a, const LayerParams 
     conv_silu_qkv_forward(a->q, a->k, a->v, a->proj, W, p->conv, B, T, K, Vt); // proj's columns: Q | K | V
     matmul_forward(a->gate, a->xn, p->wg, BT, D, Vt, 1, NULL);
     matmul_forward(a->ab, a->xn, p->wab, BT, D, 2 * H, 0, NULL);
-    l2norm_forward(a->qk_hat, a->qk_rho, a->qk, 2 * BT, H, c->dk); // the Q and K planes in one call
+    // each plane on its own: the planes lie the allocated B·T rows apart (common/layout.h), which a forward on fewer
+    // rows (samples, the eval sets) does not fill
+    l2norm_forward(a->q_hat, a->qk_rho, a->q, BT, H, c->dk);
+    l2norm_forward(a->k_hat, a->qk_rho + (size_t)BT * H, a->k, BT, H, c->dk);
     gdn_gates_forward(a->g, a->beta, a->ab, p->a_log, p->dt_bias, BT, H);
 }
 // Takes the gradients in d (of q, k, v, gate, g, β; the layer's backward has taken q̂, k̂'s to q, k) down to the
