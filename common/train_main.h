@@ -3,6 +3,7 @@
 // logging (stdout and DIR/main.log) and checkpoints; and the -D comparison dump (common/dump.h).
 // It is included at the end of each program and is written on that program's model interface:
 //   Model, model_build, model_init, model_alloc_acts, model_forward, model_free, train_step, logits_to_float32,
+//   the per-position losses M->losses of a forward with targets (read through to_float64),
 //   and common/model_io.h (softmax_fraction, save/load of the checkpoint files)
 // and on these backend hooks:
 //   backend_default_precision  what -p is when not given ("fp32" on the CPU, "bf16" on the GPU)
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include "baseline.h"
 #include "dump.h"
+#include "evalset.h"
 
 // Mean loss over n batches of the val loader (from its start) into *vloss, and the softmax fraction of every N
 // layer's heads into sfr_head; -1 on a data error. Several ranks share the batches out (batch i on rank i mod N) and
@@ -43,6 +45,58 @@ static int evaluate(double *vloss, Model *M, DataLoader *val, int n, int B, int 
     for (int i = 0; i < LH; i++) sfr_head[i] = sum[1 + i] / n;
     free(sum);
     return 0;
+}
+
+// Scores the rows of `nb` choices (common/evalset.h) in one forward pass of rows of the shortest multiple of the chunk
+// that holds them (a position's loss and logits depend only on earlier tokens: exact, as in sample_text): each
+// choice's summed completion loss into loss[c] and, for a greedy set, whether every target token is the argmax into
+// hit[c].
+static void evalset_batch(Model *M, const EvalSet *e, const int *rows, int nb, int *inputs, int *targets, double *loss, double *hit) {
+    int Tb = 1;
+    for (int b = 0; b < nb; b++) if (evalset_row_positions(e, rows[b]) > Tb) Tb = evalset_row_positions(e, rows[b]);
+    Tb = (Tb + NATSL_CHUNK - 1) / NATSL_CHUNK * NATSL_CHUNK;
+    for (int b = 0; b < nb; b++) evalset_row(e, rows[b], inputs + (size_t)b * Tb, targets + (size_t)b * Tb, Tb, 0);
+    model_forward(M, inputs, targets, nb, Tb);
+    double *losses = to_float64(M->losses, (size_t)nb * Tb);
+    for (int b = 0; b < nb; b++) {
+        int c = rows[b];
+        loss[c] = evalset_choice_loss(e, c, losses + (size_t)b * Tb);
+        if (e->kind != EVALSET_GREEDY) continue;
+        float *z = logits_to_float32(M, (size_t)b * Tb + e->choice[c].ctx_len - 1, e->choice[c].comp_len);
+        hit[c] = evalset_greedy_hit(e, c, z, M->cfg.V, M->cfg.Vp);
+        free(z);
+    }
+    free(losses);
+}
+
+// The model's scores of the eval set e (doc/eval.md): every choice of each example that fits a row of T positions is
+// one row, B rows to a forward pass, in file order (examples with a longer choice are left out); each choice's summed
+// completion loss ℓ_c into x[c] and, for a greedy set, its hit into x[nchoices + c] (x: 2·nchoices, zeroed). Several
+// ranks share the passes out (pass i on rank i mod N) and sum x, so every rank gets what one process gets.
+static void evalset_losses(Model *M, const EvalSet *e, int B, int T, double *x) {
+    int *rows = (int *)xcalloc(B, sizeof(int)), *inputs = (int *)xcalloc((size_t)B * T, sizeof(int));
+    int *targets = (int *)xcalloc((size_t)B * T, sizeof(int)), nb = 0, pass = 0;
+    for (int i = 0; i < e->n; i++) {
+        if (!evalset_fits(e, i, T)) continue;
+        for (int c = e->first[i]; c < e->first[i + 1]; c++) {
+            rows[nb++] = c;
+            if (nb < B) continue;
+            if (pass++ % g_world == g_rank) evalset_batch(M, e, rows, nb, inputs, targets, x, x + e->nchoices);
+            nb = 0;
+        }
+    }
+    if (nb && pass % g_world == g_rank) evalset_batch(M, e, rows, nb, inputs, targets, x, x + e->nchoices);
+    backend_allreduce(x, 2 * e->nchoices);
+    free(rows); free(inputs); free(targets);
+}
+
+// Evaluates the model on e with rows of at most T positions, B to a pass (the activations' B and T): acc, acc_norm,
+// acc_char (greedy: acc, ppl) and the examples scored and skipped into *r.
+static void evalset_run(Model *M, const EvalSet *e, int B, int T, EvalResult *r) {
+    double *x = (double *)xcalloc(2 * (size_t)e->nchoices, sizeof(double));
+    evalset_losses(M, e, B, T, x);
+    evalset_score(e, T, x, x + e->nchoices, r);
+    free(x);
 }
 
 // ---- several ranks (doc/model.md §9.4): what rank 0 decides reaches every rank; every rank must run the same job
@@ -301,6 +355,12 @@ static int train_main(int argc, char **argv) {
         return 0;
     }
 
+    EvalSet evs;
+    memset(&evs, 0, sizeof(evs));
+    if (a.eval_path) { // doc/eval.md: scored with every val loss
+        if (evalset_load(&evs, a.eval_path, c->V, err, sizeof(err))) die(err);
+        printf("eval: %s, %d examples from %s, scored with the val loss\n", evs.task, evs.n, a.eval_path);
+    }
     FILE *logf = NULL;
     if (a.outdir && g_rank == 0) {
         snprintf(msg, sizeof(msg), "%s/main.log", a.outdir);
@@ -324,6 +384,13 @@ static int train_main(int argc, char **argv) {
             }
             printf("\n");
             if (logf) { fprintf(logf, "s:%d tel:%.4f\n", step, vl); log_flush(logf); }
+            if (a.eval_path) {
+                EvalResult er;
+                evalset_run(&M, &evs, B, T, &er);
+                evalset_format(msg, sizeof(msg), &evs, &er, T);
+                printf("step %d: %s\n", step, msg);
+                if (logf) { evalset_log(logf, step, &evs, &er); log_flush(logf); }
+            }
         }
         if (a.sample_every > 0 && a.gen_tokens > 0 && (step % a.sample_every == 0 || last) && g_rank == 0) {
             printf("step %d: sample\n", step);
@@ -365,6 +432,7 @@ static int train_main(int argc, char **argv) {
         }
     }
     if (logf) log_close(logf);
+    evalset_free(&evs);
     free(sfr); free(sfr_step); free(p_a);
     dataloader_free(&train); dataloader_free(&val);
     tokenizer_free(&tok);

