@@ -1,8 +1,8 @@
 /*
  * evalset.h — standard downstream evaluation (HellaSwag, PIQA, ARC, WinoGrande, OpenBookQA, LAMBADA): the eval file
  * format, its reader, the rows the model scores, and the scoring math over per-token losses. Header-only, C99 (and
- * C++ for nvcc), libc only. The driver that runs the model over the rows is evalset_run in common/train_main.h;
- * doc/eval.md has the commands and what the numbers mean.
+ * C++ for nvcc), libc + POSIX fileno/fstat. The driver that runs the model over the rows is evalset_run in
+ * common/train_main.h; doc/eval.md has the commands and what the numbers mean.
  *
  * Eval file (written by dev/data/olmo_eval.py), little-endian:
  *   header: 256 int32 = [20261128 magic, 1 version, kind (0 = multiple choice, 1 = greedy), number of examples N,

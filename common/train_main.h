@@ -359,7 +359,11 @@ static int train_main(int argc, char **argv) {
     memset(&evs, 0, sizeof(evs));
     if (a.eval_path) { // doc/eval.md: scored with every val loss
         if (evalset_load(&evs, a.eval_path, c->V, err, sizeof(err))) die(err);
-        printf("eval: %s, %d examples from %s, scored with the val loss\n", evs.task, evs.n, a.eval_path);
+        int longer = 0;
+        for (int i = 0; i < evs.n; i++) longer += !evalset_fits(&evs, i, T);
+        printf("eval: %s, %d examples from %s, scored with the val loss", evs.task, evs.n, a.eval_path);
+        if (longer) printf(" (%d longer than T=%d: skipped)", longer, T);
+        printf("\n");
     }
     FILE *logf = NULL;
     if (a.outdir && g_rank == 0) {
