@@ -2954,6 +2954,31 @@ static void test_cpu_vs_gpu(void) {
     unsetenv("NATSL_GEMM_TIMED");
 }
 
+// The GPU scores an eval set as the CPU does: a fresh tiny model on ARC-Easy (570 examples, 2281 rows of B = 16 at
+// T = 128), in fp32 on both; a fresh model finds the choices nearly equal (acc_norm compares per-token losses that
+// differ by ~1e-3), so a few near-ties may fall the other way: at most 3 examples per number. The bf16 run's numbers
+// are printed beside them.
+static void test_eval_cpu_vs_gpu(void) {
+    const char *args = "-i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin -b 16 -t 128 -x 1 -v 1 -m 1 -s 0 -H data/arc_easy_val.bin";
+    const char *progs[3][2] = {{"./train_natsl", "fp32"}, {"./train_natsl_cu", "fp32"}, {"./train_natsl_cu", "bf16"}};
+    double v[3][3] = {{0}};
+    for (int k = 0; k < 3; k++) {
+        char cmd[1024], msg[1024], line[512];
+        snprintf(cmd, sizeof(cmd), "%s %s -p %s", progs[k][0], args, progs[k][1]);
+        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+        FILE *f = fopen(g_stdout_path, "r");
+        int found = 0;
+        while (f && fgets(line, sizeof(line), f))
+            found |= sscanf(line, "step 1: arc_easy: acc %lf acc_norm %lf acc_char %lf", &v[k][0], &v[k][1], &v[k][2]) == 3;
+        if (f) fclose(f);
+        CHECK(found, "%s: no 'step 1: arc_easy:' line", cmd);
+    }
+    printf("  acc / acc_norm / acc_char: CPU fp32 %.4f %.4f %.4f | GPU fp32 %.4f %.4f %.4f | GPU bf16 %.4f %.4f %.4f\n", v[0][0],
+           v[0][1], v[0][2], v[1][0], v[1][1], v[1][2], v[2][0], v[2][1], v[2][2]);
+    for (int m = 0; m < 3; m++)
+        CHECK(fabs(v[0][m] - v[1][m]) <= 3.5 / 570, "number %d: CPU %.4f, GPU %.4f: more than 3 of 570 examples apart", m, v[0][m], v[1][m]);
+}
+
 // The GPU trainer in bf16 resumes bit-identically too: a run keeps the products' algorithms that it chose by timing in
 // dir/gemm_algos.bin and a resume takes them from there (the split run starts from the full run's choices, as the
 // two would otherwise time their own); a cache that does not read whole is timed again with a note, and the run
@@ -3038,6 +3063,7 @@ int main(int argc, char **argv) {
     if (gpu_available(why, sizeof(why))) {
         RUN(test_gpu_resume_bit_identical);
         RUN(test_cpu_vs_gpu);
+        RUN(test_eval_cpu_vs_gpu);
     } else printf("GPU tests (resume, CPU vs GPU comparison): skipped (%s)\n", why);
     printf("time: %.1f s\n", now_s() - t0);
     if (g_stdout_path[0]) { remove(g_stdout_path); remove(g_stderr_path); }
