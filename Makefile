@@ -7,7 +7,7 @@ WARNFLAGS = -Wall -Wextra -Werror -Wno-unused-function $(GCC_ONLY_FLAGS)
 CFLAGS ?= -O3 -march=native -ffast-math $(WARNFLAGS)
 OMPFLAGS ?= -fopenmp
 LDLIBS = -lm
-HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h common/budget.h
+HEADERS = common/baseline.h common/dist.h common/config.h common/dataloader.h common/tokenizer.h common/checkpoint.h common/train_util.h common/layout.h common/train_main.h common/model_io.h common/dump.h common/budget.h common/fileio.h
 
 .PHONY: all test clean sanitize sanitize-quick
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fileio.h"
 
 #define DUMP_MAGIC 20261124
 #define DUMP_STEPS 10
@@ -51,8 +52,8 @@ static void dump_write(Model *M, DataLoader *train, const char *path, double lr,
     char err[1024];
     size_t BT = (size_t)B * T, nrouter = 0, per = BT / NATSL_CHUNK * 2 * c->H;
     for (int l = 0; l < c->L; l++) nrouter += c->pattern[l] == 'N' ? per : c->pattern[l] == 'S' ? 2 : 0;
-    FILE *f = fopen(path, "wb");
-    if (!f) { fprintf(stderr, "error: %s: cannot open for writing (%s)\n", path, strerror(errno)); exit(1); }
+    FILE *f = fopen_regular(path, "wb", "a dump file", err, sizeof(err));
+    if (!f) die(err);
     int h[256] = {DUMP_MAGIC, 1, B, T, c->V, (int)M->nparams, (int)nrouter, DUMP_STEPS};
     fwrite(h, sizeof(int), 256, f);
     if (dataloader_next_batch(train, err, sizeof(err))) die(err);

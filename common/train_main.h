@@ -82,7 +82,14 @@ static void reduce_step_stats(StepStats *s, double *sfr, int L) {
 
 // Checkpoint `step` in dir: the model file (rank 0), under ZeRO-1 every rank's shard of the moments, and last, once
 // every rank has written its part, the state file (rank 0): a state file marks a complete checkpoint
-// (run_dir_resume_step resumes only from one).
+// (run_dir_resume_step resumes only from one). A checkpoint that fails (a full disk) ends the run with the error and
+// leaves none of its files: each rank removes what it wrote of it (each file went through a temporary name, so no
+// half-written file is left either), and the run's earlier checkpoints stay as they were.
+static void remove_checkpoint_part(const TrainState *st, const char *dir) {
+    char path[4200];
+    if (g_rank == 0) { snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, st->step); remove(path); }
+    if (st->zero) { snprintf(path, sizeof(path), "%s/zero1_%08d_r%03d.bin", dir, st->step, g_rank); remove(path); }
+}
 static void save_checkpoint(Model *M, const TrainState *st, const char *dir) {
     char path[4200], err[1024] = "";
     int failed = 0;
@@ -96,6 +103,7 @@ static void save_checkpoint(Model *M, const TrainState *st, const char *dir) {
     }
     double any = failed;
     backend_allreduce(&any, 1);
+    if (any > 0) remove_checkpoint_part(st, dir);
     if (failed) die(err);
     if (any > 0) {
         snprintf(err, sizeof(err), "checkpoint of step %d: another rank could not write its part (its error names it); "
@@ -104,9 +112,37 @@ static void save_checkpoint(Model *M, const TrainState *st, const char *dir) {
     }
     if (g_rank == 0) {
         snprintf(path, sizeof(path), "%s/state_%08d.bin", dir, st->step);
-        if (save_state(M, st, path, err, sizeof(err))) die(err);
+        failed = save_state(M, st, path, err, sizeof(err)) != 0;
+    }
+    any = failed;
+    backend_allreduce(&any, 1);
+    if (any > 0) {
+        remove_checkpoint_part(st, dir);
+        if (failed) die(err);
+        snprintf(err, sizeof(err), "checkpoint of step %d: rank 0 could not write the state file (its error names it)", st->step);
+        die(err);
     }
     printf("saved %s/{model,state}_%08d.bin%s\n", dir, st->step, st->zero ? " and the ranks' zero1_ shards" : "");
+}
+
+// A run stops after NATSL_MAX_SKIPPED consecutive steps that were skipped (a gradient norm that is not finite, no
+// update): the error names the likely cause; main.log and the checkpoints already saved stay. first: the run's first
+// step; loss_finite: that of the last step; resumed: the model file resumed from ("" when not resumed).
+#define NATSL_MAX_SKIPPED 5
+static void stop_nonfinite(int step, int first, int loss_finite, const char *resumed, const TrainArgs *a) {
+    char msg[4600], from[4300];
+    Config preset;
+    if (*resumed) snprintf(from, sizeof(from), "the parameters of the checkpoint %s", resumed);
+    else if (a->init_given && config_from_preset(&preset, a->init_from, 0)) snprintf(from, sizeof(from), "the parameters of -e %s", a->init_from);
+    else snprintf(from, sizeof(from), "the initialization or the data");
+    if (step - NATSL_MAX_SKIPPED + 1 == first)
+        snprintf(msg, sizeof(msg), "steps %d-%d: the %s is not finite from the run's first step on, %d steps skipped in a row: %s "
+                 "(a huge or broken value)?", first, step, loss_finite ? "gradient norm" : "loss", NATSL_MAX_SKIPPED, from);
+    else
+        snprintf(msg, sizeof(msg), "steps %d-%d: the %s is not finite, %d steps skipped in a row: the training diverged "
+                 "(lower -l, raise -u); main.log and the checkpoints saved so far are kept", step - NATSL_MAX_SKIPPED + 1,
+                 step, loss_finite ? "gradient norm" : "loss", NATSL_MAX_SKIPPED);
+    die(msg);
 }
 
 // The vocabulary of the shards a glob matches (§1): the decoding table tokenizer.bin beside them where there is
@@ -206,20 +242,27 @@ static int train_main(int argc, char **argv) {
                  a.val_glob, Vval, val_src, V, vocab_src);
         die(msg);
     }
+    if (a.val_every > 0 && (size_t)a.val_batches > val.nbatches) { // (more would repeat batches, and take that long)
+        snprintf(msg, sizeof(msg), "-m %d: the val shards (%.400s) hold %zu batches of B*T = %d tokens: give -m %zu or less",
+                 a.val_batches, a.val_glob, val.nbatches, B * T, val.nbatches);
+        die(msg);
+    }
 
     // the model: a preset (+ pattern), a checkpoint to start from, or the latest checkpoint in -o
     Model M;
     TrainState st = {0, rng_seed(a.seed + 1), 0, 0, 0, rng_seed(a.seed + 2), 1, 0}; // sampling stream, §7.2 noise stream
     if (a.outdir && g_rank == 0) run_dir_open(a.outdir); // created, locked for the life of the run, leftover *.tmp removed
     int resume_step = from_rank0(g_rank == 0 ? run_dir_resume_step(a.outdir, a.resume) : 0);
+    char model_path[4200] = "", state_path[4200] = ""; // the checkpoint resumed from
     if (resume_step >= 0) {
-        snprintf(msg, sizeof(msg), "%s/model_%08d.bin", a.outdir, resume_step);
-        if (load_model(&M, msg, err, sizeof(err))) die(err);
-        snprintf(msg, sizeof(msg), "%s/state_%08d.bin", a.outdir, resume_step);
+        snprintf(model_path, sizeof(model_path), "%s/model_%08d.bin", a.outdir, resume_step);
+        if (load_model(&M, model_path, err, sizeof(err))) die(err);
+        snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", a.outdir, resume_step);
+        snprintf(msg, sizeof(msg), "%s", state_path);
         if (load_state(&M, &st, msg, err, sizeof(err))) die(err);
         if (resume_check_state(&st, &M.cfg, M.nparams, resume_step, a.max_steps, msg, err, sizeof(err)) ||
-            check_model_for_data(&M.cfg, V, vocab_src, "the checkpoint", err, sizeof(err)) ||
-            resume_check_flags(&M.cfg, &a, V, err, sizeof(err))) die(err);
+            check_model_for_data(&M.cfg, V, vocab_src, model_path, err, sizeof(err)) ||
+            resume_check_flags(&M.cfg, &a, V, model_path, err, sizeof(err))) die(err);
         if (st.zero != g_zero || (st.zero && st.world != g_world)) {
             if (st.zero)
                 snprintf(err, sizeof(err), "%s: written by %d ranks with -z 1 (the moments are in their zero1_ shards): resume it "
@@ -287,8 +330,13 @@ static int train_main(int argc, char **argv) {
         printf("softmax budget (§7): penalty lambda %g (f* %g), load balancing alpha %g, routing %s (tau0 %g, min %g, decay %g)\n",
                M.rb.lambda, M.rb.target, M.rb.alpha, M.rb.tau0 > 0 ? "ST-Gumbel" : "argmax", M.rb.tau0, M.rb.tau_min, M.rb.tau_decay);
 
-    if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) die(err);
-    if (a.val_every > 0 && !a.dump_path && g_rank == 0) print_baselines(&train, &val, a.val_batches, c->V); // what the val loss must beat
+    if (st.step > 0 && dataloader_seek(&train, st.shard, st.pos, err, sizeof(err))) { // the state file's position
+        snprintf(msg, sizeof(msg), "%s: its data position (shard %d, token %zu) is not in the train shards: %s", state_path,
+                 st.shard, st.pos, err);
+        die(msg);
+    }
+    double baseline[2] = {0, 0}; // unigram, bigram: what the val loss must beat
+    if (a.val_every > 0 && !a.dump_path && g_rank == 0) print_baselines(&train, &val, a.val_batches, c->V, baseline);
     model_alloc_acts(&M, B, T, a.recompute);
     const char *kept[3] = {"off", "1: layer inputs, op and mixer outputs kept", "2: layer inputs kept"};
     printf("activations: %.2f GiB + %.2f GiB of gradient scratch (recompute %s)\n", M.acts_size * sizeof(real) / 1073741824.0,
@@ -310,11 +358,12 @@ static int train_main(int argc, char **argv) {
     double *sfr = (double *)xcalloc((size_t)c->L * c->H, sizeof(double)); // val softmax fractions [layer][head]
     double *sfr_step = (double *)xcalloc(c->L, sizeof(double));            // a step's, per layer
 
-    double t_start = now_s(); // for the ETA
-    for (int step = st.step + 1; step <= a.max_steps; step++) {
+    double t_start = now_s(), t_steps = 0, vl = 0; // for the ETA and the summary
+    int first = st.step + 1, skipped_run = 0, vl_step = 0; // skipped_run: consecutive steps skipped so far
+    for (int step = first; step <= a.max_steps; step++) {
         int last = step == a.max_steps;
         if (a.val_every > 0 && (step % a.val_every == 0 || last || step == 1)) {
-            double vl;
+            vl_step = step;
             if (evaluate(&vl, &M, &val, a.val_batches, B, T, sfr, err, sizeof(err))) die(err);
             printf("step %d: val loss %.6f", step, vl);
             for (int l = 0; l < c->L; l++) {
@@ -334,6 +383,7 @@ static int train_main(int argc, char **argv) {
         StepStats s = train_step(&M, &train, a.accum / g_world, B, T, step_lr, a.wd, step, sfr_step);
         reduce_step_stats(&s, sfr_step, c->L);
         double dt = now_s() - t0;
+        t_steps += dt;
         backend_step_timed(step == st.step + 1, dt);
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.6f | %.0f ms | %.0f tok/s", step, a.max_steps, s.loss,
                step_lr, s.norm, dt * 1e3, a.total_batch / dt);
@@ -357,6 +407,8 @@ static int train_main(int argc, char **argv) {
             if (s.skipped) fprintf(logf, "s:%d skip:nonfinite-grad\n", step);
             log_flush(logf);
         }
+        skipped_run = s.skipped ? skipped_run + 1 : 0;
+        if (skipped_run == NATSL_MAX_SKIPPED) stop_nonfinite(step, first, is_finite(s.loss), model_path, &a);
 
         if (a.outdir && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
             st.step = step; st.shard = train.shard; st.pos = train.pos; st.model_fp = config_fingerprint(c, M.nparams);
@@ -365,6 +417,13 @@ static int train_main(int argc, char **argv) {
         }
     }
     if (logf) log_close(logf);
+    double t_all = now_s() - t_start;
+    int steps = a.max_steps - first + 1;
+    printf("done: %d steps in %.1f s (%.0f tok/s over the steps, %.0f with validation and samples)", steps, t_all,
+           (double)steps * a.total_batch / (t_steps > 0 ? t_steps : 1), (double)steps * a.total_batch / (t_all > 0 ? t_all : 1));
+    if (vl_step) printf(" | val loss %.4f at step %d", vl, vl_step);
+    if (vl_step && baseline[0] > 0) printf(" against the baselines unigram %.3f, bigram %.3f", baseline[0], baseline[1]);
+    printf("\n");
     free(sfr); free(sfr_step); free(p_a);
     dataloader_free(&train); dataloader_free(&val);
     tokenizer_free(&tok);
