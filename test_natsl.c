@@ -1784,7 +1784,7 @@ static void test_baseline_bigram(void) {
             CHECK(bi < 1e-6 && lambda > 0.999999, "deterministic stream: bigram %.3g at lambda %.9f", bi, lambda);
             CHECK(fabs(uni - log(3010.0 / 1001)) < 1e-12 && n == 3000, "unigram %.12f, want log(3010/1001)", uni);
         } else { /* the same counts by brute force over λ = 0.0001 ... 0.9999 */
-            double best = INFINITY, cu[10] = {0}, cab[10][10] = {{0}};
+            double best = 1e300, cu[10] = {0}, cab[10][10] = {{0}};
             for (int i = 0; i < 3000; i++) { cu[t[i]]++; if (i + 1 < 3000) cab[t[i]][t[i + 1]]++; }
             for (int k = 1; k < 10000; k++) {
                 double l = k * 1e-4, s = 0;
@@ -2453,10 +2453,11 @@ static void test_resume_bit_identical(void) {
 #include <malloc.h>
 #include <sys/file.h>
 
-// Runs the trainer with args under a time limit (a hang fails instead of stalling the suite).
+// Runs the trainer with args under a time limit (a hang fails instead of stalling the suite): g_hz_limit seconds.
+static int g_hz_limit = 120;
 static int hz_run(const char *args, char *msg, size_t n) {
     char cmd[2000];
-    snprintf(cmd, sizeof(cmd), "timeout 120 %s %s", g_trainer, args);
+    snprintf(cmd, sizeof(cmd), "timeout %d %s %s", g_hz_limit, g_trainer, args);
     return run_cmd(cmd, msg, n);
 }
 // The trainer must stop with exit status 1 and a one-line "error: ..." holding every word in words (| separated).
@@ -2543,7 +2544,7 @@ static void test_hz_model_file_fields(void) {
     // -e/-a that describe another model than the checkpoint's are refused on resume
     char args[1400];
     snprintf(args, sizeof(args), "%s -a natsl", y_args);
-    hz_expect_error("-a on resume", args, "-y 1|drop -e/-a");
+    hz_expect_error("-a on resume", args, "-y 1|run/model_00000001.bin|drop -e/-a");
     snprintf(args, sizeof(args), "%s -a GNGN", y_args);
     char msg[1024];
     CHECK(hz_run(args, msg, sizeof(msg)) == 0, "-a naming the checkpoint's own pattern on resume: %s", msg);
@@ -2872,7 +2873,7 @@ static void test_hz_data_vocab(void) {
     snprintf(args, sizeof(args), "-e %s -b 1 -t 64 -x 1 -v 0 -s 0 -i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin", model);
     hz_expect_error("V=10 checkpoint on GPT-2 shards", args, "vocabulary V=10, but the data's is V=50257 (GPT-2 ids");
     snprintf(args, sizeof(args), "-b 1 -t 64 -x 4 -v 0 -s 0 -o %s/run -y 1", dir);
-    hz_expect_error("V=10 run resumed on the default data", args, "the checkpoint: vocabulary V=10, but the data's is V=66");
+    hz_expect_error("V=10 run resumed on the default data", args, "run/model_00000003.bin: vocabulary V=10, but the data's is V=66");
     // val shards of another vocabulary; an id beyond the table; tables that cannot be the data's
     snprintf(args, sizeof(args), "-i %s/train.bin -b 1 -t 64 -x 1 -s 0", dir);
     hz_expect_error("val shards of another vocabulary", args, "-j data/tinyshakespeare_char/val.bin: the val shards' vocabulary is V=66|train shards' V=10");
@@ -2887,6 +2888,178 @@ static void test_hz_data_vocab(void) {
     CHECK(system(args) == 0, "cleanup");
 }
 
+// ---- issue 44: inputs that hung the trainer, runs that end without saying why, saves that fail half-way ----------
+// A FIFO (no writer, no reader), a device or a directory where a file belongs is refused at once with one line naming
+// it: every path the flags lead to (-e, -i, -j and a glob of shards, the data's tokenizer.bin, -D, the resumed state
+// and main.log). Each run is bounded (g_hz_limit 20 s): a regression that blocks in open() fails, it does not hang.
+static void test_hz_cli_nonregular_files(void) {
+    char dir[] = "/tmp/natsl_hz_XXXXXX", p[700], args[1600];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    if (hz_make_run(dir, "run", 1)) return;
+    g_hz_limit = 20;
+    const char *fifos[] = {"fifo", "shards/b.bin", "own/tokenizer.bin"};
+    snprintf(p, sizeof(p), "%s/shards", dir); mkdir(p, 0777);
+    snprintf(p, sizeof(p), "%s/own", dir); mkdir(p, 0777);
+    snprintf(p, sizeof(p), "%s/shards/a.bin", dir); dt_write_ramp(p, 0, 5000);
+    snprintf(p, sizeof(p), "%s/own/train.bin", dir); dt_write_ramp(p, 0, 5000);
+    for (int i = 0; i < 3; i++) { snprintf(p, sizeof(p), "%s/%s", dir, fifos[i]); CHECK(mkfifo(p, 0666) == 0, "mkfifo %s", p); }
+    const char *base = "-b 1 -t 64 -x 1 -v 1 -m 1 -s 0";
+    struct { const char *what, *flags, *words; } cases[] = {
+        {"-e FIFO", "-e %s/fifo", "fifo: a FIFO, not a checkpoint file"},
+        {"-i FIFO", "-i %s/fifo", "fifo: a FIFO, not a token shard"},
+        {"-j FIFO", "-j %s/fifo", "fifo: a FIFO, not a token shard"},
+        {"a glob matching a FIFO", "-i '%s/shards/*.bin'", "shards/b.bin: a FIFO, not a token shard"},
+        {"a FIFO as the data's tokenizer.bin", "-i %s/own/train.bin", "own/tokenizer.bin: a FIFO, not a tokenizer file"},
+        {"-D FIFO", "-D %s/fifo", "fifo: a FIFO, not a dump file"},
+        {"-e character device", "-e /dev/null%.0s", "/dev/null: a character device, not a checkpoint file"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char flags[800];
+        snprintf(flags, sizeof(flags), cases[i].flags, dir);
+        snprintf(args, sizeof(args), "%s %s", base, flags);
+        double t0 = now_s();
+        hz_expect_error(cases[i].what, args, cases[i].words);
+        if (now_s() - t0 > 10) printf("  note: %s took %.1f s to fail\n", cases[i].what, now_s() - t0);
+    }
+    // the resumed state file and the run's log
+    snprintf(p, sizeof(p), "%s/run/state_00000001.bin", dir);
+    snprintf(args, sizeof(args), "cp %s %s/state.keep", p, dir);
+    CHECK(system(args) == 0 && remove(p) == 0 && mkfifo(p, 0666) == 0, "state FIFO");
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 2 -v 0 -s 0 -y 1 -o %s/run", dir);
+    hz_expect_error("state file FIFO", args, "state_00000001.bin: a FIFO, not a checkpoint file");
+    snprintf(args, sizeof(args), "rm %s && cp %s/state.keep %s && rm %s/run/main.log && mkfifo %s/run/main.log", p, dir, p, dir, dir);
+    CHECK(system(args) == 0, "main.log FIFO");
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 2 -v 0 -s 0 -y 1 -o %s/run", dir);
+    hz_expect_error("main.log FIFO", args, "main.log: a FIFO, not a log file");
+    g_hz_limit = 120;
+    snprintf(args, sizeof(args), "rm -rf %s", dir);
+    CHECK(system(args) == 0, "cleanup");
+}
+
+// -m beyond the val data's batches is refused before the baselines count them (-m 1000000 counted for hours).
+static void test_hz_cli_val_batches(void) {
+    char dir[] = "/tmp/natsl_hz_XXXXXX", p[700], args[1600], msg[1024];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    g_hz_limit = 20;
+    hz_expect_error("-m 1000000", "-b 1 -t 64 -x 1 -v 1 -m 1000000 -s 0",
+                    "-m 1000000: the val shards (data/tinyshakespeare_char/val.bin) hold 1742 batches|give -m 1742 or less");
+    g_hz_limit = 120;
+    // 5 batches of B*T = 64 (and one token): -m 5 runs, -m 6 does not
+    uint16_t tok[5 * 64 + 1];
+    for (int i = 0; i < 5 * 64 + 1; i++) tok[i] = (uint16_t)(i % 66);
+    snprintf(p, sizeof(p), "%s/val.bin", dir); dt_write_shard(p, 20240520, 1, 5 * 64 + 1, tok, 5 * 64 + 1);
+    snprintf(p, sizeof(p), "%s/tokenizer.bin", dir); dt_write_table(p, 66);
+    snprintf(args, sizeof(args), "-j %s/val.bin -b 1 -t 64 -x 1 -v 1 -m 6 -s 0", dir);
+    hz_expect_error("-m 6 of 5 batches", args, "-m 6: the val shards|hold 5 batches of B*T = 64 tokens");
+    snprintf(args, sizeof(args), "-j %s/val.bin -b 1 -t 64 -x 1 -v 1 -m 5 -s 0", dir);
+    CHECK(hz_run(args, msg, sizeof(msg)) == 0, "-m 5 of 5 batches: %s", msg);
+    snprintf(args, sizeof(args), "-j %s/val.bin -b 1 -t 64 -x 1 -v 0 -m 6 -s 0", dir);
+    CHECK(hz_run(args, msg, sizeof(msg)) == 0, "-m 6 without validation (-v 0) is not used: %s", msg);
+    snprintf(args, sizeof(args), "rm -rf %s", dir);
+    CHECK(system(args) == 0, "cleanup");
+}
+
+// Sets the first weight of a model file's final norm (ln_f) to v.
+static void hz_poke_ln_f(const char *model, float v) {
+    int32_t n = hz_peek(model, 13), D = hz_peek(model, 2), Vp = hz_peek(model, 10);
+    hz_poke(model, 256 + (long)n - (long)Vp * D - D, hz_float_bits(v)); // ln_f precedes the head (common/config.h)
+}
+
+// A model with one parameter huge but finite (3e38: the final norm's first weight) makes every step's loss NaN: the run
+// stops after NATSL_MAX_SKIPPED (5) skipped steps in a row with exit 1 and an error naming the file, and keeps what it
+// saved; started with -e and resumed.
+static void test_hz_cli_nonfinite_stop(void) {
+    char dir[] = "/tmp/natsl_hz_XXXXXX", p[700], args[1600];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    if (hz_make_run(dir, "run", 2)) return;
+    snprintf(p, sizeof(p), "%s/huge.bin", dir);
+    snprintf(args, sizeof(args), "cp %s/run/model_00000002.bin %s", dir, p);
+    CHECK(system(args) == 0, "cp");
+    hz_poke_ln_f(p, 3e38f);
+    snprintf(args, sizeof(args), "-e %s -b 1 -t 64 -x 50 -v 0 -s 0 -o %s/e", p, dir);
+    hz_expect_error("-e a model with a parameter of 3e38", args, "steps 1-5: the loss is not finite|-e /tmp/natsl_hz_|huge.bin");
+    snprintf(p, sizeof(p), "%s/e/main.log", dir);
+    CHECK(hz_file_size(p) > 0, "main.log of the stopped run is missing");
+    // resumed from such a checkpoint: the error names it; the checkpoints before it stay
+    snprintf(p, sizeof(p), "%s/run/model_00000002.bin", dir);
+    hz_poke_ln_f(p, 3e38f);
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 50 -n 1 -v 0 -s 0 -y 1 -o %s/run", dir);
+    hz_expect_error("resumed from a model with a parameter of 3e38", args, "steps 3-7: the loss is not finite|run/model_00000002.bin");
+    snprintf(p, sizeof(p), "%s/run/model_00000001.bin", dir);
+    CHECK(hz_file_size(p) > 0, "the run's first checkpoint is gone");
+    snprintf(p, sizeof(p), "%s/run/state_00000001.bin", dir);
+    CHECK(hz_file_size(p) > 0, "the run's first state file is gone");
+    snprintf(args, sizeof(args), "rm -rf %s", dir);
+    CHECK(system(args) == 0, "cleanup");
+}
+
+// The first save of a run on a full disk (a file size limit: ulimit -f, SIGXFSZ ignored, so writes fail with EFBIG)
+// leaves no file of that checkpoint, neither half-written nor a model without its state; the same command with -y 1
+// (the run saved no checkpoint: it starts over) then runs in the same directory.
+static void test_hz_cli_save_full_disk(void) {
+    char dir[] = "/tmp/natsl_hz_XXXXXX", p[700], args[1600], msg[1024];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    if (hz_make_run(dir, "ref", 1)) return;
+    snprintf(p, sizeof(p), "%s/ref/model_00000001.bin", dir);
+    long model_kib = hz_file_size(p) / 1024; // the state file is twice the model file
+    // room for the model file, not the state file; then not even for the model file
+    struct { long kib; const char *words; } cases[] = {{model_kib + 64, "state_00000002.bin.tmp: write failed (File too large)"},
+                                                      {model_kib / 2, "model_00000002.bin.tmp: write failed (File too large)"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof(args), "rm -rf %s/full && bash -c 'ulimit -f %ld; trap \"\" XFSZ; exec timeout 120 %s -b 1 -t 64 "
+                 "-x 2 -v 0 -s 0 -o %s/full'", dir, cases[i].kib, g_trainer, dir);
+        int rc = run_cmd(args, msg, sizeof(msg));
+        CHECK(rc == 1 && strstr(msg, cases[i].words), "save on a full disk (%ld KiB): exit %d, '%s' (wanted '%s')", cases[i].kib, rc,
+              msg, cases[i].words);
+        snprintf(args, sizeof(args), "ls %s/full | grep -v '^main.log$'", dir);
+        CHECK(system(args) != 0, "a failed first save left files in the run directory:");
+        snprintf(args, sizeof(args), "-b 1 -t 64 -x 2 -v 0 -s 0 -y 1 -o %s/full", dir);
+        CHECK(hz_run(args, msg, sizeof(msg)) == 0, "-y 1 after the failed save: %s", msg);
+        snprintf(args, sizeof(args), "grep -q 'starting fresh (its main.log starts over)' %s", g_stdout_path);
+        CHECK(system(args) == 0, "the retry did not say it starts over");
+        snprintf(p, sizeof(p), "%s/full/state_00000002.bin", dir);
+        CHECK(hz_file_size(p) > 0, "the retry wrote no checkpoint");
+    }
+    snprintf(args, sizeof(args), "rm -rf %s", dir);
+    CHECK(system(args) == 0, "cleanup");
+}
+
+// A state file whose shard or position field does not fit the train data is named in the error (not the data shard).
+static void test_hz_cli_state_position(void) {
+    char dir[] = "/tmp/natsl_hz_XXXXXX", state[600], args[1300];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    if (hz_make_run(dir, "run", 1)) return;
+    snprintf(state, sizeof(state), "%s/run/state_00000001.bin", dir);
+    snprintf(args, sizeof(args), "-b 1 -t 64 -x 2 -v 0 -s 0 -y 1 -o %s/run", dir);
+    int32_t old = hz_poke(state, 3, 5);
+    hz_expect_error("shard 5 of 1", args, "run/state_00000001.bin: its data position (shard 5|shard 5");
+    hz_poke(state, 3, old);
+    old = hz_poke(state, 4, 0x7ffffff0);
+    hz_expect_error("position past the shard", args, "run/state_00000001.bin: its data position|token position");
+    hz_poke(state, 4, old);
+    snprintf(args, sizeof(args), "rm -rf %s", dir);
+    CHECK(system(args) == 0, "cleanup");
+}
+
+// The run ends with a summary: steps, time, tokens/s, the last val loss against the counting baselines.
+static void test_hz_cli_summary(void) {
+    char msg[1024], cmd[1200];
+    CHECK(hz_run("-b 1 -t 64 -x 2 -v 1 -m 2 -s 0", msg, sizeof(msg)) == 0, "short run: %s", msg);
+    snprintf(cmd, sizeof(cmd), "grep -Eq '^done: 2 steps in [0-9.]+ s \\([0-9]+ tok/s over the steps, [0-9]+ with validation and "
+             "samples\\) \\| val loss [0-9.]+ at step 2 against the baselines unigram [0-9.]+, bigram [0-9.]+$' %s", g_stdout_path);
+    CHECK(system(cmd) == 0, "no summary line at the end of the run");
+}
+
+// dev/plot_log.py answers --help without matplotlib, and says in one line that plotting needs it.
+static void test_hz_cli_plot_log_help(void) {
+    if (system("python3 -c 1 2>/dev/null")) { printf("  (python3 not installed: skipped)\n"); return; }
+    char msg[1024];
+    int rc = run_cmd("python3 -S dev/plot_log.py --help", msg, sizeof(msg)); // -S: no site-packages
+    CHECK(rc == 0, "plot_log.py --help without matplotlib: exit %d, '%s'", rc, msg);
+    rc = run_cmd("python3 -S dev/plot_log.py /dev/null", msg, sizeof(msg));
+    CHECK(rc == 1 && strstr(msg, "needs matplotlib"), "plot_log.py without matplotlib: exit %d, '%s'", rc, msg);
+}
+
 static void register_hardening_tests(void) {
     RUN(test_hz_model_file_fields);
     RUN(test_hz_state_file_fields);
@@ -2898,6 +3071,13 @@ static void register_hardening_tests(void) {
     RUN(test_hz_load_model_error_frees);
     RUN(test_hz_dev_scripts);
     RUN(test_hz_data_vocab);
+    RUN(test_hz_cli_nonregular_files);
+    RUN(test_hz_cli_val_batches);
+    RUN(test_hz_cli_nonfinite_stop);
+    RUN(test_hz_cli_save_full_disk);
+    RUN(test_hz_cli_state_position);
+    RUN(test_hz_cli_summary);
+    RUN(test_hz_cli_plot_log_help);
 }
 
 /* ---- standard evaluation: eval files (common/evalset.h) and their scoring (evalset_run, common/train_main.inc) ---- */
@@ -3430,7 +3610,7 @@ static double dump_worst_tensor(const Dump *a, const Dump *ref, const Config *cf
     int nt = param_tensors(cf, t, &total);
     double worst = 0;
     *name = "";
-    if (total != p.np) { *name = "(the dump is not of this config)"; return INFINITY; }
+    if (total != p.np) { *name = "(the dump is not of this config)"; return 1e300; } // (no INFINITY under -ffast-math)
     for (int i = 0; i < nt; i++) {
         if (gates >= 0 && is_amplified_tensor(t[i].name) != gates) continue;
         double e = normwise(a->x + p.grads + t[i].offset, ref->x + p.grads + t[i].offset, t[i].numel);

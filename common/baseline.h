@@ -101,8 +101,9 @@ done:
     return rc;
 }
 
-// Prints the two baselines (one line); a failure only prints a note (the run does not depend on them).
-static void print_baselines(const DataLoader *train, DataLoader *val, int nbatches, int V) {
+// Prints the two baselines (one line) and keeps them in out[2] (unigram, bigram); a failure only prints a note (the run
+// does not depend on them) and leaves out as it was.
+static void print_baselines(const DataLoader *train, DataLoader *val, int nbatches, int V, double *out) {
     double uni = 0, bi = 0, lambda = 0;
     size_t n = 0;
     char err[1024];
@@ -112,6 +113,7 @@ static void print_baselines(const DataLoader *train, DataLoader *val, int nbatch
     }
     printf("baselines on the val batches, counted on %zu tokens of %s: unigram %.3f, interpolated bigram %.3f (lambda %.3f)\n",
            n, train->files[0], uni, bi, lambda);
+    out[0] = uni; out[1] = bi;
 }
 
 #endif

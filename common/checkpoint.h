@@ -24,23 +24,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "config.h"
+#include "fileio.h"
 #include "train_util.h" // is_finite
 
 #define CKPT_HEADER_BYTES (256 * sizeof(int))
-
-// fopen for reading that refuses anything but a regular file (a directory opens fine on Linux and then
-// reads as garbage sizes). NULL with "PATH: problem" in err.
-static inline FILE *ckpt_fopen_regular(const char *path, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno)); return NULL; }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        snprintf(err, errlen, "%s: %s, not a checkpoint file", path, S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
-        fclose(f);
-        return NULL;
-    }
-    return f;
-}
 
 // After a rename the new name is only durable once the directory holding it is synced.
 static inline int fsync_parent_dir(const char *path, char *err, size_t errlen) {
@@ -65,8 +52,8 @@ static inline int ckpt_write_atomic(const char *path, const int *header, const f
     static const float nothing[1] = {0}; // a header-only file: fwrite takes no NULL, even for 0 values
     if (!a) { a = nothing; na = 0; }
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open for writing (%s)", tmp, strerror(errno)); return -1; }
+    FILE *f = fopen_regular(tmp, "wb", "a checkpoint file", err, errlen);
+    if (!f) return -1;
     int ok = fwrite(header, sizeof(int), 256, f) == 256 && fwrite(a, sizeof(float), na, f) == na &&
              (!b || fwrite(b, sizeof(float), nb, f) == nb);
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
@@ -77,7 +64,7 @@ static inline int ckpt_write_atomic(const char *path, const int *header, const f
 }
 
 static inline int ckpt_read_header(const char *path, int *header, char *err, size_t errlen) {
-    FILE *f = ckpt_fopen_regular(path, err, errlen);
+    FILE *f = fopen_regular(path, "rb", "a checkpoint file", err, errlen);
     if (!f) return -1;
     size_t n = fread(header, sizeof(int), 256, f);
     fclose(f);
@@ -87,7 +74,7 @@ static inline int ckpt_read_header(const char *path, int *header, char *err, siz
 
 // Reads n floats at byte offset `offset`; with exact, the file must end right after them.
 static inline int ckpt_read_floats(const char *path, size_t offset, float *out, size_t n, int exact, char *err, size_t errlen) {
-    FILE *f = ckpt_fopen_regular(path, err, errlen);
+    FILE *f = fopen_regular(path, "rb", "a checkpoint file", err, errlen);
     if (!f) return -1;
     long long want = (long long)(offset + n * sizeof(float));
     fseek(f, 0, SEEK_END);
@@ -339,9 +326,9 @@ static inline int check_model_for_data(const Config *c, int V, const char *vocab
     return 0;
 }
 
-// On resume the model comes from the checkpoint; -e and -a, when given, must describe the same model (a preset
-// for the data's vocabulary V).
-static inline int resume_check_flags(const Config *ckpt, const TrainArgs *a, int V, char *err, size_t errlen) {
+// On resume the model comes from the checkpoint (the model file `path`); -e and -a, when given, must describe the same
+// model (a preset for the data's vocabulary V).
+static inline int resume_check_flags(const Config *ckpt, const TrainArgs *a, int V, const char *path, char *err, size_t errlen) {
     if (!a->init_given && !a->arch) return 0;
     Config c;
     if (config_from_preset(&c, a->init_from, V) == 0) {
@@ -349,8 +336,8 @@ static inline int resume_check_flags(const Config *ckpt, const TrainArgs *a, int
     } else if (ckpt_read_model_config(a->init_from, &c, err, errlen)) return -1;
     else if (a->arch) { snprintf(err, errlen, "-a is ignored with -e FILE: drop it"); return -1; }
     if (memcmp(&c, ckpt, sizeof(c))) {
-        snprintf(err, errlen, "-y 1: the checkpoint's model (D=%d L=%d pattern %s rope %d) is not the one -e/-a describe "
-                 "(D=%d L=%d pattern %s rope %d): drop -e/-a to resume it", ckpt->D, ckpt->L, ckpt->pattern, ckpt->rope,
+        snprintf(err, errlen, "-y 1: the checkpoint's model %s (D=%d L=%d pattern %s rope %d) is not the one -e/-a describe "
+                 "(D=%d L=%d pattern %s rope %d): drop -e/-a to resume it", path, ckpt->D, ckpt->L, ckpt->pattern, ckpt->rope,
                  c.D, c.L, c.pattern, c.rope);
         return -1;
     }

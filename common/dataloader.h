@@ -27,7 +27,7 @@
  * answers[i] = 1 where targets[i] is an answer; with mask_targets set (answer-only training), the targets that are
  * not answers become ANSWER_IGNORE (-1), which the cross-entropy skips.
  *
- * Checks: init reads only the headers of all shards (magic, version, size consistent with the
+ * Checks: a match that is not a regular file (a FIFO, a directory) is refused at once (fopen_regular); init reads only the headers of all shards (magic, version, size consistent with the
  * token count, at least B*T+1 tokens); a shard's token ids are checked when the shard is
  * loaded. Every function returns 0, or -1 with a one-line "FILE: problem" message in err;
  * nothing here exits or aborts. Assumes a little-endian host (checked at init).
@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "fileio.h"
 
 #define DATALOADER_MAGIC 20240520
 #define DATALOADER_VERSION 1
@@ -61,6 +62,7 @@ typedef struct {
     int mask_targets;                /* set by the caller (answer-only training): non-answer targets become ANSWER_IGNORE */
     unsigned char *ans_tokens;       /* the current shard's answer bytes, ntok of them */
     unsigned char *answers;          /* B*T: 1 where targets[i] is an answer (with has_answers) */
+    size_t nbatches;                 /* the distinct batches of one pass over the shards (then it wraps around) */
 } DataLoader;
 
 static inline void dataloader_error_(char *err, size_t errlen, const char *fmt, ...) {
@@ -78,20 +80,12 @@ static inline int32_t dataloader_le32_(const unsigned char *p) {
 /* Open a shard and check its header against the file size. On success returns the FILE
  * positioned at the first token and stores the token count in *ntok; else NULL and err. */
 static inline FILE *dataloader_open_shard_(const char *path, size_t *ntok, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dataloader_error_(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
-        return NULL;
-    }
+    FILE *f = fopen_regular(path, "rb", "a token shard", err, errlen);
+    if (!f) return NULL;
     /* (declared up front: C++ compilers such as nvcc forbid a goto that skips an initialization) */
     unsigned char h[DATALOADER_HEADER_BYTES];
     int32_t magic, version, n;
     long size = -1, body;
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a directory opens fine and has a bogus size */
-        dataloader_error_(err, errlen, "%s: %s, not a token shard", path, S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
-        goto fail;
-    }
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
         dataloader_error_(err, errlen, "%s: cannot determine the file size", path);
@@ -361,6 +355,7 @@ static inline int dataloader_init(DataLoader *d, const char *pattern, int B, int
         if (!f) goto fail;
         fclose(f);
         if (dataloader_check_size_(d, d->files[i], n, err, errlen) != 0) goto fail;
+        d->nbatches += (n - 1) / ((size_t)B * T);
     }
     if (dataloader_find_answers_(d, err, errlen)) goto fail;
     d->inputs = (int *)malloc((size_t)B * T * sizeof(int));

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fileio.h"
 
 #define DUMP_MAGIC 20261124
 #define DUMP_STEPS 10

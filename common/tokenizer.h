@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "fileio.h"
 
 #define TOKENIZER_MAGIC 20251122
 #define TOKENIZER_VERSION 1
@@ -61,20 +62,12 @@ static inline void tokenizer_free(Tokenizer *t) {
 /* Returns 0 on success; -1 with "PATH: problem" in err (t is then left empty). */
 static inline int tokenizer_init(Tokenizer *t, const char *path, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tokenizer_error_(err, errlen, "%s: cannot open tokenizer file (%s)", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = fopen_regular(path, "rb", "a tokenizer file", err, errlen); /* no FIFO, device or directory */
+    if (!f) return -1;
     /* (declared up front: C++ compilers such as nvcc forbid a goto that skips an initialization) */
     unsigned char h[TOKENIZER_HEADER_BYTES];
     uint32_t magic, version, vocab, eot;
     long offset = TOKENIZER_HEADER_BYTES; /* byte offset of the current entry, for messages */
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a directory opens fine, then reads nothing */
-        tokenizer_error_(err, errlen, "%s: %s, not a tokenizer file", path, S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
-        goto fail;
-    }
     if (fread(h, 1, sizeof h, f) != sizeof h) {
         tokenizer_error_(err, errlen, "%s: truncated: shorter than the %d-byte header", path, TOKENIZER_HEADER_BYTES);
         goto fail;

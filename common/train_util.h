@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "config.h"
+#include "fileio.h"
 
 // The one-line error that ends the program; in a job of several processes it names the rank (common/dist.h). The
 // line goes out in one write: the ranks of a job share their stderr, and glibc writes a long fprintf to the unbuffered
@@ -378,6 +379,13 @@ static inline void check_fresh_outdir(const char *dir) {
     closedir(d);
 }
 
+// Whether dir holds a main.log.
+static inline int run_dir_has_log(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/main.log", dir);
+    return access(p, F_OK) == 0;
+}
+
 // mkdir -p: creates dir and its missing parents. 0, or -1 with mkdir's own error in err.
 static inline int mkdir_p(const char *dir, char *err, size_t errlen) {
     char p[4096];
@@ -446,9 +454,11 @@ static inline void run_dir_open(const char *dir) {
 
 // The step to resume from: with -y 1 the latest complete pair (model_ and state_ of one step; a newer
 // file without its partner, left by a run killed between the two writes, is named and ignored: the run
-// overwrites it when it gets there). A directory with run files but no complete pair is refused, as a
-// fresh run would refuse it; an empty or new one starts fresh. Without -y 1 the directory must hold no
-// run (check_fresh_outdir). -1: start fresh.
+// overwrites it when it gets there). A directory with checkpoint files but no complete pair is refused, as a
+// fresh run would refuse it; an empty or new one starts fresh, and so does one that holds only the main.log of
+// a run that saved no checkpoint (killed, or its first save failed): the log starts over, as a resume's log
+// drops the steps after the checkpoint. Without -y 1 the directory must hold no run (check_fresh_outdir).
+// -1: start fresh.
 static inline int run_dir_resume_step(const char *dir, int resume) {
     char msg[4600];
     if (!dir) return -1;
@@ -460,7 +470,7 @@ static inline int run_dir_resume_step(const char *dir, int resume) {
     char found[300] = "";
     while ((e = readdir(d))) {
         int step = -1;
-        if (!is_run_file(e->d_name, 0)) continue;
+        if (!is_run_file(e->d_name, 0) || !strcmp(e->d_name, "main.log")) continue;
         if (!found[0]) snprintf(found, sizeof(found), "%s", e->d_name);
         int model = sscanf(e->d_name, "model_%8d", &step) == 1;
         if (!model && sscanf(e->d_name, "state_%8d", &step) != 1) continue;
@@ -476,7 +486,7 @@ static inline int run_dir_resume_step(const char *dir, int resume) {
                  "but a run's files (%s): refusing to start over them; move them away or choose another -o", dir, found);
         die(msg);
     }
-    if (best < 0) printf("no checkpoint in %s: starting fresh\n", dir);
+    if (best < 0) printf("no checkpoint in %s: starting fresh%s\n", dir, run_dir_has_log(dir) ? " (its main.log starts over)" : "");
     return best;
 }
 
@@ -485,12 +495,9 @@ static inline int run_dir_resume_step(const char *dir, int resume) {
 static char g_log_path[4200];
 static inline FILE *log_open(const char *path, int append) {
     snprintf(g_log_path, sizeof(g_log_path), "%s", path);
-    FILE *f = fopen(path, append ? "a" : "w");
-    if (!f) {
-        char msg[4400];
-        snprintf(msg, sizeof(msg), "%s: cannot open for writing (%s)", path, strerror(errno));
-        die(msg);
-    }
+    char msg[4400];
+    FILE *f = fopen_regular(path, append ? "a" : "w", "a log file", msg, sizeof(msg));
+    if (!f) die(msg);
     return f;
 }
 static inline void log_flush(FILE *f) {
@@ -512,12 +519,13 @@ static inline void log_close(FILE *f) {
 // On resume from step s, main.log keeps only the events of steps <= s: the later ones were logged by
 // the run that is being replaced and are about to be logged again. Rewritten atomically.
 static inline int log_truncate_after(const char *path, int step, char *err, size_t errlen) {
-    FILE *in = fopen(path, "r");
-    if (!in) return 0; // no log yet
+    if (access(path, F_OK)) return 0; // no log yet
+    FILE *in = fopen_regular(path, "r", "a log file", err, errlen);
+    if (!in) return -1;
     char tmp[4200], line[512];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *out = fopen(tmp, "w");
-    if (!out) { fclose(in); snprintf(err, errlen, "%s: cannot open for writing (%s)", tmp, strerror(errno)); return -1; }
+    FILE *out = fopen_regular(tmp, "w", "a log file", err, errlen);
+    if (!out) { fclose(in); return -1; }
     while (fgets(line, sizeof(line), in)) {
         int s;
         if (sscanf(line, "s:%d", &s) != 1 || s <= step) fputs(line, out);

@@ -64,9 +64,9 @@ static int check(int BT, int C, int OC) {
             for (int t = 0; t < BT; t++) s += (double)dout[t * OC + o] * inp[t * C + c];
             ref_dw[o * C + c] = s;
         }
-    matmul_forward(out, inp, w, BT, C, OC, 0);
-    matmul_backward(dinp, dw, dout, inp, w, BT, C, OC);
-    matmul_backward(NULL, dw2, dout, inp, w, BT, C, OC);  // dinp == NULL: dweight only
+    matmul_forward(out, inp, w, BT, C, OC, 0, NULL);
+    matmul_backward(dinp, dw, dout, inp, w, BT, C, OC, DINP_ADD);
+    matmul_backward(NULL, dw2, dout, inp, w, BT, C, OC, DINP_ADD);  // dinp == NULL: dweight only
     double e1 = rel_err(out, ref_out, (size_t)BT * OC);
     double e2 = rel_err(dinp, ref_dinp, (size_t)BT * C);
     double e3 = rel_err(dw, ref_dw, (size_t)OC * C);
@@ -93,8 +93,8 @@ static void bench(int BT, int C, int OC, int reps, double t[2]) {
     for (int pass = 0; pass < 2; pass++) {
         for (int r = -1; r < reps; r++) { // r == -1: warm-up
             double t0 = now_s();
-            if (pass == 0) matmul_forward(out, inp, w, BT, C, OC, 0);
-            else matmul_backward(dinp, dw, dout, inp, w, BT, C, OC);
+            if (pass == 0) matmul_forward(out, inp, w, BT, C, OC, 0, NULL);
+            else matmul_backward(dinp, dw, dout, inp, w, BT, C, OC, DINP_ADD);
             if (r >= 0) ts[r] = now_s() - t0;
         }
         qsort(ts, reps, sizeof(double), cmp_double);

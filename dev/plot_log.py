@@ -5,12 +5,8 @@ usage: python dev/plot_log.py out/main.log [other/main.log ...] -o runs.png     
 """
 import argparse
 import os
+import sys
 from collections import defaultdict
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 
 def read_log(path):
@@ -38,6 +34,13 @@ def main():
     ap.add_argument("logs", nargs="+", help="main.log files")
     ap.add_argument("-o", "--out", default="runs.png", help="output image")
     args = ap.parse_args()
+    try:  # imported here: --help and the log checks need no matplotlib
+        import matplotlib
+    except ImportError:
+        sys.exit("error: plotting needs matplotlib (pip install matplotlib)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, (ax_loss, ax_sfr) = plt.subplots(1, 2, figsize=(12, 4.5))
     for path in args.logs:
         name = os.path.basename(os.path.dirname(os.path.abspath(path)))
