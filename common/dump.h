@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "fileio.h"
 
 #define DUMP_MAGIC 20261124
 #define DUMP_STEPS 10
