@@ -4,12 +4,14 @@ CC ?= gcc
 CC_IS_CLANG := $(shell $(CC) --version 2>/dev/null | grep -qi clang && echo 1)
 GCC_ONLY_FLAGS := $(if $(CC_IS_CLANG),,-Wno-format-truncation)
 WARNFLAGS = -Wall -Wextra -Werror -Wno-unused-function $(GCC_ONLY_FLAGS)
+# -fno-finite-math-only: the program detects inf and NaN (a step whose gradient norm is not finite, a corrupt
+# checkpoint); under -ffinite-math-only clang folds those checks away
 # clang splits the gemm micro-kernel's 16-float vectors into two 256-bit halves unless told to use 512-bit registers
 # where the CPU has them (gcc does); elsewhere the flag changes nothing
 CLANG_ONLY_FLAGS := $(if $(CC_IS_CLANG),-mprefer-vector-width=512)
 # UBSAN=1: the same build with UndefinedBehaviorSanitizer, every report fatal (CI runs make test so with clang-19)
 UBSANFLAGS = $(if $(UBSAN),-fsanitize=undefined -fno-sanitize-recover=all)
-CFLAGS ?= -O3 -march=native -ffast-math $(WARNFLAGS) $(CLANG_ONLY_FLAGS) $(UBSANFLAGS)
+CFLAGS ?= -O3 -march=native -ffast-math -fno-finite-math-only $(WARNFLAGS) $(CLANG_ONLY_FLAGS) $(UBSANFLAGS)
 # gcc 13's loop unswitching miscompiles layer_acts_layout at -O3 (the gradient layout of an A layer lost its fields:
 # GCC PR 109934): off from gcc 13 on, for the C programs and for nvcc's host compiler
 GCC_MAJOR = $(if $(CC_IS_CLANG),0,$(firstword $(subst ., ,$(shell $(CC) -dumpversion 2>/dev/null))))

@@ -382,8 +382,7 @@ static void crossentropy_forward(real *losses, real *lse, const real *logits, co
     for (int bt = 0; bt < BT; bt++) {
         const real *z = logits + (size_t)bt * Vp;
         real mx = NEG_LARGE, s = 0;
-        #pragma omp simd reduction(max : mx)
-        for (int i = 0; i < V; i++) mx = z[i] > mx ? z[i] : mx;
+        for (int i = 0; i < V; i++) mx = fmax(mx, z[i]);
         #pragma omp simd reduction(+ : s)
         for (int i = 0; i < V; i++) s += exp(z[i] - mx);
         lse[bt] = mx + log(s);
