@@ -706,12 +706,11 @@ static void test_grad_attention_layer(void) { check_layer("A", 0, 0, "A layer (R
 static void test_grad_natsl_layer_hard(void) { check_layer("N", 0, 0, "N layer, hard routing", 0); }
 static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, hard, RoPE", 0); }
 static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router", 0); }
-// the sigmoid gate (-O sigmoid, §5.6 (5.6g)) in the G and N layers' gated norms and in the S layer's GDN mixer
+// the sigmoid gate (-O sigmoid, §5.6 (5.6g)) in the G and N layers' gated norms (an S layer's G mixer is a G layer's)
 static void test_grad_layers_sigmoid_gate(void) {
     g_gate_act = GATE_SIGMOID;
     check_layer("G", 0, 0, "G layer, sigmoid gate", 0);
     check_layer("N", 0, 0, "N layer, hard, sigmoid gate", 0);
-    check_layer("S", 0, 0, "S layer, G chosen, sigmoid", 0.5);
     g_gate_act = GATE_SILU;
 }
 // §7.3: the S layer with its gate choosing A (s_sel < 0), choosing G (s_sel > 0), and relaxed at fixed noise with
