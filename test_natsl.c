@@ -272,11 +272,11 @@ static void test_grad_pair_softmax(void) {
     fd_check("pair softmax", v, 1, pair_loss, &c, 0);
 }
 
-typedef struct { int R, n, two; real *o1, *w1, *o2, *w2, *om, *gate, *y, *rstd, *Rr; } GnCtx;
+typedef struct { int R, n, two; real *o1, *w1, *o2, *w2, *om, *gate, *y, *rstd, *Rr; int act; } GnCtx;
 // dgate: 2 rows a token, the token's at a row of 13 (its last 3 columns left alone)
 static GatedNormArgs gn_args(const GnCtx *c) {
     GatedNormArgs a = {c->o1, c->w1, c->two ? c->o2 : NULL, c->two ? c->w2 : NULL, c->two ? c->om : NULL, c->gate, c->R, c->n,
-                       2, 13};
+                       2, 13, c->act};
     return a;
 }
 static double gn_loss(void *p) {
@@ -285,9 +285,11 @@ static double gn_loss(void *p) {
     gated_norm_forward(c->y, c->rstd, &a);
     return dot_r(c->y, c->Rr, (size_t)c->R * c->n);
 }
+// both gate activations (§5.6 (5.6g)): silu and sigmoid
 static void test_grad_gated_norm(void) {
-    for (int two = 0; two <= 1; two++) {
-        GnCtx c = {6, 5, two, vec(30), vec(5), vec(30), vec(5), vec(12), vec(30), vec(30), vec(12), vec(30)};
+    for (int k = 0; k < 4; k++) {
+        int two = k % 2, act = k / 2 ? GATE_SIGMOID : GATE_SILU;
+        GnCtx c = {6, 5, two, vec(30), vec(5), vec(30), vec(5), vec(12), vec(30), vec(30), vec(12), vec(30), act};
         real *d1 = vec(30), *dw1 = vec(5), *d2 = vec(30), *dw2 = vec(5), *dom = vec(12), *dg = vec(30), *dg13 = vec(39);
         fill_normal(c.o1, 30, 1); fill_normal(c.w1, 5, 1); fill_normal(c.o2, 30, 1); fill_normal(c.w2, 5, 1);
         fill_uniform(c.om, 12, 0.1, 0.9); fill_normal(c.gate, 30, 1.5); fill_normal(c.Rr, 30, 1);
@@ -298,7 +300,9 @@ static void test_grad_gated_norm(void) {
         for (int i = 0; i < 30; i++) dg[i] = dg13[i / 10 * 13 + i % 10];
         Var v[] = {{"o1", c.o1, d1, 30}, {"w1", c.w1, dw1, 5}, {"gate", c.gate, dg, 30},
                    {"o2", c.o2, d2, 30}, {"w2", c.w2, dw2, 5}, {"omega", c.om, dom, 12}};
-        fd_check(two ? "gated norm, two inputs" : "gated norm, one input", v, two ? 6 : 3, gn_loss, &c, 0);
+        char what[64];
+        snprintf(what, sizeof(what), "gated norm, %s input%s, %s", two ? "two" : "one", two ? "s" : "", gate_act_name(act));
+        fd_check(what, v, two ? 6 : 3, gn_loss, &c, 0);
     }
 }
 
@@ -582,10 +586,12 @@ static void test_grad_router_gumbel_budget(void) {
 }
 
 // ---- whole layers and the whole model ----------------------------------------------------------------------
-// A small model with every layer kind: D = 64, H = 2, dk = 8, dv = 16, Ha = 4, V = 90 padded to 96.
+// A small model with every layer kind: D = 64, H = 2, dk = 8, dv = 16, Ha = 4, V = 90 padded to 96; the gated norm's
+// gate activation g_gate_act (the sigmoid tests set it for their checks).
+static int g_gate_act = GATE_SILU;
 static Config small_config(const char *pattern, int rope) {
     Config c = {0};
-    c.D = 64; c.H = 2; c.dk = 8; c.dv = 16; c.Ha = 4; c.F = 128; c.V = 90; c.Vp = 96; c.rope = rope;
+    c.D = 64; c.H = 2; c.dk = 8; c.dv = 16; c.Ha = 4; c.F = 128; c.V = 90; c.Vp = 96; c.rope = rope; c.gate_act = g_gate_act;
     c.L = (int)strlen(pattern);
     strcpy(c.pattern, pattern);
     return c;
@@ -700,6 +706,13 @@ static void test_grad_attention_layer(void) { check_layer("A", 0, 0, "A layer (R
 static void test_grad_natsl_layer_hard(void) { check_layer("N", 0, 0, "N layer, hard routing", 0); }
 static void test_grad_natsl_layer_rope(void) { check_layer("N", 1, 0, "N layer, hard, RoPE", 0); }
 static void test_grad_natsl_layer_relaxed(void) { check_layer("N", 0, 1, "N layer, relaxed router", 0); }
+// the sigmoid gate (-C sigmoid, §5.6 (5.6g)) in the G and N layers' gated norms (an S layer's G mixer is a G layer's)
+static void test_grad_layers_sigmoid_gate(void) {
+    g_gate_act = GATE_SIGMOID;
+    check_layer("G", 0, 0, "G layer, sigmoid gate", 0);
+    check_layer("N", 0, 0, "N layer, hard, sigmoid gate", 0);
+    g_gate_act = GATE_SILU;
+}
 // §7.3: the S layer with its gate choosing A (s_sel < 0), choosing G (s_sel > 0), and relaxed at fixed noise with
 // the penalty term (every parameter, s_sel included, against finite differences)
 static void test_grad_select_layer_a(void) { check_layer("S", 0, 0, "S layer, A chosen", -0.5); }
@@ -814,6 +827,11 @@ static void check_model_opts(const char *pattern, int relaxed, const char *what,
 }
 static void test_grad_model_hard(void) { check_model_opts("GNAN", 0, "model GNAN, hard routing", NULL); }
 static void test_grad_model_relaxed(void) { check_model_opts("GNAN", 1, "model GNAN, relaxed router", NULL); }
+static void test_grad_model_sigmoid_gate(void) {
+    g_gate_act = GATE_SIGMOID;
+    check_model_opts("GNAN", 0, "model GNAN, sigmoid gate", NULL);
+    g_gate_act = GATE_SILU;
+}
 // §7, whole model, relaxed router: the penalty (7.1c), its target form above f* (7.1d), the load-balancing loss
 // (7.4a), and all of them under ST-Gumbel routing at fixed noise (7.2a). RouterBudget: λ, f*, α, τ (fixed).
 static void test_grad_model_penalty(void) {
@@ -1820,6 +1838,7 @@ static void test_checkpoint_roundtrip(void) {
     char dir[] = "/tmp/natsl_ckpt_XXXXXX", path[256], spath[256], err[1024];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     Config cf = small_config("GNA", 1);
+    cf.gate_act = GATE_SIGMOID; // the header keeps the gate activation (field 15)
     Model M, L;
     model_build(&M, &cf);
     model_init(&M, 3);
@@ -1831,6 +1850,26 @@ static void test_checkpoint_roundtrip(void) {
     size_t bad = 0;
     for (size_t i = 0; i < M.nparams; i++) bad += L.params[i] != (real)(float)M.params[i];
     CHECK(bad == 0, "%zu parameters changed", bad);
+    model_free(&L);
+    { // a file from before the gate activation's field (0 there) loads as silu, the paper's; a value not 0 or 1 is refused
+        int hm[256];
+        Config silu = cf;
+        silu.gate_act = GATE_SILU;
+        config_to_header(&silu, M.nparams, hm);
+        CHECK(hm[15] == 0, "a silu model's header field 15 is %d", hm[15]);
+        FILE *fm = fopen(path, "r+b");
+        CHECK(fm && fread(hm, sizeof(int), 256, fm) == 256 && hm[15] == GATE_SIGMOID, "read model header");
+        hm[15] = 0;
+        fseek(fm, 0, SEEK_SET); fwrite(hm, sizeof(int), 256, fm); fclose(fm);
+        CHECK(load_model(&L, path, err, sizeof(err)) == 0 && L.cfg.gate_act == GATE_SILU, "old-format model: %s", err);
+        model_free(&L);
+        hm[15] = 2;
+        fm = fopen(path, "r+b"); fwrite(hm, sizeof(int), 256, fm); fclose(fm);
+        CHECK(load_model(&L, path, err, sizeof(err)) == -1 && strstr(err, path) && strstr(err, "gate activation"),
+              "gate activation 2: %s", err);
+        CHECK(save_model(&M, path, err, sizeof(err)) == 0 && load_model(&L, path, err, sizeof(err)) == 0 &&
+              L.cfg.gate_act == GATE_SIGMOID, "save again: %s", err);
+    }
     M.adam_m = vec(M.nparams); M.adam_v = vec(M.nparams);
     fill_normal(M.adam_m, M.nparams, 1); fill_uniform(M.adam_v, M.nparams, 0, 1);
     TrainState s = {5, 0x123456789abcdefull, 2, 3000000000ull, 0, 0xfedcba9876543210ull, 1, 0}, s2;
@@ -2339,6 +2378,7 @@ static void test_cli_bad_input(void) {
     expect_error("-a GXN", "pattern");
     expect_error("-k 3", "recompute level");
     expect_error("-p fp16", "precision must be fp32 or bf16");
+    expect_error("-C tanh", "-C tanh: the output gate's activation is silu or sigmoid");
     expect_error("-B -0.5", "-B -0.5: out of range");
     expect_error("-F 1", "-F 1: out of range");
     expect_error("-G 1 -M 0", "-M 0: out of range");
@@ -3713,6 +3753,7 @@ static void run_config(Config *cf, const char *run_args, int V) {
 }
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
+                             {"tiny GNGN, sigmoid gate", "-C sigmoid"},
                              {"tiny GSNS, layer selection", "-a GSNS -S 0.5"},
                              {"760m GN", "-e 760m -a GN -b 1 -t 128 -l 3e-4 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
     // every GPU run takes cuBLASLt's first algorithm for each product, untimed: the runs compared bit for bit (-k 1,
@@ -3833,11 +3874,13 @@ int main(int argc, char **argv) {
     RUN(test_grad_natsl_layer_hard);
     RUN(test_grad_natsl_layer_rope);
     RUN(test_grad_natsl_layer_relaxed);
+    RUN(test_grad_layers_sigmoid_gate);
     RUN(test_grad_select_layer_a);
     RUN(test_grad_select_layer_g);
     RUN(test_grad_select_layer_relaxed);
     RUN(test_grad_model_hard);
     RUN(test_grad_model_relaxed);
+    RUN(test_grad_model_sigmoid_gate);
     RUN(test_grad_router_gumbel_budget); // after the tests above, whose random inputs do not depend on it
     RUN(test_grad_model_penalty);
     RUN(test_grad_model_penalty_target);

@@ -802,8 +802,11 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 }
 
 // ---- the gated output norm (§3.3 (3.3b), §5.6 (5.6b)) ------------------------------------------------------------
+// The gate's activation φ and its derivative (5.6g): silu (the paper's) or sigmoid, σ' = σ(1 − σ) (-O, Config.gate_act).
+static inline real gate_act(real x, int act) { return act == GATE_SIGMOID ? sigmoid(x) : silu(x); }
+static inline real dgate_act(real x, int act) { if (act == GATE_SIGMOID) { real s = sigmoid(x); return s * (1 - s); } return dsilu(x); }
 // Rows of width n, contiguous [R][n]. Two inputs (N layer): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
-// ⊙ silu(gate), ω [R][2]. One input (G layer: o2 = ω = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
+// ⊙ φ(gate), ω [R][2]. One input (G layer: o2 = ω = NULL): y = RMSNorm_{w1}(o1) ⊙ φ(gate); φ = a->gate_act.
 // rstd [2][R] keeps both inputs' reciprocal RMS. y is stored in the matmul precision (it feeds only W_o's product).
 static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
     const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
@@ -823,18 +826,18 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
         for (int i = 0; i < n; i++) {
             real nsum = o2 ? omega[2 * r] * o1[o + i] * s1 * w1[i] + omega[2 * r + 1] * o2[o + i] * s2 * w2[i]
                            : o1[o + i] * s1 * w1[i];
-            y[o + i] = matmul_precision(nsum * silu(gate[o + i]));
+            y[o + i] = matmul_precision(nsum * gate_act(gate[o + i], a->gate_act));
         }
     }
 }
-// With dn = dy ⊙ silu(gate) (5.6d-f): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's RMSNorm
+// With dn = dy ⊙ φ(gate) (5.6d-g): dgate = dy ⊙ n ⊙ φ'(gate), dω_k = dn·RMSNorm_k, and each input's RMSNorm
 // backward with dy_k = ω_k dn (§5.6: the authors' Triton kernel computes exactly this). WRITES do1, do2, dω and
 // dgate (the gated norm is their only producer); the weight gradients dw1, dw2 accumulate. do1, the GDN op's dout, is
 // stored in the matmul precision (doc/model.md §12.1 item 16; the softmax op rounds its dout as it reads it).
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
                                 const real *dy, const real *rstd, const GatedNormArgs *a) {
     const real *o1 = a->o1, *w1 = a->w1, *o2 = a->o2, *w2 = a->w2, *omega = a->omega, *gate = a->gate;
-    int R = a->rows, n = a->n;
+    int R = a->rows, n = a->n, act = a->gate_act;
     #pragma omp parallel for
     for (int r = 0; r < R; r++) {
         size_t o = (size_t)r * n, og = (size_t)(r / a->heads) * a->ld_dgate + (size_t)(r % a->heads) * n;
@@ -842,15 +845,15 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         real dom1 = 0, dom2 = 0, dot1 = 0, dot2 = 0;
         for (int i = 0; i < n; i++) {
             real n1 = o1[o + i] * s1 * w1[i], n2 = o2 ? o2[o + i] * s2 * w2[i] : 0;
-            real dn = dy[o + i] * silu(gate[o + i]);
-            dgate[og + i] = dy[o + i] * (w_1 * n1 + w_2 * n2) * dsilu(gate[o + i]);
+            real dn = dy[o + i] * gate_act(gate[o + i], act);
+            dgate[og + i] = dy[o + i] * (w_1 * n1 + w_2 * n2) * dgate_act(gate[o + i], act);
             dom1 += dn * n1; dom2 += dn * n2;
             dot1 += o1[o + i] * s1 * w1[i] * w_1 * dn;
             if (o2) dot2 += o2[o + i] * s2 * w2[i] * w_2 * dn;
         }
         dot1 /= n; dot2 /= n;
         for (int i = 0; i < n; i++) {
-            real dn = dy[o + i] * silu(gate[o + i]);
+            real dn = dy[o + i] * gate_act(gate[o + i], act);
             do1[o + i] = matmul_precision(s1 * (w1[i] * w_1 * dn - o1[o + i] * s1 * dot1));
             if (o2) do2[o + i] = s2 * (w2[i] * w_2 * dn - o2[o + i] * s2 * dot2);
         }
@@ -861,7 +864,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         real a1 = 0, a2 = 0;
         for (int r = 0; r < R; r++) {
             size_t o = (size_t)r * n;
-            real dn = dy[o + i] * silu(gate[o + i]);
+            real dn = dy[o + i] * gate_act(gate[o + i], act);
             a1 += dn * (o2 ? omega[2 * r] : 1) * o1[o + i] * rstd[r];
             if (o2) a2 += dn * omega[2 * r + 1] * o2[o + i] * rstd[R + r];
         }
@@ -984,7 +987,7 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
 // Every layer's _backward WRITES dx, the gradient of its normalized input x (no other op produces it).
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
-// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
+// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ φ(gate_h);  out = res + y W_oᵀ
 // (every layer: res is the residual stream that the output lands on, (2.1c), and out is stored as the stream is, in
 // the matmul precision; NULL: none, out in fp32: an S layer's two mixer outputs)
 static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
@@ -1033,7 +1036,7 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 // Router mask Ã from mean-pooled x (§5.2). Softmax op on qa = RMSNorm_{w_qn}(Q head), ka likewise, va = V
 // (optional RoPE, §5.8); GDN op on q̂, k̂, V as in G, both driven by Ã (§5.3, §5.4). ω = pair softmax of
 // Q W_owᵀ (§5.1). Fused norm (§5.6), over the Ha rows of d_va features of each token (the GDN output
-// [H][d_v] re-viewed as [Ha][d_va]):  y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ silu(gate_j);
+// [H][d_v] re-viewed as [Ha][d_va]):  y_j = (ω_j0·RMSNorm_{w1}(o^gdn_j) + ω_j1·RMSNorm_{w2}(o^att_j)) ⊙ φ(gate_j);
 // out = res + y W_oᵀ.  Shapes (340M): Q, K [BT][768], V [BT][1536]; H = 6 GDN heads of 128/256, Ha = 12 softmax
 // heads of 64/128 (dka/dva).
 // r: the router's noise, tau (ST-Gumbel routing, §7.2) and the tests' switches (Routing, common/layout.h).

@@ -113,6 +113,12 @@ typedef float real;
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
 __device__ __forceinline__ float dsiluf_(float x) { float s = sigmoidf_(x); return s * (1.f + x * (1.f - s)); }
+// the gated norm's gate activation φ and its derivative (5.6g): GATE_SILU or GATE_SIGMOID (Config.gate_act)
+__device__ __forceinline__ float gate_actf_(float x, int act) { return act == GATE_SIGMOID ? sigmoidf_(x) : siluf_(x); }
+__device__ __forceinline__ float dgate_actf_(float x, int act) {
+    if (act == GATE_SIGMOID) { float s = sigmoidf_(x); return s * (1.f - s); }
+    return dsiluf_(x);
+}
 // element access in either storage precision (the matmul inputs are bf16 in -p bf16, see matmul_forward)
 __device__ __forceinline__ float ld(const float *p) { return *p; }
 __device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
@@ -1673,7 +1679,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 
 // ---- the fused gated output norm (§3.3, §5.6) ------------------------------------------------------
 // Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
-// ⊙ silu(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ silu(gate).
+// ⊙ φ(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ φ(gate); φ: act.
 // rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row, the row held in registers (as the RMSNorm's:
 // rows_dispatch, row_load).
 // MP: the matmul-precision type of y (W_o's input), gate (W_g's output) and the two ops' outputs o1, o2
@@ -1681,7 +1687,7 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 template <int NJ, bool V4, class MP>
 __global__ void __launch_bounds__(256) gated_norm_forward_kernel(MP *__restrict__ y, float *__restrict__ rstd,
         const MP *__restrict__ o1, const float *__restrict__ w1, const MP *__restrict__ o2,
-        const float *__restrict__ w2, const float *__restrict__ omega, const MP *__restrict__ gate, int R, int n) {
+        const float *__restrict__ w2, const float *__restrict__ omega, const MP *__restrict__ gate, int R, int n, int act) {
     int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= R) return;
     size_t o = (size_t)r * n;
@@ -1708,7 +1714,7 @@ __global__ void __launch_bounds__(256) gated_norm_forward_kernel(MP *__restrict_
         for (int j = 0; j < NJ; j++) out[j] = x1[j] * s1 * wv[j];
     }
 #pragma unroll
-    for (int j = 0; j < NJ; j++) out[j] *= siluf_(gt[j]);
+    for (int j = 0; j < NJ; j++) out[j] *= gate_actf_(gt[j], act);
     row_store<NJ, V4>(y + o, out, lane, n);
     if (lane == 0) { rstd[r] = s1; if (o2) rstd[R + r] = s2; }
 }
@@ -1732,10 +1738,10 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
         constexpr bool V4 = decltype(v4)::value;
         using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
         gated_norm_forward_kernel<NJ, V4><<<CEIL_DIV(a->rows, 8), 256>>>((MP *)y, rstd, o1, a->w1, o2, a->w2,
-                                                                         a->omega, gate, a->rows, a->n);
+                                                                         a->omega, gate, a->rows, a->n, a->gate_act);
     });
 }
-// with dn = dy ⊙ silu(gate): dgate = dy ⊙ n ⊙ silu'(gate), dω_k = dn·RMSNorm_k, and each input's
+// with dn = dy ⊙ φ(gate) (5.6d-g): dgate = dy ⊙ n ⊙ φ'(gate), dω_k = dn·RMSNorm_k, and each input's
 // RMSNorm backward with dy_k = ω_k dn (§5.6). do1, do2, dω and dgate are written (the gated norm is their only
 // producer; dgate's rows as GatedNormArgs.heads, ld_dgate place them); the weight gradients accumulate.
 // One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
@@ -1747,7 +1753,7 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict
         float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
         const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
         const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
-        const MP *__restrict__ gate, int R, int n, int heads, int ld_dgate) {
+        const MP *__restrict__ gate, int R, int n, int heads, int ld_dgate, int act) {
     __shared__ float sh[2][32 * NJ];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float acc1[NJ], acc2[NJ], wa[NJ], wb[NJ];
@@ -1770,8 +1776,8 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
             float n1 = x1[j] * s1 * wa[j], n2 = x2[j] * s2 * wb[j];
-            dn[j] = dyv[j] * siluf_(gt[j]);
-            t[j] = dyv[j] * (w_1 * n1 + w_2 * n2) * dsiluf_(gt[j]);
+            dn[j] = dyv[j] * gate_actf_(gt[j], act);
+            t[j] = dyv[j] * (w_1 * n1 + w_2 * n2) * dgate_actf_(gt[j], act);
             dom1 += dn[j] * n1; dom2 += dn[j] * n2;
             dot1 += n1 * w_1 * dn[j];
             dot2 += n2 * w_2 * dn[j];
@@ -1818,7 +1824,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
         float *part = colpart((size_t)blocks * 2 * n);
         kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2,
-                                a->omega, gate, R, n, a->heads, a->ld_dgate);
+                                a->omega, gate, R, n, a->heads, a->ld_dgate, a->gate_act);
         CUDA_CHECK(cudaGetLastError());
         colsum_finish(dw1, part, blocks, n, 2 * n, 0);
         if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);
@@ -2060,7 +2066,7 @@ static void gdn_inputs_backward(const Config *c, real *dx, LayerActs *d, LayerPa
 // Every layer's _backward WRITES dx, the gradient of its normalized input x (no other op produces it).
 
 // ---- G: the plain Gated DeltaNet layer (§3) -----------------------------------------------------------
-// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ silu(gate_h);  out = res + y W_oᵀ
+// o = GDN(q̂, k̂, V, g, β) (every chunk committed);  y_h = RMSNorm_{w_o}(o_h) ⊙ φ(gate_h);  out = res + y W_oᵀ
 // (res NULL: none, out fp32 (an S layer's mixer outputs); else out is the residual stream, stored in the matmul
 // precision as res is: bf16 mode adds res in the product's epilogue)
 static void gdn_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,

@@ -121,14 +121,16 @@ static inline size_t ckpt_first_nonfinite(const float *x, size_t n) {
 
 // header layout: 256 int32
 //  [0] magic [1] version [2] D [3] L [4] H [5] dk [6] dv [7] Ha [8] F [9] V [10] Vp [11] rope
-//  [12] chunk size [13] parameter count (low 31 bits) [14] parameter count (high bits)
+//  [12] chunk size [13] parameter count (low 31 bits) [14] parameter count (high bits) [15] the gated norm's gate
+//  activation (0 silu, 1 sigmoid; config.h GATE_*): a reserved 0 in the files written before it, which so load as silu
+//  (the paper's), and a silu model's header (and fingerprint) is the same as before
 //  [32..] pattern, one char per int
 static inline void config_to_header(const Config *c, size_t nparams, int *h) {
     memset(h, 0, 256 * sizeof(int));
     h[0] = CKPT_MODEL_MAGIC; h[1] = CKPT_VERSION;
     h[2] = c->D; h[3] = c->L; h[4] = c->H; h[5] = c->dk; h[6] = c->dv; h[7] = c->Ha; h[8] = c->F;
     h[9] = c->V; h[10] = c->Vp; h[11] = c->rope; h[12] = NATSL_CHUNK;
-    h[13] = (int)(nparams & 0x7fffffff); h[14] = (int)(nparams >> 31);
+    h[13] = (int)(nparams & 0x7fffffff); h[14] = (int)(nparams >> 31); h[15] = c->gate_act;
     for (int l = 0; l < c->L; l++) h[32 + l] = c->pattern[l];
 }
 
@@ -138,7 +140,7 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
     if (h[12] != NATSL_CHUNK) { snprintf(err, errlen, "%s: chunk size %d, this program uses %d", path, h[12], NATSL_CHUNK); return -1; }
     memset(c, 0, sizeof(*c));
     c->D = h[2]; c->L = h[3]; c->H = h[4]; c->dk = h[5]; c->dv = h[6]; c->Ha = h[7]; c->F = h[8];
-    c->V = h[9]; c->Vp = h[10]; c->rope = h[11];
+    c->V = h[9]; c->Vp = h[10]; c->rope = h[11]; c->gate_act = h[15];
     if (c->L <= 0 || c->L > NATSL_MAX_LAYERS) { snprintf(err, errlen, "%s: bad layer count %d", path, c->L); return -1; }
     for (int l = 0; l < c->L; l++) {
         if (h[32 + l] < 0 || h[32 + l] > 127 || !is_layer_kind((char)h[32 + l])) {
@@ -147,7 +149,7 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
         }
         c->pattern[l] = (char)h[32 + l];
     }
-    for (int i = 15; i < 256; i++)
+    for (int i = 16; i < 256; i++)
         if ((i < 32 || i >= 32 + c->L) && h[i] != 0) {
             snprintf(err, errlen, "%s: header field %d is %d, must be 0 (corrupt or from another program)", path, i, h[i]);
             return -1;
@@ -326,19 +328,22 @@ static inline int check_model_for_data(const Config *c, int V, const char *vocab
     return 0;
 }
 
-// On resume the model comes from the checkpoint (the model file `path`); -e and -a, when given, must describe the same
-// model (a preset for the data's vocabulary V).
+// On resume the model comes from the checkpoint (the model file `path`); -e, -a and -C, when given, must describe the
+// same model (a preset for the data's vocabulary V).
 static inline int resume_check_flags(const Config *ckpt, const TrainArgs *a, int V, const char *path, char *err, size_t errlen) {
-    if (!a->init_given && !a->arch) return 0;
+    if (!a->init_given && !a->arch && !a->gate_act) return 0;
     Config c;
     if (config_from_preset(&c, a->init_from, V) == 0) {
         if (a->arch && config_set_pattern(&c, a->arch, err, errlen)) return -1;
+        if (a->gate_act && config_set_gate_act(&c, a->gate_act, err, errlen)) return -1;
     } else if (ckpt_read_model_config(a->init_from, &c, err, errlen)) return -1;
     else if (a->arch) { snprintf(err, errlen, "-a is ignored with -e FILE: drop it"); return -1; }
+    else if (a->gate_act) { snprintf(err, errlen, "-C is ignored with -e FILE: drop it"); return -1; }
     if (memcmp(&c, ckpt, sizeof(c))) {
-        snprintf(err, errlen, "-y 1: the checkpoint's model %s (D=%d L=%d pattern %s rope %d) is not the one -e/-a describe "
-                 "(D=%d L=%d pattern %s rope %d): drop -e/-a to resume it", path, ckpt->D, ckpt->L, ckpt->pattern, ckpt->rope,
-                 c.D, c.L, c.pattern, c.rope);
+        snprintf(err, errlen, "-y 1: the checkpoint's model %s (D=%d L=%d pattern %s rope %d gate %s) is not the one "
+                 "-e/-a/-C describe (D=%d L=%d pattern %s rope %d gate %s): drop -e/-a/-C to resume it", path, ckpt->D,
+                 ckpt->L, ckpt->pattern, ckpt->rope, gate_act_name(ckpt->gate_act), c.D, c.L, c.pattern, c.rope,
+                 gate_act_name(c.gate_act));
         return -1;
     }
     return 0;

@@ -38,8 +38,20 @@ typedef struct {
     int F;        // MLP width
     int V, Vp;    // vocabulary (real, padded)
     int rope;     // RoPE on the NAtS-L softmax op (§5.8)
+    int gate_act; // the gated output norm's gate activation (§3.3, §5.6): GATE_SILU (the paper's) or GATE_SIGMOID
     char pattern[NATSL_MAX_LAYERS + 1]; // one of G, A, N, S per layer
 } Config;
+
+// The gated output norm's gate activation φ (§3.3 (3.3b), §5.6 (5.6b)): y = norm ⊙ φ(gate).
+enum { GATE_SILU, GATE_SIGMOID };
+static inline const char *gate_act_name(int g) { return g == GATE_SIGMOID ? "sigmoid" : "silu"; }
+// Applies -C: silu or sigmoid. Returns 0, or -1 with a message.
+static inline int config_set_gate_act(Config *c, const char *arg, char *err, size_t errlen) {
+    if (!strcmp(arg, "silu")) c->gate_act = GATE_SILU;
+    else if (!strcmp(arg, "sigmoid")) c->gate_act = GATE_SIGMOID;
+    else { snprintf(err, errlen, "-C %s: the output gate's activation is silu or sigmoid", arg); return -1; }
+    return 0;
+}
 
 // derived sizes (§1)
 static inline int cfg_K(const Config *c) { return c->H * c->dk; }     // K_tot
@@ -150,6 +162,7 @@ static inline int config_check(const Config *c, char *err, size_t errlen) {
     else if (c->rope && cfg_dka(c) % 2) why = "RoPE needs an even softmax head dim";
     else if (c->V <= 0 || c->Vp < c->V || c->Vp > NATSL_MAX_VOCAB) why = "padded vocabulary must hold the vocabulary (at most 2^20 rows)";
     else if (c->rope != 0 && c->rope != 1) why = "the RoPE flag must be 0 or 1";
+    else if (c->gate_act != GATE_SILU && c->gate_act != GATE_SIGMOID) why = "the gate activation must be 0 (silu) or 1 (sigmoid)";
     else if (c->rope && !strchr(c->pattern, 'N')) why = "RoPE (on the NAtS-L softmax op) needs an N layer";
     if (why) { snprintf(err, errlen, "bad model config: %s", why); return -1; }
     return 0;

@@ -266,10 +266,12 @@ typedef struct {
 // The gated output norm (§3.3, §5.6) over `rows` rows of width n: one input o1 (G layer: o2, w2, omega NULL)
 // or two (N layer), the gate [rows][n] and the mixing weights omega [rows][2]. The gate's gradient: `heads` rows a
 // token, token t's at t·ld_dgate (the layers': the columns of the input projections' gradients, gdn_in_ld).
+// gate_act: the gate's activation φ, GATE_SILU or GATE_SIGMOID (Config.gate_act).
 typedef struct {
     const real *o1, *w1, *o2, *w2, *omega, *gate;
     int rows, n;
     int heads, ld_dgate;
+    int gate_act;
 } GatedNormArgs;
 
 // RMSNorm's rows (§0, (0.3)): row (i, h), i < rows, h < heads, of width n at x + i*ldx + h*n (and y + i*ldy + h*n),
@@ -381,11 +383,11 @@ static inline RouterArgs natsl_router_args(const Config *c, const LayerActs *a, 
     return o;
 }
 static inline GatedNormArgs gdn_layer_norm_args(const Config *c, const LayerActs *a, const real *o_norm, int B, int T) {
-    GatedNormArgs o = {a->gdn_out, o_norm, NULL, NULL, NULL, a->gate, B * T * c->H, c->dv, c->H, gdn_in_ld(c)};
+    GatedNormArgs o = {a->gdn_out, o_norm, NULL, NULL, NULL, a->gate, B * T * c->H, c->dv, c->H, gdn_in_ld(c), c->gate_act};
     return o;
 }
 static inline GatedNormArgs natsl_norm_args(const Config *c, const LayerActs *a, const real *n1, const real *n2, int B, int T) {
-    GatedNormArgs o = {a->gdn_out, n1, a->att_out, n2, a->omega, a->gate, B * T * c->Ha, cfg_dva(c), c->Ha, gdn_in_ld(c)};
+    GatedNormArgs o = {a->gdn_out, n1, a->att_out, n2, a->omega, a->gate, B * T * c->Ha, cfg_dva(c), c->Ha, gdn_in_ld(c), c->gate_act};
     return o;
 }
 

@@ -106,6 +106,7 @@ typedef struct {
     const char *prompt, *prompt_ids; // -P text (a character vocabulary), -I comma-separated token ids
     double temperature;       // -T (0: the most likely token)
     const char *eval_path;    // -H: an eval file (common/evalset.h) scored with every val loss
+    const char *gate_act;     // -C: the gated output norm's gate activation, silu|sigmoid (NULL: the preset's, silu)
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -115,6 +116,8 @@ static inline void train_usage(const char *prog) {
            "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
            "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
            "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N/S\n"
+           "  -C <act>    silu|sigmoid: the output gate of the G, N and S layers' gated norm, norm(o)*act(x W_g)\n"
+           "              (doc/model.md §5.6; default silu, the paper's; sigmoid lets N layers learn recall)\n"
            "  -b <int>    micro-batch size B                (default 8)\n"
            "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
            "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
@@ -213,7 +216,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL, NULL};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -235,7 +238,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOH", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOHC", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -249,6 +252,10 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'o': a->outdir = v; break;            case 'e': a->init_from = v; a->init_given = 1; break;
         case 'a': a->arch = v; break;              case 'D': a->dump_path = v; break;
         case 'H': a->eval_path = v; break;
+        case 'C':
+            if (strcmp(v, "silu") && strcmp(v, "sigmoid")) die_flag(f, v, "the output gate's activation is silu or sigmoid");
+            a->gate_act = v;
+            break;
         case 'z': a->zero = parse_int_flag(f, v, 0, 1, "ZeRO stage"); break;
         case 'p': a->precision = v; break;
         case 'b': a->B = parse_int_flag(f, v, 1, NATSL_MAX_BT / NATSL_CHUNK, "micro-batch size"); break;
