@@ -32,6 +32,12 @@ train_natsl: train_natsl.c $(HEADERS)
 test_natsl: test_natsl.c train_natsl.c $(HEADERS)
 	$(CC) $(CFLAGS) $(FIXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
 
+# the CPU benchmarks of dev/ (they include train_natsl.c; CI builds them so that they keep compiling)
+bench_cpu: dev/bench_cpu.c train_natsl.c $(HEADERS) dev/model_flops.h
+	$(CC) $(CFLAGS) $(FIXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
+bench_matmul: dev/bench_matmul.c train_natsl.c $(HEADERS)
+	$(CC) $(CFLAGS) $(FIXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(LDLIBS)
+
 # the GPU trainer (CUDA 12+/13, sm_90a = H100/H200); needs nvcc, cuBLAS and NCCL (several GPUs). NCCL is looked for
 # in NCCL_HOME, the system (/usr) and the CUDA toolkit, in that order; USE_MPI=1 adds mpirun's rank discovery and
 # -pi mpi (MPI's flags from mpicc --showme).
@@ -100,4 +106,4 @@ sanitize-quick: train_natsl_san test_natsl_san
 	@echo "sanitize-quick: clean"
 
 clean:
-	rm -f train_natsl test_natsl train_natsl_cu train_natsl_cu_mpi train_natsl_san test_natsl_san bench_gpu
+	rm -f train_natsl test_natsl train_natsl_cu train_natsl_cu_mpi train_natsl_san test_natsl_san bench_gpu bench_cpu bench_matmul

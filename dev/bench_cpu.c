@@ -60,10 +60,10 @@ int main(int argc, char **argv) {
             }
             real *w = M.params + (i == M.ntensors ? (size_t)(M.p.head - M.params) : M.tensors[i].offset);
             real *gw = M.grads + (w - M.params);
-            matmul_forward(y, x, w, (int)BT, C, OC, 0); // warm-up: first touch of the buffers
+            matmul_forward(y, x, w, (int)BT, C, OC, 0, NULL); // warm-up: first touch of the buffers
             double t0 = now_s();
-            matmul_forward(y, x, w, (int)BT, C, OC, 0);
-            matmul_backward(dx, gw, y, x, w, (int)BT, C, OC);
+            matmul_forward(y, x, w, (int)BT, C, OC, 0, NULL);
+            matmul_backward(dx, gw, y, x, w, (int)BT, C, OC, DINP_WRITE);
             tm += now_s() - t0;
         }
         free(x); free(y); free(dx);
