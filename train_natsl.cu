@@ -1995,14 +1995,15 @@ static size_t logits_ws_reals(const Config *c, int B, int T) {
 
 // Bytes model_alloc_acts takes for B×T at recompute level `recompute`; parts (if given) gets them by use: the
 // activations, the gradient scratch, the GDN op's workspace where it outgrows the logits' room, and the final norm
-// with the classifier (h^L, its norm, the logits and their gradients, the per-token ids, losses and log-sum-exps,
-// the router's noise).
+// with the classifier (h^L, its norm, the logits and their gradients, the per-token ids, losses, log-sum-exps and
+// hits, the router's noise).
 enum { ACTS_BYTES_ACTS, ACTS_BYTES_DACTS, ACTS_BYTES_GDN_WS, ACTS_BYTES_HEAD, ACTS_BYTES_PARTS };
 static size_t model_acts_bytes(const Config *c, int B, int T, int recompute, size_t *parts = NULL) {
     LayerActs tmp[NATSL_MAX_LAYERS];
     size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
     size_t logits = mp_reals(BT * c->Vp), shared = logits_ws_reals(c, B, T);
-    size_t head = BT * (2 * (size_t)c->D + 5) + 2 * mp_reals(BT * c->D) + logits + router_noise_size(c, B, T);
+    size_t head = BT * (2 * (size_t)c->D + 5) + CEIL_DIV(BT, sizeof(real)) + 2 * mp_reals(BT * c->D) + logits +
+                  router_noise_size(c, B, T);
     size_t p[ACTS_BYTES_PARTS] = {n, dmax, shared - logits, head}, total = 0;
     for (int k = 0; k < ACTS_BYTES_PARTS; k++) {
         p[k] *= sizeof(real);
