@@ -1345,7 +1345,8 @@ static void pair_softmax_backward(real *dx, const real *dy, const real *y, size_
 }
 
 // ---- fused classifier (§2): loss over the V real tokens of the padded logits --------------------------
-// One block per row. The backward overwrites the logits with their gradient in place (no second copy).
+// One block per row. The backward overwrites the logits with their gradient in place (no second copy). A target
+// ANSWER_IGNORE (-1, answer-only training: not an answer) is skipped: loss 0, gradient 0 (§13.1, (13.1a-b)).
 __device__ float block_max(float x, float *sh) {
     int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -1395,7 +1396,7 @@ __global__ void crossentropy_forward_kernel(float *losses, float *lse, const MP 
     if (threadIdx.x == 0) {
         float l = mx + logf(s);
         lse[bt] = l;
-        losses[bt] = l - ld(z + targets[bt]);
+        losses[bt] = targets[bt] == ANSWER_IGNORE ? 0.f : l - ld(z + targets[bt]);
     }
 }
 static void crossentropy_forward(real *losses, real *lse, const real *logits, const int *targets,
@@ -1405,9 +1406,11 @@ static void crossentropy_forward(real *losses, real *lse, const real *logits, co
     else crossentropy_forward_kernel<<<BT, 256>>>(losses, lse, logits, targets, V, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
-// dloss·(softmax − onehot) at column i of a row whose log-sum-exp is l and target tg; 0 on the padding (i ≥ V)
+// dloss·(softmax − onehot) at column i of a row whose log-sum-exp is l and target tg; 0 on the padding (i ≥ V) and
+// on a row whose target is ANSWER_IGNORE (13.1b)
 __device__ __forceinline__ float ce_grad(int i, float z, float l, int V, int tg, float dloss) {
-    return (i < V ? dloss * expf(z - l) : 0.f) - (i == tg ? dloss : 0.f);
+    float dl = tg == ANSWER_IGNORE ? 0.f : dloss;
+    return (i < V ? dl * expf(z - l) : 0.f) - (i == tg ? dl : 0.f);
 }
 // logits ← dlogits in place: ce_grad on each value; in the matmul precision (the head's backward is its only reader),
 // like the logits themselves. Runs of four where Vp % 4 == 0; 256 threads a row (bound by its bytes).
@@ -1466,7 +1469,7 @@ __global__ void __launch_bounds__(CE_FUSED_NT) crossentropy_fused_kernel(float *
     int tg = targets[bt];
     if (threadIdx.x == 0) {
         lse[bt] = l;
-        losses[bt] = l - __bfloat162float(row[tg]);
+        losses[bt] = tg == ANSWER_IGNORE ? 0.f : l - __bfloat162float(row[tg]);
     }
     auto d = [&](int i, float x) { return ce_grad(i, x, l, V, tg, dloss); };
     visit([&](int i, float4 v) { st4(z + i, d(i, v.x), d(i + 1, v.y), d(i + 2, v.z), d(i + 3, v.w)); });
@@ -1486,8 +1489,9 @@ static void crossentropy_forward_backward(real *losses, real *lse, real *logits,
     crossentropy_fused_kernel<<<BT, CE_FUSED_NT, smem>>>(losses, lse, (__nv_bfloat16 *)logits, targets, dloss, V, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
-// mean of the per-position losses, in double, in a fixed order (one block)
-__global__ void mean_loss_kernel(double *out, const float *losses, int BT) {
+// mean of the per-position losses over the n scored targets (13.1a; 0 when n = 0), in double, in a fixed order (one
+// block)
+__global__ void mean_loss_kernel(double *out, const float *losses, int BT, int n) {
     __shared__ double sh[1024];
     double s = 0;
     for (int i = threadIdx.x; i < BT; i += blockDim.x) s += losses[i];
@@ -1497,7 +1501,46 @@ __global__ void mean_loss_kernel(double *out, const float *losses, int BT) {
         if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
         __syncthreads();
     }
-    if (threadIdx.x == 0) *out = sh[0] / BT;
+    if (threadIdx.x == 0) *out = n ? sh[0] / n : 0;
+}
+
+// Accuracy (§13.1, (13.1c)): hit[bt] = 1 where the argmax of the V real logits (the lowest id among equal maxima) is
+// the target, else 0 (and 0 where the target is ANSWER_IGNORE). A block a row: each thread keeps the first maximum of
+// the values it visits (in increasing id), the block the lowest id among the threads' equal maxima. As
+// train_natsl.c's scan from z_0, a NaN never wins, and the argmax is 0 where z_0 is NaN.
+__device__ __forceinline__ bool argmax_before(float v, int i, float w, int j, int none) { // (v, i) wins over (w, j)
+    return i != none && (j == none || v > w || (v == w && i < j));
+}
+template <class MP>
+__global__ void crossentropy_hits_kernel(unsigned char *hit, const MP *logits, const int *targets, int V, int Vp) {
+    __shared__ float shv[32];
+    __shared__ int shi[32];
+    size_t bt = blockIdx.x;
+    const MP *z = logits + bt * Vp;
+    float bv = -INFINITY;
+    int bi = V; // V: none yet
+    row_visit(z, V, Vp % 4 == 0, [&](int i, float x) {
+        if (!isnan(x) && (bi == V || x > bv)) { bv = x; bi = i; }
+    });
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, bv, o);
+        int j = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (argmax_before(w, j, bv, bi, V)) { bv = w; bi = j; }
+    }
+    if (threadIdx.x % 32 == 0) { shv[threadIdx.x / 32] = bv; shi[threadIdx.x / 32] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)blockDim.x / 32; w++)
+            if (argmax_before(shv[w], shi[w], bv, bi, V)) { bv = shv[w]; bi = shi[w]; }
+        int best = isnan(ld(z)) ? 0 : bi, tg = targets[bt];
+        hit[bt] = tg != ANSWER_IGNORE && best == tg;
+    }
+}
+static void crossentropy_hits(unsigned char *hit, const real *logits, const int *targets, int BT, int V, int Vp) {
+    PROF_OP();
+    if (g_bf16) crossentropy_hits_kernel<<<BT, 256>>>(hit, (const __nv_bfloat16 *)logits, targets, V, Vp);
+    else crossentropy_hits_kernel<<<BT, 256>>>(hit, logits, targets, V, Vp);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 // out = x + res, the residual stream (out, res) in the matmul precision, x fp32; four values a thread: n = B·T·D is a
@@ -1862,8 +1905,10 @@ typedef struct {
                                              //   buffer (logits_ws_reals; NULL if none)
     size_t acts_size, dacts_size;            // floats in acts and dacts
     int *inputs, *targets;                   // device copies of the batch
+    unsigned char *hits;                     // device scratch: token_scores' hits [B·T]
     double *d_scalar;                        // device scratch: mean loss
-    real mean_loss;
+    real mean_loss;                          // over the scored targets of the last forward pass (§13.1)
+    int nscored;                             // how many: B·T, or the answers among them under -w 1
     real fused_dloss;                        // train_step's dloss, 0 elsewhere: > 0 has model_forward write the
                                              //   logits' gradient over them (crossentropy_forward_backward) for
                                              //   model_backward to use as they are
@@ -1956,14 +2001,15 @@ static size_t logits_ws_reals(const Config *c, int B, int T) {
 
 // Bytes model_alloc_acts takes for B×T at recompute level `recompute`; parts (if given) gets them by use: the
 // activations, the gradient scratch, the GDN op's workspace where it outgrows the logits' room, and the final norm
-// with the classifier (h^L, its norm, the logits and their gradients, the per-token ids, losses and log-sum-exps,
-// the router's noise).
+// with the classifier (h^L, its norm, the logits and their gradients, the per-token ids, losses, log-sum-exps and
+// hits, the router's noise).
 enum { ACTS_BYTES_ACTS, ACTS_BYTES_DACTS, ACTS_BYTES_GDN_WS, ACTS_BYTES_HEAD, ACTS_BYTES_PARTS };
 static size_t model_acts_bytes(const Config *c, int B, int T, int recompute, size_t *parts = NULL) {
     LayerActs tmp[NATSL_MAX_LAYERS];
     size_t dmax, n = model_acts_layout(tmp, c, B, T, recompute, g_bf16, NULL, &dmax), BT = (size_t)B * T;
     size_t logits = mp_reals(BT * c->Vp), shared = logits_ws_reals(c, B, T);
-    size_t head = BT * (2 * (size_t)c->D + 5) + 2 * mp_reals(BT * c->D) + logits + router_noise_size(c, B, T);
+    size_t head = BT * (2 * (size_t)c->D + 5) + CEIL_DIV(BT, sizeof(real)) + 2 * mp_reals(BT * c->D) + logits +
+                  router_noise_size(c, B, T);
     size_t p[ACTS_BYTES_PARTS] = {n, dmax, shared - logits, head}, total = 0;
     for (int k = 0; k < ACTS_BYTES_PARTS; k++) {
         p[k] *= sizeof(real);
@@ -2007,6 +2053,7 @@ static void model_alloc_acts(Model *M, int B, int T, int recompute) {
     M->dlnf = (real *)xcudamalloc(BT * c->D * sizeof(real));
     M->inputs = (int *)xcudamalloc(BT * sizeof(int));
     M->targets = (int *)xcudamalloc(BT * sizeof(int));
+    M->hits = (unsigned char *)xcudamalloc(BT);
     M->gnoise = (real *)xcudamalloc(router_noise_size(c, B, T) * sizeof(real));
     if (pattern_has_gdn(c)) {
         M->gdn_ws = M->logits;
@@ -2025,7 +2072,7 @@ static void model_alloc_moments(Model *M) {
 
 static void model_free(Model *M) {
     void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->d_scalar, M->gnoise,
+                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->hits, M->d_scalar, M->gnoise,
                   M->adam_runs, M->wc.buf}; // gdn_ws lies in logits
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
     if (g_wcopy == &M->wc) g_wcopy = NULL;
@@ -2286,7 +2333,8 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
         if (M->fused_dloss > 0)
             crossentropy_forward_backward(M->losses, M->lse, M->logits, M->targets, M->fused_dloss, BT, c->V, c->Vp);
         else crossentropy_forward(M->losses, M->lse, M->logits, M->targets, BT, c->V, c->Vp);
-        mean_loss_kernel<<<1, 1024>>>(M->d_scalar, M->losses, BT);
+        M->nscored = targets_scored(targets, BT); // (13.1a): the mean over the scored targets
+        mean_loss_kernel<<<1, 1024>>>(M->d_scalar, M->losses, BT, M->nscored);
         CUDA_CHECK(cudaGetLastError());
         double s;
         CUDA_CHECK(cudaMemcpy(&s, M->d_scalar, sizeof(double), cudaMemcpyDeviceToHost));
@@ -2307,15 +2355,17 @@ static void grads_scratch(Model *M, LayerActs *d, char kind, int B, int T, int m
     layer_acts_layout(d, &M->cfg, kind, B, T, M->dacts, ACTS_GRADS | mlp | mp);
 }
 
-// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(B·T·accum) in training).
-// Uses the batch that the last model_forward copied to the device.
+// Accumulates the gradient of dloss_scale · Σ losses into M->grads (dloss_scale = 1/(n·accum·ranks) in training, n the
+// micro-batch's scored targets M->nscored: B·T, or its answers under -w 1, (13.1b)). Uses the batch that the last
+// model_forward copied to the device.
 static void model_backward(Model *M, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     (void)inputs; (void)targets;
     const Config *c = &M->cfg;
     int BT = B * T, D = c->D;
     weights_use(M);
-    real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * BT), (real)(M->rb.dpi[1] * dloss_scale * BT)}; // §7, as the mean loss
-    double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * BT;                                    // (7.3e), likewise
+    real dpi[2] = {(real)(M->rb.dpi[0] * dloss_scale * M->nscored),
+                   (real)(M->rb.dpi[1] * dloss_scale * M->nscored)};         // §7 terms, weighted as the mean loss
+    double dpen_sel = M->rb.sel_lambda / c->L * dloss_scale * M->nscored; // (7.3e), likewise
     if (M->fused_dloss <= 0) crossentropy_backward(M->logits, M->lse, M->targets, dloss_scale, BT, c->V, c->Vp);
     else if (M->fused_dloss != dloss_scale) {
         fprintf(stderr, "error: model_backward: dloss %g, but the forward wrote the logits' gradient for %g\n",
@@ -2379,6 +2429,13 @@ static float *logits_to_float32(const Model *M, size_t row, size_t nrows) { // r
     for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
     free(h);
     return f;
+}
+// The last forward pass's per-position losses and hits (crossentropy_hits) of its BT targets, on the host (§13.1)
+static void token_scores(const Model *M, const int *targets, int BT, float *loss, unsigned char *hit) {
+    CUDA_CHECK(cudaMemcpy(loss, M->losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(M->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
+    crossentropy_hits(M->hits, M->logits, M->targets, BT, M->cfg.V, M->cfg.Vp);
+    CUDA_CHECK(cudaMemcpy(hit, M->hits, BT, cudaMemcpyDeviceToHost));
 }
 
 // Shared with train_natsl.c, parts of this program written on the functions above (their tops list what they take
@@ -2533,10 +2590,11 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
     M->rb.noise = M->rb.tau0 > 0; // §7.2: Gumbel noise in this step's forward passes only, at τ_t
     M->rb.tau = s.tau = M->rb.noise ? budget_tau(&M->rb, t) : 1;
     select_draw(M, t);            // §7.3: the S gates' noise of this step
-    const real dloss = (real)1 / ((real)B * T * accum * g_world);
-    M->fused_dloss = dloss; // the backward follows each forward: the cross-entropy's two passes in one
     for (int k = 0; k < accum; k++) { // this rank's micro-batches; the loss is the mean over every rank's
         next_micro_batch(M, train, B, T);
+        int n = targets_scored(train->targets, B * T); // its scored targets (13.1b): each micro-batch weighs alike
+        const real dloss = n ? (real)1 / ((real)n * accum * g_world) : 0;
+        M->fused_dloss = dloss; // the backward follows the forward: the cross-entropy's two passes in one
         model_forward(M, train->inputs, train->targets, B, T);
         g_nccl.reduce = k == accum - 1;
         g_rtl.on = g_prof && g_world > 1 && g_nccl.reduce;
