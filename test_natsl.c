@@ -2928,7 +2928,7 @@ static void test_hz_data_vocab(void) {
     CHECK(system(args) == 0, "cleanup");
 }
 
-// ---- issue 44: inputs that hung the trainer, runs that end without saying why, saves that fail half-way ----------
+// ---- inputs that hung the trainer, runs that end without saying why, saves that fail half-way ----------
 // A FIFO (no writer, no reader), a device or a directory where a file belongs is refused at once with one line naming
 // it: every path the flags lead to (-e, -i, -j and a glob of shards, the data's tokenizer.bin, -D, the resumed state
 // and main.log). Each run is bounded (g_hz_limit 20 s): a regression that blocks in open() fails, it does not hang.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks of training on several GPUs (issue 12; doc/model.md §9.4), on a machine of N ≥ 2 GPUs, after
+# The checks of training on several GPUs (doc/model.md §9.4), on a machine of N ≥ 2 GPUs, after
 # make train_natsl_cu:  dev/multi_gpu_check.sh OUTDIR [N] [parts]
 # parts (default all): equiv (1 GPU vs N, fp32 and bf16, -z 0 and -z 1, ST-Gumbel, 340m), resume (bit-identical on N),
 # fail (a killed rank, mismatched flags), mpi (a USE_MPI=1 build under mpirun; torchrun), scale (340m NAtS-L Hybrid tok/s, 1 vs N

@@ -3,19 +3,15 @@
 // crossentropy_backward (included from train_natsl.cu with TESTING defined) against variants of the forward, each
 // checked against a double-precision CPU oracle on sampled rows and timed (median of 20), with the bandwidth its bytes
 // imply (the forward reads the logits once: 2.1 GB; the backward reads and writes them: 4.2 GB).
-// Why: session 11's floors put the forward at 45% of its bandwidth (1.40 ms against 0.63), the backward at 83%.
+// Why: the forward ran at 45% of its bandwidth (1.40 ms against 0.63), the backward at 83%.
 // Variants: one pass with a running maximum (the trainer's form) or two passes (max, then Σ exp: the row comes from L2
 // the second time), at 256 / 512 / 1024 threads a row; and the trainer's crossentropy_forward_backward, the forward
 // that also writes the gradient where dloss is known before it (train_step), against the two kernels.
-// Session 19 (H100, dev/results/2026-11-26_s19_run2_h100): one pass 1.387 / 1.056 / 0.913 ms at 1024 / 512 / 256
-// threads, two passes 1.233 / 1.001 / 1.425; the trainer's forward took 1024 threads before, now 256 (four runs a
-// thread in flight: row_visit). A forward that also wrote the gradient, reading the row from L2 twice more: 2.43 ms
-// against the pair's 2.74 (forward at 1.23 then), about what the pair takes with the 0.91 ms forward: not pursued
-// then. The backward kernel at 256 / 512 / 1024 threads (run 3): 1.475 / 1.476 / 1.503 ms; the trainer launches 256.
-// Session 23 (dev/results/2026-11-27_s23_run{1,2}_h100): the fused pass with the row in registers (a block of 1024 /
-// 512 / 256 threads, 8 / 16 / 32 runs of four a thread) 2.58 / 3.00 / 2.63 ms against the pair's 2.39: one or two
-// blocks an SM, each loading, reducing and storing in turn; the row in shared memory (the trainer's, three blocks an
-// SM) 2.04 ms (V = 50257: 3.34 against 3.67). Every gradient element within one bf16 step of the pair's.
+// Measured (H100): one pass 1.387 / 1.056 / 0.913 ms at 1024 / 512 / 256 threads, two passes 1.233 / 1.001 / 1.425
+// (the trainer launches 256, four runs a thread in flight: row_visit); the backward at 256 / 512 / 1024 threads
+// 1.475 / 1.476 / 1.503 ms. The fused pass with the row in registers (1024 / 512 / 256 threads) 2.58 / 3.00 / 2.63 ms
+// against the pair's 2.39; with the row in shared memory (the trainer's, three blocks an SM) 2.04 ms (V = 50257: 3.34
+// against 3.67). Every gradient element within one bf16 step of the pair's.
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/ce_bench.cu -o /tmp/ce_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/ce_bench       (/tmp/ce_bench small: the checks alone, 64 rows)

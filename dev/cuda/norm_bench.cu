@@ -2,7 +2,7 @@
 // rmsnorm_forward / rmsnorm_backward (included from train_natsl.cu with TESTING defined) against variants that differ
 // only in where a warp keeps the row-invariant weight w, each checked bit for bit against the trainer's output and
 // timed (median of 20), with the bandwidth its bytes imply.
-// Why: session 20's profile put the 55 RMSNorm backward passes of a step at 7.2 ms (the 43 over D = 1024 at about
+// Why: the 340m step's profile put the 55 RMSNorm backward passes of a step at 7.2 ms (the 43 over D = 1024 at about
 // 2 TB/s) and the forward passes at 3.2 ms. Both kernels read w[i] from global memory with one 4-byte load per value
 // and lane, twice a row in the backward, where the row's own data takes one 8-byte load per four values: for a warp
 // the weight loads are most of the L1 wavefronts of a row.
@@ -13,12 +13,12 @@
 // Shapes: the block norms over D = 1024 (x: the bf16 residual stream; dy bf16 (ln_mlp: W_gu's backward wrote it) or
 // fp32 (ln_mix: the mixer's dx); dx: the bf16 residual gradient), and the N layer's q/k norms (12 heads of 64 in rows
 // of 768: x bf16, dy and dx fp32; y bf16 in the forward).
-// Session 20 (H100, dev/results/2026-11-27_s20_run5_h100): the trainer's kernels already run near the bandwidth a
+// Measured (H100): the trainer's kernels run near the bandwidth a
 // pass of this size gets: backward 0.113 ms (2.38 TB/s) with dy in bf16, 0.124 ms (2.70 TB/s) with dy in fp32, the q/k
 // norms 0.132 ms (2.66 TB/s); forward 0.054 ms (2.49 TB/s). Where w lives changes nothing (modes 1 and 2 within 2%, w in
 // registers 21% slower with dy in fp32: 255 registers); the block per row (four values a thread, the next row loaded
 // ahead, 4 blocks an SM) is 8% slower. Only the q/k norms' forward is slow (0.072 ms, 1.40 TB/s: rows of 64 bf16 take
-// the scalar path, two bytes a load), 12 calls a step. Kept as the record of what was tried; the trainer is unchanged.
+// the scalar path, two bytes a load), 12 calls a step. The trainer keeps the scalar form.
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/norm_bench.cu -o /tmp/norm_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/norm_bench

@@ -2,29 +2,17 @@
 // mode: the trainer's kernels (conv_silu_forward_runs / conv_silu_backward_runs, included from train_natsl.cu with
 // TESTING defined) against variants that batch their loads explicitly, each checked against a double-precision CPU
 // oracle and timed at the 340m size (B=8, T=4096, one launch over Q | K | V = 768 | 768 | 1536 channels).
-// Why: in the 340m step both passes run at about 45% of the bandwidth their bytes allow (dev/RESULTS.md, session 11's
-// floors); one launch over whole rows instead of three (session 13) changed little. If the loads of a thread's
-// time tile are not in flight together (each output row waits for its x row), batching them pays. It did for the
-// forward (0.257 -> 0.155 ms, session 14), which the trainer now does; its "batched 2 ch, tile 32" row is kept as
-// the measured form. The backward's batched variants were slower than the trainer's (0.54-0.60 against 0.49 ms).
-// Session 16: the trainer's backward sums dw per block of 8 tiles before storing it (one partial per tile had moved
-// 400 MB twice at this size): 0.488 -> 0.467 ms (same H100). ncu then: DRAM 54%, 3 blocks of 256 an SM (registers),
-// 12.4 cycles between a warp's instructions: latency-bound. A copy with silu' from __expf / __fdividef was slower
-// (0.618 ms), so the instructions of silu' are not what binds it. Loading four rows of x and dy before using any in
-// the tile's interior (no tests there) did bind it: 0.467 -> 0.368 ms (run 5, the same bits; the trainer does it now),
-// 0.382 with the registers capped for 4 blocks an SM (spills).
-// Session 17: the L2 norm's forward folded into the Q and K runs (a block of d_k threads taking two heads; each row's
-// Σy² by warp shuffles, then over a head's warps through shared memory, one barrier an 8-row batch) was correct but
-// slower than the conv followed by l2norm_forward: 0.279 ms (Q, K also stored) / 0.267 (not) against 0.240 ms at the
-// 340m size (dev/results/2026-11-26_s17_run8_h100); not kept.
-// Session 23: the trainer's conv_silu_l2norm_forward, one warp a (head, tile) so the sums need no barrier, checked
-// here against the two passes (bit for bit) and the double oracle, and timed (dev/results/2026-11-27_s23_run{2,3}_h100):
-// with the rows as floats (168 registers, four blocks an SM) 0.164 ms against the two passes' 0.159; the rows kept
-// packed until used 0.139 (4 blocks), 0.129 (registers capped for 6), 0.128 (8: spills); the next eight rows' loads
-// issued before the current ones are used, 0.147 / 0.144 (4 / 6 blocks). The trainer keeps them packed at 6.
-// Session 28: the backward staged in shared memory (a block of 128 channels, 4 tiles of 64 steps, each tile's x and dy
-// rows copied by cp.async before the threads walk down it; dev/results/2026-11-27_s28_run5_h100) was correct, dx the
-// same bits, but slower than the trainer's form: 0.509 against 0.367 ms; not kept.
+// Why: in the 340m step both passes ran at about 45% of the bandwidth their bytes allow. When the loads of a thread's
+// time tile are not in flight together (each output row waits for its x row), batching them pays.
+// Measured (H100, 340m size): the forward with batched loads 0.155 ms against 0.257 unbatched (the trainer batches);
+// the backward's batched variants 0.54-0.60 ms against the trainer's 0.49. The trainer's backward sums dw per block of
+// 8 tiles before storing it and loads four rows of x and dy before using any in the tile's interior: 0.368 ms (ncu:
+// latency-bound, 12.4 cycles between a warp's instructions; silu' from __expf / __fdividef was slower, 0.618 ms).
+// Forms measured slower and not used: the L2 norm's forward folded into a block of d_k threads per two heads (0.279 /
+// 0.267 ms against the two passes' 0.240); the backward staged in shared memory by cp.async (0.509 against 0.367 ms).
+// The trainer's conv_silu_l2norm_forward (one warp a (head, tile), the sums without a barrier) is checked here against
+// the two passes (bit for bit) and the double oracle: 0.128-0.139 ms with the rows kept packed until used (6 blocks an
+// SM), against 0.164 with them as floats.
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench

@@ -365,7 +365,7 @@ static void time_size(int B, int T, int H, int dk, int dv) {
         auto med = [](std::vector<float> x) { std::sort(x.begin(), x.end()); return x[x.size() / 2]; };
         printf("TIME B=%d T=%d H=%d dk=%d dv=%d mask_frac=%.1f: fwd %.3f ms  bwd %.3f ms  fwd+bwd %.3f ms (median of 15; min %.3f)\n", B, T, H,
                dk, dv, frac, med(tf), med(tb), med(tt), *std::min_element(tt.begin(), tt.end()));
-        // model FLOPs (issue 10's count): 6·dk·dv + 2·64·(3·dk + 2·dv) per token and head forward, ×3 forward + backward
+        // model FLOPs (dev/model_flops.h's count): 6·dk·dv + 2·64·(3·dk + 2·dv) per token and head forward, ×3 forward + backward
         const double gf = ((double)B * T * H * (6.0 * dk * dv + 2.0 * 64 * (3.0 * dk + 2.0 * dv))) * 1e-9;
         printf("  model FLOPs: fwd %.1f GFLOP, %.1f TFLOP/s;  fwd+bwd %.1f GFLOP, %.1f TFLOP/s\n", gf, gf / med(tf), 3 * gf,
                3 * gf / med(tt));
@@ -425,7 +425,7 @@ int main(int argc, char **argv) {
             printf("CORRECTNESS %s\n", ok ? "PASS" : "FAIL");
         }
         if (strcmp(mode, "test") != 0) {
-            time_size(8, 4096, 6, 128, 256);              // the 340m's GDN op (issue 10's size)
+            time_size(8, 4096, 6, 128, 256);              // the 340m's GDN op
             if (lowp) time_size(8, 4096, 6, 192, 384);    // the 760m's (fp32 mode: the token recurrence, not timed)
         }
     }
