@@ -35,7 +35,8 @@ def run(args, lam):
         m = re.match(r"step (\d+): val loss ([\d.]+)(.*)", line)
         if m and int(m.group(1)) == args.steps:
             vloss = float(m.group(2))
-            heads = [float(x) for part in m.group(3).split("|")[1:] for x in part.split(":", 1)[1].split()]
+            heads = [float(x) for part in m.group(3).split("|")[1:] if "softmax frac" in part
+                     for x in part.split(":", 1)[1].split()]  # (the answers' part of a recall task's line is not one)
             frac = sum(heads) / len(heads) if heads else float("nan")
         m = re.match(r"step +\d+/\d+ \| .*\| ([\d.]+) ms \|", line)
         if m:
