@@ -1441,7 +1441,7 @@ static void decoder_gdn_layer(Decoder *d, int l, int R) {
     matmul_forward(w->gate, w->xn, p->wg, R, D, Vt, 1, NULL);
     matmul_forward(w->ab, w->xn, p->wab, R, D, 2 * H, 0, NULL);
     l2norm_forward(w->qk_hat, w->qk_rho, w->qk, 2 * R, H, dk);
-    GdnGatesArgs gates = {w->ab, p->a_log, p->dt_bias, R, H, 0, 0}; // (the backward's stride fields: unused)
+    GdnGatesArgs gates = gdn_gates_args(c, w, p, 1, R); // R rows, one token of each sequence
     gdn_gates_forward(w->g, w->beta, &gates);
     #pragma omp parallel
     {
