@@ -3755,10 +3755,16 @@ static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
                              {"tiny GNGN, sigmoid gate", "-C sigmoid"},
                              {"tiny GSNS, layer selection", "-a GSNS -S 0.5"},
+                             {"tiny GNGN, answers only", "-w 1 -i /tmp/natsl_cvg_ans/train.bin -j /tmp/natsl_cvg_ans/val.bin"},
                              {"760m GN", "-e 760m -a GN -b 1 -t 128 -l 3e-4 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
     // every GPU run takes cuBLASLt's first algorithm for each product, untimed: the runs compared bit for bit (-k 1,
     // -k 2 against -k 0) run the same products, and each make test compares the same GPU bits with the CPU
     setenv("NATSL_GEMM_TIMED", "0", 1);
+    // the answers-only run's data: rows with answer files (ev_write_rows), V = 16
+    CHECK(system("rm -rf /tmp/natsl_cvg_ans && mkdir /tmp/natsl_cvg_ans") == 0, "mkdir /tmp/natsl_cvg_ans");
+    ev_write_rows("/tmp/natsl_cvg_ans", "train", 64, 256, 16, 1);
+    ev_write_rows("/tmp/natsl_cvg_ans", "val", 16, 256, 16, 1);
+    ev_write_tokenizer("/tmp/natsl_cvg_ans/tokenizer.bin", 16);
     for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
         Config cf;
         char msg[1024];
@@ -3798,6 +3804,7 @@ static void test_cpu_vs_gpu(void) {
     }
     remove("/tmp/natsl_cpu_fp32.bin"); remove("/tmp/natsl_cpu_bf16.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
     remove("/tmp/natsl_gpu_k2.bin"); remove("/tmp/natsl_gpu_fma.bin"); remove("/tmp/natsl_cpu_exact.bin");
+    CHECK(system("rm -rf /tmp/natsl_cvg_ans") == 0, "rm -rf /tmp/natsl_cvg_ans");
     unsetenv("NATSL_GEMM_TIMED");
 }
 
