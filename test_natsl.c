@@ -352,7 +352,7 @@ static void op_ctx_init(OpCtx *c, int use_mask) {
     c->which = 3;
 }
 static AttnArgs op_attn_args(const OpCtx *c, const real *m) {
-    AttnArgs a = {c->q, c->k, c->v, OLD, OLD, m, OB, OT, ONH, OH, ODQ, ODVA, 0};
+    AttnArgs a = {c->q, c->k, c->v, OLD, OLD, m, OB, OT, ONH, OH, ODQ, ODVA, 0, 0};
     return a;
 }
 static GdnArgs op_gdn_args(const OpCtx *c, const real *m) {
@@ -408,6 +408,58 @@ static void test_grad_attention_routed(void) {
     for (int t = 0; t < CH; t++) for (int j = 2 * ODQ; j < 4 * ODQ; j++) s += fabs(d2.dk[(size_t)t * OLD + j]);
     CHECK(s == 0, "a GDN-routed chunk's keys received softmax gradient from later queries (%g)", s);
 }
+
+// -L 1 (§6.2 (6.2e)): the backward is the gradient of the softmax op in which the pairs of a query's own chunk read frozen
+// copies q0, k0, v0 of the inputs (sg), the other pairs the live q, k, v: this oracle, in double, by finite
+// differences over the live inputs.
+typedef struct { OpCtx *c; real *q0, *k0, *v0, *o; } SgCtx;
+static double sg_loss(void *p) {
+    SgCtx *s = p;
+    OpCtx *c = s->c;
+    double scale = 1 / sqrt((double)ODQ), e[OT];
+    for (int b = 0; b < OB; b++)
+        for (int j = 0; j < ONH; j++)
+            for (int i = 0; i < OT; i++) {
+                int ci = i / CH, n = j / (ONH / OH);
+                size_t ri = (size_t)b * OT + i;
+                double mx = -1e300, sum = 0, o[ODVA] = {0};
+                for (int t = 0; t <= i; t++) {
+                    int own = t / CH == ci;
+                    size_t rt = (size_t)b * OT + t;
+                    const real *q = (own ? s->q0 : c->q) + ri * OLD + j * ODQ, *k = (own ? s->k0 : c->k) + rt * OLD + j * ODQ;
+                    e[t] = 0;
+                    for (int d = 0; d < ODQ; d++) e[t] += q[d] * k[d] * scale;
+                    if (e[t] > mx) mx = e[t];
+                }
+                for (int t = 0; t <= i; t++) {
+                    int own = t / CH == ci;
+                    double w = own ? 1 : c->m[(((size_t)b * ONC + t / CH) * OH + n) * 2];
+                    double pe = w * exp(e[t] - mx);
+                    const real *v = (own ? s->v0 : c->v) + ((size_t)b * OT + t) * OLD + j * ODVA;
+                    sum += pe;
+                    for (int d = 0; d < ODVA; d++) o[d] += pe * v[d];
+                }
+                for (int d = 0; d < ODVA; d++) s->o[ri * ONH * ODVA + j * ODVA + d] = o[d] / sum;
+            }
+    return record_terms(s->o, c->Ra, (size_t)OB * OT * ONH * ODVA);
+}
+static void test_grad_attention_own_sg(void) {
+    OpCtx c; op_ctx_init(&c, 1); c.which = 1;
+    size_t n = (size_t)OB * OT * OLD;
+    SgCtx s = {&c, vec(n), vec(n), vec(n), vec((size_t)OB * OT * ONH * ODVA)};
+    memcpy(s.q0, c.q, n * sizeof(real)); memcpy(s.k0, c.k, n * sizeof(real)); memcpy(s.v0, c.v, n * sizeof(real));
+    OpGrads d; op_grads(&c, &d); // the forward pass (lse, output) as the training takes it
+    AttnArgs a = op_attn_args(&c, c.m);
+    a.own_sg = 1;
+    attention_backward(d.dq, d.dk, d.dv, d.dA, c.Ra, c.oa, c.lse, &a);
+    Var v[] = {{"q", c.q, d.dq, n}, {"k", c.k, d.dk, n}, {"v", c.v, d.dv, n}};
+    fd_check("softmax op, own chunk sg (-L 1)", v, 3, sg_loss, &s, 300);
+    // the first chunk's queries see only their own chunk: no gradient reaches their q
+    double z = 0;
+    for (int t = 0; t < CH; t++) for (int j = 0; j < ONH * ODQ; j++) z += fabs(d.dq[(size_t)t * OLD + j]);
+    CHECK(z == 0, "a first-chunk query received gradient through its own chunk's pairs (%g)", z);
+    free(s.q0); free(s.k0); free(s.v0); free(s.o);
+}
 // -p bf16 where the GPU runs its bf16 attention kernels (head dims 64/64, 64/128): the CPU's softmax op computes on
 // bf16-rounded q, k, v (dout, out) and rounds its output, exactly as the fp32 op on pre-rounded operands would
 static void test_attention_bf16_operands(void) {
@@ -420,7 +472,7 @@ static void test_attention_bf16_operands(void) {
     fill_normal(q, B * T * LD, 1); fill_normal(k, B * T * LD, 1); fill_normal(v, B * T * LV, 1); fill_normal(dout, B * T * LV, 1);
     for (int i = 0; i < B * T * LD; i++) { qr[i] = round_bf16(q[i]); kr[i] = round_bf16(k[i]); }
     for (int i = 0; i < B * T * LV; i++) { vr[i] = round_bf16(v[i]); doutr[i] = round_bf16(dout[i]); }
-    AttnArgs a = {q, k, v, LD, LV, NULL, B, T, NH, NH, DQ, DV, 0}, ar = {qr, kr, vr, LD, LV, NULL, B, T, NH, NH, DQ, DV, 0};
+    AttnArgs a = {q, k, v, LD, LV, NULL, B, T, NH, NH, DQ, DV, 0, 0}, ar = {qr, kr, vr, LD, LV, NULL, B, T, NH, NH, DQ, DV, 0, 0};
     g_bf16 = 1;
     attention_forward(o1, l1, &a);
     attention_backward(g1, g1 + B * T * LV, g1 + 2 * B * T * LV, NULL, dout, o1, l1, &a);
@@ -3753,7 +3805,7 @@ static void run_config(Config *cf, const char *run_args, int V) {
 }
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
-                             {"tiny GNGN, sigmoid gate", "-C sigmoid"},
+                             {"tiny GNGN, sigmoid gate, own-chunk sg", "-C sigmoid -L 1"},
                              {"tiny GSNS, layer selection", "-a GSNS -S 0.5"},
                              {"tiny GNGN, answers only", "-w 1 -i /tmp/natsl_cvg_ans/train.bin -j /tmp/natsl_cvg_ans/val.bin"},
                              {"760m GN", "-e 760m -a GN -b 1 -t 128 -l 3e-4 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
@@ -3870,6 +3922,7 @@ int main(int argc, char **argv) {
     RUN(test_grad_crossentropy);
     RUN(test_grad_attention_causal);
     RUN(test_grad_attention_routed);
+    RUN(test_grad_attention_own_sg);
     RUN(test_attention_bf16_operands);
     RUN(test_grad_gdn_op_plain);
     RUN(test_grad_gdn_op_routed);

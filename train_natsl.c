@@ -499,6 +499,7 @@ static void attention_forward(real *out, real *lse, const AttnArgs *args) {
 // dq_i = s Σ dE k, dk_j' = s Σ dE q, dv_j' = Σ P dO.  Router gradient (§6.3), when m != NULL: for key
 // chunks c < chunk(i) with m ≠ 0, dA[b][c][n][0] = Σ exp(e − lse)(dP − δ) over the G heads of mask head n,
 // the later queries and the chunk's keys (= dL/dm exactly, (6.3a)).
+// With own_sg (§6.2 (6.2e)) the pairs of a query's own chunk add nothing to dq, dk, dv (δ_i keeps the whole o_i).
 // WRITES dq, dk, dv (their heads' columns; the other columns of the rows are left as they are) and dA[...][0]
 // (all chunks; 0 where m = 0 and at the last chunk; dA[...][1] is left as it is).
 static void attention_backward(real *dq, real *dk, real *dv, real *dA, const real *dout, const real *out,
@@ -531,7 +532,7 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dA, const rea
                     real *dqi = dq + row * ldqk + j * dqh;
                     real delta = 0, l = lse[((size_t)b * NH + j) * T + i];
                     for (int d = 0; d < dvh; d++) delta += doi[d] * oi[d];
-                    for (int c = 0; c <= ci; c++) {
+                    for (int c = 0; c <= ci - (a->own_sg ? 1 : 0); c++) {
                         real wc = chunk_weight(m, b, c, ci, n, Nc, Hm, 0);
                         if (wc == 0) continue;
                         real dAc = 0;

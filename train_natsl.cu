@@ -2981,7 +2981,7 @@ __global__ void __launch_bounds__(256, 1)
 attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restrict__ dv, float *__restrict__ dA,
                 const float *__restrict__ dout, const float *__restrict__ lse2, const float *__restrict__ delta,
                 const float *__restrict__ q, const float *__restrict__ k, int ldqk, const float *__restrict__ v, int ldv,
-                const float *__restrict__ m, int T, int NH, int NHm, float scale, float sl2) {
+                const float *__restrict__ m, int T, int NH, int NHm, float scale, float sl2, int own_sg) {
     constexpr int LDK = DQ + 4, LDV = DV + 4, LDS = 68, KS = DQ / 8, NV = DV / 8, NQ = DQ / 8, NQH = (NQ + 1) / 2;
     static_assert(DQ % 8 == 0 && DV % 16 == 0, "head dims: dq % 8 == 0, dvh % 16 == 0");
     extern __shared__ float4 smem_f4[];
@@ -3074,7 +3074,7 @@ attn_bwd_kernel(float *__restrict__ dq, float *__restrict__ dk, float *__restric
                 if (diag && ki > qi) p = 0.f;
                 const float dd = dp[nt][e] - cD[qi];
                 if (!diag) dAacc = fmaf(p, dd, dAacc);
-                const float P = w * p;
+                const float P = (diag && own_sg) ? 0.f : w * p; // §6.2 (6.2e): no gradient through the own chunk's pairs
                 s[nt][e] = P;
                 dp[nt][e] = P * dd;     // dS (= dE)
             }
@@ -3229,7 +3229,7 @@ static void launch_bwd(float *dq, float *dk, float *dv, float *dA, const float *
     const float scale = 1.0f / sqrtf((float)DQ);
     attn_bwd_kernel<DQ, DV, SPLIT><<<dim3(a->B * NH, Nc), 256, smem, st>>>(dq, dk, dv, dA, dout, lse2, delta, a->q, a->k,
                                                                           a->ldqk, a->v, a->ldv, a->mask, T, NH,
-                                                                          attn_mask_heads(a), scale, scale * ATT_LOG2E);
+                                                                          attn_mask_heads(a), scale, scale * ATT_LOG2E, a->own_sg);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -3662,7 +3662,7 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
                     const __grid_constant__ CUtensorMap tdo, const float *__restrict__ ld2, const __grid_constant__ CUtensorMap tq,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                     const float *__restrict__ m, int T, int NH, int NHm, float scale, float sl2, int accum,
-                    const float2 *__restrict__ rope, const __grid_constant__ CUtensorMap tdq) {
+                    const float2 *__restrict__ rope, const __grid_constant__ CUtensorMap tdq, int own_sg) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the host pass compiles no body)
     constexpr int DQ = 64;
     extern __shared__ uint4 fa_smem[];
@@ -3770,7 +3770,7 @@ fa_bwd_wgmma_kernel(GT *__restrict__ dk, int lddk, GT *__restrict__ dv, int lddv
                 if (diag && (ki0 + ((e >> 1) << 3) > nt * 8 + 2 * t + (e & 1))) pe = 0.f;
                 const float dd = dp[i] - dq_;
                 dAacc = fmaf(pe, dd, dAacc);
-                const float P = w * pe;
+                const float P = (diag && own_sg) ? 0.f : w * pe; // §6.2 (6.2e): no gradient through the own chunk's pairs
                 s[i] = P;
                 dp[i] = P * dd;
             }
@@ -3987,7 +3987,7 @@ static void fa_launch_bwd_wgmma(const FlashGrads *g, float *dA, const bf16 *dout
         (GT *)g->dk, g->lddk, (GT *)g->dv, g->lddv, dA, fa_tensor_map(dout, rows, NH * DV, NH * DV), ld2,
         fa_tensor_map(q, rows, NH * 64, ldqk), fa_tensor_map(k, rows, NH * 64, ldqk), fa_tensor_map(v, rows, NH * DV, ldv),
         a->mask, T, NH, attn_mask_heads(a), scale, scale * ATT_LOG2E, g->accumulate, g->rope_dk,
-        fa_tensor_map_of(g->dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, g->lddq, 32, 16));
+        fa_tensor_map_of(g->dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), rows, NH * 64, g->lddq, 32, 16), a->own_sg);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -39,6 +39,8 @@ typedef struct {
     int V, Vp;    // vocabulary (real, padded)
     int rope;     // RoPE on the NAtS-L softmax op (§5.8)
     int gate_act; // the gated output norm's gate activation (§3.3, §5.6): GATE_SILU (the paper's) or GATE_SIGMOID
+    int own_sg;   // training only, not in the model file (-L, §6.2 (6.2e)): 1 = the N layers' softmax op passes no gradient
+                  //   through a query's own-chunk pairs
     char pattern[NATSL_MAX_LAYERS + 1]; // one of G, A, N, S per layer
 } Config;
 

@@ -242,6 +242,7 @@ typedef struct {
     const real *mask;
     int B, T, heads, mask_heads, head_k, head_v;
     int out_mp;
+    int own_sg; // §6.2 (6.2e) (-L 1): the backward passes no gradient through the pairs of a query's own chunk
 } AttnArgs;
 
 // The GDN op (§3.2, §5.4, §6.1, §6.4): H heads; q̂/k̂ head h at columns h*head_k of rows of stride ldqk, value
@@ -355,14 +356,14 @@ static inline GdnArgs natsl_gdn_args(const Config *c, const LayerActs *a, int B,
     return o;
 }
 static inline AttnArgs natsl_attn_args(const Config *c, const LayerActs *a, int B, int T) {
-    AttnArgs o = {a->qa, a->ka, a->v, cfg_K(c), cfg_Vt(c), a->rmask, B, T, c->Ha, c->H, cfg_dka(c), cfg_dva(c), 1};
+    AttnArgs o = {a->qa, a->ka, a->v, cfg_K(c), cfg_Vt(c), a->rmask, B, T, c->Ha, c->H, cfg_dka(c), cfg_dva(c), 1, c->own_sg};
     return o;
 }
 // The A layer's op: plain causal attention over the q, k, v column blocks of proj, which, like the op's output,
 // are stored in the matmul precision.
 static inline AttnArgs attn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
     int D = c->D, heads = cfg_attn_heads(c);
-    AttnArgs o = {a->q, a->k, a->v, 3 * D, 3 * D, NULL, B, T, heads, heads, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 1};
+    AttnArgs o = {a->q, a->k, a->v, 3 * D, 3 * D, NULL, B, T, heads, heads, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 1, 0};
     return o;
 }
 // The G, N and S layers' conv on the columns Q | K | V of proj, and their gates (the gradient's rows: the columns of

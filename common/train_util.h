@@ -107,6 +107,7 @@ typedef struct {
     double temperature;       // -T (0: the most likely token)
     const char *eval_path;    // -H: an eval file (common/evalset.h) scored with every val loss
     const char *gate_act;     // -C: the gated output norm's gate activation, silu|sigmoid (NULL: the preset's, silu)
+    int own_sg;               // -L 1: no gradient through the N layers' own-chunk softmax pairs (doc/model.md §6.2 (6.2e))
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -117,7 +118,9 @@ static inline void train_usage(const char *prog) {
            "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
            "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N/S\n"
            "  -C <act>    silu|sigmoid: the output gate of the G, N and S layers' gated norm, norm(o)*act(x W_g)\n"
-           "              (doc/model.md §5.6; default silu, the paper's; sigmoid lets N layers learn recall)\n"
+           "              (doc/model.md §5.6; default silu, the paper's)\n"
+           "  -L <0|1>    1 = the N layers' softmax op passes no gradient through a query's own-chunk pairs, as\n"
+           "              the authors' kernel; with -C sigmoid N layers learn recall (doc/model.md §6.2 (6.2e)) (default 0)\n"
            "  -b <int>    micro-batch size B                (default 8)\n"
            "  -t <int>    sequence length T, multiple of 64 (default 256)\n"
            "  -d <int>    total batch in tokens, multiple of B*T (default B*T)\n"
@@ -216,7 +219,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL, NULL};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL, NULL, 0};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -238,7 +241,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOHC", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOHCL", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -256,6 +259,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             if (strcmp(v, "silu") && strcmp(v, "sigmoid")) die_flag(f, v, "the output gate's activation is silu or sigmoid");
             a->gate_act = v;
             break;
+        case 'L': a->own_sg = parse_int_flag(f, v, 0, 1, "own-chunk stop-gradient flag"); break;
         case 'z': a->zero = parse_int_flag(f, v, 0, 1, "ZeRO stage"); break;
         case 'p': a->precision = v; break;
         case 'b': a->B = parse_int_flag(f, v, 1, NATSL_MAX_BT / NATSL_CHUNK, "micro-batch size"); break;

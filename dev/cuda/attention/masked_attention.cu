@@ -151,7 +151,7 @@ static bool run_check(const char *name, const Shape &S, int mask_kind, int passe
     const float *dm = mask_kind ? d_m : nullptr;
     const int NHm_arg = mask_kind ? NHm : NH;
 
-    AttnArgs args = {d_qkv + P.oq, d_qkv + P.ok, d_qkv + P.ov, P.W, P.W, dm, B, T, NH, NHm_arg, S.dq, S.dv, 0};
+    AttnArgs args = {d_qkv + P.oq, d_qkv + P.ok, d_qkv + P.ov, P.W, P.W, dm, B, T, NH, NHm_arg, S.dq, S.dv, 0, 0};
     attention_forward(d_out, d_lse, &args);
     CUDA_CHECK(cudaDeviceSynchronize());
     attention_backward(d_dqkv + P.oq, d_dqkv + P.ok, d_dqkv + P.ov, d_dA, d_dout, d_out, d_lse, &args);
@@ -227,7 +227,7 @@ static void time_case(const char *name, int B, int T, int NH, int NHm, int Dq, i
     const int warm = g_reps > 1 ? 3 : 0;
     for (int r = 0; r < g_reps + warm; ++r) {
         CUDA_CHECK(cudaEventRecord(e0));
-        AttnArgs args = {dq_, dk_, dv_, NH * Dq, NH * Dv, mp, B, T, NH, nhm, Dq, Dv, 0};
+        AttnArgs args = {dq_, dk_, dv_, NH * Dq, NH * Dv, mp, B, T, NH, nhm, Dq, Dv, 0, 0};
         attention_forward(dOut, dL, &args);
         CUDA_CHECK(cudaEventRecord(e1));
         attention_backward(dQ, dK, dV, dA, dO, dOut, dL, &args);
