@@ -219,7 +219,7 @@ def compare(tag, dump, c, logits, rec, tokens, dtype):
               f"theirs {their_dec.mean():.3f} natsl.c {ours_dec.mean():.3f} [{check(ok, f'{tag} layer {l} decisions')}]")
 
 
-def load_folder(Model, folder, dtype):
+def load_folder(Model, folder):
     """Their model built from the folder's config.json, the folder's weights loaded strictly (every name, every
     shape); then from_pretrained (the path lm-eval takes) checked to load the same tensors with nothing missing."""
     import torch
@@ -232,7 +232,7 @@ def load_folder(Model, folder, dtype):
           f"[{check(not missing and not unexpected, 'load_state_dict ' + folder)}]")
     fp, info = Model.from_pretrained(folder, output_loading_info=True)
     bad = [k for k, v in fp.state_dict().items() if k in sd and not torch.equal(v.float(), sd[k].float())]
-    gaps = info.get("missing_keys", []) + info.get("unexpected_keys", []) + list(info.get("mismatched_keys", []))
+    gaps = [k for key in ("missing_keys", "unexpected_keys", "mismatched_keys") for k in info.get(key, [])]
     print(f"  from_pretrained: missing/unexpected/mismatched {gaps}, {len(bad)} tensors differ from the file "
           f"[{check(not gaps and not bad, 'from_pretrained ' + folder)}]")
     del fp
@@ -355,7 +355,7 @@ def main():
     Config, Model, NAtS = import_authors(a.authors_src, a.fla_src, a.autotune_configs)
 
     say(f"(a) their model from {hf_a}")
-    model = load_folder(Model, hf_a, a.dtype)
+    model = load_folder(Model, hf_a)
     theirs = authors_outputs("(a)", model, record_routing(model, NAtS), tokens, a.batch, a.seq, a)
     for t, d in dumps_a.items():
         for branch, dtype, logits, r in theirs:
