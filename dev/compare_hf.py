@@ -12,14 +12,15 @@ needs an NVIDIA GPU) through dev/export_hf.py and dev/import_hf.py, on the same 
       that no two norm weights are alike), saved with save_pretrained, imported, and compared the same way; the
       imported file exported again gives the saved tensors bit for bit.
 
-Their model runs in fp32 (--dtype; bf16 where their Triton kernels refuse fp32), in train mode under no_grad (their
+Their model runs in fp32 (Triton's dot products in IEEE fp32: TRITON_F32_DEFAULT=ieee; --dtype bf16: bf16 autocast,
+also taken where their kernels refuse fp32), in train mode under no_grad (their
 training kernel, the one doc/model.md §5 reads) and in eval mode (their inference kernel), use_cache off. Per
 quantity it prints the max abs and the normwise difference ||a - b|| / ||b|| (b natsl.c's) and a verdict against
 the bars below; routing decisions that differ are counted, and counted as near-ties when natsl.c's two router
 logits differ by less than the tie width. Exits 1 when a check fails.
 
     make train_natsl
-    PYTHONPATH=FLA_DEPS python3 dev/compare_hf.py --authors-src NATSL_REPO --fla-src FLA_REPO
+    PYTHONPATH=EINOPS_DIR python3 dev/compare_hf.py --authors-src NATSL_REPO --fla-src FLA_REPO
     python3 dev/compare_hf.py --natsl-only        # no torch: the export, the shards, natsl.c's dumps, the imports
 
 --natsl-only runs everything that needs no torch ((a) up to natsl.c's dump and the export/import round trip).
@@ -39,7 +40,7 @@ from import_hf import import_hf  # noqa: E402
 
 DUMP_MAGIC = 20261124
 BARS = {  # normwise logits, relative loss, the near-tie width of the router logits
-    "fp32": (5e-3, 1e-3, 1e-3),   # their Triton kernels may run fp32 products in TF32
+    "fp32": (5e-3, 1e-3, 1e-3),
     "bf16": (5e-2, 2e-2, 2e-2),
 }
 T0 = time.time()
@@ -250,7 +251,8 @@ def authors_outputs(tag, model, rec, tokens, B, T, a):
         except Exception as e:  # a Triton kernel that has no fp32 version
             if dtype == "bf16":
                 raise
-            say(f"{tag} {branch}: their fp32 forward failed ({type(e).__name__}: {str(e)[:300]}); bf16 instead")
+            say(f"{tag} {branch}: their fp32 forward failed ({type(e).__name__}: {str(e)[:300]}); bf16 instead "
+                "(--autotune-configs 0 tries every kernel config)")
             dtype = "bf16"
             logits, r = authors_forward(model, rec, tokens, B, T, dtype, branch)
         out.append((branch, dtype, logits, r))
@@ -296,8 +298,8 @@ def main():
                    "recurrent kernel at T <= 64)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="their model's precision")
     p.add_argument("--branch", choices=["train", "eval", "both"], default="both", help="their forward's branch")
-    p.add_argument("--autotune-configs", type=int, default=1, metavar="N",
-                   help="keep the first N configs of each Triton autotune list (0 = all; default 1: compiles fast)")
+    p.add_argument("--autotune-configs", type=int, default=4, metavar="N",
+                   help="keep the first N configs of each Triton autotune list (0 = all; default 4: compiles faster)")
     p.add_argument("--workdir", default="/tmp/natsl_compare_hf")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
@@ -343,6 +345,8 @@ def main():
         say("--natsl-only: done (the comparison with their model needs torch)" if not FAILS else f"FAILED: {FAILS}")
         sys.exit(1 if FAILS else 0)
 
+    if a.dtype == "fp32":  # Triton's tl.dot on fp32 operands: IEEE products, not TF32 (their kernels leave it default)
+        os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
     import torch
     if not torch.cuda.is_available():
         sys.exit("error: their Triton kernels need a CUDA GPU (torch.cuda.is_available() is False)")
