@@ -206,10 +206,13 @@ def header_ints(c):
 def write_model(path, c, w):
     """A model file (atomically: PATH.tmp, then renamed)."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(header_ints(c).tobytes())
-        f.write(w.astype("<f4").tobytes())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header_ints(c).tobytes())
+            f.write(w.astype("<f4").tobytes())
+        os.replace(tmp, path)
+    except OSError as e:
+        fail(path, f"cannot write ({e.strerror})")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -305,11 +308,14 @@ def export(model_path, outdir, dtype):
     c = read_header(model_path)
     check_exportable(c, model_path)
     w = read_params(model_path, c)
-    os.makedirs(outdir, exist_ok=True)
-    write_safetensors(os.path.join(outdir, "model.safetensors"), hf_tensors(c, w), dtype)
-    with open(os.path.join(outdir, "config.json"), "w") as f:
-        json.dump(hf_config(c, dtype), f, indent=2)
-        f.write("\n")
+    try:
+        os.makedirs(outdir, exist_ok=True)
+        write_safetensors(os.path.join(outdir, "model.safetensors"), hf_tensors(c, w), dtype)
+        with open(os.path.join(outdir, "config.json"), "w") as f:
+            json.dump(hf_config(c, dtype), f, indent=2)
+            f.write("\n")
+    except OSError as e:
+        fail(outdir, f"cannot write ({e.strerror})")
     return c
 
 
