@@ -2482,20 +2482,30 @@ static float *hf_read_params(const char *path, Config *c, size_t *n) { // NULL (
     if (ckpt_read_floats(path, CKPT_HEADER_BYTES, w, *n, 1, err, sizeof(err))) { CHECK(0, "%s", err); free(w); return NULL; }
     return w;
 }
+// The first line of the last command's stdout that holds word, into line (empty when none does)
+static void stdout_line(const char *word, char *line, size_t n) {
+    FILE *f = fopen(g_stdout_path, "r");
+    line[0] = 0;
+    while (f && fgets(line, (int)n, f) && !strstr(line, word)) line[0] = 0;
+    if (f) fclose(f);
+}
+static int stdout_has(const char *word) { char line[1024]; stdout_line(word, line, sizeof(line)); return line[0] != 0; }
 static void hf_eval_loss(const char *model, char *line, size_t n) { // the -E 1 loss line of a model on 2 val batches
     char cmd[1200], msg[1024];
     snprintf(cmd, sizeof(cmd), "%s -E 1 -e %s -j data/tinyshakespeare_char/val.bin -b 1 -t 128 -m 2", g_trainer, model);
     CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
-    FILE *f = fopen(g_stdout_path, "r");
-    line[0] = 0;
-    while (f && fgets(line, (int)n, f) && !strstr(line, "over every position")) line[0] = 0;
-    if (f) fclose(f);
-    CHECK(strstr(line, "over every position"), "%s printed no loss line", model);
+    stdout_line("over every position", line, n);
+    CHECK(line[0], "%s printed no loss line", model);
 }
 // The GNGN checkpoint a and its round trip b further: the same -E 1 loss, a second round trip byte-identical, and
-// through bf16 every value rounded to its nearest bf16 (relative error at most 2^-8, the low 16 bits 0).
+// through bf16 every value rounded to its nearest bf16 (relative error at most 2^-8, the low 16 bits 0); and the part
+// of dev/compare_hf.py that needs no torch runs on a (export, import, the token shard, natsl.c's dump).
 static void hf_roundtrip_further(const char *dir, const char *a, const char *b) {
-    char la[256], lb[256], hf[200], c[200], d[200];
+    char la[256], lb[256], hf[200], c[200], d[200], cmd[1200], msg[1024];
+    snprintf(cmd, sizeof(cmd), "python3 dev/compare_hf.py --natsl-only --trainer %s --model %s -b 1 -t 128 --workdir %s/cmp",
+             g_trainer, a, dir);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0 && stdout_has("85 of 85 HF tensors bit-identical [ok]") &&
+          stdout_has("natsl.c"), "%s: %s", cmd, msg);
     hf_eval_loss(a, la, sizeof(la));
     hf_eval_loss(b, lb, sizeof(lb));
     CHECK(!strcmp(la, lb), "-E 1 loss '%s' before the round trip, '%s' after", la, lb);
