@@ -372,7 +372,9 @@ def main():
         model, cs = authors_model_folder(Config, Model, c, spec, folder, a.seed + 1 + i)
         out = os.path.join(w, f"authors_{i}.bin")
         ci = import_hf(folder, out)
-        say(f"(b) {spec}: their model saved to {folder}, imported to {out} (pattern {ci['pattern']}, rope {ci['rope']})")
+        ok = ci["pattern"] == cs["pattern"] and ci["rope"] == cs["rope"]
+        say(f"(b) {spec}: their model saved to {folder}, imported to {out} (pattern {ci['pattern']}, rope {ci['rope']}) "
+            f"[{check(ok, f'(b) {spec} pattern and RoPE')}]")
         from safetensors.torch import load_file
         saved = load_file(os.path.join(folder, "model.safetensors"))
         again = hf_tensors(ci, read_params(out, ci))
