@@ -2464,6 +2464,9 @@ static void check_resume(const char *trainer, const char *common, const char *di
 // natsl.c -> HF -> natsl.c keeps the header and every parameter bit for bit except the vocabulary's padding rows of
 // the embedding and the head, which the authors' model has no room for (the import writes them 0) and no output
 // reads (-E 1 gives the same loss); a second round trip is byte-identical; bf16 rounds each value to the nearest.
+// The trainer runs on one thread here: these tiny runs gain nothing from more, and on a busy machine OpenMP's
+// barriers make them many times slower.
+#define HF_ONE_THREAD "OMP_NUM_THREADS=1 "
 static int py_safetensors(void) { return system("python3 -c 'import numpy, safetensors' > /dev/null 2>&1") == 0; }
 static int hf_roundtrip(const char *from, const char *hf, const char *to, const char *dtype) {
     char cmd[1200], msg[1024];
@@ -2492,7 +2495,7 @@ static void stdout_line(const char *word, char *line, size_t n) {
 static int stdout_has(const char *word) { char line[1024]; stdout_line(word, line, sizeof(line)); return line[0] != 0; }
 static void hf_eval_loss(const char *model, char *line, size_t n) { // the -E 1 loss line of a model on 2 val batches
     char cmd[1200], msg[1024];
-    snprintf(cmd, sizeof(cmd), "%s -E 1 -e %s -j data/tinyshakespeare_char/val.bin -b 1 -t 128 -m 2", g_trainer, model);
+    snprintf(cmd, sizeof(cmd), HF_ONE_THREAD "%s -E 1 -e %s -j data/tinyshakespeare_char/val.bin -b 1 -t 128 -m 2", g_trainer, model);
     CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
     stdout_line("over every position", line, n);
     CHECK(line[0], "%s printed no loss line", model);
@@ -2502,7 +2505,7 @@ static void hf_eval_loss(const char *model, char *line, size_t n) { // the -E 1 
 // of dev/compare_hf.py that needs no torch runs on a (export, import, the token shard, natsl.c's dump).
 static void hf_roundtrip_further(const char *dir, const char *a, const char *b) {
     char la[256], lb[256], hf[200], c[200], d[200], cmd[1200], msg[1024];
-    snprintf(cmd, sizeof(cmd), "python3 dev/compare_hf.py --natsl-only --trainer %s --model %s -b 1 -t 128 --workdir %s/cmp",
+    snprintf(cmd, sizeof(cmd), HF_ONE_THREAD "python3 dev/compare_hf.py --natsl-only --trainer %s --model %s -b 1 -t 128 --workdir %s/cmp",
              g_trainer, a, dir);
     CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0 && stdout_has("85 of 85 HF tensors bit-identical [ok]") &&
           stdout_has("natsl.c"), "%s: %s", cmd, msg);
@@ -2533,7 +2536,7 @@ static void test_export_hf_roundtrip(void) {
     for (int k = 0; k < 2; k++) {
         char dir[] = "/tmp/natsl_hf_XXXXXX", cmd[1200], msg[1024], a[200], b[200], hf[200];
         CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-        snprintf(cmd, sizeof(cmd), "%s -a %s -b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", g_trainer, archs[k], dir);
+        snprintf(cmd, sizeof(cmd), HF_ONE_THREAD "%s -a %s -b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", g_trainer, archs[k], dir);
         CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
         snprintf(a, sizeof(a), "%s/run/model_00000001.bin", dir);
         snprintf(b, sizeof(b), "%s/b.bin", dir);
@@ -2581,7 +2584,8 @@ static void test_export_hf_bad_input(void) {
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     snprintf(hf, sizeof(hf), "%s/hf", dir);
     for (int k = 0; k < 5; k++) {
-        snprintf(cmd, sizeof(cmd), "rm -rf %s/run && %s %s -b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", dir, g_trainer, cases[k][0], dir);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s/run && " HF_ONE_THREAD "%s %s -b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", dir, g_trainer,
+                 cases[k][0], dir);
         CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
         snprintf(model, sizeof(model), "%s/run/model_00000001.bin", dir);
         snprintf(cmd, sizeof(cmd), "python3 dev/export_hf.py %s %s", model, hf);
