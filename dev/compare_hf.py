@@ -331,7 +331,8 @@ def main():
     back = os.path.join(w, "natsl_back.bin")
     import_hf(hf_a, back)
     wa, wb = read_params(model_a, c), read_params(back, c)
-    same = {k: bool(np.array_equal(v, hf_tensors(c, wb)[k])) for k, v in hf_tensors(c, wa).items()}
+    tb = hf_tensors(c, wb)
+    same = {k: bool(np.array_equal(v, tb[k])) for k, v in hf_tensors(c, wa).items()}
     say(f"(a) import of the export: {sum(same.values())} of {len(same)} HF tensors bit-identical "
         f"[{check(all(same.values()), 'export/import round trip')}]")
     tokens = write_tokens(os.path.join(w, "tokens"), c["V"], a.batch, a.seq, a.seed)
