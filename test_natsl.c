@@ -2512,6 +2512,161 @@ static void check_resume(const char *trainer, const char *common, const char *di
 }
 // Six steps in one go equal three steps, a resume from the checkpoint, and three more: bit for bit; plain, and with
 // every §7 option on (the ST-Gumbel noise stream is part of the state file).
+// dev/export_hf.py and dev/import_hf.py (doc/export.md) on checkpoints of the trainer (GNGN, and all N with RoPE):
+// natsl.c -> HF -> natsl.c keeps the header and every parameter bit for bit except the vocabulary's padding rows of
+// the embedding and the head, which the authors' model has no room for (the import writes them 0) and no output
+// reads (-E 1 gives the same loss); a second round trip is byte-identical; bf16 rounds each value to the nearest.
+// The trainer runs on one thread here: these tiny runs gain nothing from more, and on a busy machine OpenMP's
+// barriers make them many times slower.
+#define HF_ONE_THREAD "OMP_NUM_THREADS=1 "
+static int py_safetensors(void) { return system("python3 -c 'import numpy, safetensors' > /dev/null 2>&1") == 0; }
+static int hf_roundtrip(const char *from, const char *hf, const char *to, const char *dtype) {
+    char cmd[1200], msg[1024];
+    snprintf(cmd, sizeof(cmd), "(python3 dev/export_hf.py %s %s --dtype %s && python3 dev/import_hf.py %s %s)", from, hf,
+             dtype, hf, to);
+    int rc = run_cmd(cmd, msg, sizeof(msg));
+    CHECK(rc == 0, "%s: %s", cmd, msg);
+    return rc;
+}
+static float *hf_read_params(const char *path, Config *c, size_t *n) { // NULL (after a failed check) if unreadable
+    char err[1024];
+    ParamTensor t[NATSL_MAX_TENSORS];
+    if (ckpt_read_model_config(path, c, err, sizeof(err))) { CHECK(0, "%s", err); return NULL; }
+    param_tensors(c, t, n);
+    float *w = xcalloc(*n, sizeof(float));
+    if (ckpt_read_floats(path, CKPT_HEADER_BYTES, w, *n, 1, err, sizeof(err))) { CHECK(0, "%s", err); free(w); return NULL; }
+    return w;
+}
+// The first line of the last command's stdout that holds word, into line (empty when none does)
+static void stdout_line(const char *word, char *line, size_t n) {
+    FILE *f = fopen(g_stdout_path, "r");
+    line[0] = 0;
+    while (f && fgets(line, (int)n, f) && !strstr(line, word)) line[0] = 0;
+    if (f) fclose(f);
+}
+static int stdout_has(const char *word) { char line[1024]; stdout_line(word, line, sizeof(line)); return line[0] != 0; }
+static void hf_eval_loss(const char *model, char *line, size_t n) { // the -E 1 loss line of a model on 2 val batches
+    char cmd[1200], msg[1024];
+    snprintf(cmd, sizeof(cmd), HF_ONE_THREAD "%s -E 1 -e %s -j data/tinyshakespeare_char/val.bin -b 1 -t 128 -m 2", g_trainer, model);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+    stdout_line("over every position", line, n);
+    CHECK(line[0], "%s printed no loss line", model);
+}
+// The GNGN checkpoint a and its round trip b further: the same -E 1 loss, a second round trip byte-identical, and
+// through bf16 every value rounded to its nearest bf16 (relative error at most 2^-8, the low 16 bits 0); and the part
+// of dev/compare_hf.py that needs no torch runs on a (export, import, the token shard, natsl.c's dump).
+static void hf_roundtrip_further(const char *dir, const char *a, const char *b) {
+    char la[256], lb[256], hf[200], c[200], d[200], cmd[1200], msg[1024];
+    snprintf(cmd, sizeof(cmd), HF_ONE_THREAD "python3 dev/compare_hf.py --natsl-only --trainer %s --model %s -b 1 -t 128 --workdir %s/cmp",
+             g_trainer, a, dir);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0 && stdout_has("85 of 85 HF tensors bit-identical [ok]") &&
+          stdout_has("natsl.c"), "%s: %s", cmd, msg);
+    hf_eval_loss(a, la, sizeof(la));
+    hf_eval_loss(b, lb, sizeof(lb));
+    CHECK(!strcmp(la, lb), "-E 1 loss '%s' before the round trip, '%s' after", la, lb);
+    snprintf(hf, sizeof(hf), "%s/hf2", dir);
+    snprintf(c, sizeof(c), "%s/c.bin", dir);
+    if (hf_roundtrip(b, hf, c, "fp32") == 0) CHECK(files_equal(b, c), "the second round trip changed bytes");
+    snprintf(hf, sizeof(hf), "%s/hf3", dir);
+    snprintf(d, sizeof(d), "%s/d.bin", dir);
+    if (hf_roundtrip(b, hf, d, "bf16")) return;
+    Config cb, cd;
+    size_t nb, nd, bad = 0;
+    float *wb = hf_read_params(b, &cb, &nb), *wd = hf_read_params(d, &cd, &nd);
+    for (size_t i = 0; wb && wd && nd == nb && i < nb; i++) {
+        uint32_t bits;
+        memcpy(&bits, &wd[i], 4);
+        bad += (bits & 0xffff) || fabsf(wd[i] - wb[i]) > fabsf(wb[i]) * 0x1p-8f;
+    }
+    CHECK(wb && wd && nd == nb && bad == 0, "%zu values not rounded to their nearest bf16", bad);
+    free(wb); free(wd);
+}
+static void test_export_hf_roundtrip(void) {
+    if (!py_safetensors()) { printf("  skipped: needs python3 with numpy and safetensors (pip install numpy safetensors)\n"); return; }
+    if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
+    const char *archs[2] = {"GNGN", "natsl"};
+    for (int k = 0; k < 2; k++) {
+        char dir[] = "/tmp/natsl_hf_XXXXXX", cmd[1200], msg[1024], a[200], b[200], hf[200];
+        CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+        snprintf(cmd, sizeof(cmd), HF_ONE_THREAD "%s -a %s -b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", g_trainer, archs[k], dir);
+        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+        snprintf(a, sizeof(a), "%s/run/model_00000001.bin", dir);
+        snprintf(b, sizeof(b), "%s/b.bin", dir);
+        snprintf(hf, sizeof(hf), "%s/hf", dir);
+        if (hf_roundtrip(a, hf, b, "fp32") == 0) {
+            int ha[256], hb[256];
+            CHECK(!ckpt_read_header(a, ha, msg, sizeof(msg)) && !ckpt_read_header(b, hb, msg, sizeof(msg)) &&
+                  !memcmp(ha, hb, sizeof(ha)), "%s: the header changed on the way through the HF format", archs[k]);
+            Config ca, cb;
+            size_t na, nb;
+            float *wa = hf_read_params(a, &ca, &na), *wb = hf_read_params(b, &cb, &nb);
+            if (wa && wb && na == nb) {
+                size_t pad = (size_t)(ca.Vp - ca.V) * ca.D, wte_end = (size_t)ca.Vp * ca.D, moved = 0, unzeroed = 0;
+                for (size_t i = 0; i < na; i++) {
+                    if ((i >= wte_end - pad && i < wte_end) || i >= na - pad) unzeroed += wb[i] != 0;
+                    else moved += memcmp(&wa[i], &wb[i], sizeof(float)) != 0;
+                }
+                CHECK(moved == 0 && unzeroed == 0, "%s: %zu parameters changed, %zu padding values not 0", archs[k], moved, unzeroed);
+                printf("  %-6s rope %d: %zu parameters identical, %zu padding values 0\n", archs[k], ca.rope, na - 2 * pad, 2 * pad);
+            }
+            free(wa); free(wb);
+            if (k == 0) hf_roundtrip_further(dir, a, b);
+        }
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        CHECK(system(cmd) == 0, "cleanup");
+    }
+}
+// What the authors' model cannot express stops the export with one line naming the file, nonzero exit and no folder
+// written: A and S layers, no N layer, the sigmoid gate; and the import refuses configs away from natsl.c's layers.
+static void hf_expect_error(const char *cmd, const char *file, const char *word) {
+    char msg[1024], line[1024];
+    int rc = run_cmd(cmd, msg, sizeof(msg)), lines = 0;
+    FILE *f = fopen(g_stderr_path, "r");
+    while (f && fgets(line, sizeof(line), f)) lines++;
+    if (f) fclose(f);
+    CHECK(rc == 1 && lines == 1 && !strncmp(msg, "error: ", 7) && strstr(msg, file) && strstr(msg, word),
+          "'%s': exit %d, %d stderr lines, '%s' (wanted one line naming %s, '%s')", cmd, rc, lines, msg, file, word);
+}
+static void test_export_hf_bad_input(void) {
+    if (!py_safetensors()) { printf("  skipped: needs python3 with numpy and safetensors (pip install numpy safetensors)\n"); return; }
+    if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
+    const char *cases[5][3] = {{"-a GAGN", "A layer", ""}, {"-a SNGN", "S layer", ""}, {"-a GGGG", "no N layer", ""},
+                               {"-a GN -C sigmoid", "sigmoid", ""}, {"-a GN", "", ""}};
+    char dir[] = "/tmp/natsl_hf_XXXXXX", cmd[1200], msg[1024], model[200], hf[200];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(hf, sizeof(hf), "%s/hf", dir);
+    for (int k = 0; k < 5; k++) {
+        snprintf(cmd, sizeof(cmd), "rm -rf %s/run && " HF_ONE_THREAD "%s %s -b 1 -t 64 -x 1 -v 0 -s 0 -o %s/run", dir, g_trainer,
+                 cases[k][0], dir);
+        CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+        snprintf(model, sizeof(model), "%s/run/model_00000001.bin", dir);
+        snprintf(cmd, sizeof(cmd), "python3 dev/export_hf.py %s %s", model, hf);
+        if (k < 4) {
+            hf_expect_error(cmd, model, cases[k][1]);
+            CHECK(access(hf, F_OK) != 0, "%s: a failed export wrote %s", cases[k][0], hf);
+        } else CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+    }
+    // configs natsl.c's layers do not implement, each edited into the good export's config.json in turn
+    const char *edits[4][2] = {{"s/\"use_gate\": true/\"use_gate\": false/", "use_gate"},
+                               {"s/\"nats_block_size\": 64/\"nats_block_size\": 32/", "nats_block_size"},
+                               {"s/\"gdn_layers\": \\[/\"gdn_layers\": [7, /", "gdn_layers"},
+                               {"s/\"model_type\": \"neural_attention_search_linear_attn_gdn\"/\"model_type\": \"gpt2\"/", "model_type"}};
+    char json[256], out[200];
+    snprintf(json, sizeof(json), "%s/config.json", hf);
+    snprintf(out, sizeof(out), "%s/imported.bin", dir);
+    for (int k = 0; k < 4; k++) {
+        snprintf(cmd, sizeof(cmd), "cp %s %s.orig && sed -i '%s' %s && ! cmp -s %s %s.orig", json, json, edits[k][0], json, json, json);
+        CHECK(system(cmd) == 0, "could not edit %s for %s", json, edits[k][1]);
+        snprintf(cmd, sizeof(cmd), "python3 dev/import_hf.py %s %s", hf, out);
+        hf_expect_error(cmd, "config.json", edits[k][1]);
+        CHECK(access(out, F_OK) != 0, "%s: a failed import wrote %s", edits[k][1], out);
+        snprintf(cmd, sizeof(cmd), "mv %s.orig %s", json, json);
+        CHECK(system(cmd) == 0, "restore %s", json);
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 static void test_resume_bit_identical(void) {
     if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
     const char *opts[3] = {"", "-B 0.3 -F 0.2 -A 0.01 -G 1 -R 0.9", "-a GSNS -S 0.5 -G 1 -R 0.9"};
@@ -3970,6 +4125,8 @@ int main(int argc, char **argv) {
     RUN(test_cli_bad_input);
     RUN(test_cache_generate_cli);
     RUN(test_resume_bit_identical);
+    RUN(test_export_hf_roundtrip);
+    RUN(test_export_hf_bad_input);
     register_hardening_tests();
     register_eval_tests();
     RUN(test_dist_env);
