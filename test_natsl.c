@@ -1103,6 +1103,8 @@ static void test_param_counts(void) {
         {"340m", 32000, 6316300, 6347148, 380073212},
         {"760m", 32000, 14193036, 14252940, 793144956},
         {"tiny", 66, 100452, 101780, 1224816}, // the main job's characters: Vp = 128
+        {"small", 0, 1582342, 1590150, 67290264},
+        {"small", 16, 1582342, 1590150, 15910040}, // a recall task's vocabulary: Vp = 128
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         Config c;
@@ -1120,6 +1122,10 @@ static void test_param_counts(void) {
     config_from_preset(&c, "340m", GPT2_VOCAB);
     CHECK(!strcmp(c.pattern, "GGGNGGGNGGGNGGGNGGGNN"), "340m hybrid pattern %s", c.pattern);
     CHECK(c.F == 2816 && cfg_K(&c) == 768 && cfg_Vt(&c) == 1536 && cfg_dka(&c) == 64 && cfg_dva(&c) == 128, "340m sizes");
+    Config sm;
+    config_from_preset(&sm, "small", 16);
+    CHECK(!strcmp(sm.pattern, "GGGN"), "small hybrid pattern %s", sm.pattern);
+    CHECK(sm.F == 1536 && cfg_K(&sm) == 384 && cfg_Vt(&sm) == 768 && cfg_dka(&sm) == 64 && cfg_dva(&sm) == 128, "small sizes");
     char err[256];
     CHECK(config_set_pattern(&c, "gdn-hybrid", err, sizeof(err)) == 0 && !strcmp(c.pattern, "GGGAGGGAGGGAGGGAGGGAG"), "gdn-hybrid %s", c.pattern);
     CHECK(config_set_pattern(&c, "natsl", err, sizeof(err)) == 0 && c.rope == 1, "pure natsl turns RoPE on");

@@ -114,7 +114,7 @@ static inline void train_usage(const char *prog) {
            "  -i <glob>   train shards                      (default data/tinyshakespeare_char/train.bin)\n"
            "  -j <glob>   val shards                        (default data/tinyshakespeare_char/val.bin)\n"
            "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
-           "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
+           "  -e <name>   preset tiny|small|340m|760m, or a model_*.bin to start from (default tiny)\n"
            "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N/S\n"
            "  -C <act>    silu|sigmoid: the output gate of the G, N and S layers' gated norm, norm(o)*act(x W_g)\n"
            "              (doc/model.md §5.6; default silu, the paper's; sigmoid lets N layers learn recall)\n"
