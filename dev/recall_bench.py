@@ -148,7 +148,6 @@ def main():
     print(f"{len(runs)} runs, {args.jobs} at once: {args.bin} -e {args.preset}, {args.steps} steps of {args.batch} x "
           f"{args.T}, then -E 1 at T = {', '.join(str(L) for L in [args.T] + args.lengths)}", flush=True)
     t0 = time.time()
-    rows = []
 
     def one(item):
         r = bench_run(args, *item)
