@@ -1155,6 +1155,8 @@ static void test_param_counts(void) {
         {"340m", 32000, 6316300, 6347148, 380073212},
         {"760m", 32000, 14193036, 14252940, 793144956},
         {"tiny", 66, 100452, 101780, 1224816}, // the main job's characters: Vp = 128
+        {"small", 0, 1582342, 1590150, 67290264},
+        {"small", 16, 1582342, 1590150, 15910040}, // a recall task's vocabulary: Vp = 128
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         Config c;
@@ -1172,6 +1174,10 @@ static void test_param_counts(void) {
     config_from_preset(&c, "340m", GPT2_VOCAB);
     CHECK(!strcmp(c.pattern, "GGGNGGGNGGGNGGGNGGGNN"), "340m hybrid pattern %s", c.pattern);
     CHECK(c.F == 2816 && cfg_K(&c) == 768 && cfg_Vt(&c) == 1536 && cfg_dka(&c) == 64 && cfg_dva(&c) == 128, "340m sizes");
+    Config sm;
+    config_from_preset(&sm, "small", 16);
+    CHECK(!strcmp(sm.pattern, "GGGN"), "small hybrid pattern %s", sm.pattern);
+    CHECK(sm.F == 1536 && cfg_K(&sm) == 384 && cfg_Vt(&sm) == 768 && cfg_dka(&sm) == 64 && cfg_dva(&sm) == 128, "small sizes");
     char err[256];
     CHECK(config_set_pattern(&c, "gdn-hybrid", err, sizeof(err)) == 0 && !strcmp(c.pattern, "GGGAGGGAGGGAGGGAGGGAG"), "gdn-hybrid %s", c.pattern);
     CHECK(config_set_pattern(&c, "natsl", err, sizeof(err)) == 0 && c.rope == 1, "pure natsl turns RoPE on");
@@ -2419,6 +2425,63 @@ static void test_answer_eval_mode(void) {
     snprintf(cmd, sizeof(cmd), "grep -q 'step 2: val loss .* | answers: loss .*, accuracy' %s && grep -q 'over the answers only' %s",
              g_stdout_path, g_stdout_path);
     CHECK(system(cmd) == 0, "-w 1: the val line or the note is missing");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+// -E 1 -Q (doc/recall.md): the routing file of the first val row against the routing of a forward pass over that row
+// alone (routers with 0.5 weights, so that both ops occur), every N layer, routed chunk and head; and its errors.
+static void test_answer_routing_dump(void) {
+    if (access(g_trainer, X_OK)) { CHECK(0, "%s not built (run make test)", g_trainer); return; }
+    char dir[64], path[300], ckpt[300], args[1600], cmd[2000], msg[1024], err[1024];
+    if (dt_mkdir(dir, sizeof(dir))) return;
+    enum { T = 256, V = 16, Nc = T / NATSL_CHUNK };
+    ev_write_rows(dir, "val", 4, T, V, 1);
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", dir); ev_write_tokenizer(path, V);
+    Config cf;
+    config_from_preset(&cf, "tiny", V);
+    CHECK(config_set_pattern(&cf, "NGN", err, sizeof(err)) == 0, "%s", err);
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 5);
+    for (int l = 0; l < cf.L; l++) if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5);
+    snprintf(ckpt, sizeof(ckpt), "%s/m.bin", dir);
+    CHECK(save_model(&M, ckpt, err, sizeof(err)) == 0, "%s", err);
+    model_free(&M);
+    // the expected routing: the checkpoint as written (float32), the first row alone
+    DataLoader d;
+    snprintf(path, sizeof(path), "%s/val.bin", dir);
+    CHECK(load_model(&M, ckpt, err, sizeof(err)) == 0 && dataloader_init(&d, path, 1, T, V, err, sizeof(err)) == 0 &&
+          dataloader_next_batch(&d, err, sizeof(err)) == 0, "%s", err);
+    model_alloc_acts(&M, 1, T, 0);
+    model_forward(&M, d.inputs, d.targets, 1, T);
+    snprintf(cmd, sizeof(cmd), "%s -E 1 -e %s -j %s/val.bin -t %d -b 2 -m 2 -Q %s/route.csv", g_trainer, ckpt, dir, T, dir);
+    CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+    snprintf(path, sizeof(path), "%s/route.csv", dir);
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int t = 0, c = 0, h = 0, rows = 0, ops[2] = {0, 0};
+    CHECK(f && fgets(line, sizeof(line), f) && sscanf(line, "# routing T=%d C=%d H=%d pattern=NGN ", &t, &c, &h) == 3 &&
+          t == T && c == NATSL_CHUNK && h == cf.H, "%s: first line '%s'", path, f ? line : "(missing)");
+    CHECK(f && fgets(line, sizeof(line), f) && !strcmp(line, "layer,chunk,head,softmax,p_softmax\n"), "%s: header '%s'", path, line);
+    int l, cc, hh, soft;
+    double p;
+    while (f && fgets(line, sizeof(line), f)) {
+        CHECK(sscanf(line, "%d,%d,%d,%d,%lf", &l, &cc, &hh, &soft, &p) == 5 && l >= 0 && l < cf.L && cf.pattern[l] == 'N' &&
+              cc >= 0 && cc < Nc - 1 && hh >= 0 && hh < cf.H && (soft == 0 || soft == 1), "%s: line '%s'", path, line);
+        if (l < 0 || l >= cf.L || cf.pattern[l] != 'N' || cc < 0 || cc >= Nc - 1 || hh < 0 || hh >= cf.H) break;
+        size_t i = ((size_t)cc * cf.H + hh) * 2;
+        double pref = M.la[l].rpi[i];
+        CHECK(fabs(p - pref) < 1e-4 && (soft == (M.la[l].rmask[i] == 1) || fabs(pref - 0.5) < 1e-5),
+              "layer %d chunk %d head %d: file %d %g, the forward pass %g %g", l, cc, hh, soft, p, (double)M.la[l].rmask[i], pref);
+        CHECK(rows == ((l ? 1 : 0) * (Nc - 1) + cc) * cf.H + hh, "line %d is layer %d chunk %d head %d: out of order", rows, l, cc, hh);
+        rows++; ops[soft & 1]++;
+    }
+    if (f) fclose(f);
+    CHECK(rows == 2 * (Nc - 1) * cf.H && ops[0] && ops[1], "%d lines (of %d), %d GDN and %d softmax", rows, 2 * (Nc - 1) * cf.H, ops[0], ops[1]);
+    dataloader_free(&d);
+    model_free(&M);
+    snprintf(args, sizeof(args), "-E 1 -e tiny -a GGA -j %s/val.bin -t %d -b 1 -Q %s/x.csv", dir, T, dir); expect_error(args, "has no N layer");
+    snprintf(args, sizeof(args), "-Q %s/x.csv -x 1", dir); expect_error(args, "goes with -E 1");
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
 }
@@ -4139,6 +4202,7 @@ int main(int argc, char **argv) {
     RUN(test_answer_file_reader);
     RUN(test_answer_recall_generator);
     RUN(test_answer_eval_mode);
+    RUN(test_answer_routing_dump);
     char why[256];
     if (gpu_available(why, sizeof(why))) {
         RUN(test_gpu_resume_bit_identical);

@@ -88,12 +88,13 @@ static inline int is_variant_name(const char *s) {
 // The embedding and head rows (§1): the vocabulary rounded up to a multiple of 128 (GPT-2's 50257 to 50304).
 static inline int vocab_padded(int V) { return (V + 127) / 128 * 128; }
 
-// Fills c from a preset name: "tiny", "340m", "760m", for a vocabulary of V tokens (the data's, §1). Returns 0,
+// Fills c from a preset name: "tiny", "small", "340m", "760m", for a vocabulary of V tokens (the data's, §1). Returns 0,
 // or -1 for an unknown name.
 static inline int config_from_preset(Config *c, const char *name, int V) {
     memset(c, 0, sizeof(*c));
     c->V = V; c->Vp = vocab_padded(V);
     if (!strcmp(name, "tiny")) { c->D = 128; c->L = 4; c->H = 2; c->dk = 48; c->Ha = 4; }
+    else if (!strcmp(name, "small")) { c->D = 512; c->L = 4; c->H = 3; c->dk = 128; c->Ha = 6; } // the 340m's head widths
     else if (!strcmp(name, "340m")) { c->D = 1024; c->L = 21; c->H = 6; c->dk = 128; c->Ha = 12; }
     else if (!strcmp(name, "760m")) { c->D = 1536; c->L = 21; c->H = 6; c->dk = 192; c->Ha = 18; }
     else return -1;

