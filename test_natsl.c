@@ -3844,6 +3844,69 @@ static void test_gpu_resume_bit_identical(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+// The GPU's cached decoder against the CPU's (doc/model.md §14, §8): both programs decode, in the same precision, from
+// the same untrained model (-a pattern, seed 0) with NATSL_GEN_DUMP: three sequences in one batch, prompts of n, n/2 and
+// 0 tokens, then 70 fixed tokens each (every position's logits of the three, generate_dump). fp32: every position's
+// logits within 1e-5 of the CPU's (normwise); bf16 (the CPU's -p bf16 emulation): within 2e-2; the softmax fraction of
+// every N layer's completed chunks the same in both.
+static int gen_dump_read(const char *path, int head[4], float **z, double *sfr) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int ok = fread(head, sizeof(int), 4, f) == 4 && head[0] == 3 && head[3] <= NATSL_MAX_LAYERS;
+    size_t n = ok ? (size_t)head[0] * head[1] * head[2] : 0;
+    *z = xcalloc(n ? n : 1, sizeof(float));
+    ok = ok && fread(*z, sizeof(float), n, f) == n && fread(sfr, sizeof(double), head[3], f) == (size_t)head[3];
+    fclose(f);
+    return ok;
+}
+static void test_cache_cpu_vs_gpu(void) {
+    struct { const char *pattern; int n; const char *prec; } runs[] = {
+        {"G", 63, "fp32"}, {"G", 200, "fp32"}, {"A", 65, "fp32"}, {"A", 200, "fp32"}, {"N", 63, "fp32"},
+        {"N", 200, "fp32"}, {"natsl", 65, "fp32"}, {"natsl", 200, "fp32"}, {"GNAN", 1, "fp32"}, {"GNAN", 63, "fp32"},
+        {"GNAN", 64, "fp32"}, {"GNAN", 65, "fp32"}, {"GNAN", 200, "fp32"}, {"SNS", 130, "fp32"},
+        {"GNAN", 200, "bf16"}, {"natsl", 130, "bf16"}};
+    char dir[] = "/tmp/natsl_gendump_XXXXXX", cmd[4096], msg[1024], ids[1200];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+        int head[2][4], bf16 = !strcmp(runs[k].prec, "bf16");
+        float *z[2] = {NULL, NULL};
+        double sfr[2][NATSL_MAX_LAYERS], worst = 0;
+        ids[0] = 0;
+        for (int i = 1; i < runs[k].n; i++) // the prompt after <|endoftext|>: n tokens in all
+            snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%d", i > 1 ? "," : "", (5 * i + 2) % 60);
+        for (int g = 0; g < 2; g++) {
+            snprintf(cmd, sizeof(cmd), "NATSL_GEN_DUMP=%s/%d.bin %s -a %s -p %s -N 70 %s%s", dir, g,
+                     g ? "./train_natsl_cu" : g_trainer, runs[k].pattern, runs[k].prec, ids[0] ? "-I " : "", ids);
+            CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+            snprintf(cmd, sizeof(cmd), "%s/%d.bin", dir, g);
+            CHECK(gen_dump_read(cmd, head[g], &z[g], sfr[g]), "%s: not a generate dump", cmd);
+        }
+        int same = !memcmp(head[0], head[1], sizeof(head[0])), V = head[0][2], route_bad = 0;
+        CHECK(same, "%s n=%d: the two dumps differ in shape", runs[k].pattern, runs[k].n);
+        for (int i = 0; same && i < head[0][0] * head[0][1]; i++) {
+            double dd = 0, nn = 0;
+            for (int v = 0; v < V; v++) {
+                double a = z[0][(size_t)i * V + v], b = z[1][(size_t)i * V + v];
+                dd += (a - b) * (a - b); nn += a * a;
+            }
+            if (nn > 0) worst = fmax(worst, sqrt(dd / nn));
+            else if (dd > 0) worst = INFINITY;
+        }
+        for (int l = 0; same && l < head[0][3]; l++) route_bad += sfr[0][l] != sfr[1][l];
+        printf("  %s %s prompt %d (batch of 3: %d, %d, 0 tokens, then 70): worst position %.2e (normwise)", runs[k].pattern,
+               runs[k].prec, runs[k].n, runs[k].n, runs[k].n / 2, worst);
+        for (int l = 0; same && l < head[0][3]; l++) if (sfr[0][l] >= 0) printf(" | sfr l%d %.3f %.3f", l, sfr[0][l], sfr[1][l]);
+        printf("\n");
+        CHECK(worst <= (bf16 ? 2e-2 : 1e-5), "%s %s n=%d: GPU logits %.2e from the CPU's", runs[k].pattern, runs[k].prec,
+              runs[k].n, worst);
+        CHECK(route_bad == 0, "%s %s n=%d: %d layers' softmax fractions differ", runs[k].pattern, runs[k].prec, runs[k].n,
+              route_bad);
+        free(z[0]); free(z[1]);
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_filter = argv[1];
     if (getenv("NATSL_TRAINER")) g_trainer = getenv("NATSL_TRAINER");
@@ -3927,6 +3990,7 @@ int main(int argc, char **argv) {
         RUN(test_gpu_resume_bit_identical);
         RUN(test_cpu_vs_gpu);
         RUN(test_eval_cpu_vs_gpu);
+        RUN(test_cache_cpu_vs_gpu);
     } else printf("GPU tests (resume, CPU vs GPU comparison): skipped (%s)\n", why);
     printf("time: %.1f s\n", now_s() - t0);
     if (g_stdout_path[0]) { remove(g_stdout_path); remove(g_stderr_path); }
