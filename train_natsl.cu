@@ -2587,18 +2587,21 @@ template <class F> static void with_precision(F f) {
     else f(float());
 }
 
-// G and N layers, a block per row: the short conv (3.1c) over the 3 cached inputs and this one, SiLU; the gate; β and
-// g (3.1f-g) and Σg; q̂, k̂ (3.1e). N also: qa, ka (5.1c-d, RoPE at the position, §5.8), which with va join the
-// current chunk; ω (5.1e); the router's running sum, and at the chunk's last token its mean, ℓ, π and the decision
-// (5.2a-d, ties to softmax), counted in nkept when softmax. The forward's roundings: proj and the router's pool and W_r
-// as their products take them, q, k, v, q̂, k̂, qa, ka as stored. Dynamic shared memory: D floats (N).
-template <class MP> __global__ void __launch_bounds__(256) decoder_inputs_kernel(DecArgs<MP> a) {
+// G and N layers, a block per (row, head h): the short conv (3.1c) of the head's q, k and v channels over the 3
+// cached inputs and this one, SiLU; its gate columns; β, g (3.1f-g) and Σg; q̂, k̂ (3.1e). N also: the head group's
+// qa, ka (5.1c-d, RoPE at the position, §5.8), which with va join the current chunk; block h = 0: the router's
+// running sum, and at the chunk's last token its mean, ℓ, π and every group's decision (5.2a-d, ties to softmax),
+// counted in nkept when softmax. The forward's roundings: proj and the router's pool and W_r as their products take
+// them, q, k, v, q̂, k̂, qa, ka as stored. Dynamic shared memory: D floats (N).
+template <class MP> __global__ void __launch_bounds__(128) decoder_inputs_kernel(DecArgs<MP> a) {
     extern __shared__ float pool[];
-    const int r = blockIdx.x, b = a.seq[r], t = a.pos[b], tau = t % CH, K = a.K, Vt = a.Vt, H = a.H, W = 2 * K + Vt;
+    const int r = blockIdx.x, h = blockIdx.y, b = a.seq[r], t = a.pos[b], tau = t % CH;
+    const int K = a.K, Vt = a.Vt, H = a.H, W = 2 * K + Vt, dk = a.dk, dv = a.dv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     const float *pr = a.proj + (size_t)r * (W + Vt + 2 * H);
     MP *tl = a.tail + (size_t)b * 3 * W;
-    for (int ch = threadIdx.x; ch < W; ch += blockDim.x) {
+    for (int u = threadIdx.x; u < 2 * dk + dv; u += blockDim.x) {
+        const int ch = u < dk ? h * dk + u : u < 2 * dk ? K + h * dk + u - dk : 2 * K + h * dv + u - 2 * dk;
         const float *w = a.conv + ch * NATSL_CONV;
         const float x0 = ld(tl + ch), x1 = ld(tl + W + ch), x2 = ld(tl + 2 * W + ch), x3 = mp_round<MP>(pr[ch]);
         float pre = 0.f;
@@ -2607,8 +2610,8 @@ template <class MP> __global__ void __launch_bounds__(256) decoder_inputs_kernel
         st(y, siluf_(pre));
         st(tl + ch, x1); st(tl + W + ch, x2); st(tl + 2 * W + ch, x3);
     }
-    for (int i = threadIdx.x; i < Vt; i += blockDim.x) st(a.gate + (size_t)r * Vt + i, pr[W + i]);
-    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+    for (int i = threadIdx.x; i < dv; i += blockDim.x) st(a.gate + (size_t)r * Vt + h * dv + i, pr[W + h * dv + i]);
+    if (threadIdx.x == 0) {
         const size_t rh = (size_t)r * H + h, bh = (size_t)b * H + h;
         const float g = -expf(a.a_log[h]) * softplusf_(pr[W + Vt + h] + a.dt_bias[h]);
         a.g[rh] = g;
@@ -2616,19 +2619,19 @@ template <class MP> __global__ void __launch_bounds__(256) decoder_inputs_kernel
         a.gsum[bh] = (tau == 0 ? 0.f : a.gsum[bh]) + g;
     }
     __syncthreads();
-    for (int hh = warp; hh < 2 * H; hh += nw) { // q̂, k̂: L2N per head (0.4)
-        const size_t at = (size_t)r * K + (hh % H) * a.dk;
-        const MP *x = (hh < H ? a.q : a.k) + at;
-        MP *y = (hh < H ? a.qh : a.kh) + at;
+    if (warp < 2) { // q̂, k̂ of head h: L2N (0.4)
+        const size_t at = (size_t)r * K + h * dk;
+        const MP *x = (warp ? a.k : a.q) + at;
+        MP *y = (warp ? a.kh : a.qh) + at;
         float ss = 0.f;
-        for (int i = lane; i < a.dk; i += 32) { const float v = ld(x + i); ss += v * v; }
+        for (int i = lane; i < dk; i += 32) { const float v = ld(x + i); ss += v * v; }
         const float s = 1.f / sqrtf(warp_sum(ss) + NATSL_EPS);
-        for (int i = lane; i < a.dk; i += 32) st(y + i, ld(x + i) * s);
+        for (int i = lane; i < dk; i += 32) st(y + i, ld(x + i) * s);
     }
     if (!a.natsl) return;
-    const int dka = a.dka, half = dka / 2;
-    for (int hh = warp; hh < 2 * a.Ha; hh += nw) { // qa, ka: RMSNorm per head (0.3), RoPE (4.2a-b)
-        const int j = hh % a.Ha, isk = hh >= a.Ha;
+    const int dka = a.dka, half = dka / 2, G = a.Ha / H;
+    for (int hh = warp; hh < 2 * G; hh += nw) { // the group's qa, ka: RMSNorm per head (0.3), RoPE (4.2a-b)
+        const int j = h * G + hh % G, isk = hh >= G;
         const size_t at = (size_t)r * K + j * dka;
         const MP *x = (isk ? a.k : a.q) + at;
         MP *y = (isk ? a.ka : a.qa) + at;
@@ -2649,23 +2652,9 @@ template <class MP> __global__ void __launch_bounds__(256) decoder_inputs_kernel
         }
         if (isk) for (int i = lane; i < dka; i += 32) a.ck[((size_t)b * CH + tau) * K + j * dka + i] = y[i];
     }
-    for (int i = threadIdx.x; i < Vt; i += blockDim.x) a.cv[((size_t)b * CH + tau) * Vt + i] = a.v[(size_t)r * Vt + i];
-    for (int j = warp; j < a.Ha; j += nw) { // ω: the pair softmax of Q W_owᵀ
-        const MP *x = a.q + (size_t)r * K;
-        const float *w0 = a.wow + (size_t)2 * j * K, *w1 = w0 + K;
-        float z0 = 0.f, z1 = 0.f;
-        for (int i = lane; i < K; i += 32) {
-            const float xi = ld(x + i);
-            z0 += xi * mp_round<MP>(w0[i]);
-            z1 += xi * mp_round<MP>(w1[i]);
-        }
-        z0 = warp_sum(z0); z1 = warp_sum(z1);
-        if (lane == 0) {
-            const float p0 = 1.f / (1.f + expf(z1 - z0));
-            a.omega[(size_t)r * 2 * a.Ha + 2 * j] = p0;
-            a.omega[(size_t)r * 2 * a.Ha + 2 * j + 1] = 1.f - p0;
-        }
-    }
+    for (int i = threadIdx.x; i < dv; i += blockDim.x)
+        a.cv[((size_t)b * CH + tau) * Vt + h * dv + i] = a.v[(size_t)r * Vt + h * dv + i];
+    if (h) return;
     for (int i = threadIdx.x; i < a.D; i += blockDim.x) { // the router's sum, in token order as the forward's pool
         const float s = (tau == 0 ? 0.f : a.psum[(size_t)b * a.D + i]) + ld(a.xn + (size_t)r * a.D + i);
         a.psum[(size_t)b * a.D + i] = s;
@@ -2673,16 +2662,16 @@ template <class MP> __global__ void __launch_bounds__(256) decoder_inputs_kernel
     }
     if (tau != CH - 1) return;
     __syncthreads();
-    for (int h = warp; h < H; h += nw) {
-        const float *w0 = a.wr + (size_t)2 * h * a.D, *w1 = w0 + a.D;
+    for (int n = warp; n < H; n += nw) {
+        const float *w0 = a.wr + (size_t)2 * n * a.D, *w1 = w0 + a.D;
         float l0 = 0.f, l1 = 0.f;
         for (int i = lane; i < a.D; i += 32) { l0 += pool[i] * mp_round<MP>(w0[i]); l1 += pool[i] * mp_round<MP>(w1[i]); }
         l0 = warp_sum(l0); l1 = warp_sum(l1);
         if (lane == 0) {
             const float p0 = 1.f / (1.f + expf(l1 - l0));
             const int soft = p0 >= 1.f - p0;
-            a.route[((size_t)b * a.Ncmax + t / CH) * H + h] = (signed char)soft;
-            if (soft) a.nkept[(size_t)b * H + h]++;
+            a.route[((size_t)b * a.Ncmax + t / CH) * H + n] = (signed char)soft;
+            if (soft) a.nkept[(size_t)b * H + n]++;
         }
     }
 }
@@ -2705,7 +2694,8 @@ template <class MP> __global__ void decoder_attn_inputs_kernel(DecArgs<MP> a) {
 }
 
 // One query per (row, head) over its keys (5.3a-d, 4.1c), split over gridDim.y blocks of keys (flash-decoding): N,
-// head j of group n: n's kept chunks, then the current chunk up to the token; A: every cached token. A warp takes
+// head j of group n: n's kept chunks, then the current chunk up to the token (and the first block: the head's ω
+// (5.1e), the pair softmax of Q W_owᵀ, W_ow rounded as the product takes it); A: every cached token. A warp takes
 // every DEC_ATT_WARPS-th tile of 32 keys of the block's range, a key a lane (its score against the query in shared
 // memory), then the tile's values a row at a time, with a running max and sum; the block merges its warps, and writes
 // the output (one block of keys) or its (max, sum, Σ p·v) for decoder_attention_combine_kernel.
@@ -2714,7 +2704,7 @@ template <class MP> __global__ void decoder_attn_inputs_kernel(DecArgs<MP> a) {
 #define DEC_ATT_SPLITS 64 // the most key blocks
 #define DEC_ATT_PART (2 + 32 * DEC_ATT_MAXV)
 template <class MP> __global__ void __launch_bounds__(32 * DEC_ATT_WARPS) decoder_attention_kernel(DecArgs<MP> a) {
-    __shared__ float qs[64], sm[DEC_ATT_WARPS][2], sacc[DEC_ATT_WARPS][32 * DEC_ATT_MAXV];
+    __shared__ float qs[64], sz[2], sm[DEC_ATT_WARPS][2], sacc[DEC_ATT_WARPS][32 * DEC_ATT_MAXV];
     const int heads = a.natsl ? a.Ha : a.D / NATSL_ATTN_HEAD;
     const int r = blockIdx.x / heads, j = blockIdx.x % heads, b = a.seq[r], t = a.pos[b], tau = t % CH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -2743,7 +2733,20 @@ template <class MP> __global__ void __launch_bounds__(32 * DEC_ATT_WARPS) decode
     const int n = n0 + n1, per = CEIL_DIV(n, (int)gridDim.y), lo = blockIdx.y * per, hi = min(n, lo + per);
     const float scale = 1.f / sqrtf((float)hk);
     for (int i = threadIdx.x; i < hk; i += blockDim.x) qs[i] = ld(q + i);
+    if (a.natsl && blockIdx.y == 0 && warp < 2) { // ω's logit pair: warp 0 the first, warp 1 the second
+        const MP *x = a.q + (size_t)r * a.K;
+        const float *w = a.wow + (size_t)(2 * j + warp) * a.K;
+        float z = 0.f;
+        for (int i = lane; i < a.K; i += 32) z += ld(x + i) * mp_round<MP>(w[i]);
+        z = warp_sum(z);
+        if (lane == 0) sz[warp] = z;
+    }
     __syncthreads();
+    if (a.natsl && blockIdx.y == 0 && threadIdx.x == 0) {
+        const float p0 = 1.f / (1.f + expf(sz[1] - sz[0]));
+        a.omega[(size_t)r * 2 * a.Ha + 2 * j] = p0;
+        a.omega[(size_t)r * 2 * a.Ha + 2 * j + 1] = 1.f - p0;
+    }
     float m = -INFINITY, l = 0.f, acc[DEC_ATT_MAXV];
     for (int c = 0; c < DEC_ATT_MAXV; c++) acc[c] = 0.f;
     for (int u0 = lo + 32 * warp; u0 < hi; u0 += 32 * DEC_ATT_WARPS) {
@@ -2946,7 +2949,7 @@ static void decoder_gdn_layer(Decoder *d, int l, int R, int keys) {
     with_precision([&](auto z) {
         using MP = decltype(z);
         const DecArgs<MP> a = decoder_args<MP>(d, l);
-        decoder_inputs_kernel<<<R, 256, nats ? c->D * sizeof(float) : 0>>>(a);
+        decoder_inputs_kernel<<<dim3(R, c->H), 128, nats ? c->D * sizeof(float) : 0>>>(a);
         CUDA_CHECK(cudaGetLastError());
         if (nats) decoder_attention(a, R, c->Ha, keys);
         dim3 grid(R * c->H, CEIL_DIV(c->dv, 32 / P));
