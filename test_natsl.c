@@ -4121,6 +4121,85 @@ static void test_gpu_resume_bit_identical(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+// The GPU's cached decoder against the CPU's and each against its forward pass (doc/model.md §14, §8): both programs
+// decode, in the same precision, from the same untrained model (-a pattern, seed 0) with NATSL_GEN_DUMP: three
+// sequences in one batch, prompts of n, n/2 and 0 tokens, then 70 fixed tokens each, every position's logits of the
+// three, and the forward pass's over the first sequence (generate_dump). fp32: the GPU's logits within 1e-5 of the
+// CPU's at every position (normwise), each program's within 1e-5 of its forward pass; bf16 (the CPU's -p bf16
+// emulation): 2e-2; the softmax fraction of every N layer's completed chunks the same in both programs.
+typedef struct { int head[4]; float *z, *fwd; double sfr[NATSL_MAX_LAYERS]; } GenDump;
+static int gen_dump_read(const char *path, GenDump *g) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int *h = g->head, ok = fread(h, sizeof(int), 4, f) == 4 && h[0] == 3 && h[3] <= NATSL_MAX_LAYERS;
+    size_t n = ok ? (size_t)h[0] * h[1] * h[2] : 0, nf = ok ? (size_t)h[1] * h[2] : 0;
+    g->z = xcalloc(n ? n : 1, sizeof(float));
+    g->fwd = xcalloc(nf ? nf : 1, sizeof(float));
+    ok = ok && fread(g->z, sizeof(float), n, f) == n && fread(g->sfr, sizeof(double), h[3], f) == (size_t)h[3] &&
+         fread(g->fwd, sizeof(float), nf, f) == nf;
+    fclose(f);
+    return ok;
+}
+// The largest normwise difference of rows x from rows y (rows of V values, ldx and ldy apart)
+static double rows_diff(const float *x, size_t ldx, const float *y, size_t ldy, int rows, int V) {
+    double worst = 0;
+    for (int i = 0; i < rows; i++) {
+        double dd = 0, nn = 0;
+        for (int v = 0; v < V; v++) {
+            double a = x[i * ldx + v], b = y[i * ldy + v];
+            dd += (a - b) * (a - b); nn += b * b;
+        }
+        if (nn > 0) worst = fmax(worst, sqrt(dd / nn));
+        else if (dd > 0) worst = INFINITY;
+    }
+    return worst;
+}
+static void test_cache_cpu_vs_gpu(void) {
+    struct { const char *pattern; int n; const char *prec; } runs[] = {
+        {"G", 63, "fp32"}, {"G", 200, "fp32"}, {"A", 65, "fp32"}, {"A", 200, "fp32"}, {"N", 63, "fp32"},
+        {"N", 200, "fp32"}, {"natsl", 65, "fp32"}, {"natsl", 200, "fp32"}, {"GNAN", 1, "fp32"}, {"GNAN", 63, "fp32"},
+        {"GNAN", 64, "fp32"}, {"GNAN", 65, "fp32"}, {"GNAN", 200, "fp32"}, {"SNS", 130, "fp32"},
+        {"GNAN", 200, "bf16"}, {"natsl", 130, "bf16"}};
+    char dir[] = "/tmp/natsl_gendump_XXXXXX", cmd[4096], msg[1024], ids[1200];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+        GenDump g[2];
+        double bar = strcmp(runs[k].prec, "bf16") ? 1e-5 : 2e-2, fwd[2] = {0, 0};
+        memset(g, 0, sizeof(g));
+        ids[0] = 0;
+        for (int i = 1; i < runs[k].n; i++) // the prompt after <|endoftext|>: n tokens in all
+            snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%d", i > 1 ? "," : "", (5 * i + 2) % 60);
+        int ok = 1;
+        for (int p = 0; p < 2; p++) {
+            snprintf(cmd, sizeof(cmd), "NATSL_GEN_DUMP=%s/%d.bin %s -a %s -p %s -N 70 %s%s", dir, p,
+                     p ? "./train_natsl_cu" : g_trainer, runs[k].pattern, runs[k].prec, ids[0] ? "-I " : "", ids);
+            CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
+            snprintf(cmd, sizeof(cmd), "%s/%d.bin", dir, p);
+            ok &= gen_dump_read(cmd, &g[p]);
+            CHECK(ok, "%s: not a generate dump", cmd);
+        }
+        ok = ok && !memcmp(g[0].head, g[1].head, sizeof(g[0].head));
+        CHECK(ok, "%s n=%d: the two dumps differ in shape", runs[k].pattern, runs[k].n);
+        if (!ok) { free(g[0].z); free(g[0].fwd); free(g[1].z); free(g[1].fwd); continue; }
+        int S = g[0].head[1], V = g[0].head[2], L = g[0].head[3], route_bad = 0;
+        double worst = rows_diff(g[1].z, V, g[0].z, V, 3 * S, V);
+        for (int p = 0; p < 2; p++) fwd[p] = rows_diff(g[p].z, 3 * (size_t)V, g[p].fwd, V, S, V); // sequence 0
+        for (int l = 0; l < L; l++) route_bad += g[0].sfr[l] != g[1].sfr[l];
+        printf("  %s %s prompt %d (batch of 3: %d, %d, 0 tokens, then 70): GPU vs CPU %.2e, decoder vs forward: CPU %.2e "
+               "GPU %.2e", runs[k].pattern, runs[k].prec, runs[k].n, runs[k].n, runs[k].n / 2, worst, fwd[0], fwd[1]);
+        for (int l = 0; l < L; l++) if (g[0].sfr[l] >= 0) printf(" | sfr l%d %.3f %.3f", l, g[0].sfr[l], g[1].sfr[l]);
+        printf("\n");
+        CHECK(worst <= bar, "%s %s n=%d: GPU logits %.2e from the CPU's", runs[k].pattern, runs[k].prec, runs[k].n, worst);
+        CHECK(fwd[0] <= bar && fwd[1] <= bar, "%s %s n=%d: the decoders' logits from their forward passes' %.2e (CPU), "
+              "%.2e (GPU)", runs[k].pattern, runs[k].prec, runs[k].n, fwd[0], fwd[1]);
+        CHECK(route_bad == 0, "%s %s n=%d: %d layers' softmax fractions differ", runs[k].pattern, runs[k].prec, runs[k].n,
+              route_bad);
+        for (int p = 0; p < 2; p++) { free(g[p].z); free(g[p].fwd); }
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_filter = argv[1];
     if (getenv("NATSL_TRAINER")) g_trainer = getenv("NATSL_TRAINER");
@@ -4208,6 +4287,7 @@ int main(int argc, char **argv) {
         RUN(test_gpu_resume_bit_identical);
         RUN(test_cpu_vs_gpu);
         RUN(test_eval_cpu_vs_gpu);
+        RUN(test_cache_cpu_vs_gpu);
     } else printf("GPU tests (resume, CPU vs GPU comparison): skipped (%s)\n", why);
     printf("time: %.1f s\n", now_s() - t0);
     if (g_stdout_path[0]) { remove(g_stdout_path); remove(g_stderr_path); }

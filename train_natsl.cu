@@ -12,6 +12,7 @@ The file reads in train_natsl.c's order, then the appendices, each one family of
      SwiGLU, short conv, gates, RoPE, the classifier's loss, ...)
   2. the two NAtS-L token mixers (their entry points; kernels in appendices C and D) and the router, the gated norm
   3. the model: parameters, activations, the G, A, N and S layers, the forward and backward passes
+  3b. decoding with the cache: the per-token kernels and the decoder of the samples and -N (doc/model.md §14)
   4. the training step: gradient norm, clipping, AdamW (the reduction over several GPUs: appendix F)
   5. the program: the GPU backend of the training driver common/train_main.inc
   Appendix A. CUDA plumbing and tensor-core primitives (error checks, storage types, cp.async, mma.sync, swizzled
@@ -2445,6 +2446,630 @@ static void token_scores(const Model *M, const int *targets, int BT, float *loss
 #include "common/model_io.inc"
 
 // ================================================================================================
+// 3b. Decoding with the cache (doc/model.md §14): train_natsl.c's section 3b on the device. B sequences one token at a
+// time, each at its own position with its own routing, equal to the forward pass over the same tokens (within the
+// precision's bars, §8). Per layer kind the cache holds (one flat device buffer, laid out by decoder_layout):
+//   G: the GDN state S_c [H][d_k][d_v], the current chunk's run Z (both fp32) and its Σg, the short conv's last inputs;
+//   A: the keys (RoPE'd) and values of every token so far;
+//   N: what G holds, the router's running sum of x over the current chunk, the current chunk's softmax keys and
+//      values, and per head group the keys and values of the completed chunks the router sent to softmax;
+//   S: what its frozen choice (the noise-free gate, §7.3) holds.
+// Keys, values and conv inputs are stored in the matmul precision, as the forward stores them; every value is rounded
+// where the forward's producer rounds it (bf16 mode: the products' outputs, q̂, k̂, qa, ka, the chunk-start state).
+// A step launches the same kernels at every position: the positions are read from device memory, and a chunk's first
+// and last token are tested in the kernels. Per G or N layer: RMSNorm; one product x [W_qkv; W_g; W_ab]ᵀ (their
+// weights lie one after another; fp32 out, rounded where read); decoder_inputs_kernel; N: decoder_attention_kernel;
+// decoder_gdn_kernel; the gated norm and W_o; then the MLP. At a chunk's last token the router decides for the chunk
+// from its mean (5.2a-d): routed to GDN, the run commits into the state and the keys and values are dropped; routed
+// to softmax, they are kept and the state only decays (5.4h).
+// ================================================================================================
+
+typedef struct {
+    float *S, *Z, *gsum; // G, N: state S_c and run Z [B][H][d_k][d_v], Σg of the current chunk [B][H]
+    real *tail;          // G, N: the conv inputs of the last 3 tokens [B][3][2K+Vt]
+    float *psum;         // N: Σ x over the current chunk [B][D] (the router's pool, (5.2a))
+    real *ck, *cv;       // N: the current chunk's ka [B][64][K], va [B][64][Vt];  A: keys, values [B][Tmax][D]
+    real *kk, *kv;       // N: the kept chunks' keys [B][H][Nc][64][d_k], values [B][H][Nc][64][d_v], per head
+                         //   group (its G softmax heads' columns), in chunk order
+} DecLayer;              // (tail, ck, cv, kk, kv in the matmul precision)
+
+typedef struct {
+    Model *M;
+    int B, Tmax, Ncmax;
+    char kind[NATSL_MAX_LAYERS + 1];  // the pattern with every S resolved to the A or G its gate chooses
+    LayerParams p[NATSL_MAX_LAYERS];  // the parameters each layer runs with (an S layer's: its chosen mixer's)
+    DecLayer dl[NATSL_MAX_LAYERS];
+    real *cache;                      // the flat cache, cache_size reals (decoder_layout)
+    size_t cache_size;
+    real *work, *zrows;               // one step's activations (decoder_work_layout), the rows' logits [B][Vp]
+    LayerActs w;
+    float *logits;                    // [B][Vp]: each sequence's latest logits
+    float *part;                      // decoder_attention_kernel's partial sums over key blocks
+    int *pos, *rows;                  // host [B]: tokens each sequence has consumed; a step's sequences | tokens [2][B]
+    int *d_pos, *d_rows;              // their device copies
+    int *nkept;                       // [L][B][H]: softmax chunks an N layer keeps, per sequence and head group
+    signed char *route;               // [L][B][Nc][H]: the router's decision per completed chunk: 1 softmax, 0 GDN
+} Decoder;                            // (pointers: device, but pos and rows)
+
+// The cache's fields, carved out of base (NULL: only count); returns its size in reals.
+static size_t decoder_layout(Decoder *d, real *base) {
+    const Config *c = &d->M->cfg;
+    size_t B = d->B, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, Nc = d->Ncmax, off = 0;
+    size_t KV = (size_t)c->dk * c->dv;
+#define TAKE(field, n) do { L->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } while (0)
+    for (int l = 0; l < c->L; l++) {
+        DecLayer *L = &d->dl[l];
+        memset(L, 0, sizeof(*L));
+        if (d->kind[l] != 'A') {
+            TAKE(S, B * H * KV); TAKE(Z, B * H * KV); TAKE(gsum, B * H); TAKE(tail, mp_reals(B * 3 * W));
+        }
+        if (d->kind[l] == 'N') {
+            TAKE(psum, B * D); TAKE(ck, mp_reals(B * CH * K)); TAKE(cv, mp_reals(B * CH * Vt));
+            TAKE(kk, mp_reals(B * H * Nc * CH * c->dk)); TAKE(kv, mp_reals(B * H * Nc * CH * c->dv));
+        }
+        if (d->kind[l] == 'A') { TAKE(ck, mp_reals(B * d->Tmax * D)); TAKE(cv, mp_reals(B * d->Tmax * D)); }
+    }
+#undef TAKE
+    return off;
+}
+
+// One step's activations for R rows (one token of each advancing sequence), in the fields of LayerActs with B·T = R
+// (in the forward's precisions: mp_reals where it stores a field in the matmul precision); carved out of base (NULL:
+// only count). proj: a G or N layer's x [W_qkv; W_g; W_ab]ᵀ in fp32, an A layer's x W_qkvᵀ in the matmul precision.
+static size_t decoder_work_layout(LayerActs *w, const Config *c, int R, real *base) {
+    size_t D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, off = 0;
+    size_t P = std::max((size_t)gdn_in_cols(c), 3 * D), A = std::max(Vt, D), NR = std::max(H, Ha);
+    memset(w, 0, sizeof(*w));
+#define TAKE(field, n) do { w->field = base ? base + off : NULL; off += ((size_t)(n) + 63) / 64 * 64; } while (0)
+    TAKE(res, mp_reals(R * D)); TAKE(xn, mp_reals(R * D)); TAKE(rstd1, R); TAKE(proj, R * P);
+    TAKE(qk, mp_reals(2 * R * K)); TAKE(v, mp_reals(R * Vt)); TAKE(gate, mp_reals(R * Vt)); TAKE(g, R * H);
+    TAKE(beta, R * H); TAKE(qk_hat, mp_reals(2 * R * K)); TAKE(qka, mp_reals(2 * R * K)); TAKE(omega, R * 2 * Ha);
+    TAKE(gdn_out, mp_reals(R * Vt)); TAKE(att_out, mp_reals(R * A)); TAKE(norm_rstd, 2 * R * NR);
+    TAKE(y, mp_reals(R * Vt)); TAKE(r, mp_reals(R * D)); TAKE(xn2, mp_reals(R * D)); TAKE(rstd2, R);
+    TAKE(gu, mp_reals(R * 2 * c->F)); TAKE(hmid, mp_reals(R * c->F));
+#undef TAKE
+    if (base) {
+        size_t plane = mp_reals(R * K);
+        w->q = w->qk; w->k = w->qk + plane; w->q_hat = w->qk_hat; w->k_hat = w->qk_hat + plane;
+        w->qa = w->qka; w->ka = w->qka + plane;
+    }
+    return off;
+}
+
+// ---- the step's kernels ---------------------------------------------------------------------------------------------
+// A layer's cache and one step's operands as the kernels take them; MP: the matmul precision's type.
+template <class MP> struct DecArgs {
+    const int *seq, *pos;          // the step's sequences [R]; every sequence's position [B]
+    int B, Tmax, Ncmax, D, K, Vt, H, dk, dv, Ha, dka, dva, natsl, st16;
+    const float *proj;             // G, N: x [W_qkv; W_g; W_ab]ᵀ [R][gdn_in_cols] (fp32)
+    MP *aproj;                     // A: x W_qkvᵀ [R][3D]
+    const MP *xn;                  // the normalized input [R][D]
+    const float *conv, *a_log, *dt_bias, *qn, *kn, *wow, *wr; // the layer's parameters
+    const float2 *rope;            // RoPE's (cos, sin) table [Tmax][head/2] (NULL: none)
+    MP *q, *k, *v, *gate, *qh, *kh, *qa, *ka, *gdn_out, *att_out; // the step's activations [R][...]
+    float *g, *beta, *omega;
+    float *S, *Z, *gsum, *psum;    // the layer's cache (DecLayer)
+    MP *tail, *ck, *cv, *kk, *kv;
+    int *nkept;                    // the layer's [B][H]
+    signed char *route;            // the layer's [B][Nc][H]
+    float *part;                   // decoder_attention_kernel's partial sums
+};
+// From appendix D: the lanes that share a value column of the GDN state (gdn_op_forward_kernel's P)
+static int gdn_lanes_per_column(int dk);
+template <class MP> static DecArgs<MP> decoder_args(Decoder *d, int l) {
+    const Config *c = &d->M->cfg;
+    const LayerParams *p = &d->p[l];
+    const DecLayer *L = &d->dl[l];
+    const LayerActs *w = &d->w;
+    DecArgs<MP> a;
+    memset(&a, 0, sizeof(a));
+    a.seq = d->d_rows; a.pos = d->d_pos;
+    a.B = d->B; a.Tmax = d->Tmax; a.Ncmax = d->Ncmax; a.D = c->D; a.K = cfg_K(c); a.Vt = cfg_Vt(c); a.H = c->H;
+    a.dk = c->dk; a.dv = c->dv; a.Ha = c->Ha; a.dka = cfg_dka(c); a.dva = cfg_dva(c); a.natsl = d->kind[l] == 'N';
+    a.st16 = g_bf16;
+    a.proj = w->proj; a.aproj = (MP *)w->proj; a.xn = (const MP *)w->xn;
+    a.conv = p->conv; a.a_log = p->a_log; a.dt_bias = p->dt_bias; a.qn = p->qn; a.kn = p->kn; a.wow = p->wow; a.wr = p->wr;
+    if (d->kind[l] == 'A') a.rope = rope_table(d->Tmax, NATSL_ATTN_HEAD);
+    else if (a.natsl && c->rope) a.rope = rope_table(d->Tmax, a.dka);
+    a.q = (MP *)w->q; a.k = (MP *)w->k; a.v = (MP *)w->v; a.gate = (MP *)w->gate; a.qh = (MP *)w->q_hat;
+    a.kh = (MP *)w->k_hat; a.qa = (MP *)w->qa; a.ka = (MP *)w->ka; a.gdn_out = (MP *)w->gdn_out;
+    a.att_out = (MP *)w->att_out; a.g = w->g; a.beta = w->beta; a.omega = w->omega;
+    a.S = L->S; a.Z = L->Z; a.gsum = L->gsum; a.psum = L->psum;
+    a.tail = (MP *)L->tail; a.ck = (MP *)L->ck; a.cv = (MP *)L->cv; a.kk = (MP *)L->kk; a.kv = (MP *)L->kv;
+    a.nkept = d->nkept + (size_t)l * d->B * c->H;
+    a.route = d->route + (size_t)l * d->B * d->Ncmax * c->H;
+    a.part = d->part;
+    return a;
+}
+// f(MP()) with MP the matmul precision's type
+template <class F> static void with_precision(F f) {
+    if (g_bf16) f(bf16());
+    else f(float());
+}
+
+// G and N layers, a block per (row, head h): the short conv (3.1c) of the head's q, k and v channels over the 3
+// cached inputs and this one, SiLU; its gate columns; β, g (3.1f-g) and Σg; q̂, k̂ (3.1e). N also: the head group's
+// qa, ka (5.1c-d, RoPE at the position, §5.8), which with va join the current chunk; block h = 0: the router's
+// running sum, and at the chunk's last token its mean, ℓ, π and every group's decision (5.2a-d, ties to softmax),
+// counted in nkept when softmax. The forward's roundings: proj and the router's pool and W_r as their products take
+// them, q, k, v, q̂, k̂, qa, ka as stored. Dynamic shared memory: D floats (N).
+template <class MP> __global__ void __launch_bounds__(128) decoder_inputs_kernel(DecArgs<MP> a) {
+    extern __shared__ float pool[];
+    const int r = blockIdx.x, h = blockIdx.y, b = a.seq[r], t = a.pos[b], tau = t % CH;
+    const int K = a.K, Vt = a.Vt, H = a.H, W = 2 * K + Vt, dk = a.dk, dv = a.dv;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    const float *pr = a.proj + (size_t)r * (W + Vt + 2 * H);
+    MP *tl = a.tail + (size_t)b * 3 * W;
+    for (int u = threadIdx.x; u < 2 * dk + dv; u += blockDim.x) {
+        const int ch = u < dk ? h * dk + u : u < 2 * dk ? K + h * dk + u - dk : 2 * K + h * dv + u - 2 * dk;
+        const float *w = a.conv + ch * NATSL_CONV;
+        const float x0 = ld(tl + ch), x1 = ld(tl + W + ch), x2 = ld(tl + 2 * W + ch), x3 = mp_round<MP>(pr[ch]);
+        float pre = 0.f;
+        pre += w[0] * x0; pre += w[1] * x1; pre += w[2] * x2; pre += w[3] * x3;
+        MP *y = ch < K ? a.q + (size_t)r * K + ch : ch < 2 * K ? a.k + (size_t)r * K + ch - K : a.v + (size_t)r * Vt + ch - 2 * K;
+        st(y, siluf_(pre));
+        st(tl + ch, x1); st(tl + W + ch, x2); st(tl + 2 * W + ch, x3);
+    }
+    for (int i = threadIdx.x; i < dv; i += blockDim.x) st(a.gate + (size_t)r * Vt + h * dv + i, pr[W + h * dv + i]);
+    if (threadIdx.x == 0) {
+        const size_t rh = (size_t)r * H + h, bh = (size_t)b * H + h;
+        const float g = -expf(a.a_log[h]) * softplusf_(pr[W + Vt + h] + a.dt_bias[h]);
+        a.g[rh] = g;
+        a.beta[rh] = sigmoidf_(pr[W + Vt + H + h]);
+        a.gsum[bh] = (tau == 0 ? 0.f : a.gsum[bh]) + g;
+    }
+    __syncthreads();
+    if (warp < 2) { // q̂, k̂ of head h: L2N (0.4)
+        const size_t at = (size_t)r * K + h * dk;
+        const MP *x = (warp ? a.k : a.q) + at;
+        MP *y = (warp ? a.kh : a.qh) + at;
+        float ss = 0.f;
+        for (int i = lane; i < dk; i += 32) { const float v = ld(x + i); ss += v * v; }
+        const float s = 1.f / sqrtf(warp_sum(ss) + NATSL_EPS);
+        for (int i = lane; i < dk; i += 32) st(y + i, ld(x + i) * s);
+    }
+    if (!a.natsl) return;
+    const int dka = a.dka, half = dka / 2, G = a.Ha / H;
+    for (int hh = warp; hh < 2 * G; hh += nw) { // the group's qa, ka: RMSNorm per head (0.3), RoPE (4.2a-b)
+        const int j = h * G + hh % G, isk = hh >= G;
+        const size_t at = (size_t)r * K + j * dka;
+        const MP *x = (isk ? a.k : a.q) + at;
+        MP *y = (isk ? a.ka : a.qa) + at;
+        const float *w = isk ? a.kn : a.qn;
+        float ss = 0.f;
+        for (int i = lane; i < dka; i += 32) { const float v = ld(x + i); ss += v * v; }
+        const float s = 1.f / sqrtf(warp_sum(ss) / dka + NATSL_EPS);
+        for (int i = lane; i < dka; i += 32) st(y + i, ld(x + i) * s * w[i]);
+        __syncwarp();
+        if (a.rope) {
+            const float2 *cs = a.rope + (size_t)t * half;
+            for (int i = lane; i < half; i += 32) {
+                const float x1 = ld(y + i), x2 = ld(y + i + half);
+                st(y + i, x1 * cs[i].x - x2 * cs[i].y);
+                st(y + i + half, x2 * cs[i].x + x1 * cs[i].y);
+            }
+            __syncwarp();
+        }
+        if (isk) for (int i = lane; i < dka; i += 32) a.ck[((size_t)b * CH + tau) * K + j * dka + i] = y[i];
+    }
+    for (int i = threadIdx.x; i < dv; i += blockDim.x)
+        a.cv[((size_t)b * CH + tau) * Vt + h * dv + i] = a.v[(size_t)r * Vt + h * dv + i];
+    if (h) return;
+    for (int i = threadIdx.x; i < a.D; i += blockDim.x) { // the router's sum, in token order as the forward's pool
+        const float s = (tau == 0 ? 0.f : a.psum[(size_t)b * a.D + i]) + ld(a.xn + (size_t)r * a.D + i);
+        a.psum[(size_t)b * a.D + i] = s;
+        pool[i] = mp_round<MP>(s / CH);
+    }
+    if (tau != CH - 1) return;
+    __syncthreads();
+    for (int n = warp; n < H; n += nw) {
+        const float *w0 = a.wr + (size_t)2 * n * a.D, *w1 = w0 + a.D;
+        float l0 = 0.f, l1 = 0.f;
+        for (int i = lane; i < a.D; i += 32) { l0 += pool[i] * mp_round<MP>(w0[i]); l1 += pool[i] * mp_round<MP>(w1[i]); }
+        l0 = warp_sum(l0); l1 = warp_sum(l1);
+        if (lane == 0) {
+            const float p0 = 1.f / (1.f + expf(l1 - l0));
+            const int soft = p0 >= 1.f - p0;
+            a.route[((size_t)b * a.Ncmax + t / CH) * H + n] = (signed char)soft;
+            if (soft) a.nkept[(size_t)b * H + n]++;
+        }
+    }
+}
+
+// A layers, a block per row: q and k RoPE'd at the position (4.2a-b), k and v appended to the cache.
+template <class MP> __global__ void decoder_attn_inputs_kernel(DecArgs<MP> a) {
+    const int r = blockIdx.x, b = a.seq[r], t = a.pos[b], D = a.D, half = NATSL_ATTN_HEAD / 2;
+    MP *x = a.aproj + (size_t)r * 3 * D;
+    const float2 *cs = a.rope + (size_t)t * half;
+    for (int u = threadIdx.x; u < D; u += blockDim.x) { // the pairs (i, i + 32) of the q and k heads
+        MP *y = x + (u / half) * NATSL_ATTN_HEAD;
+        const int i = u % half;
+        const float x1 = ld(y + i), x2 = ld(y + i + half);
+        st(y + i, x1 * cs[i].x - x2 * cs[i].y);
+        st(y + i + half, x2 * cs[i].x + x1 * cs[i].y);
+    }
+    __syncthreads();
+    MP *kc = a.ck + ((size_t)b * a.Tmax + t) * D, *vc = a.cv + ((size_t)b * a.Tmax + t) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) { kc[i] = x[D + i]; vc[i] = x[2 * D + i]; }
+}
+
+// One query per (row, head) over its keys (5.3a-d, 4.1c), split over gridDim.y blocks of keys (flash-decoding): N,
+// head j of group n: n's kept chunks, then the current chunk up to the token (and the first block: the head's ω
+// (5.1e), the pair softmax of Q W_owᵀ, W_ow rounded as the product takes it); A: every cached token. A warp takes
+// every DEC_ATT_WARPS-th tile of 32 keys of the block's range, a key a lane (its score against the query in shared
+// memory), then the tile's values a row at a time, with a running max and sum; the block merges its warps, and writes
+// the output (one block of keys) or its (max, sum, Σ p·v) for decoder_attention_combine_kernel.
+#define DEC_ATT_WARPS 4
+#define DEC_ATT_MAXV 4    // value heads of up to 32·4 = 128 (query and key heads of up to 64)
+#define DEC_ATT_SPLITS 64 // the most key blocks
+#define DEC_ATT_PART (2 + 32 * DEC_ATT_MAXV)
+template <class MP> __global__ void __launch_bounds__(32 * DEC_ATT_WARPS) decoder_attention_kernel(DecArgs<MP> a) {
+    __shared__ float qs[64], sz[2], sm[DEC_ATT_WARPS][2], sacc[DEC_ATT_WARPS][32 * DEC_ATT_MAXV];
+    const int heads = a.natsl ? a.Ha : a.D / NATSL_ATTN_HEAD;
+    const int r = blockIdx.x / heads, j = blockIdx.x % heads, b = a.seq[r], t = a.pos[b], tau = t % CH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const MP *q, *k0 = NULL, *v0 = NULL, *k1, *v1;
+    MP *out;
+    int ldk0 = 0, ldv0 = 0, ldk1, ldv1, n0 = 0, n1, hk, hv;
+    if (a.natsl) {
+        const int G = a.Ha / a.H, n = j / G, jj = j % G;
+        const size_t slot = ((size_t)b * a.H + n) * a.Ncmax * CH;
+        int kept = a.nkept[(size_t)b * a.H + n];
+        if (tau == CH - 1 && a.route[((size_t)b * a.Ncmax + t / CH) * a.H + n] == 1) kept--; // (it is the current one)
+        hk = a.dka; hv = a.dva;
+        q = a.qa + (size_t)r * a.K + j * hk;
+        k0 = a.kk + slot * a.dk + jj * hk; ldk0 = a.dk; v0 = a.kv + slot * a.dv + jj * hv; ldv0 = a.dv; n0 = kept * CH;
+        k1 = a.ck + (size_t)b * CH * a.K + j * hk; ldk1 = a.K; v1 = a.cv + (size_t)b * CH * a.Vt + j * hv; ldv1 = a.Vt;
+        n1 = tau + 1;
+        out = a.att_out + (size_t)r * a.Vt + j * hv;
+    } else {
+        hk = hv = NATSL_ATTN_HEAD;
+        q = a.aproj + (size_t)r * 3 * a.D + j * hk;
+        k1 = a.ck + (size_t)b * a.Tmax * a.D + j * hk; v1 = a.cv + (size_t)b * a.Tmax * a.D + j * hv;
+        ldk1 = ldv1 = a.D;
+        n1 = t + 1;
+        out = a.att_out + (size_t)r * a.D + j * hv;
+    }
+    const int n = n0 + n1, per = CEIL_DIV(n, (int)gridDim.y), lo = blockIdx.y * per, hi = min(n, lo + per);
+    const float scale = 1.f / sqrtf((float)hk);
+    for (int i = threadIdx.x; i < hk; i += blockDim.x) qs[i] = ld(q + i);
+    if (a.natsl && blockIdx.y == 0 && warp < 2) { // ω's logit pair: warp 0 the first, warp 1 the second
+        const MP *x = a.q + (size_t)r * a.K;
+        const float *w = a.wow + (size_t)(2 * j + warp) * a.K;
+        float z = 0.f;
+        for (int i = lane; i < a.K; i += 32) z += ld(x + i) * mp_round<MP>(w[i]);
+        z = warp_sum(z);
+        if (lane == 0) sz[warp] = z;
+    }
+    __syncthreads();
+    if (a.natsl && blockIdx.y == 0 && threadIdx.x == 0) {
+        const float p0 = 1.f / (1.f + expf(sz[1] - sz[0]));
+        a.omega[(size_t)r * 2 * a.Ha + 2 * j] = p0;
+        a.omega[(size_t)r * 2 * a.Ha + 2 * j + 1] = 1.f - p0;
+    }
+    float m = -INFINITY, l = 0.f, acc[DEC_ATT_MAXV];
+    for (int c = 0; c < DEC_ATT_MAXV; c++) acc[c] = 0.f;
+    for (int u0 = lo + 32 * warp; u0 < hi; u0 += 32 * DEC_ATT_WARPS) {
+        const int u = u0 + lane, nt = min(32, hi - u0);
+        float s = -INFINITY;
+        if (u < hi) {
+            const MP *kt = u < n0 ? k0 + (size_t)u * ldk0 : k1 + (size_t)(u - n0) * ldk1;
+            float dot = 0.f;
+#pragma unroll 8
+            for (int i = 0; i < hk; i++) dot += qs[i] * ld(kt + i);
+            s = dot * scale;
+        }
+        float mt = s;
+        for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+        const float mn = fmaxf(m, mt), corr = expf(m - mn), p = u < hi ? expf(s - mn) : 0.f;
+        l = l * corr + warp_sum(p);
+        for (int c = 0; c < DEC_ATT_MAXV; c++) acc[c] *= corr;
+        for (int kk = 0; kk < nt; kk++) { // the tile's values, row kk weighted by lane kk's p
+            const float pk = __shfl_sync(0xffffffffu, p, kk);
+            const int uk = u0 + kk;
+            const MP *vt = uk < n0 ? v0 + (size_t)uk * ldv0 : v1 + (size_t)(uk - n0) * ldv1;
+            for (int c = 0; c < DEC_ATT_MAXV; c++) if (lane + 32 * c < hv) acc[c] += pk * ld(vt + lane + 32 * c);
+        }
+        m = mn;
+    }
+    if (lane == 0) { sm[warp][0] = m; sm[warp][1] = l; }
+    for (int c = 0; c < DEC_ATT_MAXV; c++) sacc[warp][lane + 32 * c] = acc[c];
+    __syncthreads();
+    if (warp) return;
+    float M = -INFINITY, L = 0.f, o[DEC_ATT_MAXV];
+    for (int w = 0; w < DEC_ATT_WARPS; w++) M = fmaxf(M, sm[w][0]);
+    for (int c = 0; c < DEC_ATT_MAXV; c++) o[c] = 0.f;
+    for (int w = 0; w < DEC_ATT_WARPS; w++) {
+        const float e = sm[w][0] == -INFINITY ? 0.f : expf(sm[w][0] - M);
+        L += e * sm[w][1];
+        for (int c = 0; c < DEC_ATT_MAXV; c++) o[c] += e * sacc[w][lane + 32 * c];
+    }
+    if (gridDim.y == 1) {
+        for (int c = 0; c < DEC_ATT_MAXV; c++) if (lane + 32 * c < hv) st(out + lane + 32 * c, o[c] / L);
+        return;
+    }
+    float *pp = a.part + ((size_t)blockIdx.x * gridDim.y + blockIdx.y) * DEC_ATT_PART;
+    if (lane == 0) { pp[0] = M; pp[1] = L; }
+    for (int c = 0; c < DEC_ATT_MAXV; c++) pp[2 + lane + 32 * c] = o[c];
+}
+// The key blocks' partial sums merged: a warp per (row, head)
+template <class MP> __global__ void decoder_attention_combine_kernel(DecArgs<MP> a, int splits) {
+    const int heads = a.natsl ? a.Ha : a.D / NATSL_ATTN_HEAD, hv = a.natsl ? a.dva : NATSL_ATTN_HEAD;
+    const int r = blockIdx.x / heads, j = blockIdx.x % heads, lane = threadIdx.x;
+    const float *pp = a.part + (size_t)blockIdx.x * splits * DEC_ATT_PART;
+    float M = -INFINITY, L = 0.f, o[DEC_ATT_MAXV];
+    for (int s = 0; s < splits; s++) M = fmaxf(M, pp[s * DEC_ATT_PART]);
+    for (int c = 0; c < DEC_ATT_MAXV; c++) o[c] = 0.f;
+    for (int s = 0; s < splits; s++) {
+        const float *p = pp + s * DEC_ATT_PART, e = p[0] == -INFINITY ? 0.f : expf(p[0] - M);
+        L += e * p[1];
+        for (int c = 0; c < DEC_ATT_MAXV; c++) o[c] += e * p[2 + lane + 32 * c];
+    }
+    MP *out = a.att_out + (size_t)r * (a.natsl ? a.Vt : a.D) + j * hv;
+    for (int c = 0; c < DEC_ATT_MAXV; c++) if (lane + 32 * c < hv) st(out + lane + 32 * c, o[c] / L);
+}
+// Splits the keys of up to `keys` a query into blocks of at least 256 where the rows' heads fill fewer than eight
+// blocks an SM
+template <class MP> static void decoder_attention(const DecArgs<MP> &a, int R, int heads, int keys) {
+    const int splits = std::max(1, std::min({CEIL_DIV(keys, 256), CEIL_DIV(8 * num_sms(), R * heads), DEC_ATT_SPLITS}));
+    decoder_attention_kernel<<<dim3(R * heads, splits), 32 * DEC_ATT_WARPS>>>(a);
+    CUDA_CHECK(cudaGetLastError());
+    if (splits == 1) return;
+    decoder_attention_combine_kernel<<<R * heads, 32>>>(a, splits);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// One GDN token step (14.1b-c) per (row, head), as gdn_op_forward_kernel runs it (P lanes a value column, the column's
+// rows in registers): at the chunk's first token the run starts from the state as stored (bf16 mode: rounded, (5.4h));
+// at its last the commit (14.2b): S ← (1 − m) Dec S + m (Z + Dec (S − s0)), m = 0 for a chunk routed to softmax, whose
+// keys and values of head group h then go to the kept slot nkept − 1 (the blocks of (row, h) share the 64 tokens).
+#define DEC_GDN_R 32
+template <int P, class MP> __global__ void __launch_bounds__(32) decoder_gdn_kernel(DecArgs<MP> a) {
+    constexpr int VB = 32 / P;
+    const int r = blockIdx.x / a.H, h = blockIdx.x % a.H, b = a.seq[r], t = a.pos[b], tau = t % CH;
+    const int lane = threadIdx.x, rg = lane % P, j = blockIdx.y * VB + lane / P, dk = a.dk, dv = a.dv;
+    const bool jok = j < dv;
+    const size_t bh = (size_t)b * a.H + h, rh = (size_t)r * a.H + h, KV = (size_t)dk * dv;
+    float *S = a.S + bh * KV, *Z = a.Z + bh * KV;
+    const MP *qt = a.qh + (size_t)r * a.K + h * dk, *kt = a.kh + (size_t)r * a.K + h * dk;
+    const float al = expf(a.g[rh]), bt = a.beta[rh], scale = 1.f / sqrtf((float)dk);
+    float z[DEC_GDN_R], kz = 0.f, o = 0.f;
+#pragma unroll
+    for (int rr = 0; rr < DEC_GDN_R; rr++) {
+        const int i = rr * P + rg;
+        const bool ok = i < dk && jok;
+        const float s0 = ok && tau == 0 ? S[(size_t)i * dv + j] : 0.f;
+        z[rr] = !ok ? 0.f : tau == 0 ? (a.st16 ? mp_round<bf16>(s0) : s0) : Z[(size_t)i * dv + j];
+        const float kv = i < dk ? ld(kt + i) : 0.f;
+        z[rr] *= al;
+        kz += kv * z[rr];
+    }
+#pragma unroll
+    for (int s = 1; s < P; s <<= 1) kz += __shfl_xor_sync(0xffffffffu, kz, s);
+    const float vj = jok ? ld(a.v + (size_t)r * a.Vt + h * dv + j) : 0.f, u = bt * (vj - kz);
+#pragma unroll
+    for (int rr = 0; rr < DEC_GDN_R; rr++) {
+        const int i = rr * P + rg;
+        const float kv = i < dk ? ld(kt + i) : 0.f, qv = i < dk ? ld(qt + i) : 0.f;
+        z[rr] += kv * u;
+        o += qv * z[rr];
+    }
+#pragma unroll
+    for (int s = 1; s < P; s <<= 1) o += __shfl_xor_sync(0xffffffffu, o, s);
+    if (rg == 0 && jok) st(a.gdn_out + (size_t)r * a.Vt + h * dv + j, o * scale);
+    if (tau < CH - 1) {
+#pragma unroll
+        for (int rr = 0; rr < DEC_GDN_R; rr++)
+            if (rr * P + rg < dk && jok) Z[(size_t)(rr * P + rg) * dv + j] = z[rr];
+        return;
+    }
+    const int soft = a.natsl && a.route[((size_t)b * a.Ncmax + t / CH) * a.H + h] == 1;
+    const float mc = soft ? 0.f : 1.f, dec = expf(a.gsum[bh]);
+#pragma unroll
+    for (int rr = 0; rr < DEC_GDN_R; rr++) {
+        const int i = rr * P + rg;
+        if (i >= dk || !jok) continue;
+        const float s = S[(size_t)i * dv + j], s0 = a.st16 ? mp_round<bf16>(s) : s;
+        S[(size_t)i * dv + j] = (1.f - mc) * dec * s + mc * (z[rr] + dec * (s - s0));
+    }
+    if (!soft) return;
+    const size_t slot = (bh * a.Ncmax + a.nkept[bh] - 1) * CH;
+    for (int tt = blockIdx.y; tt < CH; tt += gridDim.y) {
+        const size_t src = (size_t)b * CH + tt;
+        for (int i = lane; i < dk; i += 32) a.kk[(slot + tt) * dk + i] = a.ck[src * a.K + h * dk + i];
+        for (int i = lane; i < dv; i += 32) a.kv[(slot + tt) * dv + i] = a.cv[src * a.Vt + h * dv + i];
+    }
+}
+
+// The rows' logits to their sequences' rows of d->logits (fp32); each sequence's position advances.
+template <class MP> __global__ void decoder_logits_kernel(float *logits, int *pos, const MP *z, const int *seq, int Vp) {
+    const int r = blockIdx.x, b = seq[r];
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) logits[(size_t)b * Vp + i] = ld(z + (size_t)r * Vp + i);
+    if (threadIdx.x == 0) pos[b]++;
+}
+
+// ---- the decoder ----------------------------------------------------------------------------------------------------
+// Empties the cache: every sequence at position 0.
+static void decoder_reset(Decoder *d) {
+    const Config *c = &d->M->cfg;
+    CUDA_CHECK(cudaMemset(d->cache, 0, d->cache_size * sizeof(real)));
+    CUDA_CHECK(cudaMemset(d->d_pos, 0, d->B * sizeof(int)));
+    CUDA_CHECK(cudaMemset(d->nkept, 0, (size_t)c->L * d->B * c->H * sizeof(int)));
+    CUDA_CHECK(cudaMemset(d->route, -1, (size_t)c->L * d->B * d->Ncmax * c->H));
+    CUDA_CHECK(cudaMemset(d->logits, 0, (size_t)d->B * c->Vp * sizeof(float)));
+    memset(d->pos, 0, d->B * sizeof(int));
+}
+
+// A decoder for B sequences of up to Tmax tokens each. The S layers are frozen to their noise-free choice (§7.3).
+static void decoder_init(Decoder *d, Model *M, int B, int Tmax) {
+    const Config *c = &M->cfg;
+    memset(d, 0, sizeof(*d));
+    d->M = M; d->B = B; d->Tmax = Tmax; d->Ncmax = CEIL_DIV(Tmax, CH);
+    for (int l = 0; l < c->L; l++) {
+        d->kind[l] = c->pattern[l];
+        d->p[l] = M->p.layer[l];
+        if (c->pattern[l] != 'S') continue;
+        double *s = to_float64(M->p.layer[l].s_sel, 1);
+        d->kind[l] = sel_gate(*s, M->rb.kappa, NULL, 1).a ? 'A' : 'G';
+        free(s);
+        if (d->kind[l] == 'A') d->p[l] = select_attn_params(&M->p.layer[l]);
+    }
+    if (strchr(d->kind, 'N') && (cfg_dka(c) > 64 || cfg_dva(c) > 32 * DEC_ATT_MAXV))
+        die("decoder_init: the decoder's attention takes query heads of up to 64 and value heads of up to 128");
+    d->cache_size = decoder_layout(d, NULL);
+    d->cache = (real *)xcudamalloc(d->cache_size * sizeof(real));
+    decoder_layout(d, d->cache);
+    d->work = (real *)xcudamalloc(decoder_work_layout(&d->w, c, B, NULL) * sizeof(real));
+    d->zrows = (real *)xcudamalloc(mp_reals((size_t)B * c->Vp) * sizeof(real));
+    d->logits = (float *)xcudamalloc((size_t)B * c->Vp * sizeof(float));
+    size_t heads = std::max(c->Ha, cfg_attn_heads(c));
+    d->part = (float *)xcudamalloc((size_t)B * heads * DEC_ATT_SPLITS * DEC_ATT_PART * sizeof(float));
+    d->pos = (int *)xcalloc(B, sizeof(int));
+    d->rows = (int *)xcalloc(2 * (size_t)B, sizeof(int));
+    d->d_pos = (int *)xcudamalloc(B * sizeof(int));
+    d->d_rows = (int *)xcudamalloc(2 * (size_t)B * sizeof(int));
+    d->nkept = (int *)xcudamalloc((size_t)c->L * B * c->H * sizeof(int));
+    d->route = (signed char *)xcudamalloc((size_t)c->L * B * d->Ncmax * c->H);
+    decoder_reset(d);
+}
+
+static void decoder_free(Decoder *d) {
+    void *ps[] = {d->cache, d->work, d->zrows, d->logits, d->part, d->d_pos, d->d_rows, d->nkept, d->route};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) CUDA_CHECK(cudaFree(ps[i]));
+    free(d->pos); free(d->rows);
+}
+
+// G and N layers (§3, §5) on R rows (see the section's header); keys: the most any row's query attends.
+static void decoder_gdn_layer(Decoder *d, int l, int R, int keys) {
+    const Config *c = &d->M->cfg;
+    const LayerParams *p = &d->p[l];
+    LayerActs *w = &d->w;
+    const int nats = d->kind[l] == 'N', P = gdn_lanes_per_column(c->dk);
+    matmul_forward(w->proj, w->xn, p->wqkv, R, c->D, gdn_in_cols(c), 0, NULL);
+    with_precision([&](auto z) {
+        using MP = decltype(z);
+        const DecArgs<MP> a = decoder_args<MP>(d, l);
+        decoder_inputs_kernel<<<dim3(R, c->H), 128, nats ? c->D * sizeof(float) : 0>>>(a);
+        CUDA_CHECK(cudaGetLastError());
+        if (nats) decoder_attention(a, R, c->Ha, keys);
+        dim3 grid(R * c->H, CEIL_DIV(c->dv, 32 / P));
+        if (P == 1) decoder_gdn_kernel<1><<<grid, 32>>>(a);
+        else if (P == 2) decoder_gdn_kernel<2><<<grid, 32>>>(a);
+        else if (P == 4) decoder_gdn_kernel<4><<<grid, 32>>>(a);
+        else decoder_gdn_kernel<8><<<grid, 32>>>(a);
+        CUDA_CHECK(cudaGetLastError());
+    });
+    GatedNormArgs norm = nats ? natsl_norm_args(c, w, p->n1, p->n2, R, 1) : gdn_layer_norm_args(c, w, p->o_norm, R, 1);
+    gated_norm_forward(w->y, w->norm_rstd, &norm);
+    matmul_forward(w->r, w->y, p->wo, R, cfg_Vt(c), c->D, 1, w->res);
+}
+
+// A layer (§4) on R rows: q, k RoPE'd at each sequence's position, k and v appended to the cache, causal attention
+// over every cached token (4.1c).
+static void decoder_attention_layer(Decoder *d, int l, int R, int keys) {
+    const Config *c = &d->M->cfg;
+    const LayerParams *p = &d->p[l];
+    LayerActs *w = &d->w;
+    int D = c->D;
+    matmul_forward(w->proj, w->xn, p->wqkv, R, D, 3 * D, 1, NULL);
+    with_precision([&](auto z) {
+        using MP = decltype(z);
+        const DecArgs<MP> a = decoder_args<MP>(d, l);
+        decoder_attn_inputs_kernel<<<R, 256>>>(a);
+        CUDA_CHECK(cudaGetLastError());
+        decoder_attention(a, R, cfg_attn_heads(c), keys);
+    });
+    matmul_forward(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
+}
+
+// One token for every sequence b with tokens[b] >= 0 (the others wait): the whole model (2.1a-f) on those rows; each
+// one's logits land in d->logits[b] and its position advances.
+static void decoder_step(Decoder *d, const int *tokens) {
+    const Config *c = &d->M->cfg;
+    const ParamPtrs *P = &d->M->p;
+    int D = c->D, F = c->F, R = 0, keys = 0;
+    for (int b = 0; b < d->B; b++) {
+        if (tokens[b] < 0) continue;
+        if (d->pos[b] >= d->Tmax) die("decoder_step: a sequence is full (decoder_init's Tmax tokens)");
+        d->rows[R] = b; d->rows[d->B + R] = tokens[b]; R++;
+        keys = std::max(keys, d->pos[b] + 1);
+    }
+    if (R == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(d->d_rows, d->rows, 2 * (size_t)d->B * sizeof(int), cudaMemcpyHostToDevice));
+    weights_use(d->M);
+    LayerActs *w = &d->w;
+    decoder_work_layout(w, c, R, d->work);
+    encoder_forward(w->res, d->d_rows + d->B, P->wte, R, D);
+    for (int l = 0; l < c->L; l++) {
+        const LayerParams *p = &d->p[l];
+        rmsnorm_forward(w->xn, w->rstd1, w->res, p->ln_mix, R, 1, D, D, D, 1, 1);
+        if (d->kind[l] == 'A') decoder_attention_layer(d, l, R, keys);
+        else decoder_gdn_layer(d, l, R, keys);
+        rmsnorm_forward(w->xn2, w->rstd2, w->r, p->ln_mlp, R, 1, D, D, D, 1, 1);
+        matmul_forward(w->gu, w->xn2, p->wgu, R, D, 2 * F, 1, NULL);
+        swiglu_forward(w->hmid, w->gu, R, F);
+        matmul_forward(w->res, w->hmid, p->wdown, R, F, D, 1, w->r);
+    }
+    rmsnorm_forward(w->xn, w->rstd1, w->res, P->ln_f, R, 1, D, D, D, 1, 1);
+    matmul_forward(d->zrows, w->xn, P->head, R, D, c->Vp, 1, NULL);
+    with_precision([&](auto z) {
+        using MP = decltype(z);
+        decoder_logits_kernel<<<R, 256>>>(d->logits, d->d_pos, (const MP *)d->zrows, d->d_rows, c->Vp);
+    });
+    CUDA_CHECK(cudaGetLastError());
+    for (int r = 0; r < R; r++) d->pos[d->rows[r]]++;
+}
+
+// Feeds sequence b its prompt prompts[b][0 .. lens[b]) (lengths may differ, 0 included), token by token through
+// decoder_step (exact: the oracle of §14); d->logits[b] then holds the logits after b's last token.
+static void decoder_prefill(Decoder *d, const int *const *prompts, const int *lens) {
+    int most = 0;
+    for (int b = 0; b < d->B; b++) most = lens[b] > most ? lens[b] : most;
+    int *tok = (int *)xcalloc(d->B, sizeof(int));
+    for (int i = 0; i < most; i++) {
+        for (int b = 0; b < d->B; b++) tok[b] = i < lens[b] ? prompts[b][i] : -1;
+        decoder_step(d, tok);
+    }
+    free(tok);
+}
+
+// Sequence b's latest logits (Vp values) as a new float32 array.
+static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->logits + (size_t)b * d->M->cfg.Vp, d->M->cfg.Vp); }
+
+// What the cache holds now, in bytes (as train_natsl.c's; keys, values and conv inputs in the matmul precision, the
+// states in fp32); sfr[l]: the fraction of an N layer's completed chunk-heads routed to softmax (-1: none).
+static DecoderStats decoder_stats(const Decoder *d) {
+    const Config *c = &d->M->cfg;
+    DecoderStats s;
+    memset(&s, 0, sizeof(s));
+    size_t B = d->B, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, tokens = 0, el = g_bf16 ? 2 : 4;
+    size_t nk = (size_t)c->L * B * H, nr = (size_t)c->L * B * d->Ncmax * H;
+    int *nkept = (int *)xcalloc(nk, sizeof(int));
+    signed char *route = (signed char *)xcalloc(nr, 1);
+    CUDA_CHECK(cudaMemcpy(nkept, d->nkept, nk * sizeof(int), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(route, d->route, nr, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < d->B; b++) tokens += d->pos[b];
+    s.transformer = (double)tokens * c->L * 2 * D * el;
+    for (int l = 0; l < c->L; l++) {
+        s.sfr[l] = -1;
+        if (d->kind[l] == 'A') s.kv[l] = (double)tokens * 2 * D * el;
+        if (d->kind[l] != 'A') s.held += (double)B * ((2 * H * c->dk * c->dv + H) * 4 + 3 * W * el);
+        if (d->kind[l] != 'N') { s.held += s.kv[l]; continue; }
+        s.held += (double)B * (D * 4 + CH * (K + Vt) * el);
+        int n = 0, soft = 0;
+        for (size_t i = 0; i < B * H; i++) s.kv[l] += (double)nkept[(size_t)l * B * H + i] * CH * (c->dk + c->dv) * el;
+        for (size_t i = 0; i < B * d->Ncmax * H; i++) {
+            signed char x = route[(size_t)l * B * d->Ncmax * H + i];
+            n += x >= 0; soft += x == 1;
+        }
+        if (n) s.sfr[l] = (double)soft / n;
+        s.held += s.kv[l];
+    }
+    free(nkept); free(route);
+    return s;
+}
+
+// ================================================================================================
 // 4. The training step (§9): gradients over micro-batches, global norm, clipping, AdamW (on the GPU)
 // ================================================================================================
 
@@ -2677,69 +3302,6 @@ static void backend_finish(void) {
     MPI_Initialized(&mpi_on);
     if (mpi_on) MPI_Finalize();
 #endif
-}
-
-// ---- the decoder interface of common/train_main.inc (doc/model.md §14), without a cache: a step reruns the forward
-// pass over the sequence's tokens so far, padded to a multiple of 64 (a position's logits depend only on the tokens
-// before it, §5.3-5.4); train_natsl.c (section 3b) holds the cached decoder, the oracle.
-typedef struct {
-    Model *M;
-    int B, Tmax, Tlast; // Tlast: the length of the last forward pass (the router statistics)
-    int *ids, *len;     // [B][Tmax] each sequence's tokens, [B] their number
-    float *logits;      // [B][Vp] each sequence's latest logits
-} Decoder;
-static void decoder_init(Decoder *d, Model *M, int B, int Tmax) {
-    int Tp = (Tmax + NATSL_CHUNK - 1) / NATSL_CHUNK * NATSL_CHUNK;
-    memset(d, 0, sizeof(*d));
-    d->M = M; d->B = B; d->Tmax = Tmax;
-    if (!M->acts) model_alloc_acts(M, 1, Tp, 0); // the generate mode; the samples run on the training activations
-    if ((size_t)M->B * M->T < (size_t)Tp) die("decoder_init: the activations hold fewer tokens than the text");
-    d->ids = (int *)xcalloc((size_t)B * Tmax, sizeof(int));
-    d->len = (int *)xcalloc(B, sizeof(int));
-    d->logits = (float *)xcalloc((size_t)B * M->cfg.Vp, sizeof(float));
-}
-static void decoder_free(Decoder *d) { free(d->ids); free(d->len); free(d->logits); }
-static void decoder_forward(Decoder *d, int b) { // b's logits after its last token
-    d->Tlast = (d->len[b] + NATSL_CHUNK - 1) / NATSL_CHUNK * NATSL_CHUNK;
-    model_forward(d->M, d->ids + (size_t)b * d->Tmax, NULL, 1, d->Tlast);
-    float *z = logits_to_float32(d->M, d->len[b] - 1, 1);
-    memcpy(d->logits + (size_t)b * d->M->cfg.Vp, z, d->M->cfg.Vp * sizeof(float));
-    free(z);
-}
-static void decoder_prefill(Decoder *d, const int *const *prompts, const int *lens) {
-    for (int b = 0; b < d->B; b++) {
-        if (lens[b] == 0) continue;
-        if (d->len[b] + lens[b] > d->Tmax) die("decoder_prefill: the prompt does not fit");
-        memcpy(d->ids + (size_t)b * d->Tmax + d->len[b], prompts[b], lens[b] * sizeof(int));
-        d->len[b] += lens[b];
-        decoder_forward(d, b);
-    }
-}
-static void decoder_step(Decoder *d, const int *tokens) {
-    for (int b = 0; b < d->B; b++) {
-        if (tokens[b] < 0) continue;
-        if (d->len[b] >= d->Tmax) die("decoder_step: the sequence is full");
-        d->ids[(size_t)b * d->Tmax + d->len[b]++] = tokens[b];
-        decoder_forward(d, b);
-    }
-}
-static float *decoder_logits(const Decoder *d, int b) {
-    float *z = (float *)xcalloc(d->M->cfg.Vp, sizeof(float));
-    memcpy(z, d->logits + (size_t)b * d->M->cfg.Vp, d->M->cfg.Vp * sizeof(float));
-    return z;
-}
-// No cache (held = -1); a Transformer's K and V in the precision of the activations; the routing of the last pass.
-static DecoderStats decoder_stats(const Decoder *d) {
-    const Config *c = &d->M->cfg;
-    DecoderStats s;
-    memset(&s, 0, sizeof(s));
-    size_t tokens = 0;
-    for (int b = 0; b < d->B; b++) tokens += d->len[b];
-    s.held = -1;
-    s.transformer = (double)tokens * c->L * 2 * c->D * (g_bf16 ? 2 : 4);
-    for (int l = 0; l < c->L; l++)
-        s.sfr[l] = c->pattern[l] == 'N' && d->Tlast > NATSL_CHUNK ? softmax_fraction(d->M, l, -1, 1, d->Tlast) : -1;
-    return s;
 }
 
 #include "common/train_main.inc"

@@ -82,9 +82,8 @@ static inline void print_eta(int steps_done, int steps_left, double elapsed) {
 }
 
 // ---- what a decoder's cache holds (doc/model.md §14; each program's decoder_stats fills it) ----------
-// Bytes: held now (held; -1: the program decodes without a cache), the keys and values of each layer (kv[l]: an A
-// layer's, an N layer's kept chunks'), and what a Transformer of the same width and depth would hold (K and V of every
-// layer and token). sfr[l]: the softmax fraction of N layer l's completed chunk-heads (-1: none).
+// Bytes: held now (held), the keys and values of each layer (kv[l]: an A layer's, an N layer's kept chunks'), and what a
+// Transformer of the same width and depth would hold (K and V of every layer and token). sfr[l]: the softmax fraction of N layer l's completed chunk-heads (-1: none).
 typedef struct { double held, transformer, kv[NATSL_MAX_LAYERS], sfr[NATSL_MAX_LAYERS]; } DecoderStats;
 
 // ---- the command line (llm.c style: one letter, one value) -----------------------------------------

@@ -12,6 +12,14 @@ bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included w
          forward + backward, at B·T = 32768 tokens for T = 4096, 16384, 32768; the N layer with its softmax
          fraction forced to 1.0 / 0.5 / 0.25 / 0.1 (a fixed routing mask replaces the router's decisions
          after router_forward: g_bench_rmask) and with the router's own decisions.
+  decode: the cached decoder (train_natsl.cu section 3b, doc/model.md §14), bf16, for the natsl-hybrid and the
+         transformer pattern at prompts of 4096 and 32768 tokens, B = 1 and 32: the prefill's time (token by token,
+         run where the prompts hold at most 4096 tokens in all), then 256 decoded tokens a sequence (tokens/s summed
+         over the B sequences, each step waited for as a sampler would), and the cache held against what a
+         Transformer holds. The longer prompts' caches are filled by decode_fill (benchmark only: the positions and the
+         N layers' kept chunks set, their contents left zero, which the speed does not depend on); the hybrid's N
+         layers then keep a forced softmax fraction 0.1 / 0.25 / 0.5 of the prompt's chunks (the router's own
+         decisions where the prompt ran, in addition). Combinations whose cache does not fit are skipped with a note.
   mem:   where the step's GPU memory goes, planned from the layout code alone (runs without a GPU): parameters,
          gradients and AdamW, activations, gradient scratch, the GDN op's workspace, the classifier's buffers,
          and the activations by field summed over the layers.
@@ -27,9 +35,9 @@ buffer is allocated up front or on the first step and kept). B is lowered (halve
 footprint fits the free memory; the printed B is the one that ran.
 
 build: nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl
-run:   ./bench_gpu [step|layer|gemm|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
+run:   ./bench_gpu [step|layer|gemm|decode|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
                    [-k 0|1|2] [-p bf16|fp32|both]
-       defaults: all (layer, step, gemm), -e 340m, -V 32000, -B 8, -T 4096, -n 10,
+       defaults: all (layer, step, gemm; decode runs when asked), -e 340m, -V 32000, -B 8, -T 4096, -n 10,
                  -a natsl-hybrid,gdn,gdn-hybrid,transformer, -k 0, -p both
        (-k: the step with train_natsl_cu's recompute level; -p: the step's precisions)
 */
@@ -344,6 +352,86 @@ static void bench_gemm(int BT, int iters) {
     CUDA_CHECK(cudaEventDestroy(e0)); CUDA_CHECK(cudaEventDestroy(e1));
 }
 
+// decode (benchmark only): B sequences of T0 tokens each in the cache, the N layers keeping frac of the chunks per head
+// group (the contents stay zero)
+static void decode_fill(Decoder *d, int T0, double frac) {
+    const Config *c = &d->M->cfg;
+    std::vector<int> kept((size_t)c->L * d->B * c->H, 0);
+    for (int l = 0; l < c->L; l++)
+        if (d->kind[l] == 'N')
+            for (int i = 0; i < d->B * c->H; i++) kept[(size_t)l * d->B * c->H + i] = (int)(frac * (T0 / CH) + 0.5);
+    CUDA_CHECK(cudaMemcpy(d->nkept, kept.data(), kept.size() * sizeof(int), cudaMemcpyHostToDevice));
+    for (int b = 0; b < d->B; b++) d->pos[b] = T0;
+    CUDA_CHECK(cudaMemcpy(d->d_pos, d->pos, d->B * sizeof(int), cudaMemcpyHostToDevice));
+}
+// The device bytes decoder_init takes for B sequences of Tmax tokens
+static size_t decode_bytes(Model *M, int B, int Tmax) {
+    const Config *c = &M->cfg;
+    Decoder d;
+    LayerActs w;
+    memset(&d, 0, sizeof(d));
+    d.M = M; d.B = B; d.Tmax = Tmax; d.Ncmax = CEIL_DIV(Tmax, CH);
+    strcpy(d.kind, c->pattern);
+    size_t heads = std::max(c->Ha, cfg_attn_heads(c));
+    return (decoder_layout(&d, NULL) + decoder_work_layout(&w, c, B, NULL) + (size_t)B * c->Vp * 2 +
+            (size_t)B * heads * DEC_ATT_SPLITS * DEC_ATT_PART) * sizeof(float);
+}
+static void bench_decode(const char *preset, int V) {
+    const int steps = 256;
+    set_precision(1);
+    for (const char *pattern : {"natsl-hybrid", "transformer"}) {
+        Config c;
+        if (make_config(&c, preset, pattern, V)) exit(1);
+        Model M;
+        model_build(&M, &c);
+        model_init(&M, 1);
+        for (int T0 : {4096, 32768})
+            for (int B : {1, 32})
+                for (double frac : {-1.0, 0.1, 0.25, 0.5}) {
+                    const int prefill = (size_t)B * T0 <= 4096 && frac < 0;
+                    if (strchr(c.pattern, 'N') ? frac < 0 && !prefill : frac > 0) continue;
+                    size_t fr, tot, need = decode_bytes(&M, B, T0 + steps);
+                    CUDA_CHECK(cudaDeviceSynchronize());
+                    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+                    printf("decode %s %s prompt %d B=%d", preset, pattern, T0, B);
+                    if (frac > 0) printf(" softmax fraction %.2f", frac);
+                    if (need + ((size_t)1 << 30) > fr) {
+                        printf(": skipped (the cache needs %.1f GiB, %.1f GiB free)\n", need / 1073741824.0, fr / 1073741824.0);
+                        continue;
+                    }
+                    Decoder d;
+                    decoder_init(&d, &M, B, T0 + steps);
+                    std::vector<int> tok(B), prompt(T0);
+                    uint64_t r = rng_seed(3);
+                    for (int i = 0; i < T0; i++) prompt[i] = rng_u32(&r) % c.V;
+                    double t0 = now_s(), t_prefill = -1;
+                    if (prefill) {
+                        std::vector<const int *> ps(B, prompt.data());
+                        std::vector<int> lens(B, T0);
+                        decoder_prefill(&d, ps.data(), lens.data());
+                        CUDA_CHECK(cudaDeviceSynchronize());
+                        t_prefill = now_s() - t0;
+                    } else decode_fill(&d, T0, frac);
+                    for (int s = 0; s < steps; s++) {
+                        if (s == 2) { CUDA_CHECK(cudaDeviceSynchronize()); t0 = now_s(); } // after two warm-up steps
+                        for (int b = 0; b < B; b++) tok[b] = rng_u32(&r) % c.V;
+                        decoder_step(&d, tok.data());
+                        CUDA_CHECK(cudaDeviceSynchronize());
+                    }
+                    const double dt = now_s() - t0;
+                    DecoderStats st = decoder_stats(&d);
+                    if (t_prefill >= 0) printf(": prefill %.2f s (%.0f tokens/s)", t_prefill, (double)B * T0 / t_prefill);
+                    else printf(": (cache filled)");
+                    printf(" | decode %.0f tokens/s (%.3f ms a step) | cache %.1f MiB held, a Transformer's %.1f MiB (%.2fx)\n",
+                           (double)B * (steps - 2) / dt, 1e3 * dt / (steps - 2), st.held / 1048576.0,
+                           st.transformer / 1048576.0, st.transformer / st.held);
+                    fflush(stdout);
+                    decoder_free(&d);
+                }
+        model_free(&M);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *mode = "all", *preset = "340m", *pats = "natsl-hybrid,gdn,gdn-hybrid,transformer";
     const char *precs = "both";
@@ -361,8 +449,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-p")) precs = argv[i + 1];
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 1; }
     }
-    if (strcmp(mode, "step") && strcmp(mode, "layer") && strcmp(mode, "gemm") && strcmp(mode, "mem") && strcmp(mode, "all")) {
-        fprintf(stderr, "bench_gpu: unknown mode %s (step, layer, gemm, mem or all)\n", mode);
+    if (strcmp(mode, "step") && strcmp(mode, "layer") && strcmp(mode, "gemm") && strcmp(mode, "decode") && strcmp(mode, "mem") &&
+        strcmp(mode, "all")) {
+        fprintf(stderr, "bench_gpu: unknown mode %s (step, layer, gemm, decode, mem or all)\n", mode);
         return 1;
     }
     if (recompute < 0 || recompute > 2 || B < 1 || T < 64 || T % 64) {
@@ -415,6 +504,7 @@ int main(int argc, char **argv) {
         set_precision(1);
         bench_gemm(B * T, iters);
     }
+    if (!strcmp(mode, "decode")) bench_decode(preset, V);
     CUBLAS_CHECK(cublasDestroy(g_cublas));
     return 0;
 }
