@@ -136,9 +136,9 @@ def import_authors(authors_src, fla_src, autotune):
     """Their model classes from the source trees, without running fla's and nats' package __init__ files (those
     import every model of both packages)."""
     import types
-    nats_dir = next((d for d in (os.path.join(authors_src, "src", "nats"), os.path.join(authors_src, "nats"))
+    nats_dir = next((os.path.abspath(d) for d in (os.path.join(authors_src, "src", "nats"), os.path.join(authors_src, "nats"))
                      if os.path.isdir(d)), None)
-    fla_dir = os.path.join(fla_src, "fla")
+    fla_dir = os.path.abspath(os.path.join(fla_src, "fla"))
     if nats_dir is None or not os.path.isdir(fla_dir):
         sys.exit(f"error: --authors-src {authors_src} needs src/nats (or nats), --fla-src {fla_src} needs fla/")
     if autotune:
@@ -261,7 +261,7 @@ def authors_outputs(tag, model, rec, tokens, B, T, a):
 
 def authors_model_folder(Config, Model, c, spec, folder, seed):
     """(b): a model of their code with natsl.c's sizes and the spec's pattern ('GN', 'N:rope'), its 1-D weights
-    (norms, A_log, dt_bias) scaled by random factors in [0.8, 1.2], saved with save_pretrained."""
+    (norms, A_log, dt_bias) scaled by random factors in [0.8, 1.2], saved as save_pretrained lays a folder out."""
     import torch
     pattern, _, opt = spec.partition(":")
     cs = dict(c, pattern=pattern, L=len(pattern), rope=int(opt == "rope"))
@@ -274,7 +274,12 @@ def authors_model_folder(Config, Model, c, spec, folder, seed):
         for p in model.parameters():
             if p.ndim == 1:
                 p.mul_(0.8 + 0.4 * torch.rand(p.shape, generator=g))
-    model.save_pretrained(folder, safe_serialization=True)
+    # (transformers 5's save_pretrained fails on their list-valued _tied_weights_keys: the folder by hand)
+    from safetensors.torch import save_file
+    os.makedirs(folder, exist_ok=True)
+    model.config.save_pretrained(folder)
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+              os.path.join(folder, "model.safetensors"))
     return model.float().cuda(), cs
 
 
