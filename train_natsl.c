@@ -1306,6 +1306,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
 // A step costs O(1) in the GDN part and O(kept softmax tokens) in attention. At a chunk's last token the router
 // decides for the chunk from its mean (5.2a-d): routed to GDN, the run commits into the state and the keys and values
 // are dropped; routed to softmax, they are kept and the state only decays (5.4h).
+// A prompt goes in through decoder_step too, token by token (decoder_prefill, common/train_main.inc).
 // ================================================================================================
 
 typedef struct {
@@ -1594,19 +1595,6 @@ static void decoder_step(Decoder *d, const int *tokens) {
         memcpy(d->logits + (size_t)d->seq[r] * c->Vp, d->zrows + (size_t)r * c->Vp, c->Vp * sizeof(real));
         d->pos[d->seq[r]]++;
     }
-}
-
-// Feeds sequence b its prompt prompts[b][0 .. lens[b]) (lengths may differ, 0 included), token by token through
-// decoder_step (exact: the oracle of §14); d->logits[b] then holds the logits after b's last token.
-static void decoder_prefill(Decoder *d, const int *const *prompts, const int *lens) {
-    int most = 0;
-    for (int b = 0; b < d->B; b++) most = lens[b] > most ? lens[b] : most;
-    int *tok = xcalloc(d->B, sizeof(int));
-    for (int i = 0; i < most; i++) {
-        for (int b = 0; b < d->B; b++) tok[b] = i < lens[b] ? prompts[b][i] : -1;
-        decoder_step(d, tok);
-    }
-    free(tok);
 }
 
 // Sequence b's latest logits (Vp values) as a new float32 array.

@@ -3020,19 +3020,6 @@ static void decoder_step(Decoder *d, const int *tokens) {
     for (int r = 0; r < R; r++) d->pos[d->rows[r]]++;
 }
 
-// Feeds sequence b its prompt prompts[b][0 .. lens[b]) (lengths may differ, 0 included), token by token through
-// decoder_step (exact: the oracle of §14); d->logits[b] then holds the logits after b's last token.
-static void decoder_prefill(Decoder *d, const int *const *prompts, const int *lens) {
-    int most = 0;
-    for (int b = 0; b < d->B; b++) most = lens[b] > most ? lens[b] : most;
-    int *tok = (int *)xcalloc(d->B, sizeof(int));
-    for (int i = 0; i < most; i++) {
-        for (int b = 0; b < d->B; b++) tok[b] = i < lens[b] ? prompts[b][i] : -1;
-        decoder_step(d, tok);
-    }
-    free(tok);
-}
-
 // Sequence b's latest logits (Vp values) as a new float32 array.
 static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->logits + (size_t)b * d->M->cfg.Vp, d->M->cfg.Vp); }
 
