@@ -2814,7 +2814,7 @@ static int hz_make_run(const char *dir, const char *sub, int steps) {
 }
 static long hz_file_size(const char *p) { struct stat sb; return stat(p, &sb) ? -1 : (long)sb.st_size; }
 
-// Defects 1, 4: every field of a model file's header is checked, also against the data; the parameters
+// Every field of a model file's header is checked, also against the data; the parameters
 // must be finite. Loaded with -e and through a resume.
 static void test_hz_model_file_fields(void) {
     char dir[] = "/tmp/natsl_hz_XXXXXX", model[600], e_args[1200], y_args[1200];
@@ -2862,7 +2862,7 @@ static void test_hz_model_file_fields(void) {
     CHECK(system(args) == 0, "cleanup");
 }
 
-// Defect 3: every field of a state file's header is checked against the model and the run.
+// Every field of a state file's header is checked against the model and the run.
 static void test_hz_state_file_fields(void) {
     char dir[] = "/tmp/natsl_hz_XXXXXX", state[600], y_args[1200], args[1300], msg[1024];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -2906,7 +2906,7 @@ static void test_hz_state_file_fields(void) {
     CHECK(system(args) == 0, "cleanup");
 }
 
-// Defect 2: -y 1 resumes only from a complete model+state pair; a directory with a run's files but no pair
+// -y 1 resumes only from a complete model+state pair; a directory with a run's files but no pair
 // is refused (as a fresh run refuses it), not silently restarted over.
 static void test_hz_resume_incomplete_pair(void) {
     char dir[] = "/tmp/natsl_hz_XXXXXX", p[700], args[1300], msg[1024];
@@ -2943,7 +2943,7 @@ static void test_hz_resume_incomplete_pair(void) {
     CHECK(system(args) == 0, "cleanup");
 }
 
-// Defect 5: a run holds an exclusive lock on its directory; a second trainer (fresh or -y 1) is refused.
+// A run holds an exclusive lock on its directory; a second trainer (fresh or -y 1) is refused.
 static void test_hz_run_dir_lock(void) {
     char dir[] = "/tmp/natsl_hz_XXXXXX", p[700], args[1300], msg[1024];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -2970,7 +2970,7 @@ static void test_hz_run_dir_lock(void) {
     CHECK(system(args) == 0, "cleanup");
 }
 
-// Defect 6: every number on the command line is parsed whole and range-checked, one message per flag.
+// Every number on the command line is parsed whole and range-checked, one message per flag.
 static void test_hz_cli_numbers(void) {
     const char *base = "-b 1 -t 64 -x 1 -v 0 -s 0 -m 1"; // a bad flag that slips through would train one step
     struct { const char *args, *words; } cases[] = {
@@ -3025,7 +3025,7 @@ static void test_hz_cli_numbers(void) {
     CHECK(hz_run("-h", msg, sizeof(msg)) == 0, "-h: %s", msg);
 }
 
-// Defect 7: messages that say what is wrong: a directory given as a shard or a checkpoint; an -o that
+// Messages that say what is wrong: a directory given as a shard or a checkpoint; an -o that
 // cannot be created reports mkdir's own error.
 static void test_hz_messages(void) {
     char dir[] = "/tmp/natsl_hz_XXXXXX", args[1300];
@@ -3058,7 +3058,7 @@ static void test_hz_messages(void) {
     CHECK(system(args) == 0, "cleanup");
 }
 
-// Defect 8: leftover temporary files are removed; a failing main.log write stops the run with its error;
+// Leftover temporary files are removed; a failing main.log write stops the run with its error;
 // the directory is fsynced after each checkpoint rename.
 static void test_hz_durability(void) {
     char dir[] = "/tmp/natsl_hz_XXXXXX", p[700], args[1600], msg[1024];
@@ -3116,7 +3116,7 @@ static void test_hz_durability(void) {
     CHECK(system(args) == 0, "cleanup");
 }
 
-// Defect 9: a model file that fails to load leaves nothing allocated (LeakSanitizer found the leak).
+// A model file that fails to load leaves nothing allocated (LeakSanitizer found the leak).
 static void test_hz_load_model_error_frees(void) {
     char dir[] = "/tmp/natsl_hz_XXXXXX", path[600], err[1024];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -3136,7 +3136,7 @@ static void test_hz_load_model_error_frees(void) {
     remove(path); rmdir(dir);
 }
 
-// Defect 10: the dev/data scripts answer --help without their packages; the READMEs cite no machine paths.
+// The dev/data scripts answer --help without their packages; the READMEs cite no machine paths.
 static void test_hz_dev_scripts(void) {
     if (system("python3 -c 1 2>/dev/null")) { printf("  (python3 not installed: skipped)\n"); return; }
     const char *scripts[] = {"fineweb.py", "tokenize_text.py", "make_tokenizer_table.py", "gpt2_offline.py", "char_shards.py",
