@@ -199,9 +199,24 @@ def compare(tag, dump, c, logits, rec, tokens, dtype):
     rel = abs(loss - dump["loss"]) / abs(dump["loss"])
     print(f"  {tag} loss: theirs {loss:.6f}, natsl.c {dump['loss']:.6f}, relative diff {rel:.2e} "
           f"[{check(rel <= bar_loss, tag + ' loss')} <= {bar_loss:g}]")
+    # a near-tie decision that went the other way (bf16 against fp32) changes its chunk and every later position of
+    # that sequence: the logits are held to the bar before the first such chunk of each sequence
+    first = np.full(B, T // 64)
+    for l, (rl, rd) in router_layers(dump, c).items():
+        r = rec.get(l, {})
+        if "dec" in r:
+            differ = (rd[:, :-1, :, 0] != (r["dec"].numpy().reshape(rl.shape[:3])[:, :-1] > 0.5)).any(axis=2)
+            first = np.minimum(first, np.where(differ.any(axis=1), differ.argmax(axis=1), T // 64))
     ma, nw = diff(logits, dump["logits"])
-    print(f"  {tag} logits [{B}x{T}x{dump['V']}]: max abs {ma:.3e}, normwise {nw:.3e} "
-          f"[{check(nw <= bar_logits, tag + ' logits')} <= {bar_logits:g}]")
+    if (first == T // 64).all():
+        print(f"  {tag} logits [{B}x{T}x{dump['V']}]: max abs {ma:.3e}, normwise {nw:.3e} "
+              f"[{check(nw <= bar_logits, tag + ' logits')} <= {bar_logits:g}]")
+    else:
+        keep = np.arange(T)[None, :] < 64 * first[:, None]
+        mk, nk = diff(logits.reshape(B, T, -1)[keep], dump["logits"].reshape(B, T, -1)[keep])
+        print(f"  {tag} logits [{B}x{T}x{dump['V']}]: max abs {ma:.3e}, normwise {nw:.3e}; before the first chunk "
+              f"whose decision differs ({int(keep.sum())} of {B * T} positions): max abs {mk:.3e}, normwise {nk:.3e} "
+              f"[{check(nk <= bar_logits, tag + ' logits')} <= {bar_logits:g}]")
     for l, (rl, rd) in router_layers(dump, c).items():
         r = rec.get(l, {})
         if "logits" not in r or "dec" not in r:
@@ -383,7 +398,7 @@ def main():
             f"[{check(ok, f'(b) {spec} pattern and RoPE')}]")
         from safetensors.torch import load_file
         saved = load_file(os.path.join(folder, "model.safetensors"))
-        again = hf_tensors(ci, read_params(out, ci))
+        again = hf_tensors(ci, read_params(out, read_header(out)))
         same = [k for k, v in again.items() if k in saved and np.array_equal(v, saved[k].float().numpy())]
         print(f"  export of the import: {len(same)} of {len(saved)} saved tensors bit-identical, names "
               f"{'equal' if set(again) == set(saved) else 'differ'} "
