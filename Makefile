@@ -43,6 +43,8 @@ bench_matmul: dev/bench_matmul.c train_natsl.c $(HEADERS)
 # -pi mpi (MPI's flags from mpicc --showme).
 NVCC ?= nvcc
 NVCCFLAGS ?= -O3 -arch=compute_90a -code=sm_90a -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function,-Wno-format-truncation
+# every launch on the thread's default stream, which the decoder's CUDA graphs capture (train_natsl.cu, appendix A)
+NVCCFLAGS += --default-stream per-thread
 HOST_GXX_MAJOR = $(firstword $(subst ., ,$(shell g++ -dumpversion 2>/dev/null)))
 NVCCFLAGS += $(if $(call NO_UNSWITCH,$(HOST_GXX_MAJOR)),-Xcompiler -fno-unswitch-loops)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))

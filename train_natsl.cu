@@ -105,6 +105,13 @@ typedef float real;
 // Appendix A (first: every section uses it). CUDA plumbing and tensor-core primitives
 // ================================================================================================
 
+// Every launch goes to the calling thread's default stream (nvcc --default-stream per-thread, the Makefile's), a stream
+// like any other: the decoder captures its step into a CUDA graph on it (section 3b), which the legacy default stream
+// does not allow. The libraries take it explicitly (cudaStreamPerThread).
+#ifndef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#error "train_natsl.cu is built with nvcc --default-stream per-thread (see the Makefile's NVCCFLAGS)"
+#endif
+
 #define CUDA_CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); exit(1); } } while (0)
 #define CUBLAS_CHECK(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) { \
@@ -260,8 +267,10 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 
 static float *g_colpart = NULL;
 static size_t g_colpart_n = 0;
+static int g_scratch_moves = 0; // times a grow-only scratch buffer moved (a captured CUDA graph holds the old address)
 static float *colpart(size_t n) {
     if (n > g_colpart_n) {
+        g_scratch_moves++;
         if (g_colpart) CUDA_CHECK(cudaFree(g_colpart));
         g_colpart = (float *)xcudamalloc(n * sizeof(float));
         g_colpart_n = n;
@@ -334,6 +343,7 @@ static void *device_scratch(int slot, size_t bytes) {
     static void *buf[SCRATCH_SLOTS];
     static size_t cap[SCRATCH_SLOTS];
     if (bytes > cap[slot]) {
+        g_scratch_moves++;
         if (buf[slot]) CUDA_CHECK(cudaFree(buf[slot]));
         buf[slot] = xcudamalloc(bytes);
         cap[slot] = bytes;
@@ -519,6 +529,14 @@ static void encoder_backward(real *dwte, const real *dout, const int *ids, int B
 // (RMSNorm of the block inputs, the gated norm, SwiGLU and their backward passes, the gate backward), or the
 // call site copied them with operand(); the weight is copied here.
 static cublasHandle_t g_cublas;
+// g_cublas on the thread's default stream, with a workspace of its own (a product captured into a CUDA graph allocates
+// none)
+static void cublas_start(void) {
+    const size_t ws = 32u << 20;
+    CUBLAS_CHECK(cublasCreate(&g_cublas));
+    CUBLAS_CHECK(cublasSetStream(g_cublas, cudaStreamPerThread));
+    CUBLAS_CHECK(cublasSetWorkspace(g_cublas, xcudamalloc(ws), ws));
+}
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -539,6 +557,7 @@ static struct {
 } g_operand[OPERAND_SLOTS];
 static __nv_bfloat16 *operand_buf(size_t n, int slot) {
     if (n > g_operand[slot].cap) {
+        g_scratch_moves++;
         if (g_operand[slot].buf) CUDA_CHECK(cudaFree(g_operand[slot].buf));
         g_operand[slot].buf = (__nv_bfloat16 *)xcudamalloc(n * sizeof(__nv_bfloat16));
         g_operand[slot].cap = n;
@@ -1284,7 +1303,7 @@ static const float2 *rope_table(int T, int hd) {
             double ang = t * pow(10000.0, -2.0 * i / hd);
             h[(size_t)t * (hd / 2) + i] = make_float2((float)cos(ang), (float)sin(ang));
         }
-    if (tab[e].p) CUDA_CHECK(cudaFree(tab[e].p));
+    if (tab[e].p) { CUDA_CHECK(cudaFree(tab[e].p)); g_scratch_moves++; }
     tab[e].p = (float2 *)xcudamalloc(n * sizeof(float2));
     CUDA_CHECK(cudaMemcpy(tab[e].p, h, n * sizeof(float2), cudaMemcpyHostToDevice));
     free(h);
@@ -2464,6 +2483,7 @@ static void token_scores(const Model *M, const int *targets, int BT, float *loss
 // to softmax, they are kept and the state only decays (5.4h).
 // ================================================================================================
 
+#define DEC_GRAPHS 96 // the most CUDA graphs a decoder holds (decoder_graph)
 typedef struct {
     float *S, *Z, *gsum; // G, N: state S_c and run Z [B][H][d_k][d_v], Σg of the current chunk [B][H]
     real *tail;          // G, N: the conv inputs of the last 3 tokens [B][3][2K+Vt]
@@ -2489,7 +2509,9 @@ typedef struct {
     int *d_pos, *d_rows;              // their device copies
     int *nkept;                       // [L][B][H]: softmax chunks an N layer keeps, per sequence and head group
     signed char *route;               // [L][B][Nc][H]: the router's decision per completed chunk: 1 softmax, 0 GDN
-} Decoder;                            // (pointers: device, but pos and rows)
+    struct { int R, kb; cudaGraphExec_t exec; } graph[DEC_GRAPHS]; // the step captured, per rows R and key blocks kb
+    int ngraph, graph_moves;          // graphs held; g_scratch_moves when they were captured
+} Decoder;                            // (pointers: device, but pos, rows and graph)
 
 // The cache's fields, carved out of base (NULL: only count); returns its size in reals.
 static size_t decoder_layout(Decoder *d, real *base) {
@@ -2554,8 +2576,6 @@ template <class MP> struct DecArgs {
     signed char *route;            // the layer's [B][Nc][H]
     float *part;                   // decoder_attention_kernel's partial sums
 };
-// From appendix D: the lanes that share a value column of the GDN state (gdn_op_forward_kernel's P)
-static int gdn_lanes_per_column(int dk);
 template <class MP> static DecArgs<MP> decoder_args(Decoder *d, int l) {
     const Config *c = &d->M->cfg;
     const LayerParams *p = &d->p[l];
@@ -2811,6 +2831,7 @@ template <class MP> __global__ void decoder_attention_combine_kernel(DecArgs<MP>
 // Splits the keys of up to `keys` a query into blocks of at least 256 where the rows' heads fill fewer than eight
 // blocks an SM
 template <class MP> static void decoder_attention(const DecArgs<MP> &a, int R, int heads, int keys) {
+    PROF_OP();
     const int splits = std::max(1, std::min({CEIL_DIV(keys, 256), CEIL_DIV(8 * num_sms(), R * heads), DEC_ATT_SPLITS}));
     decoder_attention_kernel<<<dim3(R * heads, splits), 32 * DEC_ATT_WARPS>>>(a);
     CUDA_CHECK(cudaGetLastError());
@@ -2819,55 +2840,69 @@ template <class MP> static void decoder_attention(const DecArgs<MP> &a, int R, i
     CUDA_CHECK(cudaGetLastError());
 }
 
-// One GDN token step (14.1b-c) per (row, head), as gdn_op_forward_kernel runs it (P lanes a value column, the column's
-// rows in registers): at the chunk's first token the run starts from the state as stored (bf16 mode: rounded, (5.4h));
-// at its last the commit (14.2b): S ← (1 − m) Dec S + m (Z + Dec (S − s0)), m = 0 for a chunk routed to softmax, whose
-// keys and values of head group h then go to the kept slot nkept − 1 (the blocks of (row, h) share the 64 tokens).
-#define DEC_GDN_R 32
-template <int P, class MP> __global__ void __launch_bounds__(32) decoder_gdn_kernel(DecArgs<MP> a) {
-    constexpr int VB = 32 / P;
+// One GDN token step (14.1b-c) per (row, head): a block per (row, head, DEC_GDN_COLS value columns), a thread per
+// column and per DEC_GDN_ROWS rows of the key dimension (the column's rows in registers; a warp reads 32 adjacent
+// values of a state row), the sums over the key dimension finished across the parts in shared memory. At the chunk's
+// first token the run starts from the state as stored (bf16 mode: rounded, (5.4h)); at its last the commit (14.2b):
+// S ← (1 − m) Dec S + m (Z + Dec (S − s0)), m = 0 for a chunk routed to softmax, whose keys and values of head group h
+// then go to the kept slot nkept − 1 (the blocks of (row, h) share the 64 tokens).
+#define DEC_GDN_COLS 64
+#define DEC_GDN_ROWS 64
+#define DEC_GDN_MAXK 256 // key heads of up to 256: four parts
+template <class MP>
+__global__ void __launch_bounds__(DEC_GDN_COLS * DEC_GDN_MAXK / DEC_GDN_ROWS) decoder_gdn_kernel(DecArgs<MP> a) {
+    __shared__ float ks[DEC_GDN_MAXK], qs[DEC_GDN_MAXK], red[DEC_GDN_MAXK / DEC_GDN_ROWS][DEC_GDN_COLS];
     const int r = blockIdx.x / a.H, h = blockIdx.x % a.H, b = a.seq[r], t = a.pos[b], tau = t % CH;
-    const int lane = threadIdx.x, rg = lane % P, j = blockIdx.y * VB + lane / P, dk = a.dk, dv = a.dv;
+    const int col = threadIdx.x % DEC_GDN_COLS, part = threadIdx.x / DEC_GDN_COLS, parts = blockDim.x / DEC_GDN_COLS;
+    const int j = blockIdx.y * DEC_GDN_COLS + col, dk = a.dk, dv = a.dv;
     const bool jok = j < dv;
     const size_t bh = (size_t)b * a.H + h, rh = (size_t)r * a.H + h, KV = (size_t)dk * dv;
     float *S = a.S + bh * KV, *Z = a.Z + bh * KV;
     const MP *qt = a.qh + (size_t)r * a.K + h * dk, *kt = a.kh + (size_t)r * a.K + h * dk;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) { ks[i] = ld(kt + i); qs[i] = ld(qt + i); }
+    __syncthreads();
     const float al = expf(a.g[rh]), bt = a.beta[rh], scale = 1.f / sqrtf((float)dk);
-    float z[DEC_GDN_R], kz = 0.f, o = 0.f;
+    float z[DEC_GDN_ROWS], kz = 0.f, o = 0.f;
 #pragma unroll
-    for (int rr = 0; rr < DEC_GDN_R; rr++) {
-        const int i = rr * P + rg;
+    for (int rr = 0; rr < DEC_GDN_ROWS; rr++) {
+        const int i = part * DEC_GDN_ROWS + rr;
         const bool ok = i < dk && jok;
         const float s0 = ok && tau == 0 ? S[(size_t)i * dv + j] : 0.f;
         z[rr] = !ok ? 0.f : tau == 0 ? (a.st16 ? mp_round<bf16>(s0) : s0) : Z[(size_t)i * dv + j];
-        const float kv = i < dk ? ld(kt + i) : 0.f;
         z[rr] *= al;
-        kz += kv * z[rr];
+        if (ok) kz += ks[i] * z[rr];
     }
-#pragma unroll
-    for (int s = 1; s < P; s <<= 1) kz += __shfl_xor_sync(0xffffffffu, kz, s);
+    red[part][col] = kz;
+    __syncthreads();
+    kz = 0.f;
+    for (int p = 0; p < parts; p++) kz += red[p][col];
     const float vj = jok ? ld(a.v + (size_t)r * a.Vt + h * dv + j) : 0.f, u = bt * (vj - kz);
 #pragma unroll
-    for (int rr = 0; rr < DEC_GDN_R; rr++) {
-        const int i = rr * P + rg;
-        const float kv = i < dk ? ld(kt + i) : 0.f, qv = i < dk ? ld(qt + i) : 0.f;
-        z[rr] += kv * u;
-        o += qv * z[rr];
+    for (int rr = 0; rr < DEC_GDN_ROWS; rr++) {
+        const int i = part * DEC_GDN_ROWS + rr;
+        if (i >= dk) continue;
+        z[rr] += ks[i] * u;
+        o += qs[i] * z[rr];
     }
-#pragma unroll
-    for (int s = 1; s < P; s <<= 1) o += __shfl_xor_sync(0xffffffffu, o, s);
-    if (rg == 0 && jok) st(a.gdn_out + (size_t)r * a.Vt + h * dv + j, o * scale);
+    __syncthreads(); // (every thread has read red)
+    red[part][col] = o;
+    __syncthreads();
+    if (part == 0 && jok) {
+        o = 0.f;
+        for (int p = 0; p < parts; p++) o += red[p][col];
+        st(a.gdn_out + (size_t)r * a.Vt + h * dv + j, o * scale);
+    }
     if (tau < CH - 1) {
 #pragma unroll
-        for (int rr = 0; rr < DEC_GDN_R; rr++)
-            if (rr * P + rg < dk && jok) Z[(size_t)(rr * P + rg) * dv + j] = z[rr];
+        for (int rr = 0; rr < DEC_GDN_ROWS; rr++)
+            if (part * DEC_GDN_ROWS + rr < dk && jok) Z[(size_t)(part * DEC_GDN_ROWS + rr) * dv + j] = z[rr];
         return;
     }
     const int soft = a.natsl && a.route[((size_t)b * a.Ncmax + t / CH) * a.H + h] == 1;
     const float mc = soft ? 0.f : 1.f, dec = expf(a.gsum[bh]);
 #pragma unroll
-    for (int rr = 0; rr < DEC_GDN_R; rr++) {
-        const int i = rr * P + rg;
+    for (int rr = 0; rr < DEC_GDN_ROWS; rr++) {
+        const int i = part * DEC_GDN_ROWS + rr;
         if (i >= dk || !jok) continue;
         const float s = S[(size_t)i * dv + j], s0 = a.st16 ? mp_round<bf16>(s) : s;
         S[(size_t)i * dv + j] = (1.f - mc) * dec * s + mc * (z[rr] + dec * (s - s0));
@@ -2876,9 +2911,72 @@ template <int P, class MP> __global__ void __launch_bounds__(32) decoder_gdn_ker
     const size_t slot = (bh * a.Ncmax + a.nkept[bh] - 1) * CH;
     for (int tt = blockIdx.y; tt < CH; tt += gridDim.y) {
         const size_t src = (size_t)b * CH + tt;
-        for (int i = lane; i < dk; i += 32) a.kk[(slot + tt) * dk + i] = a.ck[src * a.K + h * dk + i];
-        for (int i = lane; i < dv; i += 32) a.kv[(slot + tt) * dv + i] = a.cv[src * a.Vt + h * dv + i];
+        for (int i = threadIdx.x; i < dk; i += blockDim.x) a.kk[(slot + tt) * dk + i] = a.ck[src * a.K + h * dk + i];
+        for (int i = threadIdx.x; i < dv; i += blockDim.x) a.kv[(slot + tt) * dv + i] = a.cv[src * a.Vt + h * dv + i];
     }
+}
+
+// out[R][OC] = x[R][C] Wᵀ (+ add), the step's products at up to DEC_GEMV_ROWS rows in bf16 mode (else matmul_forward):
+// a warp per output column reads W's row once, 8 values a lane a load, for every row of x; fp32 sums. A step's cost is
+// reading the weights, and this spreads the reads over every SM. out and add: bf16 where out_mp, else fp32 (as gemm's
+// C); the same products as matmul_forward's up to the order of the fp32 sums.
+#define DEC_GEMV_ROWS 8
+template <int RMAX, class OUT>
+__global__ void __launch_bounds__(256) decoder_gemv_kernel(OUT *out, const bf16 *x, const bf16 *W, const OUT *add,
+                                                           int R, int C, int OC) {
+    const int o = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (o >= OC) return;
+    float acc[RMAX];
+#pragma unroll
+    for (int r = 0; r < RMAX; r++) acc[r] = 0.f;
+    for (int i = lane * 8; i < C; i += 256) {
+        const uint4 wv = *reinterpret_cast<const uint4 *>(W + (size_t)o * C + i);
+        const bf16 *wb = reinterpret_cast<const bf16 *>(&wv);
+#pragma unroll
+        for (int r = 0; r < RMAX; r++) {
+            if (r >= R) break;
+            const uint4 xv = *reinterpret_cast<const uint4 *>(x + (size_t)r * C + i);
+            const bf16 *xb = reinterpret_cast<const bf16 *>(&xv);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(xb[e]) * __bfloat162float(wb[e]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RMAX; r++) {
+        if (r >= R) break;
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) st(out + (size_t)r * OC + o, add ? v + ld(add + (size_t)r * OC + o) : v);
+    }
+}
+static void decoder_matmul(real *out, const real *inp, const real *weight, int R, int C, int OC, int out_mp,
+                           const real *add) {
+    const real *w = g_bf16 ? weight_operand(weight, (size_t)OC * C) : NULL;
+    if (!g_bf16 || R > DEC_GEMV_ROWS || C % 8 || (uintptr_t)w % 16 || (uintptr_t)inp % 16) {
+        matmul_forward(out, inp, weight, R, C, OC, out_mp, add);
+        return;
+    }
+    PROF_OP();
+    auto go = [&](auto rmax) {
+        constexpr int RM = decltype(rmax)::value;
+        const bf16 *x = (const bf16 *)inp, *wb = (const bf16 *)w;
+        if (out_mp) decoder_gemv_kernel<RM><<<CEIL_DIV(OC, 8), 256>>>((bf16 *)out, x, wb, (const bf16 *)add, R, C, OC);
+        else decoder_gemv_kernel<RM><<<CEIL_DIV(OC, 8), 256>>>(out, x, wb, add, R, C, OC);
+    };
+    if (R == 1) go(std::integral_constant<int, 1>());
+    else if (R <= 4) go(std::integral_constant<int, 4>());
+    else go(std::integral_constant<int, DEC_GEMV_ROWS>());
+    CUDA_CHECK(cudaGetLastError());
+}
+
+template <class MP> static void decoder_inputs(const DecArgs<MP> &a, int R) {
+    PROF_OP();
+    decoder_inputs_kernel<<<dim3(R, a.H), 128, a.natsl ? a.D * sizeof(float) : 0>>>(a);
+    CUDA_CHECK(cudaGetLastError());
+}
+template <class MP> static void decoder_gdn(const DecArgs<MP> &a, int R) {
+    PROF_OP();
+    decoder_gdn_kernel<<<dim3(R * a.H, CEIL_DIV(a.dv, DEC_GDN_COLS)), DEC_GDN_COLS * CEIL_DIV(a.dk, DEC_GDN_ROWS)>>>(a);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 // The rows' logits to their sequences' rows of d->logits (fp32); each sequence's position advances.
@@ -2916,6 +3014,7 @@ static void decoder_init(Decoder *d, Model *M, int B, int Tmax) {
     }
     if (strchr(d->kind, 'N') && (cfg_dka(c) > 64 || cfg_dva(c) > 32 * DEC_ATT_MAXV))
         die("decoder_init: the decoder's attention takes query heads of up to 64 and value heads of up to 128");
+    if (strpbrk(d->kind, "GN") && c->dk > DEC_GDN_MAXK) die("decoder_init: the decoder's GDN step takes key heads of up to 256");
     d->cache_size = decoder_layout(d, NULL);
     d->cache = (real *)xcudamalloc(d->cache_size * sizeof(real));
     decoder_layout(d, d->cache);
@@ -2933,7 +3032,14 @@ static void decoder_init(Decoder *d, Model *M, int B, int Tmax) {
     decoder_reset(d);
 }
 
+// Drops the decoder's CUDA graphs
+static void decoder_graphs_free(Decoder *d) {
+    for (int i = 0; i < d->ngraph; i++) if (d->graph[i].exec) CUDA_CHECK(cudaGraphExecDestroy(d->graph[i].exec));
+    d->ngraph = 0;
+}
+
 static void decoder_free(Decoder *d) {
+    decoder_graphs_free(d);
     void *ps[] = {d->cache, d->work, d->zrows, d->logits, d->part, d->d_pos, d->d_rows, d->nkept, d->route};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) CUDA_CHECK(cudaFree(ps[i]));
     free(d->pos); free(d->rows);
@@ -2944,24 +3050,18 @@ static void decoder_gdn_layer(Decoder *d, int l, int R, int keys) {
     const Config *c = &d->M->cfg;
     const LayerParams *p = &d->p[l];
     LayerActs *w = &d->w;
-    const int nats = d->kind[l] == 'N', P = gdn_lanes_per_column(c->dk);
-    matmul_forward(w->proj, w->xn, p->wqkv, R, c->D, gdn_in_cols(c), 0, NULL);
+    const int nats = d->kind[l] == 'N';
+    decoder_matmul(w->proj, w->xn, p->wqkv, R, c->D, gdn_in_cols(c), 0, NULL);
     with_precision([&](auto z) {
         using MP = decltype(z);
         const DecArgs<MP> a = decoder_args<MP>(d, l);
-        decoder_inputs_kernel<<<dim3(R, c->H), 128, nats ? c->D * sizeof(float) : 0>>>(a);
-        CUDA_CHECK(cudaGetLastError());
+        decoder_inputs(a, R);
         if (nats) decoder_attention(a, R, c->Ha, keys);
-        dim3 grid(R * c->H, CEIL_DIV(c->dv, 32 / P));
-        if (P == 1) decoder_gdn_kernel<1><<<grid, 32>>>(a);
-        else if (P == 2) decoder_gdn_kernel<2><<<grid, 32>>>(a);
-        else if (P == 4) decoder_gdn_kernel<4><<<grid, 32>>>(a);
-        else decoder_gdn_kernel<8><<<grid, 32>>>(a);
-        CUDA_CHECK(cudaGetLastError());
+        decoder_gdn(a, R);
     });
     GatedNormArgs norm = nats ? natsl_norm_args(c, w, p->n1, p->n2, R, 1) : gdn_layer_norm_args(c, w, p->o_norm, R, 1);
     gated_norm_forward(w->y, w->norm_rstd, &norm);
-    matmul_forward(w->r, w->y, p->wo, R, cfg_Vt(c), c->D, 1, w->res);
+    decoder_matmul(w->r, w->y, p->wo, R, cfg_Vt(c), c->D, 1, w->res);
 }
 
 // A layer (§4) on R rows: q, k RoPE'd at each sequence's position, k and v appended to the cache, causal attention
@@ -2971,7 +3071,7 @@ static void decoder_attention_layer(Decoder *d, int l, int R, int keys) {
     const LayerParams *p = &d->p[l];
     LayerActs *w = &d->w;
     int D = c->D;
-    matmul_forward(w->proj, w->xn, p->wqkv, R, D, 3 * D, 1, NULL);
+    decoder_matmul(w->proj, w->xn, p->wqkv, R, D, 3 * D, 1, NULL);
     with_precision([&](auto z) {
         using MP = decltype(z);
         const DecArgs<MP> a = decoder_args<MP>(d, l);
@@ -2979,15 +3079,69 @@ static void decoder_attention_layer(Decoder *d, int l, int R, int keys) {
         CUDA_CHECK(cudaGetLastError());
         decoder_attention(a, R, cfg_attn_heads(c), keys);
     });
-    matmul_forward(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
+    decoder_matmul(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
+}
+
+// The step's kernels on R rows (d->d_rows: their sequences and tokens) whose queries attend at most `keys` keys: the
+// whole model (2.1a-f); each row's logits land in d->logits and its sequence's position advances (on the device).
+static void decoder_launch(Decoder *d, int R, int keys) {
+    const Config *c = &d->M->cfg;
+    const ParamPtrs *P = &d->M->p;
+    int D = c->D, F = c->F;
+    LayerActs *w = &d->w;
+    encoder_forward(w->res, d->d_rows + d->B, P->wte, R, D);
+    for (int l = 0; l < c->L; l++) {
+        const LayerParams *p = &d->p[l];
+        rmsnorm_forward(w->xn, w->rstd1, w->res, p->ln_mix, R, 1, D, D, D, 1, 1);
+        if (d->kind[l] == 'A') decoder_attention_layer(d, l, R, keys);
+        else decoder_gdn_layer(d, l, R, keys);
+        rmsnorm_forward(w->xn2, w->rstd2, w->r, p->ln_mlp, R, 1, D, D, D, 1, 1);
+        decoder_matmul(w->gu, w->xn2, p->wgu, R, D, 2 * F, 1, NULL);
+        swiglu_forward(w->hmid, w->gu, R, F);
+        decoder_matmul(w->res, w->hmid, p->wdown, R, F, D, 1, w->r);
+    }
+    rmsnorm_forward(w->xn, w->rstd1, w->res, P->ln_f, R, 1, D, D, D, 1, 1);
+    decoder_matmul(d->zrows, w->xn, P->head, R, D, c->Vp, 1, NULL);
+    with_precision([&](auto z) {
+        using MP = decltype(z);
+        decoder_logits_kernel<<<R, 256>>>(d->logits, d->d_pos, (const MP *)d->zrows, d->d_rows, c->Vp);
+    });
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// The step for R rows and `keys` keys as a CUDA graph: a step launches ~11 kernels a layer, whose launches cost more
+// than the work at B = 1. The kernels read the positions and rows from device memory, so one graph serves every step
+// with the same R and the same key blocks kb (decoder_attention's splits); the first step of an R runs uncaptured (it
+// makes the products' plans, gemm_plan, which time and synchronize). NULL: run it uncaptured now.
+static cudaGraphExec_t decoder_graph(Decoder *d, int R, int keys) {
+    const int kb = std::min(CEIL_DIV(keys, 256), DEC_ATT_SPLITS);
+    if (d->graph_moves != g_scratch_moves) { decoder_graphs_free(d); d->graph_moves = g_scratch_moves; }
+    int seen = 0;
+    for (int i = 0; i < d->ngraph; i++) {
+        if (d->graph[i].R != R) continue;
+        if (d->graph[i].kb == kb) return d->graph[i].exec;
+        seen = 1;
+    }
+    if (d->ngraph == DEC_GRAPHS) decoder_graphs_free(d);
+    cudaGraphExec_t exec = NULL;
+    if (seen) {
+        cudaGraph_t g;
+        CUDA_CHECK(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
+        decoder_launch(d, R, keys);
+        CUDA_CHECK(cudaStreamEndCapture(cudaStreamPerThread, &g));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+        CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    d->graph[d->ngraph].R = R; d->graph[d->ngraph].kb = seen ? kb : -1; d->graph[d->ngraph].exec = exec;
+    d->ngraph++;
+    return exec;
 }
 
 // One token for every sequence b with tokens[b] >= 0 (the others wait): the whole model (2.1a-f) on those rows; each
 // one's logits land in d->logits[b] and its position advances.
 static void decoder_step(Decoder *d, const int *tokens) {
     const Config *c = &d->M->cfg;
-    const ParamPtrs *P = &d->M->p;
-    int D = c->D, F = c->F, R = 0, keys = 0;
+    int R = 0, keys = 0;
     for (int b = 0; b < d->B; b++) {
         if (tokens[b] < 0) continue;
         if (d->pos[b] >= d->Tmax) die("decoder_step: a sequence is full (decoder_init's Tmax tokens)");
@@ -2997,26 +3151,10 @@ static void decoder_step(Decoder *d, const int *tokens) {
     if (R == 0) return;
     CUDA_CHECK(cudaMemcpyAsync(d->d_rows, d->rows, 2 * (size_t)d->B * sizeof(int), cudaMemcpyHostToDevice));
     weights_use(d->M);
-    LayerActs *w = &d->w;
-    decoder_work_layout(w, c, R, d->work);
-    encoder_forward(w->res, d->d_rows + d->B, P->wte, R, D);
-    for (int l = 0; l < c->L; l++) {
-        const LayerParams *p = &d->p[l];
-        rmsnorm_forward(w->xn, w->rstd1, w->res, p->ln_mix, R, 1, D, D, D, 1, 1);
-        if (d->kind[l] == 'A') decoder_attention_layer(d, l, R, keys);
-        else decoder_gdn_layer(d, l, R, keys);
-        rmsnorm_forward(w->xn2, w->rstd2, w->r, p->ln_mlp, R, 1, D, D, D, 1, 1);
-        matmul_forward(w->gu, w->xn2, p->wgu, R, D, 2 * F, 1, NULL);
-        swiglu_forward(w->hmid, w->gu, R, F);
-        matmul_forward(w->res, w->hmid, p->wdown, R, F, D, 1, w->r);
-    }
-    rmsnorm_forward(w->xn, w->rstd1, w->res, P->ln_f, R, 1, D, D, D, 1, 1);
-    matmul_forward(d->zrows, w->xn, P->head, R, D, c->Vp, 1, NULL);
-    with_precision([&](auto z) {
-        using MP = decltype(z);
-        decoder_logits_kernel<<<R, 256>>>(d->logits, d->d_pos, (const MP *)d->zrows, d->d_rows, c->Vp);
-    });
-    CUDA_CHECK(cudaGetLastError());
+    decoder_work_layout(&d->w, c, R, d->work);
+    cudaGraphExec_t g = g_prof ? NULL : decoder_graph(d, R, keys); // (the profile times each op: no graph)
+    if (g) CUDA_CHECK(cudaGraphLaunch(g, cudaStreamPerThread));
+    else decoder_launch(d, R, keys);
     for (int r = 0; r < R; r++) d->pos[d->rows[r]]++;
 }
 
@@ -3258,7 +3396,7 @@ static void backend_start(const TrainArgs *a) {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    CUBLAS_CHECK(cublasCreate(&g_cublas));
+    cublas_start();
     CUBLAS_CHECK(cublasSetMathMode(g_cublas, g_bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     attention_set_tf32_passes(g_bf16 ? 1 : 3);
     gdn_set_lowp(g_bf16);
@@ -7330,7 +7468,7 @@ static const GemmPlan *gemm_plan(const GemmKey *want, const void *A, const void 
         const void *C = Cin == D ? out : Cin;
         auto run = [&](int i) {
             return cublasLtMatmul(g_lt, p.op, &one, A, p.a, B, p.b, &beta, C, p.c, out, p.c, &cand[i], g_lt_ws,
-                                  GEMM_WORKSPACE, 0) == CUBLAS_STATUS_SUCCESS;
+                                  GEMM_WORKSPACE, cudaStreamPerThread) == CUBLAS_STATUS_SUCCESS;
         };
         std::vector<float> t((size_t)ncand * (GEMM_ROUNDS + 1), INFINITY); // t[i·(R+1) + r]: candidate i, round r
         float best0 = INFINITY;
@@ -7386,7 +7524,7 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
                               std::min(ptr_align(Cin), ptr_align(C)), {}};
         const GemmPlan *p = gemm_plan(&want, A, B, Cin, C);
         CUBLAS_CHECK(cublasLtMatmul(g_lt, p->op, &one, A, p->a, B, p->b, &b, Cin, p->c, C, p->c, &p->key.algo, g_lt_ws,
-                                    GEMM_WORKSPACE, 0));
+                                    GEMM_WORKSPACE, cudaStreamPerThread));
     } else {
         CUBLAS_CHECK(cublasSgemm(g_cublas, ta, tb, m, n, k, &one, (const float *)A, lda, (const float *)B, ldb, &beta, C, ldc));
         if (add) residual_add(C, C, add, (size_t)ldc * n);

@@ -20,6 +20,7 @@ bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included w
          N layers' kept chunks set, their contents left zero, which the speed does not depend on); the hybrid's N
          layers then keep a forced softmax fraction 0.1 / 0.25 / 0.5 of the prompt's chunks (the router's own
          decisions where the prompt ran, in addition). Combinations whose cache does not fit are skipped with a note.
+         NATSL_PROFILE=1: each op timed alone (the step then runs uncaptured, each op waited for), a table a row.
   mem:   where the step's GPU memory goes, planned from the layout code alone (runs without a GPU): parameters,
          gradients and AdamW, activations, gradient scratch, the GDN op's workspace, the classifier's buffers,
          and the activations by field summed over the layers.
@@ -34,7 +35,7 @@ Peak memory: cudaMemGetInfo's used memory after the timed steps minus before the
 buffer is allocated up front or on the first step and kept). B is lowered (halved) until the estimated
 footprint fits the free memory; the printed B is the one that ran.
 
-build: nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl
+build: nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -I. dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl
 run:   ./bench_gpu [step|layer|gemm|decode|mem|all] [-e preset] [-V vocab] [-B B] [-T T] [-n iters] [-a pattern,pattern,...]
                    [-k 0|1|2] [-p bf16|fp32|both]
        defaults: all (layer, step, gemm; decode runs when asked), -e 340m, -V 32000, -B 8, -T 4096, -n 10,
@@ -379,6 +380,7 @@ static size_t decode_bytes(Model *M, int B, int Tmax) {
 static void bench_decode(const char *preset, int V) {
     const int steps = 256;
     set_precision(1);
+    g_prof = prof_level(); // NATSL_PROFILE: each op timed (uncaptured), a table per row
     for (const char *pattern : {"natsl-hybrid", "transformer"}) {
         Config c;
         if (make_config(&c, preset, pattern, V)) exit(1);
@@ -413,7 +415,7 @@ static void bench_decode(const char *preset, int V) {
                         t_prefill = now_s() - t0;
                     } else decode_fill(&d, T0, frac);
                     for (int s = 0; s < steps; s++) {
-                        if (s == 2) { CUDA_CHECK(cudaDeviceSynchronize()); t0 = now_s(); } // after two warm-up steps
+                        if (s == 2) { CUDA_CHECK(cudaDeviceSynchronize()); t0 = now_s(); if (g_prof) prof_reset(); } // after two warm-up steps
                         for (int b = 0; b < B; b++) tok[b] = rng_u32(&r) % c.V;
                         decoder_step(&d, tok.data());
                         CUDA_CHECK(cudaDeviceSynchronize());
@@ -425,6 +427,7 @@ static void bench_decode(const char *preset, int V) {
                     printf(" | decode %.0f tokens/s (%.3f ms a step) | cache %.1f MiB held, a Transformer's %.1f MiB (%.2fx)\n",
                            (double)B * (steps - 2) / dt, 1e3 * dt / (steps - 2), st.held / 1048576.0,
                            st.transformer / 1048576.0, st.transformer / st.held);
+                    if (g_prof) prof_print(1e3 * dt, steps - 2);
                     fflush(stdout);
                     decoder_free(&d);
                 }
@@ -479,7 +482,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, %.1f GiB; GDN op: %s\n", prop.name, prop.multiProcessorCount,
            prop.totalGlobalMem / 1073741824.0, getenv("NATSL_GDN_TOKENS") ? "token recurrence (forced)" : "chunked where supported");
-    CUBLAS_CHECK(cublasCreate(&g_cublas));
+    cublas_start();
     if (!strcmp(mode, "layer") || !strcmp(mode, "all")) {
         set_precision(1);
         printf("-- one mixer layer, %s head sizes, bf16 matmuls, fwd+bwd, B*T = 32768\n", preset);

@@ -13,7 +13,7 @@
 // against the pair's 2.39; with the row in shared memory (the trainer's, three blocks an SM) 2.04 ms (V = 50257: 3.34
 // against 3.67). Every gradient element within one bf16 step of the pair's.
 //
-// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/ce_bench.cu -o /tmp/ce_bench \
+// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -I. dev/cuda/ce_bench.cu -o /tmp/ce_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/ce_bench       (/tmp/ce_bench small: the checks alone, 64 rows)
 
 #include <vector>

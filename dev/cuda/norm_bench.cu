@@ -20,7 +20,7 @@
 // ahead, 4 blocks an SM) is 8% slower. Only the q/k norms' forward is slow (0.072 ms, 1.40 TB/s: rows of 64 bf16 take
 // the scalar path, two bytes a load), 12 calls a step. The trainer keeps the scalar form.
 //
-// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/norm_bench.cu -o /tmp/norm_bench \
+// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -I. dev/cuda/norm_bench.cu -o /tmp/norm_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/norm_bench
 
 #include <vector>

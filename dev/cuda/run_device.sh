@@ -34,7 +34,7 @@ O=${OUT:-/tmp/natsl_out}; mkdir -p $O
 WHAT="$*"; [ -z "$WHAT" ] && WHAT="test gdn att layer step"
 has() { [[ " $WHAT " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee $O/device.txt
-NV="nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I."
+NV="nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -I."
 t0=$(date +%s)
 make -j8 train_natsl test_natsl train_natsl_cu > $O/build.log 2>&1 &
 $NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 &

@@ -2,7 +2,7 @@
 // the N layer's routed softmax op (doc/model.md §5.3, §6.2, §6.3, §8). Test harness of the kernels in
 // train_natsl.cu (included with TESTING defined): double-precision CPU oracle, checks and timings. Notes: FLASH_BF16.md.
 //
-// Build (repo root):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -lineinfo -Xcompiler -fopenmp -I. -o flash_bf16 dev/cuda/attention/flash_bf16.cu -lcublasLt -lcublas -lnccl
+// Build (repo root):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -lineinfo -Xcompiler -fopenmp -I. -o flash_bf16 dev/cuda/attention/flash_bf16.cu -lcublasLt -lcublas -lnccl
 // Run:    ./flash_bf16 [all|check|time|small|prof]   (all = checks then timings; small = short checks for the
 //         sanitizers; prof = one fwd+bwd of the A shape for ncu). Device script: dev/cuda/attention/run_flash_bf16.sh [mode]
 //

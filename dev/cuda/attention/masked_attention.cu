@@ -11,7 +11,7 @@
 //                a_lo·b_hi: fp32-level accuracy (measured normwise errors ~1e-6 against a double oracle).
 //   1          : plain TF32 (cvt.rna, one pass): ~4e-4..1e-3 normwise error, ~1.4x faster end to end.
 //
-// Build + test:  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. -o masked_attention dev/cuda/attention/masked_attention.cu -lcublasLt -lcublas -lnccl
+// Build + test:  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -I. -o masked_attention dev/cuda/attention/masked_attention.cu -lcublasLt -lcublas -lnccl
 //                ./masked_attention [all|check|time|tiny|prof]      (all = checks vs the CPU oracle, then timings)
 //
 // Requirements: T % 64 == 0; (dq, dvh) ∈ {(24,48), (64,128), (64,64)} (add more in ATT_SHAPES; dq % 8, dvh % 16);

@@ -7,8 +7,8 @@ cd "$(dirname "$0")"
 O=${OUT:-/tmp}
 SAN=0; if [ "$1" == "san" ]; then SAN=1; shift; fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -o /tmp/ma masked_attention.cu -lcublas -lnccl &
-i=0; for v in "$@"; do i=$((i+1)); nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 $v -o /tmp/ma_v$i masked_attention.cu -lcublas -lnccl & done
+nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -o /tmp/ma masked_attention.cu -lcublas -lnccl &
+i=0; for v in "$@"; do i=$((i+1)); nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread $v -o /tmp/ma_v$i masked_attention.cu -lcublas -lnccl & done
 wait
 /tmp/ma 2>&1 | tee $O/log.txt
 i=0; for v in "$@"; do i=$((i+1));

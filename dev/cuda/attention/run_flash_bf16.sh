@@ -4,7 +4,7 @@ set -o pipefail
 cd "$(dirname "$0")/../../.."  # the repository root: the harness includes train_natsl.cu
 O=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv,noheader | tee $O/build.log
-nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -lineinfo -Xcompiler -fopenmp -Xptxas -v -I. -o /tmp/fb dev/cuda/attention/flash_bf16.cu -lcublas -lnccl >> $O/build.log 2>&1 \
+nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -lineinfo -Xcompiler -fopenmp -Xptxas -v -I. -o /tmp/fb dev/cuda/attention/flash_bf16.cu -lcublas -lnccl >> $O/build.log 2>&1 \
   || { tail -40 $O/build.log; exit 1; }
 cuobjdump -sass /tmp/fb > /tmp/fb.sass 2>/dev/null && awk '/Function :/{f=$3} /HMMA|HGMMA/{h[f]++} /STL/{s[f]++} /LDL/{l[f]++} /LDSM/{m[f]++}
   END{for (k in h) printf "SASS %-90s HMMA %5d LDSM %5d STL %4d LDL %4d\n", k, h[k], m[k], s[k], l[k]}' /tmp/fb.sass >> $O/build.log

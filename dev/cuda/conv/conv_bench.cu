@@ -14,7 +14,7 @@
 // the two passes (bit for bit) and the double oracle: 0.128-0.139 ms with the rows kept packed until used (6 blocks an
 // SM), against 0.164 with them as floats.
 //
-// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
+// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench
 // Prints per variant: the error against the oracle (small problem), whether it matches the trainer's kernels bit for
 // bit (340m problem), forward and backward times (median of 20) and the bandwidth their bytes imply.

@@ -3,7 +3,7 @@
 // it at the 340M and 760M sizes. The kernels themselves live in train_natsl.cu (namespace gdnc, entry points
 // gdn_op_forward / gdn_op_backward), included here with TESTING defined; see NOTES.md beside this file.
 //
-// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 -I. -o gdn_chunk dev/cuda/gdn/gdn_chunk.cu -lcublasLt -lcublas -lnccl && ./gdn_chunk
+// Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -I. -o gdn_chunk dev/cuda/gdn/gdn_chunk.cu -lcublasLt -lcublas -lnccl && ./gdn_chunk
 //   ./gdn_chunk test   -> correctness only;  ./gdn_chunk time -> timing only; no argument -> both.
 //   A second argument fp32 or bf16 runs that mode only (./gdn_chunk time bf16: for ncu); a third runs only the cases
 //   whose names contain it (./gdn_chunk test bf16 dk192: e.g. for a racecheck that would not reach them in time).
