@@ -991,9 +991,55 @@ static void test_recompute_identical(void) {
     free(in); free(tg);
 }
 
-// ---- decoding with the cache (doc/model.md §13) -----------------------------------------------------------------
+// ---- decoding with the cache (doc/model.md §14) -----------------------------------------------------------------
+// The largest difference between what two decoders' caches hold for their sequences now (both at the same positions,
+// as the int mismatches count): each G and N layer's committed state and conv inputs, an N layer's decisions, kept
+// counts, kept chunks' keys and values and the current chunk's keys and values so far, an A layer's keys and values;
+// the latest logits. (The current chunk's run, its Σg and the router's sum are left out: decoder_step starts each
+// chunk afresh, so a cache at a chunk's first token holds none.)
+static double cache_diff(const Decoder *x, const Decoder *y, int *mismatches) {
+    const Config *c = &x->M->cfg;
+    int B = x->B, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, dk = c->dk, dv = c->dv;
+    size_t KV = (size_t)dk * dv;
+    double worst = 0;
+#define DIFF(p, q, n) do { for (size_t e_ = 0; e_ < (size_t)(n); e_++) worst = fmax(worst, fabs((p)[e_] - (q)[e_])); } while (0)
+    for (int b = 0; b < B; b++) {
+        int pos = x->pos[b], tau = pos % CH;
+        *mismatches += pos != y->pos[b];
+        DIFF(x->logits + (size_t)b * c->Vp, y->logits + (size_t)b * c->Vp, c->V);
+        for (int l = 0; l < c->L; l++) {
+            const DecLayer *a = &x->dl[l], *e = &y->dl[l];
+            if (x->kind[l] == 'A') {
+                DIFF(a->ck + (size_t)b * x->Tmax * D, e->ck + (size_t)b * y->Tmax * D, (size_t)pos * D);
+                DIFF(a->cv + (size_t)b * x->Tmax * D, e->cv + (size_t)b * y->Tmax * D, (size_t)pos * D);
+                continue;
+            }
+            DIFF(a->S + (size_t)b * H * KV, e->S + (size_t)b * H * KV, H * KV);
+            DIFF(a->tail + (size_t)b * NATSL_CONV * W, e->tail + (size_t)b * NATSL_CONV * W, 3 * W);
+            if (x->kind[l] != 'N') continue;
+            DIFF(a->ck + (size_t)b * CH * K, e->ck + (size_t)b * CH * K, (size_t)tau * K);
+            DIFF(a->cv + (size_t)b * CH * Vt, e->cv + (size_t)b * CH * Vt, (size_t)tau * Vt);
+            for (int h = 0; h < H; h++) {
+                size_t at = ((size_t)l * B + b) * H + h, slot = ((size_t)b * H + h) * x->Ncmax * CH;
+                *mismatches += x->nkept[at] != y->nkept[at];
+                int nk = x->nkept[at] < y->nkept[at] ? x->nkept[at] : y->nkept[at];
+                DIFF(a->kk + slot * dk, e->kk + slot * dk, (size_t)nk * CH * dk);
+                DIFF(a->kv + slot * dv, e->kv + slot * dv, (size_t)nk * CH * dv);
+                for (int ch = 0; ch < x->Ncmax; ch++)
+                    *mismatches += x->route[(((size_t)l * B + b) * x->Ncmax + ch) * H + h] !=
+                                   y->route[(((size_t)l * B + b) * y->Ncmax + ch) * H + h];
+            }
+        }
+    }
+#undef DIFF
+    return worst;
+}
+
 // B sequences of T tokens, teacher-forced: sequence b's first plen[b] tokens go through decoder_prefill, the rest
-// through decoder_step, the sequences advancing together (each at its own position). Checks against model_forward
+// through decoder_step, the sequences advancing together (each at its own position); beside it a second decoder
+// whose prefill is decoder_prefill_tokens (token by token: the oracle of the chunked prefill), fed the same tokens.
+// Checks: the two caches hold the same after the prefill and after every step, and give the same logits, to 1e-10
+// (cache_diff), with the same decisions, kept counts and positions. Against model_forward
 // over the same tokens: the logits at every decoded position (and after the prompt's last token) to 1e-10, the
 // router's decision for every completed chunk (the forward's last chunk is forced, §5.2f: not compared), and that
 // each N layer keeps exactly the keys of its softmax-routed chunks (those of the forward's ka), kv[l] = kept chunks ×
@@ -1003,13 +1049,15 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
     const Config *c = &M->cfg;
     int Vp = c->Vp, H = c->H, Nc = T / CH, K = cfg_K(c), dk = c->dk, dv = c->dv;
     model_forward(M, in, NULL, B, T);
-    Decoder d;
+    Decoder d, o;
     decoder_init(&d, M, B, T);
+    decoder_init(&o, M, B, T);
     const int **pr = xcalloc(B, sizeof(int *));
-    int *tok = xcalloc(B, sizeof(int)), compared = 0;
+    int *tok = xcalloc(B, sizeof(int)), compared = 0, mismatches = 0;
     for (int b = 0; b < B; b++) pr[b] = in + (size_t)b * T;
     decoder_prefill(&d, pr, plen);
-    double worst = 0;
+    decoder_prefill_tokens(&o, pr, plen);
+    double worst = 0, prefill_diff = cache_diff(&d, &o, &mismatches), oracle_diff = prefill_diff;
     for (int first = 1;; first = 0) {
         for (int b = 0; b < B; b++) {
             if (first ? plen[b] == 0 : tok[b] < 0) continue;
@@ -1021,6 +1069,8 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
         for (int b = 0; b < B; b++) { tok[b] = d.pos[b] < T ? in[(size_t)b * T + d.pos[b]] : -1; any |= tok[b] >= 0; }
         if (!any) break;
         decoder_step(&d, tok);
+        decoder_step(&o, tok);
+        oracle_diff = fmax(oracle_diff, cache_diff(&d, &o, &mismatches));
     }
     int routed = 0, soft = 0, route_bad = 0, kept_bad = 0;
     DecoderStats st = decoder_stats(&d);
@@ -1059,15 +1109,21 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
     }
     printf("  %s: B=%d T=%d prompt", what, B, T);
     for (int b = 0; b < B; b++) printf(" %d", plen[b]);
-    printf(": %d positions, max |logit diff| %.2e; %d of %d routed chunk-heads softmax; cache %.0f bytes (Transformer %.0f)\n",
-           compared, worst, soft, routed, st.held, st.transformer);
+    printf(": %d positions, max |logit diff| %.2e; %d of %d routed chunk-heads softmax; cache %.0f bytes (Transformer %.0f); "
+           "chunked prefill vs token by token: cache %.2e after the prompt, %.2e after every step\n",
+           compared, worst, soft, routed, st.held, st.transformer, prefill_diff, oracle_diff);
     int expect = 0;
     for (int b = 0; b < B; b++) expect += T - plen[b] + (plen[b] > 0);
     CHECK(compared == expect, "%s: %d positions compared, %d expected", what, compared, expect);
     CHECK(worst < 1e-10, "%s: cached logits differ from the forward's by %.3e", what, worst);
     CHECK(route_bad == 0, "%s: %d routing decisions differ from the forward's (or are missing)", what, route_bad);
     CHECK(kept_bad == 0, "%s: %d kept keys or counts differ from the softmax-routed chunks'", what, kept_bad);
+    CHECK(oracle_diff < 1e-10, "%s: the chunked prefill's cache or logits differ from the token-by-token prefill's by %.3e",
+          what, oracle_diff);
+    CHECK(mismatches == 0, "%s: %d positions, decisions or kept counts differ between the chunked and the token-by-token "
+          "prefill", what, mismatches);
     decoder_free(&d);
+    decoder_free(&o);
     free(pr); free(tok);
     return routed ? (double)soft / routed : -1;
 }
@@ -1113,7 +1169,9 @@ static void test_cache_mixed(void) { cache_check_pattern("GNAN", 0, NULL, NULL);
 // S layers decode as the mixer their noise-free gate chooses (§7.3): the first one A, the second G
 static void test_cache_select(void) { cache_check_pattern("SNS", 0, (const double[]){-0.3, 0.4}, "ANG"); }
 // Three sequences of different prompt lengths decoded together, each with its own position and routing; and the
-// cache's bytes: fixed state, the A layer's tokens, the N layers' kept chunks.
+// cache's bytes: fixed state, the A layer's tokens, the N layers' kept chunks. The prefill's forward passes: one a
+// length of whole chunks (1 130 63; 200 64 0), two prompts with as many whole chunks in one pass and the whole
+// sequence in another (130 129 320), and the same with passes of at most 128 tokens (each prompt its own pass).
 static void test_cache_batched(void) {
     g_rng = 20261129;
     Config cf = small_config("GNAN", 0);
@@ -1121,11 +1179,39 @@ static void test_cache_batched(void) {
     model_build(&M, &cf);
     model_init(&M, 12);
     for (int l = 0; l < cf.L; l++) if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5);
-    int B = 3, T = 320, plen[3] = {1, 130, 63};
+    int B = 3, T = 320, plen[4][3] = {{1, 130, 63}, {200, 64, 0}, {130, 129, 320}, {130, 129, 320}};
     int *in = xcalloc((size_t)B * T, sizeof(int));
     for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
     model_alloc_acts(&M, B, T, 0);
-    double f = cache_check(&M, in, B, T, plen, "GNAN batched");
+    for (int k = 0; k < 4; k++) {
+        int budget = g_prefill_tokens;
+        if (k == 3) g_prefill_tokens = 128;
+        double f = cache_check(&M, in, B, T, plen[k], k == 3 ? "GNAN batched, passes of 128" : "GNAN batched");
+        g_prefill_tokens = budget;
+        CHECK(f > 0 && f < 1, "the routing is not mixed (softmax fraction %.2f)", f);
+    }
+    model_free(&M);
+    free(in);
+}
+
+// The same in the CPU's bf16 mode (-p bf16: what train_natsl_cu -p bf16 stores), where each chunk runs from its start
+// state rounded to bf16 while the committed state keeps its full precision (5.4h): the chunked prefill must leave the
+// state decoder_step carries, not the rounded one the forward stored. (GNAN without RoPE: the CPU's decoder equals its
+// forward there in bf16 too, doc/model.md §14.6.)
+static void test_cache_prefill_bf16(void) {
+    g_rng = 20261130;
+    Config cf = small_config("GNAN", 0);
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 13);
+    for (int l = 0; l < cf.L; l++) if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5);
+    int B = 3, T = 320, plen[3] = {200, 64, 130};
+    int *in = xcalloc((size_t)B * T, sizeof(int));
+    for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
+    model_alloc_acts(&M, B, T, 0);
+    g_bf16 = 1;
+    double f = cache_check(&M, in, B, T, plen, "GNAN bf16");
+    g_bf16 = 0;
     CHECK(f > 0 && f < 1, "the routing is not mixed (softmax fraction %.2f)", f);
     model_free(&M);
     free(in);
@@ -4258,6 +4344,7 @@ int main(int argc, char **argv) {
     RUN(test_cache_mixed);
     RUN(test_cache_select);
     RUN(test_cache_batched);
+    RUN(test_cache_prefill_bf16);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);
     RUN(test_acts_layout_bf16);
