@@ -4216,7 +4216,9 @@ static void test_gpu_resume_bit_identical(void) {
 // sequences in one batch, prompts of n, n/2 and 0 tokens, then 70 fixed tokens each, every position's logits of the
 // three, and the forward pass's over the first sequence (generate_dump). fp32: the GPU's logits within 1e-5 of the
 // CPU's at every position (normwise), each program's within 1e-5 of its forward pass; bf16 (the CPU's -p bf16
-// emulation): 2e-2; the softmax fraction of every N layer's completed chunks the same in both programs.
+// emulation): 2e-2; the softmax fraction of every N layer's completed chunks the same in both programs. Where a prompt
+// holds a whole chunk (n ≥ 64), the GPU's prefill by the forward pass (doc/model.md §14.5) against its token-by-token
+// one (NATSL_GEN_DUMP_TOKENS=1): every position's logits of the three sequences within the same bar.
 typedef struct { int head[4]; float *z, *fwd; double sfr[NATSL_MAX_LAYERS]; } GenDump;
 static int gen_dump_read(const char *path, GenDump *g) {
     FILE *f = fopen(path, "rb");
@@ -4253,38 +4255,47 @@ static void test_cache_cpu_vs_gpu(void) {
     char dir[] = "/tmp/natsl_gendump_XXXXXX", cmd[4096], msg[1024], ids[1200];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
-        GenDump g[2];
-        double bar = strcmp(runs[k].prec, "bf16") ? 1e-5 : 2e-2, fwd[2] = {0, 0};
+        GenDump g[3];
+        double bar = strcmp(runs[k].prec, "bf16") ? 1e-5 : 2e-2, fwd[2] = {0, 0}, chunked = 0;
+        int runs_k = runs[k].n >= 64 ? 3 : 2; // the third: the GPU's token-by-token prefill
         memset(g, 0, sizeof(g));
         ids[0] = 0;
         for (int i = 1; i < runs[k].n; i++) // the prompt after <|endoftext|>: n tokens in all
             snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%d", i > 1 ? "," : "", (5 * i + 2) % 60);
         int ok = 1;
-        for (int p = 0; p < 2; p++) {
-            snprintf(cmd, sizeof(cmd), "NATSL_GEN_DUMP=%s/%d.bin %s -a %s -p %s -N 70 %s%s", dir, p,
-                     p ? "./train_natsl_cu" : g_trainer, runs[k].pattern, runs[k].prec, ids[0] ? "-I " : "", ids);
+        for (int p = 0; p < runs_k; p++) {
+            snprintf(cmd, sizeof(cmd), "NATSL_GEN_DUMP=%s/%d.bin %s%s -a %s -p %s -N 70 %s%s", dir, p,
+                     p == 2 ? "NATSL_GEN_DUMP_TOKENS=1 " : "", p ? "./train_natsl_cu" : g_trainer, runs[k].pattern,
+                     runs[k].prec, ids[0] ? "-I " : "", ids);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
             snprintf(cmd, sizeof(cmd), "%s/%d.bin", dir, p);
             ok &= gen_dump_read(cmd, &g[p]);
             CHECK(ok, "%s: not a generate dump", cmd);
         }
-        ok = ok && !memcmp(g[0].head, g[1].head, sizeof(g[0].head));
-        CHECK(ok, "%s n=%d: the two dumps differ in shape", runs[k].pattern, runs[k].n);
-        if (!ok) { free(g[0].z); free(g[0].fwd); free(g[1].z); free(g[1].fwd); continue; }
+        for (int p = 1; p < runs_k; p++) ok = ok && !memcmp(g[0].head, g[p].head, sizeof(g[0].head));
+        CHECK(ok, "%s n=%d: the dumps differ in shape", runs[k].pattern, runs[k].n);
+        if (!ok) { for (int p = 0; p < runs_k; p++) { free(g[p].z); free(g[p].fwd); } continue; }
         int S = g[0].head[1], V = g[0].head[2], L = g[0].head[3], route_bad = 0;
         double worst = rows_diff(g[1].z, V, g[0].z, V, 3 * S, V);
         for (int p = 0; p < 2; p++) fwd[p] = rows_diff(g[p].z, 3 * (size_t)V, g[p].fwd, V, S, V); // sequence 0
         for (int l = 0; l < L; l++) route_bad += g[0].sfr[l] != g[1].sfr[l];
+        if (runs_k == 3) {
+            chunked = rows_diff(g[1].z, V, g[2].z, V, 3 * S, V);
+            for (int l = 0; l < L; l++) route_bad += g[2].sfr[l] != g[1].sfr[l];
+        }
         printf("  %s %s prompt %d (batch of 3: %d, %d, 0 tokens, then 70): GPU vs CPU %.2e, decoder vs forward: CPU %.2e "
                "GPU %.2e", runs[k].pattern, runs[k].prec, runs[k].n, runs[k].n, runs[k].n / 2, worst, fwd[0], fwd[1]);
+        if (runs_k == 3) printf(", GPU prefill by the forward vs token by token %.2e", chunked);
         for (int l = 0; l < L; l++) if (g[0].sfr[l] >= 0) printf(" | sfr l%d %.3f %.3f", l, g[0].sfr[l], g[1].sfr[l]);
         printf("\n");
         CHECK(worst <= bar, "%s %s n=%d: GPU logits %.2e from the CPU's", runs[k].pattern, runs[k].prec, runs[k].n, worst);
         CHECK(fwd[0] <= bar && fwd[1] <= bar, "%s %s n=%d: the decoders' logits from their forward passes' %.2e (CPU), "
               "%.2e (GPU)", runs[k].pattern, runs[k].prec, runs[k].n, fwd[0], fwd[1]);
+        CHECK(chunked <= bar, "%s %s n=%d: the GPU's prefill by the forward pass %.2e from its token-by-token prefill",
+              runs[k].pattern, runs[k].prec, runs[k].n, chunked);
         CHECK(route_bad == 0, "%s %s n=%d: %d layers' softmax fractions differ", runs[k].pattern, runs[k].prec, runs[k].n,
               route_bad);
-        for (int p = 0; p < 2; p++) { free(g[p].z); free(g[p].fwd); }
+        for (int p = 0; p < runs_k; p++) { free(g[p].z); free(g[p].fwd); }
     }
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
