@@ -991,9 +991,55 @@ static void test_recompute_identical(void) {
     free(in); free(tg);
 }
 
-// ---- decoding with the cache (doc/model.md §13) -----------------------------------------------------------------
+// ---- decoding with the cache (doc/model.md §14) -----------------------------------------------------------------
+// The largest difference between what two decoders' caches hold for their sequences now (both at the same positions,
+// as the int mismatches count): each G and N layer's committed state and conv inputs, an N layer's decisions, kept
+// counts, kept chunks' keys and values and the current chunk's keys and values so far, an A layer's keys and values;
+// the latest logits. (The current chunk's run, its Σg and the router's sum are left out: decoder_step starts each
+// chunk afresh, so a cache at a chunk's first token holds none.)
+static double cache_diff(const Decoder *x, const Decoder *y, int *mismatches) {
+    const Config *c = &x->M->cfg;
+    int B = x->B, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, dk = c->dk, dv = c->dv;
+    size_t KV = (size_t)dk * dv;
+    double worst = 0;
+#define DIFF(p, q, n) do { for (size_t e_ = 0; e_ < (size_t)(n); e_++) worst = fmax(worst, fabs((p)[e_] - (q)[e_])); } while (0)
+    for (int b = 0; b < B; b++) {
+        int pos = x->pos[b], tau = pos % CH;
+        *mismatches += pos != y->pos[b];
+        DIFF(x->logits + (size_t)b * c->Vp, y->logits + (size_t)b * c->Vp, c->V);
+        for (int l = 0; l < c->L; l++) {
+            const DecLayer *a = &x->dl[l], *e = &y->dl[l];
+            if (x->kind[l] == 'A') {
+                DIFF(a->ck + (size_t)b * x->Tmax * D, e->ck + (size_t)b * y->Tmax * D, (size_t)pos * D);
+                DIFF(a->cv + (size_t)b * x->Tmax * D, e->cv + (size_t)b * y->Tmax * D, (size_t)pos * D);
+                continue;
+            }
+            DIFF(a->S + (size_t)b * H * KV, e->S + (size_t)b * H * KV, H * KV);
+            DIFF(a->tail + (size_t)b * NATSL_CONV * W, e->tail + (size_t)b * NATSL_CONV * W, 3 * W);
+            if (x->kind[l] != 'N') continue;
+            DIFF(a->ck + (size_t)b * CH * K, e->ck + (size_t)b * CH * K, (size_t)tau * K);
+            DIFF(a->cv + (size_t)b * CH * Vt, e->cv + (size_t)b * CH * Vt, (size_t)tau * Vt);
+            for (int h = 0; h < H; h++) {
+                size_t at = ((size_t)l * B + b) * H + h, slot = ((size_t)b * H + h) * x->Ncmax * CH;
+                *mismatches += x->nkept[at] != y->nkept[at];
+                int nk = x->nkept[at] < y->nkept[at] ? x->nkept[at] : y->nkept[at];
+                DIFF(a->kk + slot * dk, e->kk + slot * dk, (size_t)nk * CH * dk);
+                DIFF(a->kv + slot * dv, e->kv + slot * dv, (size_t)nk * CH * dv);
+                for (int ch = 0; ch < x->Ncmax; ch++)
+                    *mismatches += x->route[(((size_t)l * B + b) * x->Ncmax + ch) * H + h] !=
+                                   y->route[(((size_t)l * B + b) * y->Ncmax + ch) * H + h];
+            }
+        }
+    }
+#undef DIFF
+    return worst;
+}
+
 // B sequences of T tokens, teacher-forced: sequence b's first plen[b] tokens go through decoder_prefill, the rest
-// through decoder_step, the sequences advancing together (each at its own position). Checks against model_forward
+// through decoder_step, the sequences advancing together (each at its own position); beside it a second decoder
+// whose prefill is decoder_prefill_tokens (token by token: the oracle of the chunked prefill), fed the same tokens.
+// Checks: the two caches hold the same after the prefill and after every step, and give the same logits, to 1e-10
+// (cache_diff), with the same decisions, kept counts and positions. Against model_forward
 // over the same tokens: the logits at every decoded position (and after the prompt's last token) to 1e-10, the
 // router's decision for every completed chunk (the forward's last chunk is forced, §5.2f: not compared), and that
 // each N layer keeps exactly the keys of its softmax-routed chunks (those of the forward's ka), kv[l] = kept chunks ×
@@ -1003,13 +1049,15 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
     const Config *c = &M->cfg;
     int Vp = c->Vp, H = c->H, Nc = T / CH, K = cfg_K(c), dk = c->dk, dv = c->dv;
     model_forward(M, in, NULL, B, T);
-    Decoder d;
+    Decoder d, o;
     decoder_init(&d, M, B, T);
+    decoder_init(&o, M, B, T);
     const int **pr = xcalloc(B, sizeof(int *));
-    int *tok = xcalloc(B, sizeof(int)), compared = 0;
+    int *tok = xcalloc(B, sizeof(int)), compared = 0, mismatches = 0;
     for (int b = 0; b < B; b++) pr[b] = in + (size_t)b * T;
     decoder_prefill(&d, pr, plen);
-    double worst = 0;
+    decoder_prefill_tokens(&o, pr, plen);
+    double worst = 0, prefill_diff = cache_diff(&d, &o, &mismatches), oracle_diff = prefill_diff;
     for (int first = 1;; first = 0) {
         for (int b = 0; b < B; b++) {
             if (first ? plen[b] == 0 : tok[b] < 0) continue;
@@ -1021,6 +1069,8 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
         for (int b = 0; b < B; b++) { tok[b] = d.pos[b] < T ? in[(size_t)b * T + d.pos[b]] : -1; any |= tok[b] >= 0; }
         if (!any) break;
         decoder_step(&d, tok);
+        decoder_step(&o, tok);
+        oracle_diff = fmax(oracle_diff, cache_diff(&d, &o, &mismatches));
     }
     int routed = 0, soft = 0, route_bad = 0, kept_bad = 0;
     DecoderStats st = decoder_stats(&d);
@@ -1059,15 +1109,21 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
     }
     printf("  %s: B=%d T=%d prompt", what, B, T);
     for (int b = 0; b < B; b++) printf(" %d", plen[b]);
-    printf(": %d positions, max |logit diff| %.2e; %d of %d routed chunk-heads softmax; cache %.0f bytes (Transformer %.0f)\n",
-           compared, worst, soft, routed, st.held, st.transformer);
+    printf(": %d positions, max |logit diff| %.2e; %d of %d routed chunk-heads softmax; cache %.0f bytes (Transformer %.0f); "
+           "chunked prefill vs token by token: cache %.2e after the prompt, %.2e after every step\n",
+           compared, worst, soft, routed, st.held, st.transformer, prefill_diff, oracle_diff);
     int expect = 0;
     for (int b = 0; b < B; b++) expect += T - plen[b] + (plen[b] > 0);
     CHECK(compared == expect, "%s: %d positions compared, %d expected", what, compared, expect);
     CHECK(worst < 1e-10, "%s: cached logits differ from the forward's by %.3e", what, worst);
     CHECK(route_bad == 0, "%s: %d routing decisions differ from the forward's (or are missing)", what, route_bad);
     CHECK(kept_bad == 0, "%s: %d kept keys or counts differ from the softmax-routed chunks'", what, kept_bad);
+    CHECK(oracle_diff < 1e-10, "%s: the chunked prefill's cache or logits differ from the token-by-token prefill's by %.3e",
+          what, oracle_diff);
+    CHECK(mismatches == 0, "%s: %d positions, decisions or kept counts differ between the chunked and the token-by-token "
+          "prefill", what, mismatches);
     decoder_free(&d);
+    decoder_free(&o);
     free(pr); free(tok);
     return routed ? (double)soft / routed : -1;
 }
@@ -1113,7 +1169,9 @@ static void test_cache_mixed(void) { cache_check_pattern("GNAN", 0, NULL, NULL);
 // S layers decode as the mixer their noise-free gate chooses (§7.3): the first one A, the second G
 static void test_cache_select(void) { cache_check_pattern("SNS", 0, (const double[]){-0.3, 0.4}, "ANG"); }
 // Three sequences of different prompt lengths decoded together, each with its own position and routing; and the
-// cache's bytes: fixed state, the A layer's tokens, the N layers' kept chunks.
+// cache's bytes: fixed state, the A layer's tokens, the N layers' kept chunks. The prefill's forward passes: one a
+// length of whole chunks (1 130 63; 200 64 0), two prompts with as many whole chunks in one pass and the whole
+// sequence in another (130 129 320), and the same with passes of at most 128 tokens (each prompt its own pass).
 static void test_cache_batched(void) {
     g_rng = 20261129;
     Config cf = small_config("GNAN", 0);
@@ -1121,11 +1179,39 @@ static void test_cache_batched(void) {
     model_build(&M, &cf);
     model_init(&M, 12);
     for (int l = 0; l < cf.L; l++) if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5);
-    int B = 3, T = 320, plen[3] = {1, 130, 63};
+    int B = 3, T = 320, plen[4][3] = {{1, 130, 63}, {200, 64, 0}, {130, 129, 320}, {130, 129, 320}};
     int *in = xcalloc((size_t)B * T, sizeof(int));
     for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
     model_alloc_acts(&M, B, T, 0);
-    double f = cache_check(&M, in, B, T, plen, "GNAN batched");
+    for (int k = 0; k < 4; k++) {
+        int budget = g_prefill_tokens;
+        if (k == 3) g_prefill_tokens = 128;
+        double f = cache_check(&M, in, B, T, plen[k], k == 3 ? "GNAN batched, passes of 128" : "GNAN batched");
+        g_prefill_tokens = budget;
+        CHECK(f > 0 && f < 1, "the routing is not mixed (softmax fraction %.2f)", f);
+    }
+    model_free(&M);
+    free(in);
+}
+
+// The same in the CPU's bf16 mode (-p bf16: what train_natsl_cu -p bf16 stores), where each chunk runs from its start
+// state rounded to bf16 while the committed state keeps its full precision (5.4h): the chunked prefill must leave the
+// state decoder_step carries, not the rounded one the forward stored. (GNAN without RoPE: the CPU's decoder equals its
+// forward there in bf16 too, doc/model.md §14.6.)
+static void test_cache_prefill_bf16(void) {
+    g_rng = 20261130;
+    Config cf = small_config("GNAN", 0);
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 13);
+    for (int l = 0; l < cf.L; l++) if (cf.pattern[l] == 'N') fill_normal(M.p.layer[l].wr, 2 * cf.H * cf.D, 0.5);
+    int B = 3, T = 320, plen[3] = {200, 64, 130};
+    int *in = xcalloc((size_t)B * T, sizeof(int));
+    for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
+    model_alloc_acts(&M, B, T, 0);
+    g_bf16 = 1;
+    double f = cache_check(&M, in, B, T, plen, "GNAN bf16");
+    g_bf16 = 0;
     CHECK(f > 0 && f < 1, "the routing is not mixed (softmax fraction %.2f)", f);
     model_free(&M);
     free(in);
@@ -4130,7 +4216,9 @@ static void test_gpu_resume_bit_identical(void) {
 // sequences in one batch, prompts of n, n/2 and 0 tokens, then 70 fixed tokens each, every position's logits of the
 // three, and the forward pass's over the first sequence (generate_dump). fp32: the GPU's logits within 1e-5 of the
 // CPU's at every position (normwise), each program's within 1e-5 of its forward pass; bf16 (the CPU's -p bf16
-// emulation): 2e-2; the softmax fraction of every N layer's completed chunks the same in both programs.
+// emulation): 2e-2; the softmax fraction of every N layer's completed chunks the same in both programs. Where a prompt
+// holds a whole chunk (n ≥ 64), the GPU's prefill by the forward pass (doc/model.md §14.5) against its token-by-token
+// one (NATSL_GEN_DUMP_TOKENS=1): every position's logits of the three sequences within the same bar.
 typedef struct { int head[4]; float *z, *fwd; double sfr[NATSL_MAX_LAYERS]; } GenDump;
 static int gen_dump_read(const char *path, GenDump *g) {
     FILE *f = fopen(path, "rb");
@@ -4167,38 +4255,47 @@ static void test_cache_cpu_vs_gpu(void) {
     char dir[] = "/tmp/natsl_gendump_XXXXXX", cmd[4096], msg[1024], ids[1200];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
-        GenDump g[2];
-        double bar = strcmp(runs[k].prec, "bf16") ? 1e-5 : 2e-2, fwd[2] = {0, 0};
+        GenDump g[3];
+        double bar = strcmp(runs[k].prec, "bf16") ? 1e-5 : 2e-2, fwd[2] = {0, 0}, chunked = 0;
+        int runs_k = runs[k].n >= 64 ? 3 : 2; // the third: the GPU's token-by-token prefill
         memset(g, 0, sizeof(g));
         ids[0] = 0;
         for (int i = 1; i < runs[k].n; i++) // the prompt after <|endoftext|>: n tokens in all
             snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%d", i > 1 ? "," : "", (5 * i + 2) % 60);
         int ok = 1;
-        for (int p = 0; p < 2; p++) {
-            snprintf(cmd, sizeof(cmd), "NATSL_GEN_DUMP=%s/%d.bin %s -a %s -p %s -N 70 %s%s", dir, p,
-                     p ? "./train_natsl_cu" : g_trainer, runs[k].pattern, runs[k].prec, ids[0] ? "-I " : "", ids);
+        for (int p = 0; p < runs_k; p++) {
+            snprintf(cmd, sizeof(cmd), "NATSL_GEN_DUMP=%s/%d.bin %s%s -a %s -p %s -N 70 %s%s", dir, p,
+                     p == 2 ? "NATSL_GEN_DUMP_TOKENS=1 " : "", p ? "./train_natsl_cu" : g_trainer, runs[k].pattern,
+                     runs[k].prec, ids[0] ? "-I " : "", ids);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
             snprintf(cmd, sizeof(cmd), "%s/%d.bin", dir, p);
             ok &= gen_dump_read(cmd, &g[p]);
             CHECK(ok, "%s: not a generate dump", cmd);
         }
-        ok = ok && !memcmp(g[0].head, g[1].head, sizeof(g[0].head));
-        CHECK(ok, "%s n=%d: the two dumps differ in shape", runs[k].pattern, runs[k].n);
-        if (!ok) { free(g[0].z); free(g[0].fwd); free(g[1].z); free(g[1].fwd); continue; }
+        for (int p = 1; p < runs_k; p++) ok = ok && !memcmp(g[0].head, g[p].head, sizeof(g[0].head));
+        CHECK(ok, "%s n=%d: the dumps differ in shape", runs[k].pattern, runs[k].n);
+        if (!ok) { for (int p = 0; p < runs_k; p++) { free(g[p].z); free(g[p].fwd); } continue; }
         int S = g[0].head[1], V = g[0].head[2], L = g[0].head[3], route_bad = 0;
         double worst = rows_diff(g[1].z, V, g[0].z, V, 3 * S, V);
         for (int p = 0; p < 2; p++) fwd[p] = rows_diff(g[p].z, 3 * (size_t)V, g[p].fwd, V, S, V); // sequence 0
         for (int l = 0; l < L; l++) route_bad += g[0].sfr[l] != g[1].sfr[l];
+        if (runs_k == 3) {
+            chunked = rows_diff(g[1].z, V, g[2].z, V, 3 * S, V);
+            for (int l = 0; l < L; l++) route_bad += g[2].sfr[l] != g[1].sfr[l];
+        }
         printf("  %s %s prompt %d (batch of 3: %d, %d, 0 tokens, then 70): GPU vs CPU %.2e, decoder vs forward: CPU %.2e "
                "GPU %.2e", runs[k].pattern, runs[k].prec, runs[k].n, runs[k].n, runs[k].n / 2, worst, fwd[0], fwd[1]);
+        if (runs_k == 3) printf(", GPU prefill by the forward vs token by token %.2e", chunked);
         for (int l = 0; l < L; l++) if (g[0].sfr[l] >= 0) printf(" | sfr l%d %.3f %.3f", l, g[0].sfr[l], g[1].sfr[l]);
         printf("\n");
         CHECK(worst <= bar, "%s %s n=%d: GPU logits %.2e from the CPU's", runs[k].pattern, runs[k].prec, runs[k].n, worst);
         CHECK(fwd[0] <= bar && fwd[1] <= bar, "%s %s n=%d: the decoders' logits from their forward passes' %.2e (CPU), "
               "%.2e (GPU)", runs[k].pattern, runs[k].prec, runs[k].n, fwd[0], fwd[1]);
+        CHECK(chunked <= bar, "%s %s n=%d: the GPU's prefill by the forward pass %.2e from its token-by-token prefill",
+              runs[k].pattern, runs[k].prec, runs[k].n, chunked);
         CHECK(route_bad == 0, "%s %s n=%d: %d layers' softmax fractions differ", runs[k].pattern, runs[k].prec, runs[k].n,
               route_bad);
-        for (int p = 0; p < 2; p++) { free(g[p].z); free(g[p].fwd); }
+        for (int p = 0; p < runs_k; p++) { free(g[p].z); free(g[p].fwd); }
     }
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
@@ -4258,6 +4355,7 @@ int main(int argc, char **argv) {
     RUN(test_cache_mixed);
     RUN(test_cache_select);
     RUN(test_cache_batched);
+    RUN(test_cache_prefill_bf16);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);
     RUN(test_acts_layout_bf16);

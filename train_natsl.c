@@ -899,6 +899,8 @@ typedef struct {
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
     RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
     real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2]
+    void (*layer_done)(void *ctx, int l, int B, int T); // NULL, or called by model_forward as each layer's block_forward
+    void *layer_done_ctx;                    //   has run (the prefill, common/train_main.inc, fills the decoder from it)
 } Model;
 
 static void model_build(Model *M, const Config *c) {
@@ -948,10 +950,24 @@ static void model_alloc_moments(Model *M) {
     M->adam_v = xcalloc(M->nmom, sizeof(real));
 }
 
-static void model_free(Model *M) {
-    free(M->params); free(M->grads); free(M->adam_m); free(M->adam_v); free(M->acts);
-    free(M->hL); free(M->lnf); free(M->lnf_rstd); free(M->logits); free(M->lse); free(M->losses);
+// Frees what model_alloc_acts allocated (model_free: that and the parameters)
+static void model_free_acts(Model *M) {
+    free(M->acts); free(M->hL); free(M->lnf); free(M->lnf_rstd); free(M->logits); free(M->lse); free(M->losses);
     free(M->dacts); free(M->dres); free(M->dlnf); free(M->inputs); free(M->targets); free(M->gnoise);
+}
+
+static void model_free(Model *M) {
+    free(M->params); free(M->grads); free(M->adam_m); free(M->adam_v);
+    model_free_acts(M);
+}
+
+// F: a model that runs M's parameters (the prefill's forward passes, common/train_main.inc), without activations until
+// model_alloc_acts gives it its own; model_free_acts releases them (F owns nothing else).
+static void model_share(Model *F, const Model *M) {
+    *F = *M;
+    F->acts = F->hL = F->lnf = F->lnf_rstd = F->logits = F->lse = F->losses = F->dacts = F->dres = F->dlnf = F->gnoise = NULL;
+    F->inputs = F->targets = NULL;
+    F->layer_done = NULL;
 }
 
 static void model_zero_grad(Model *M) { memset(M->grads, 0, M->nparams * sizeof(real)); }
@@ -1224,6 +1240,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T);
+        if (M->layer_done) M->layer_done(M->layer_done_ctx, l, B, T);
         swiglu_forward(M->la[l].hmid, M->la[l].gu, BT, c->F);
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
     }
@@ -1306,7 +1323,9 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
 // A step costs O(1) in the GDN part and O(kept softmax tokens) in attention. At a chunk's last token the router
 // decides for the chunk from its mean (5.2a-d): routed to GDN, the run commits into the state and the keys and values
 // are dropped; routed to softmax, they are kept and the state only decays (5.4h).
-// A prompt goes in through decoder_step too, token by token (decoder_prefill, common/train_main.inc).
+// A prompt's whole chunks go in through the forward pass, whose activations fill the cache (decoder_fill_layer, as
+// each layer finishes; decoder_fill_done), the rest through decoder_step (decoder_prefill, common/train_main.inc; its
+// oracle decoder_prefill_tokens feeds every token through decoder_step).
 // ================================================================================================
 
 typedef struct {
@@ -1599,6 +1618,88 @@ static void decoder_step(Decoder *d, const int *tokens) {
 
 // Sequence b's latest logits (Vp values) as a new float32 array.
 static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->logits + (size_t)b * d->M->cfg.Vp, d->M->cfg.Vp); }
+
+// Layer l's cache of the sequences r->seq from the prefill's forward pass F over their first r->T tokens (whole chunks;
+// the sequences at position 0), read just after F's layer l ran (its activations, the shared ones too, are layer l's;
+// doc/model.md §14.5):
+//   G, N: the conv inputs of the last 3 tokens (proj's rows); the committed state after the last chunk as decoder_step
+//         carries it (5.4h): with each chunk rerun (5.4b) from the start state s0_c the forward stored, its own part
+//         ΔS_c = Z_last − Dec_c s0_c (5.4f), S = Σ_c (Π_{c'>c} Dec_c') m_c ΔS_c (5.4g), m_c = 1 for a G layer, for an N
+//         layer the router's decision r->route (the forward forces its last chunk, (5.2f): the decisions come from π);
+//   N:    the decisions, and each head group's softmax chunks' keys and values (ka, V columns) in chunk order;
+//   A:    the keys (RoPE'd in proj) and values of every token.
+// The router's running sum and the current chunk's run start empty at a chunk's first token.
+static void decoder_fill_layer(Decoder *d, const Model *F, int l, const PrefillRows *r) {
+    const Config *c = &d->M->cfg;
+    const LayerActs *a = &F->la[l];
+    const DecLayer *L = &d->dl[l];
+    int T = r->T, Nc = T / CH, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, dk = c->dk, dv = c->dv;
+    size_t KV = (size_t)dk * dv;
+    if (d->kind[l] == 'A') {
+        const real *proj = c->pattern[l] == 'S' ? a->aproj : a->proj; // an S layer frozen to A: its A mixer's
+        for (int i = 0; i < r->n; i++)
+            for (int t = 0; t < T; t++) {
+                size_t to = ((size_t)r->seq[i] * d->Tmax + t) * D;
+                const real *row = proj + ((size_t)i * T + t) * 3 * D;
+                memcpy(L->ck + to, row + D, D * sizeof(real));
+                memcpy(L->cv + to, row + 2 * D, D * sizeof(real));
+            }
+        return;
+    }
+    int nats = d->kind[l] == 'N';
+    for (int i = 0; i < r->n; i++) {
+        int b = r->seq[i];
+        memcpy(L->tail + (size_t)b * NATSL_CONV * W, a->proj + ((size_t)i * T + T - 3) * W, 3 * W * sizeof(real));
+        if (!nats) continue;
+        memcpy(d->route + ((size_t)l * d->B + b) * d->Ncmax * H, r->route + (size_t)i * Nc * H, (size_t)Nc * H);
+        memcpy(d->nkept + ((size_t)l * d->B + b) * H, r->nkept + (size_t)i * H, H * sizeof(int));
+        for (int h = 0; h < H; h++) // the softmax chunks' keys and values of head group h, in chunk order
+            for (int ch = 0, slot = 0; ch < Nc; ch++) {
+                if (r->route[((size_t)i * Nc + ch) * H + h] != 1) continue;
+                size_t to = (((size_t)b * H + h) * d->Ncmax + slot++) * CH;
+                for (int t = 0; t < CH; t++) {
+                    size_t row = (size_t)i * T + ch * CH + t;
+                    memcpy(L->kk + (to + t) * dk, a->ka + row * K + h * dk, dk * sizeof(real));
+                    memcpy(L->kv + (to + t) * dv, a->v + row * Vt + h * dv, dv * sizeof(real));
+                }
+            }
+    }
+    #pragma omp parallel
+    {
+        real *Z = xcalloc(KV, sizeof(real)), *kz = xcalloc(dv, sizeof(real)), *o = xcalloc(dv, sizeof(real));
+        #pragma omp for collapse(2)
+        for (int i = 0; i < r->n; i++)
+            for (int h = 0; h < H; h++) {
+                real *S = L->S + ((size_t)r->seq[i] * H + h) * KV;
+                memset(S, 0, KV * sizeof(real));
+                for (int ch = 0; ch < Nc; ch++) {
+                    const real *s0 = a->state + (((size_t)i * H + h) * Nc + ch) * KV;
+                    memcpy(Z, s0, KV * sizeof(real));
+                    real gsum = 0;
+                    for (int t = ch * CH; t < (ch + 1) * CH; t++) {
+                        size_t row = (size_t)i * T + t, rh = row * H + h;
+                        gsum += a->g[rh];
+                        gdn_token_step(Z, o, a->q_hat + row * K + h * dk, a->k_hat + row * K + h * dk, a->v + row * Vt + h * dv,
+                                       exp(a->g[rh]), a->beta[rh], dk, dv, kz);
+                    }
+                    real dec = exp(gsum), m = nats ? r->route[((size_t)i * Nc + ch) * H + h] != 1 : 1;
+                    for (size_t e = 0; e < KV; e++) S[e] = dec * S[e] + m * (Z[e] - dec * s0[e]);
+                }
+            }
+        free(Z); free(kz); free(o);
+    }
+}
+
+// After the prefill's forward pass F (decoder_fill_layer): the sequences r->seq at position r->T, and the logits of
+// those whose prompt ends there, the pass's last row's.
+static void decoder_fill_done(Decoder *d, const Model *F, const PrefillRows *r) {
+    int Vp = d->M->cfg.Vp;
+    for (int i = 0; i < r->n; i++) {
+        d->pos[r->seq[i]] = r->T;
+        if (r->ends[i])
+            memcpy(d->logits + (size_t)r->seq[i] * Vp, F->logits + ((size_t)i * r->T + r->T - 1) * Vp, Vp * sizeof(real));
+    }
+}
 
 // What the cache holds now, in bytes: the fixed state of every G and N layer (S, Z, Σg, conv inputs; N: the router's
 // sum and the current chunk's keys and values) and the keys and values that grow (A: every token's; N: the kept

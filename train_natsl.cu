@@ -338,7 +338,8 @@ static void rows_from_bf16(float *y, int ldy, const bf16 *x, int ldx, size_t row
     CUDA_CHECK(cudaGetLastError());
 }
 // A grow-only device scratch per use (slot), reused by every call.
-enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_GDN_OUT, SCRATCH_GDN_DOUT, SCRATCH_SLOTS };
+enum { SCRATCH_ATTN_BF16, SCRATCH_ATTN_WIDE, SCRATCH_GDN_WIDE, SCRATCH_GDN_OUT, SCRATCH_GDN_DOUT, SCRATCH_PREFILL,
+       SCRATCH_SLOTS };
 static void *device_scratch(int slot, size_t bytes) {
     static void *buf[SCRATCH_SLOTS];
     static size_t cap[SCRATCH_SLOTS];
@@ -1935,6 +1936,8 @@ typedef struct {
     int router_relaxed, router_no_grad;      // test-only switches (§8), 0 in training
     RouterBudget rb;                         // §7: penalty, load balancing, ST-Gumbel (common/budget.h)
     real *gnoise;                            // §7.2: this micro-batch's Gumbel noise [N layers][B][Nc][H][2] (device)
+    void (*layer_done)(void *ctx, int l, int B, int T); // NULL, or called by model_forward as each layer's block_forward
+    void *layer_done_ctx;                    //   has run (the prefill, common/train_main.inc, fills the decoder from it)
 } Model;
 
 // The gradient buckets (doc/model.md §9.4): the ranges of the flat buffer whose gradients the backward pass finishes
@@ -2090,12 +2093,32 @@ static void model_alloc_moments(Model *M) {
     CUDA_CHECK(cudaMemset(M->adam_v, 0, M->nmom * sizeof(real)));
 }
 
-static void model_free(Model *M) {
-    void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse,
-                  M->losses, M->dacts, M->dres, M->dlnf, M->inputs, M->targets, M->hits, M->d_scalar, M->gnoise,
-                  M->adam_runs, M->wc.buf}; // gdn_ws lies in logits
+// Frees what model_alloc_acts allocated (model_free: that and the parameters); M's weight copies stop being the ones
+// the products take (weights_use makes them so again)
+static void model_free_acts(Model *M) {
+    void *ps[] = {M->acts, M->hL, M->lnf, M->lnf_rstd, M->logits, M->lse, M->losses, M->dacts, M->dres, M->dlnf,
+                  M->inputs, M->targets, M->hits, M->gnoise}; // gdn_ws lies in logits
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
     if (g_wcopy == &M->wc) g_wcopy = NULL;
+}
+
+static void model_free(Model *M) {
+    void *ps[] = {M->params, M->grads, M->adam_m, M->adam_v, M->d_scalar, M->adam_runs, M->wc.buf};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) if (ps[i]) CUDA_CHECK(cudaFree(ps[i]));
+    model_free_acts(M);
+}
+
+// F: a model that runs M's parameters (the prefill's forward passes, common/train_main.inc), without activations until
+// model_alloc_acts gives it its own; model_free_acts releases them (F owns nothing else). bf16 mode: M's weight copies
+// are made first, so F takes them.
+static void model_share(Model *F, Model *M) {
+    weights_use(M);
+    *F = *M;
+    F->acts = F->hL = F->lnf = F->lnf_rstd = F->logits = F->lse = F->losses = F->dacts = F->dres = F->dlnf = F->gnoise = NULL;
+    F->gdn_ws = NULL;
+    F->inputs = F->targets = NULL;
+    F->hits = NULL;
+    F->layer_done = NULL;
 }
 
 static void model_zero_grad(Model *M) { CUDA_CHECK(cudaMemset(M->grads, 0, M->nalloc * sizeof(real))); }
@@ -2344,6 +2367,7 @@ static void model_forward(Model *M, const int *inputs, const int *targets, int B
     for (int l = 0; l < c->L; l++) {
         real *out = l + 1 < c->L ? M->la[l + 1].res : M->hL;
         block_forward(M, l, B, T, 0);
+        if (M->layer_done) M->layer_done(M->layer_done_ctx, l, B, T);
         swiglu_forward(M->la[l].hmid, M->la[l].gu, BT, c->F);
         matmul_forward(out, M->la[l].hmid, M->p.layer[l].wdown, BT, c->F, D, 1, M->la[l].r);
     }
@@ -3160,6 +3184,169 @@ static void decoder_step(Decoder *d, const int *tokens) {
 
 // Sequence b's latest logits (Vp values) as a new float32 array.
 static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->logits + (size_t)b * d->M->cfg.Vp, d->M->cfg.Vp); }
+
+// ---- the prefill from a forward pass (doc/model.md §14.5; train_natsl.c's decoder_fill_layer) -------------------------
+// What the fill kernels read of the pass's row i (the decoder's sequence b) and write into a layer's cache; MP: the
+// matmul precision's type.
+#define DEC_FILL_CHUNKS 8 // chunks a block of decoder_fill_gdn_kernel reruns in turn
+template <class MP> struct DecFill {
+    const MP *kh, *v, *ka;      // the pass's k̂ [BT][K], V [BT][Vt], ka [BT][K]
+    const float *g, *beta;      // [BT][H]
+    const float *state;         // the chunk-start states [B][H][Nc][d_k][d_v], bf16 with st16 (5.4h)
+    const signed char *route;   // sequence b's decisions in the layer [Ncmax][H] (device; NULL: a G layer)
+    MP *kk, *kv;                // the layer's kept chunks (DecLayer)
+    float *part, *gpart;        // decoder_fill_gdn_kernel's sums [groups][H][d_k][d_v] and Σg [groups][H]
+    int i, b, T, H, K, Vt, dk, dv, Ncmax, st16;
+};
+// A G or N layer's committed state after the pass's last chunk, as decoder_step carries it (5.4h), in two steps. Here a
+// block (one warp) per (group of DEC_FILL_CHUNKS chunks, head, value columns), in gdn_op_forward_kernel's arrangement
+// (P lanes a value column, its rows in registers): each chunk of the group rerun (5.4b) from its stored start state
+// s0_c, its own part ΔS_c = Z_last − Dec_c s0_c (5.4f) folded in, acc ← Dec_c acc + m_c ΔS_c (5.4g; m_c = 0 for a
+// chunk routed to softmax); acc and the group's Σg to part and gpart.
+template <int P, class MP> __global__ void __launch_bounds__(32) decoder_fill_gdn_kernel(DecFill<MP> f) {
+    constexpr int VB = 32 / P;
+    const int grp = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, rg = lane % P, j = blockIdx.z * VB + lane / P;
+    const int dk = f.dk, dv = f.dv, H = f.H, Nc = f.T / CH, c0 = grp * DEC_FILL_CHUNKS, c1 = min(Nc, c0 + DEC_FILL_CHUNKS);
+    const bool jok = j < dv;
+    const size_t KV = (size_t)dk * dv;
+    float acc[DEC_GDN_R], z[DEC_GDN_R], s0[DEC_GDN_R], gs = 0.f;
+#pragma unroll
+    for (int rr = 0; rr < DEC_GDN_R; rr++) acc[rr] = 0.f;
+    for (int c = c0; c < c1; c++) {
+        const size_t st0 = (((size_t)f.i * H + h) * Nc + c) * KV;
+#pragma unroll
+        for (int rr = 0; rr < DEC_GDN_R; rr++) {
+            const int i = rr * P + rg;
+            const size_t at = st0 + (size_t)i * dv + j;
+            s0[rr] = !(i < dk && jok) ? 0.f : f.st16 ? __bfloat162float(reinterpret_cast<const bf16 *>(f.state)[at]) : f.state[at];
+            z[rr] = s0[rr];
+        }
+        float gsum = 0.f;
+        for (int tt = 0; tt < CH; tt++) {
+            const size_t row = (size_t)f.i * f.T + (size_t)c * CH + tt;
+            const MP *kt = f.kh + row * f.K + h * dk;
+            const float gt = f.g[row * H + h], al = expf(gt), bt = f.beta[row * H + h];
+            gsum += gt;
+            float kz = 0.f;
+#pragma unroll
+            for (int rr = 0; rr < DEC_GDN_R; rr++) {
+                const int i = rr * P + rg;
+                const float kv = i < dk ? ld(kt + i) : 0.f;
+                z[rr] *= al;
+                kz += kv * z[rr];
+            }
+#pragma unroll
+            for (int s = 1; s < P; s <<= 1) kz += __shfl_xor_sync(0xffffffffu, kz, s);
+            const float vj = jok ? ld(f.v + row * f.Vt + h * dv + j) : 0.f, u = bt * (vj - kz);
+#pragma unroll
+            for (int rr = 0; rr < DEC_GDN_R; rr++) {
+                const int i = rr * P + rg;
+                z[rr] += (i < dk ? ld(kt + i) : 0.f) * u;
+            }
+        }
+        const float dec = expf(gsum), m = f.route && f.route[(size_t)c * H + h] == 1 ? 0.f : 1.f;
+#pragma unroll
+        for (int rr = 0; rr < DEC_GDN_R; rr++) acc[rr] = dec * acc[rr] + m * (z[rr] - dec * s0[rr]);
+        gs += gsum;
+    }
+    const size_t at = ((size_t)grp * H + h) * KV;
+#pragma unroll
+    for (int rr = 0; rr < DEC_GDN_R; rr++) {
+        const int i = rr * P + rg;
+        if (i < dk && jok) f.part[at + (size_t)i * dv + j] = acc[rr];
+    }
+    if (blockIdx.z == 0 && lane == 0) f.gpart[grp * H + h] = gs;
+}
+// Then the groups in order, a thread per value of the H states of sequence b: S ← exp(Σg of the group) S + its part
+template <class MP> __global__ void decoder_fill_state_kernel(float *S, DecFill<MP> f, int ngroups) {
+    const size_t KV = (size_t)f.dk * f.dv, e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= f.H * KV) return;
+    const int h = (int)(e / KV);
+    float s = 0.f;
+    for (int g = 0; g < ngroups; g++) s = expf(f.gpart[g * f.H + h]) * s + f.part[(size_t)g * f.H * KV + e];
+    S[(size_t)f.b * f.H * KV + e] = s;
+}
+// An N layer's softmax chunks: a block per (chunk, head group h) copies a softmax chunk's keys (ka's columns h·d_k …)
+// and values (V's h·d_v …) to sequence b's kept slot of h, the count of its softmax chunks before it (chunk order)
+template <class MP> __global__ void decoder_fill_kept_kernel(DecFill<MP> f) {
+    const int c = blockIdx.x, h = blockIdx.y, H = f.H, dk = f.dk, dv = f.dv;
+    if (f.route[(size_t)c * H + h] != 1) return;
+    int slot = 0;
+    for (int cc = 0; cc < c; cc++) slot += f.route[(size_t)cc * H + h] == 1;
+    const size_t to = (((size_t)f.b * H + h) * f.Ncmax + slot) * CH, from = (size_t)f.i * f.T + (size_t)c * CH;
+    for (int u = threadIdx.x; u < CH * dk; u += blockDim.x)
+        f.kk[(to + u / dk) * dk + u % dk] = f.ka[(from + u / dk) * f.K + h * dk + u % dk];
+    for (int u = threadIdx.x; u < CH * dv; u += blockDim.x)
+        f.kv[(to + u / dv) * dv + u % dv] = f.v[(from + u / dv) * f.Vt + h * dv + u % dv];
+}
+
+// Layer l's cache of the sequences r->seq from the prefill's forward pass F over their first r->T tokens (whole chunks),
+// read just after F's layer l ran (train_natsl.c's, doc/model.md §14.5): G, N: the conv inputs of the last 3 tokens
+// (proj's rows, in the matmul precision as the cache's), the committed state (the two kernels above); N: the
+// decisions, kept counts and kept chunks; A: the keys (RoPE'd in proj) and values of every token.
+static void decoder_fill_layer(Decoder *d, const Model *F, int l, const PrefillRows *r) {
+    const Config *c = &d->M->cfg;
+    const LayerActs *a = &F->la[l];
+    const DecLayer *L = &d->dl[l];
+    const int T = r->T, Nc = T / CH, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt;
+    const size_t es = g_bf16 ? sizeof(bf16) : sizeof(float), KV = (size_t)c->dk * c->dv; // es: a matmul-precision value's bytes
+    if (d->kind[l] == 'A') {
+        const char *proj = (const char *)(c->pattern[l] == 'S' ? a->aproj : a->proj); // S frozen to A: its A mixer's
+        for (int i = 0; i < r->n; i++) {
+            const size_t to = (size_t)r->seq[i] * d->Tmax * D * es, from = (size_t)i * T * 3 * D * es;
+            CUDA_CHECK(cudaMemcpy2DAsync((char *)L->ck + to, D * es, proj + from + D * es, 3 * D * es, D * es, T,
+                                         cudaMemcpyDeviceToDevice));
+            CUDA_CHECK(cudaMemcpy2DAsync((char *)L->cv + to, D * es, proj + from + 2 * D * es, 3 * D * es, D * es, T,
+                                         cudaMemcpyDeviceToDevice));
+        }
+        return;
+    }
+    const int nats = d->kind[l] == 'N', P = gdn_lanes_per_column(c->dk), ngroups = CEIL_DIV(Nc, DEC_FILL_CHUNKS);
+    float *part = (float *)device_scratch(SCRATCH_PREFILL, ((size_t)ngroups * H * KV + (size_t)ngroups * H) * sizeof(float));
+    for (int i = 0; i < r->n; i++) {
+        const int b = r->seq[i];
+        CUDA_CHECK(cudaMemcpyAsync((char *)L->tail + (size_t)b * 3 * W * es, (const char *)a->proj + ((size_t)i * T + T - 3) * W * es,
+                                   3 * W * es, cudaMemcpyDeviceToDevice));
+        signed char *route = nats ? d->route + ((size_t)l * d->B + b) * d->Ncmax * H : NULL;
+        if (nats) {
+            CUDA_CHECK(cudaMemcpy(route, r->route + (size_t)i * Nc * H, (size_t)Nc * H, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(d->nkept + ((size_t)l * d->B + b) * H, r->nkept + (size_t)i * H, H * sizeof(int),
+                                  cudaMemcpyHostToDevice));
+        }
+        with_precision([&](auto z) {
+            using MP = decltype(z);
+            DecFill<MP> f;
+            memset(&f, 0, sizeof(f));
+            f.kh = (const MP *)a->k_hat; f.v = (const MP *)a->v; f.ka = (const MP *)a->ka; f.g = a->g; f.beta = a->beta;
+            f.state = a->state; f.route = route; f.kk = (MP *)L->kk; f.kv = (MP *)L->kv;
+            f.part = part; f.gpart = part + (size_t)ngroups * H * KV;
+            f.i = i; f.b = b; f.T = T; f.H = H; f.K = K; f.Vt = Vt; f.dk = c->dk; f.dv = c->dv; f.Ncmax = d->Ncmax;
+            f.st16 = g_bf16;
+            if (nats) decoder_fill_kept_kernel<<<dim3(Nc, H), 256>>>(f);
+            dim3 grid(ngroups, H, CEIL_DIV(c->dv, 32 / P));
+            if (P == 1) decoder_fill_gdn_kernel<1><<<grid, 32>>>(f);
+            else if (P == 2) decoder_fill_gdn_kernel<2><<<grid, 32>>>(f);
+            else if (P == 4) decoder_fill_gdn_kernel<4><<<grid, 32>>>(f);
+            else decoder_fill_gdn_kernel<8><<<grid, 32>>>(f);
+            decoder_fill_state_kernel<<<(unsigned)CEIL_DIV(H * KV, 256), 256>>>(L->S, f, ngroups);
+            CUDA_CHECK(cudaGetLastError());
+        });
+    }
+}
+
+// After the prefill's forward pass F: the sequences r->seq at position r->T, and the logits of those whose prompt ends
+// there, the pass's last row's (as decoder_logits_kernel takes them)
+static void decoder_fill_done(Decoder *d, const Model *F, const PrefillRows *r) {
+    const int Vp = d->M->cfg.Vp;
+    for (int i = 0; i < r->n; i++) {
+        d->pos[r->seq[i]] = r->T;
+        if (!r->ends[i]) continue;
+        float *z = logits_to_float32(F, (size_t)i * r->T + r->T - 1, 1);
+        CUDA_CHECK(cudaMemcpy(d->logits + (size_t)r->seq[i] * Vp, z, Vp * sizeof(float), cudaMemcpyHostToDevice));
+        free(z);
+    }
+    CUDA_CHECK(cudaMemcpy(d->d_pos, d->pos, d->B * sizeof(int), cudaMemcpyHostToDevice));
+}
 
 // What the cache holds now, in bytes (as train_natsl.c's; keys, values and conv inputs in the matmul precision, the
 // states in fp32); sfr[l]: the fraction of an N layer's completed chunk-heads routed to softmax (-1: none).

@@ -86,6 +86,12 @@ static inline void print_eta(int steps_done, int steps_left, double elapsed) {
 // Transformer of the same width and depth would hold (K and V of every layer and token). sfr[l]: the softmax fraction of N layer l's completed chunk-heads (-1: none).
 typedef struct { double held, transformer, kv[NATSL_MAX_LAYERS], sfr[NATSL_MAX_LAYERS]; } DecoderStats;
 
+// ---- one forward pass of the prefill (doc/model.md §14.5; common/train_main.inc decoder_prefill) ----------------
+// Its row i is the decoder's sequence seq[i], whose first T tokens (whole chunks) it runs; ends[i]: that prompt ends
+// there (its logits are the pass's). The layer being filled, if an N layer: the router's decision per chunk, route
+// [n][T/64][H] (1 softmax, 0 GDN), and each head group's softmax chunks, nkept [n][H].
+typedef struct { const int *seq, *ends; int n, T; const signed char *route; const int *nkept; } PrefillRows;
+
 // ---- the command line (llm.c style: one letter, one value) -----------------------------------------
 typedef struct {
     const char *train_glob, *val_glob, *outdir, *init_from, *arch, *dump_path, *precision;

@@ -13,13 +13,15 @@ bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included w
          fraction forced to 1.0 / 0.5 / 0.25 / 0.1 (a fixed routing mask replaces the router's decisions
          after router_forward: g_bench_rmask) and with the router's own decisions.
   decode: the cached decoder (train_natsl.cu section 3b, doc/model.md §14), bf16, for the natsl-hybrid and the
-         transformer pattern at prompts of 4096 and 32768 tokens, B = 1 and 32: the prefill's time (token by token,
-         run where the prompts hold at most 4096 tokens in all), then 256 decoded tokens a sequence (tokens/s summed
-         over the B sequences, each step waited for as a sampler would), and the cache held against what a
-         Transformer holds. The longer prompts' caches are filled by decode_fill (benchmark only: the positions and the
-         N layers' kept chunks set, their contents left zero, which the speed does not depend on); the hybrid's N
-         layers then keep a forced softmax fraction 0.1 / 0.25 / 0.5 of the prompt's chunks (the router's own
-         decisions where the prompt ran, in addition). Combinations whose cache does not fit are skipped with a note.
+         transformer pattern at prompts of 4096 and 32768 tokens, B = 1 and 32: the prefill's time (decoder_prefill:
+         the prompts' whole chunks through the forward pass, doc/model.md §14.5; beside it the forward pass alone,
+         model_forward over the same rows as the prefill's passes, tokens/s), then 256 decoded tokens a sequence
+         (tokens/s summed over the B sequences, each step waited for as a sampler would), and the cache held against
+         what a Transformer holds; the router's own decisions (random weights). The hybrid again with its cache
+         filled by decode_fill (benchmark only: the positions and the N layers' kept chunks set, their contents left
+         zero, which the speed does not depend on), the N layers keeping a forced softmax fraction 0.1 / 0.25 / 0.5
+         of the prompt's chunks. Combinations whose cache (with the prefill's activations) does not fit are skipped
+         with a note.
          NATSL_PROFILE=1: each op timed alone (the step then runs uncaptured, each op waited for), a table a row.
   mem:   where the step's GPU memory goes, planned from the layout code alone (runs without a GPU): parameters,
          gradients and AdamW, activations, gradient scratch, the GDN op's workspace, the classifier's buffers,
@@ -390,9 +392,9 @@ static void bench_decode(const char *preset, int V) {
         for (int T0 : {4096, 32768})
             for (int B : {1, 32})
                 for (double frac : {-1.0, 0.1, 0.25, 0.5}) {
-                    const int prefill = (size_t)B * T0 <= 4096 && frac < 0;
-                    if (strchr(c.pattern, 'N') ? frac < 0 && !prefill : frac > 0) continue;
-                    size_t fr, tot, need = decode_bytes(&M, B, T0 + steps);
+                    const int prefill = frac < 0, rows = std::min(B, std::max(1, g_prefill_tokens / T0));
+                    if (!strchr(c.pattern, 'N') && !prefill) continue;
+                    size_t fr, tot, need = decode_bytes(&M, B, T0 + steps) + (prefill ? model_acts_bytes(&c, rows, T0, 2) : 0);
                     CUDA_CHECK(cudaDeviceSynchronize());
                     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
                     printf("decode %s %s prompt %d B=%d", preset, pattern, T0, B);
@@ -406,6 +408,22 @@ static void bench_decode(const char *preset, int V) {
                     std::vector<int> tok(B), prompt(T0);
                     uint64_t r = rng_seed(3);
                     for (int i = 0; i < T0; i++) prompt[i] = rng_u32(&r) % c.V;
+                    double t_forward = -1;
+                    if (prefill) { // the forward pass alone over the rows of one prefill pass (a warm-up first)
+                        Model F;
+                        model_share(&F, &M);
+                        model_alloc_acts(&F, rows, T0, 2);
+                        std::vector<int> ids((size_t)rows * T0);
+                        for (int i = 0; i < rows; i++) std::copy(prompt.begin(), prompt.end(), ids.begin() + (size_t)i * T0);
+                        for (int k = 0; k < 2; k++) {
+                            CUDA_CHECK(cudaDeviceSynchronize());
+                            double f0 = now_s();
+                            model_forward(&F, ids.data(), NULL, rows, T0);
+                            CUDA_CHECK(cudaDeviceSynchronize());
+                            t_forward = now_s() - f0;
+                        }
+                        model_free_acts(&F);
+                    }
                     double t0 = now_s(), t_prefill = -1;
                     if (prefill) {
                         std::vector<const int *> ps(B, prompt.data());
@@ -422,7 +440,9 @@ static void bench_decode(const char *preset, int V) {
                     }
                     const double dt = now_s() - t0;
                     DecoderStats st = decoder_stats(&d);
-                    if (t_prefill >= 0) printf(": prefill %.2f s (%.0f tokens/s)", t_prefill, (double)B * T0 / t_prefill);
+                    if (t_prefill >= 0)
+                        printf(": prefill %.2f s (%.0f tokens/s; the forward pass alone %.0f tokens/s)", t_prefill,
+                               (double)B * T0 / t_prefill, (double)rows * T0 / t_forward);
                     else printf(": (cache filled)");
                     printf(" | decode %.0f tokens/s (%.3f ms a step) | cache %.1f MiB held, a Transformer's %.1f MiB (%.2fx)\n",
                            (double)B * (steps - 2) / dt, 1e3 * dt / (steps - 2), st.held / 1048576.0,
