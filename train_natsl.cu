@@ -3189,6 +3189,8 @@ static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->log
 // What the fill kernels read of the pass's row i (the decoder's sequence b) and write into a layer's cache; MP: the
 // matmul precision's type.
 #define DEC_FILL_CHUNKS 8 // chunks a block of decoder_fill_gdn_kernel reruns in turn
+#define DEC_FILL_R 32     // key rows a lane holds (appendix D's GDN_R)
+static int gdn_lanes_per_column(int dk); // (appendix D: the lanes that share a value column, P)
 template <class MP> struct DecFill {
     const MP *kh, *v, *ka;      // the pass's k̂ [BT][K], V [BT][Vt], ka [BT][K]
     const float *g, *beta;      // [BT][H]
@@ -3209,13 +3211,13 @@ template <int P, class MP> __global__ void __launch_bounds__(32) decoder_fill_gd
     const int dk = f.dk, dv = f.dv, H = f.H, Nc = f.T / CH, c0 = grp * DEC_FILL_CHUNKS, c1 = min(Nc, c0 + DEC_FILL_CHUNKS);
     const bool jok = j < dv;
     const size_t KV = (size_t)dk * dv;
-    float acc[DEC_GDN_R], z[DEC_GDN_R], s0[DEC_GDN_R], gs = 0.f;
+    float acc[DEC_FILL_R], z[DEC_FILL_R], s0[DEC_FILL_R], gs = 0.f;
 #pragma unroll
-    for (int rr = 0; rr < DEC_GDN_R; rr++) acc[rr] = 0.f;
+    for (int rr = 0; rr < DEC_FILL_R; rr++) acc[rr] = 0.f;
     for (int c = c0; c < c1; c++) {
         const size_t st0 = (((size_t)f.i * H + h) * Nc + c) * KV;
 #pragma unroll
-        for (int rr = 0; rr < DEC_GDN_R; rr++) {
+        for (int rr = 0; rr < DEC_FILL_R; rr++) {
             const int i = rr * P + rg;
             const size_t at = st0 + (size_t)i * dv + j;
             s0[rr] = !(i < dk && jok) ? 0.f : f.st16 ? __bfloat162float(reinterpret_cast<const bf16 *>(f.state)[at]) : f.state[at];
@@ -3229,7 +3231,7 @@ template <int P, class MP> __global__ void __launch_bounds__(32) decoder_fill_gd
             gsum += gt;
             float kz = 0.f;
 #pragma unroll
-            for (int rr = 0; rr < DEC_GDN_R; rr++) {
+            for (int rr = 0; rr < DEC_FILL_R; rr++) {
                 const int i = rr * P + rg;
                 const float kv = i < dk ? ld(kt + i) : 0.f;
                 z[rr] *= al;
@@ -3239,19 +3241,19 @@ template <int P, class MP> __global__ void __launch_bounds__(32) decoder_fill_gd
             for (int s = 1; s < P; s <<= 1) kz += __shfl_xor_sync(0xffffffffu, kz, s);
             const float vj = jok ? ld(f.v + row * f.Vt + h * dv + j) : 0.f, u = bt * (vj - kz);
 #pragma unroll
-            for (int rr = 0; rr < DEC_GDN_R; rr++) {
+            for (int rr = 0; rr < DEC_FILL_R; rr++) {
                 const int i = rr * P + rg;
                 z[rr] += (i < dk ? ld(kt + i) : 0.f) * u;
             }
         }
         const float dec = expf(gsum), m = f.route && f.route[(size_t)c * H + h] == 1 ? 0.f : 1.f;
 #pragma unroll
-        for (int rr = 0; rr < DEC_GDN_R; rr++) acc[rr] = dec * acc[rr] + m * (z[rr] - dec * s0[rr]);
+        for (int rr = 0; rr < DEC_FILL_R; rr++) acc[rr] = dec * acc[rr] + m * (z[rr] - dec * s0[rr]);
         gs += gsum;
     }
     const size_t at = ((size_t)grp * H + h) * KV;
 #pragma unroll
-    for (int rr = 0; rr < DEC_GDN_R; rr++) {
+    for (int rr = 0; rr < DEC_FILL_R; rr++) {
         const int i = rr * P + rg;
         if (i < dk && jok) f.part[at + (size_t)i * dv + j] = acc[rr];
     }
