@@ -3188,7 +3188,7 @@ static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->log
 // ---- the prefill from a forward pass (doc/model.md §14.5; train_natsl.c's decoder_fill_layer) -------------------------
 // What the fill kernels read of the pass's row i (the decoder's sequence b) and write into a layer's cache; MP: the
 // matmul precision's type.
-#define DEC_FILL_CHUNKS 8 // chunks a block of decoder_fill_gdn_kernel reruns in turn
+#define DEC_FILL_CHUNKS 2 // chunks a block of decoder_fill_gdn_kernel reruns in turn (more blocks, shorter runs)
 #define DEC_FILL_R 32     // key rows a lane holds (appendix D's GDN_R)
 static int gdn_lanes_per_column(int dk); // (appendix D: the lanes that share a value column, P)
 template <class MP> struct DecFill {
