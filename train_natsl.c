@@ -13,7 +13,7 @@ against finite differences in double precision.
 The file reads in this order:
   1. conventions and the small layers (embedding, linear, norms, SwiGLU, short conv, gates, RoPE, ...)
   2. the two NAtS-L token mixers (the softmax op and the GDN op) and the router
-  3. the model: the G, A, N and S layers, the block, the forward and backward passes
+  3. the model: the G, A, N, S and H layers, the block, the forward and backward passes
   3b. decoding with the cache: B sequences a token at a time, equal to the forward pass (doc/model.md §14)
   4. the training step: gradient norm, clipping, AdamW
   5. checkpoints and the program (the loop around train_step lives in common/train_main.inc)
@@ -1033,6 +1033,189 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, DINP_WRITE);
 }
 
+// ---- H: Native Hybrid Attention (§15) --------------------------------------------------------------------------
+// Per head (64 wide) and sequence: m slots K̃, Ṽ [m][64], fed by the token s = t − w that leaves the window,
+//   K̃ ← Diag(α_s) K̃ + (1 − α_s) ⊗ k_s,  Ṽ likewise with v_s,  log α_s = logσ(z_s)/τ, z_s = x_s W_αᵀ   (15.1a-b)
+// and one softmax over the slots (unrotated q, only once a token has left: t ≥ w) and the window's rotated keys
+// max(0, t−w+1) .. t:  o_t = softmax([q K̃ᵀ, q̂ K̂_winᵀ] / 8) [Ṽ; V_win]   (15.2a-c). lse [B][heads][T] is kept,
+// and the slots at every chunk start [B][heads][Nc][2][m][64], from which the backward replays a chunk.
+#define NHA_HD NATSL_ATTN_HEAD
+static inline real nha_log_alpha(real z) { return -softplus(-z) / NHA_TAU; } // (15.1a)
+// (15.1b): token s (its k, v and gate logits z [m]) enters the slots S = K̃ | Ṽ
+static void nha_slot_update(real *S, const real *k, const real *v, const real *z, int m) {
+    real *Ks = S, *Vs = S + (size_t)m * NHA_HD;
+    for (int j = 0; j < m; j++) {
+        real al = exp(nha_log_alpha(z[j]));
+        for (int d = 0; d < NHA_HD; d++) {
+            Ks[j * NHA_HD + d] = al * Ks[j * NHA_HD + d] + (1 - al) * k[d];
+            Vs[j * NHA_HD + d] = al * Vs[j * NHA_HD + d] + (1 - al) * v[d];
+        }
+    }
+}
+// Query t's scores (15.2a): the m slots' e[j] = q_t·K̃_j / 8 (unrotated q), the window's e[i − lo] = q̂_t·k̂_i / 8 for
+// i = lo .. t, lo = max(0, t − w + 1) (nha_window_lo; none when w = 0)
+static void nha_slot_scores(real *e, const real *q, const real *S, int m) {
+    for (int j = 0; j < m; j++) {
+        real s = 0;
+        for (int d = 0; d < NHA_HD; d++) s += q[d] * S[(size_t)j * NHA_HD + d];
+        e[j] = s * 0.125;
+    }
+}
+static inline int nha_window_lo(int t, int w) { return t - w + 1 > 0 ? t - w + 1 : 0; }
+static void nha_window_scores(real *e, const NhaArgs *a, size_t bt, int h, int t) {
+    const real *qr = a->qr + bt * a->ldr + h * NHA_HD;
+    for (int i = nha_window_lo(t, a->w); i <= t; i++) {
+        const real *kr = a->kr + (bt - t + i) * a->ldr + h * NHA_HD;
+        real s = 0;
+        for (int d = 0; d < NHA_HD; d++) s += qr[d] * kr[d];
+        *e++ = s * 0.125;
+    }
+}
+// out [B*T][heads·64] (stored in the matmul precision, as the A layer's), lse, slots: see above.
+static void nha_forward(real *out, real *lse, real *slots, const NhaArgs *a) {
+    int B = a->B, T = a->T, Hh = a->heads, m = a->m, w = a->w, ldo = Hh * NHA_HD;
+    size_t SZ = 2 * (size_t)m * NHA_HD;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hh; h++) {
+            real *S = xcalloc(SZ, sizeof(real)), *e = xcalloc(m + T, sizeof(real));
+            for (int t = 0; t < T; t++) {
+                size_t bt = (size_t)b * T + t;
+                if (t % CH == 0) memcpy(slots + (((size_t)b * Hh + h) * (T / CH) + t / CH) * SZ, S, SZ * sizeof(real));
+                if (t >= w) { // token s = t − w leaves the window (15.1b)
+                    size_t bs = bt - w;
+                    nha_slot_update(S, a->k + bs * a->ldqkv + h * NHA_HD, a->v + bs * a->ldqkv + h * NHA_HD,
+                                    a->z + bs * Hh * m + (size_t)h * m, m);
+                }
+                int nslot = t >= w ? m : 0, lo = nha_window_lo(t, w), n = nslot + t + 1 - lo;
+                nha_slot_scores(e, a->q + bt * a->ldqkv + h * NHA_HD, S, nslot);
+                nha_window_scores(e + nslot, a, bt, h, t);
+                real mx = NEG_LARGE, sum = 0, o[NHA_HD] = {0};
+                for (int i = 0; i < n; i++) mx = fmax(mx, e[i]);
+                for (int i = 0; i < n; i++) {
+                    real p = exp(e[i] - mx);
+                    const real *vv = i < nslot ? S + (size_t)(m + i) * NHA_HD : a->v + (bt - t + lo + i - nslot) * a->ldqkv + h * NHA_HD;
+                    sum += p;
+                    for (int d = 0; d < NHA_HD; d++) o[d] += p * vv[d];
+                }
+                for (int d = 0; d < NHA_HD; d++) out[bt * ldo + h * NHA_HD + d] = matmul_precision(o[d] / sum);
+                lse[((size_t)b * Hh + h) * T + t] = mx + log(sum);
+            }
+            free(S); free(e);
+        }
+}
+// The backward (15.3a-f): with p = exp(e − lse) and Δ_t = do_t·o_t, de = p (do·value − Δ_t); the window's part per
+// query, then the slots' in reverse time, a chunk at a time (its slots replayed from the chunk start): dK̃, dṼ carry
+// back through (15.1b): dk_s += (1−α_s) dK̃, dα_s = Σ_d dK̃ (K̃_prev − k_s) + likewise Ṽ, dK̃ ← α_s dK̃;
+// dz_s = dα_s α_s (1 − σ(z_s))/τ. WRITES dq, dk, dv (strides as q, k, v), dqr, dkr (as qr, kr) and dz (as z).
+static void nha_backward(real *dq, real *dk, real *dv, real *dqr, real *dkr, real *dz, const real *dout, const real *out,
+                         const real *lse, const real *slots, const NhaArgs *a) {
+    int B = a->B, T = a->T, Hh = a->heads, m = a->m, w = a->w, ldo = Hh * NHA_HD, ld = a->ldqkv, ldr = a->ldr;
+    size_t SZ = 2 * (size_t)m * NHA_HD;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hh; h++) {
+            real *St = xcalloc((CH + 1) * SZ, sizeof(real)), *dS = xcalloc(SZ, sizeof(real)), *e = xcalloc(m + T, sizeof(real));
+            for (int t = 0; t < T; t++) {
+                size_t bt = (size_t)b * T + t;
+                for (int d = 0; d < NHA_HD; d++) {
+                    dq[bt * ld + h * NHA_HD + d] = dk[bt * ld + h * NHA_HD + d] = dv[bt * ld + h * NHA_HD + d] = 0;
+                    dqr[bt * ldr + h * NHA_HD + d] = dkr[bt * ldr + h * NHA_HD + d] = 0;
+                }
+                for (int j = 0; j < m; j++) dz[bt * Hh * m + (size_t)h * m + j] = 0;
+            }
+            for (int t = 0; t < T; t++) { // the window's part (15.3b-c)
+                size_t bt = (size_t)b * T + t, row = bt * ldo + h * NHA_HD;
+                real L = lse[((size_t)b * Hh + h) * T + t], Dt = 0;
+                for (int d = 0; d < NHA_HD; d++) Dt += dout[row + d] * out[row + d];
+                int lo = nha_window_lo(t, w);
+                nha_window_scores(e, a, bt, h, t);
+                for (int i = 0; i <= t - lo; i++) {
+                    size_t bi = bt - t + lo + i;
+                    const real *vi = a->v + bi * ld + h * NHA_HD, *kr = a->kr + bi * ldr + h * NHA_HD;
+                    const real *qr = a->qr + bt * ldr + h * NHA_HD;
+                    real p = exp(e[i] - L), dp = 0;
+                    for (int d = 0; d < NHA_HD; d++) dp += dout[row + d] * vi[d];
+                    real de = p * (dp - Dt) * 0.125;
+                    for (int d = 0; d < NHA_HD; d++) {
+                        dqr[bt * ldr + h * NHA_HD + d] += de * kr[d];
+                        dkr[bi * ldr + h * NHA_HD + d] += de * qr[d];
+                        dv[bi * ld + h * NHA_HD + d] += p * dout[row + d];
+                    }
+                }
+            }
+            for (int c = T / CH - 1; c >= 0; c--) { // the slots' part, in reverse time (15.3d-f)
+                memcpy(St, slots + (((size_t)b * Hh + h) * (T / CH) + c) * SZ, SZ * sizeof(real));
+                for (int i = 0; i < CH; i++) { // St[i+1]: the slots query c·64+i reads
+                    size_t bs = (size_t)b * T + c * CH + i - w;
+                    memcpy(St + (i + 1) * SZ, St + i * SZ, SZ * sizeof(real));
+                    if (c * CH + i >= w) nha_slot_update(St + (i + 1) * SZ, a->k + bs * ld + h * NHA_HD, a->v + bs * ld + h * NHA_HD,
+                                                         a->z + bs * Hh * m + (size_t)h * m, m);
+                }
+                for (int i = CH - 1; i >= 0; i--) {
+                    int t = c * CH + i;
+                    if (t < w) continue; // no token has left: no read, no update
+                    size_t bt = (size_t)b * T + t, bs = bt - w, row = bt * ldo + h * NHA_HD;
+                    const real *S = St + (i + 1) * SZ, *Sp = St + i * SZ, *q = a->q + bt * ld + h * NHA_HD;
+                    real L = lse[((size_t)b * Hh + h) * T + t], Dt = 0;
+                    for (int d = 0; d < NHA_HD; d++) Dt += dout[row + d] * out[row + d];
+                    nha_slot_scores(e, q, S, m);
+                    for (int j = 0; j < m; j++) { // query t reads the slots (15.3d)
+                        const real *Kj = S + (size_t)j * NHA_HD, *Vj = S + (size_t)(m + j) * NHA_HD;
+                        real p = exp(e[j] - L), dp = 0;
+                        for (int d = 0; d < NHA_HD; d++) dp += dout[row + d] * Vj[d];
+                        real de = p * (dp - Dt) * 0.125;
+                        for (int d = 0; d < NHA_HD; d++) {
+                            dq[bt * ld + h * NHA_HD + d] += de * Kj[d];
+                            dS[(size_t)j * NHA_HD + d] += de * q[d];
+                            dS[(size_t)(m + j) * NHA_HD + d] += p * dout[row + d];
+                        }
+                    }
+                    const real *ks = a->k + bs * ld + h * NHA_HD, *vs = a->v + bs * ld + h * NHA_HD;
+                    for (int j = 0; j < m; j++) { // token s entered them (15.3e-f)
+                        size_t iz = bs * Hh * m + (size_t)h * m + j;
+                        real zj = a->z[iz], al = exp(nha_log_alpha(zj)), da = 0;
+                        real *dK = dS + (size_t)j * NHA_HD, *dV = dS + (size_t)(m + j) * NHA_HD;
+                        for (int d = 0; d < NHA_HD; d++) {
+                            da += dK[d] * (Sp[(size_t)j * NHA_HD + d] - ks[d]) + dV[d] * (Sp[(size_t)(m + j) * NHA_HD + d] - vs[d]);
+                            dk[bs * ld + h * NHA_HD + d] += (1 - al) * dK[d];
+                            dv[bs * ld + h * NHA_HD + d] += (1 - al) * dV[d];
+                            dK[d] *= al; dV[d] *= al;
+                        }
+                        dz[iz] += da * al * (1 - sigmoid(zj)) / NHA_TAU;
+                    }
+                }
+            }
+            free(St); free(dS); free(e);
+        }
+}
+
+// The layer: proj = x W_qkvᵀ (q | k | v, not rotated);  qk_rot = RoPE(q | k);  z = x W_αᵀ;  o = NHA;  out = res + o W_oᵀ.
+// proj, qk_rot, o and o's gradient are stored in the matmul precision, as the A layer's. l: the layer (its window).
+static void nha_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                              int T, int l) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    NhaArgs op = nha_layer_op_args(c, a, l, B, T);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
+    for (size_t i = 0; i < (size_t)BT; i++) memcpy(a->qk_rot + i * 2 * D, a->proj + i * 3 * D, 2 * D * sizeof(real));
+    rope_forward(a->qk_rot, BT, T, 2 * heads, NATSL_ATTN_HEAD, 2 * D, 1);
+    matmul_forward(a->alpha, a->xn, p->walpha, BT, D, heads * c->nha_m, 0, NULL);
+    nha_forward(a->att_out, a->lse, a->slots, &op);
+    matmul_forward(out, a->att_out, p->wo, BT, D, D, res != NULL, res);
+}
+static void nha_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                               const LayerActs *a, const LayerParams *p, int B, int T, int l) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    NhaArgs op = nha_layer_op_args(c, a, l, B, T);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
+    nha_backward(d->q, d->k, d->v, d->qk_rot, d->qk_rot + D, d->alpha, d->att_out, a->att_out, a->lse, a->slots, &op);
+    rope_backward(d->qk_rot, BT, T, 2 * heads, NATSL_ATTN_HEAD, 2 * D);
+    for (size_t i = 0; i < (size_t)BT; i++)
+        for (int j = 0; j < 2 * D; j++) d->proj[i * 3 * D + j] += d->qk_rot[i * 2 * D + j];
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, DINP_WRITE);
+    matmul_backward(dx, gp->walpha, d->alpha, a->xn, p->walpha, BT, D, heads * c->nha_m, DINP_ADD);
+}
+
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
 // Router mask Ã from mean-pooled x (§5.2). Softmax op on qa = RMSNorm_{w_qn}(Q head), ka likewise, va = V
 // (optional RoPE, §5.8); GDN op on q̂, k̂, V as in G, both driven by Ã (§5.3, §5.4). ω = pair softmax of
@@ -1187,6 +1370,7 @@ static void block_forward(Model *M, int l, int B, int T) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, norm_rows(BT, D), 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T);
+    else if (c->pattern[l] == 'H') nha_layer_forward(c, a, p, a->r, a->res, B, T, l);
     else {
         if (c->pattern[l] == 'S') M->rb.sel[l] = select_gate(M, l);
         Routing r = layer_routing(M, l, B, T, NULL, 0);
@@ -1207,7 +1391,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, norm_rows(BT, D), 1);
-    if (kind != 'A') { // G, N, S (an S layer's G mixer)
+    if (kind != 'A' && kind != 'H') { // G, N, S (an S layer's G mixer)
         ConvArgs conv = gdn_conv_args(c, a, p, B, T);
         conv_silu_forward(a->v, &conv, 2 * cfg_K(c), cfg_Vt(c));
     }
@@ -1280,6 +1464,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'H') nha_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, l);
         else {
             Routing r = layer_routing(M, l, B, T, dpi, dpen_sel);
             if (c->pattern[l] == 'S') select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &r);

@@ -1941,6 +1941,10 @@ static void model_buckets(Model *M) {
 }
 
 static void model_build(Model *M, const Config *c) {
+    if (strchr(c->pattern, 'H')) { // §15
+        fprintf(stderr, "error: pattern %s: H (NHA) layers run on the CPU trainer train_natsl only\n", c->pattern);
+        exit(1);
+    }
     memset(M, 0, sizeof(*M));
     M->cfg = *c;
     M->rb.kappa = SEL_KAPPA;
