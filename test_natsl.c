@@ -1185,6 +1185,12 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
             CHECK(st.kv[l] == (double)B * T * 2 * c->D * sizeof(real), "%s: layer %d (A) holds %.0f bytes of K/V", what, l, st.kv[l]);
             continue;
         }
+        if (d.kind[l] == 'H') { // the window's last min(w, T) tokens: k, RoPE'd k, v and gate logits (§15)
+            int n = c->nha_w[l] < T ? c->nha_w[l] : T;
+            double want = (double)B * n * (3 * c->D + cfg_attn_heads(c) * c->nha_m) * sizeof(real);
+            CHECK(st.kv[l] == want, "%s: layer %d (H) holds %.0f bytes of its window, not %.0f", what, l, st.kv[l], want);
+            continue;
+        }
         if (d.kind[l] != 'N') { CHECK(st.kv[l] == 0, "%s: layer %d (G) holds keys", what, l); continue; }
         double kept = 0;
         for (int b = 0; b < B; b++)
@@ -1265,6 +1271,21 @@ static void test_cache_attention(void) { cache_check_pattern("A", 0, NULL, NULL)
 static void test_cache_natsl(void) { cache_check_pattern("N", 0, NULL, NULL); }
 static void test_cache_natsl_rope(void) { cache_check_pattern("N", 1, NULL, NULL); }
 static void test_cache_mixed(void) { cache_check_pattern("GNAN", 0, NULL, NULL); }
+// H layers (§15) at windows 0 (slots only), 5, 64 and 300 (≥ T: no slots), m = 4; and among the other kinds
+static void test_cache_nha(void) {
+    const int ws[] = {0, 5, 64, 300};
+    for (int i = 0; i < 4; i++) {
+        g_nha_w = ws[i];
+        printf("  w %d:\n", ws[i]);
+        cache_check_pattern("H", 0, NULL, NULL);
+    }
+    g_nha_w = 3;
+}
+static void test_cache_nha_mixed(void) {
+    g_nha_w = 64;
+    cache_check_pattern("GHAN", 0, NULL, NULL);
+    g_nha_w = 3;
+}
 // S layers decode as the mixer their noise-free gate chooses (§7.3): the first one A, the second G
 static void test_cache_select(void) { cache_check_pattern("SNS", 0, (const double[]){-0.3, 0.4}, "ANG"); }
 // Three sequences of different prompt lengths decoded together, each with its own position and routing; and the
@@ -4417,6 +4438,8 @@ int main(int argc, char **argv) {
     RUN(test_cache_natsl_rope);
     RUN(test_cache_mixed);
     RUN(test_cache_select);
+    RUN(test_cache_nha);
+    RUN(test_cache_nha_mixed);
     RUN(test_cache_batched);
     RUN(test_nonfinite_detection);
     RUN(test_param_counts);

@@ -1487,7 +1487,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
 //   A: the keys (RoPE'd) and values of every token so far;
 //   N: what G holds, the router's running sum of x over the current chunk, the current chunk's softmax keys and
 //      values, and per head group the keys and values of the completed chunks the router sent to softmax;
-//   S: what its frozen choice (the noise-free gate, §7.3) holds.
+//   S: what its frozen choice (the noise-free gate, §7.3) holds;
+//   H: the slots and the last w tokens' keys (RoPE'd and not), values and gate logits (§15: constant memory).
 // A step costs O(1) in the GDN part and O(kept softmax tokens) in attention. At a chunk's last token the router
 // decides for the chunk from its mean (5.2a-d): routed to GDN, the run commits into the state and the keys and values
 // are dropped; routed to softmax, they are kept and the state only decays (5.4h).
@@ -1501,7 +1502,12 @@ typedef struct {
     real *ck, *cv;             // N: the current chunk's ka [B][64][K], va [B][64][Vt];  A: keys, values [B][Tmax][D]
     real *kk, *kv;             // N: the kept chunks' keys [B][H][Nc][64][d_k], values [B][H][Nc][64][d_v], per head
                                //   group (its G softmax heads' columns), in chunk order
+    real *hs, *hk, *hz;        // H: slots [B][heads][2][m][64]; the window's ring of nha_ring tokens: k [B][ring][D]
+                               //   (not rotated), gate logits [B][ring][heads·m] (its RoPE'd keys, values: ck, cv)
 } DecLayer;
+
+// An H layer's window ring (§15): the last min(w, Tmax) tokens (token t at t mod ring)
+static int nha_ring(const Config *c, int l, int Tmax) { return c->nha_w[l] < Tmax ? c->nha_w[l] : Tmax; }
 
 typedef struct {
     Model *M;
@@ -1528,7 +1534,7 @@ static size_t decoder_layout(Decoder *d, real *base) {
     for (int l = 0; l < c->L; l++) {
         DecLayer *L = &d->dl[l];
         memset(L, 0, sizeof(*L));
-        if (d->kind[l] != 'A') {
+        if (d->kind[l] != 'A' && d->kind[l] != 'H') {
             TAKE(S, B * H * KV); TAKE(Z, B * H * KV); TAKE(gsum, B * H); TAKE(tail, B * NATSL_CONV * W);
         }
         if (d->kind[l] == 'N') {
@@ -1536,6 +1542,11 @@ static size_t decoder_layout(Decoder *d, real *base) {
             TAKE(kk, B * H * Nc * CH * c->dk); TAKE(kv, B * H * Nc * CH * c->dv);
         }
         if (d->kind[l] == 'A') { TAKE(ck, B * d->Tmax * D); TAKE(cv, B * d->Tmax * D); }
+        if (d->kind[l] == 'H') {
+            size_t ring = nha_ring(c, l, d->Tmax), HM = (size_t)cfg_attn_heads(c) * c->nha_m;
+            TAKE(hs, B * HM * 2 * NATSL_ATTN_HEAD); TAKE(ck, B * ring * D); TAKE(cv, B * ring * D);
+            TAKE(hk, B * ring * D); TAKE(hz, B * ring * HM);
+        }
     }
 #undef TAKE
     return off;
@@ -1554,6 +1565,7 @@ static size_t decoder_work_layout(LayerActs *w, const Config *c, int R, real *ba
     TAKE(omega, R * 2 * Ha); TAKE(gdn_out, R * Vt); TAKE(att_out, R * A); TAKE(pool, D); TAKE(rlogits, 2 * H);
     TAKE(rpi, 2 * H); TAKE(norm_rstd, 2 * R * NR); TAKE(y, R * Vt); TAKE(r, R * D); TAKE(xn2, R * D); TAKE(rstd2, R);
     TAKE(gu, R * 2 * c->F); TAKE(hmid, R * c->F);
+    TAKE(qk_rot, R * 2 * D); TAKE(alpha, R * cfg_attn_heads(c) * c->nha_m); // H (0 without H layers)
 #undef TAKE
     if (base) {
         w->q = w->qk; w->k = w->qk + R * K; w->q_hat = w->qk_hat; w->k_hat = w->qk_hat + R * K;
@@ -1749,6 +1761,70 @@ static void decoder_attention_layer(Decoder *d, int l, int R) {
     matmul_forward(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
 }
 
+// H layer (§15) on R rows: the token s = t − w leaving the window enters the slots (15.1b; w = 0: this token), this
+// token's k, v and gate logits z (for when it leaves) and its rotated key join the window's ring of min(w, Tmax)
+// tokens, then one softmax over the slots (t ≥ w) and the window (15.2a-c).
+static void decoder_nha_layer(Decoder *d, int l, int R) {
+    const Config *c = &d->M->cfg;
+    const LayerParams *p = &d->p[l];
+    const DecLayer *L = &d->dl[l];
+    LayerActs *w = &d->w;
+    int D = c->D, heads = cfg_attn_heads(c), hd = NATSL_ATTN_HEAD, m = c->nha_m, HM = heads * m, win = c->nha_w[l];
+    int Wc = nha_ring(c, l, d->Tmax);
+    size_t SZ = 2 * (size_t)m * hd;
+    matmul_forward(w->proj, w->xn, p->wqkv, R, D, 3 * D, 1, NULL);
+    matmul_forward(w->alpha, w->xn, p->walpha, R, D, HM, 0, NULL);
+    for (int r = 0; r < R; r++) {
+        int b = d->seq[r], t = d->pos[b];
+        const real *row = w->proj + (size_t)r * 3 * D;
+        real *qk = w->qk_rot + (size_t)r * 2 * D;
+        if (t >= win) { // token t − w leaves: from the ring (its slot is the one token t takes), or this token (w = 0)
+            size_t at = Wc ? ((size_t)b * Wc + t % Wc) : 0;
+            const real *k = Wc ? L->hk + at * D : row + D, *v = Wc ? L->cv + at * D : row + 2 * D;
+            const real *z = Wc ? L->hz + at * HM : w->alpha + (size_t)r * HM;
+            for (int h = 0; h < heads; h++)
+                nha_slot_update(L->hs + ((size_t)b * heads + h) * SZ, k + h * hd, v + h * hd, z + (size_t)h * m, m);
+        }
+        memcpy(qk, row, 2 * D * sizeof(real));
+        rope_rotate_row(qk, t, 2 * heads, hd, 1, 1);
+        if (Wc) {
+            size_t at = (size_t)b * Wc + t % Wc;
+            memcpy(L->hk + at * D, row + D, D * sizeof(real));
+            memcpy(L->cv + at * D, row + 2 * D, D * sizeof(real));
+            memcpy(L->ck + at * D, qk + D, D * sizeof(real));
+            memcpy(L->hz + at * HM, w->alpha + (size_t)r * HM, HM * sizeof(real));
+        }
+    }
+    #pragma omp parallel
+    {
+        real *e = xcalloc(m + Wc, sizeof(real));
+        #pragma omp for collapse(2)
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < heads; h++) {
+                int b = d->seq[r], t = d->pos[b], nslot = t >= win ? m : 0, lo = nha_window_lo(t, win), n = nslot;
+                const real *S = L->hs + ((size_t)b * heads + h) * SZ, *qr = w->qk_rot + (size_t)r * 2 * D + h * hd;
+                nha_slot_scores(e, w->proj + (size_t)r * 3 * D + h * hd, S, nslot);
+                for (int i = lo; i <= t; i++) {
+                    const real *kr = L->ck + ((size_t)b * Wc + i % Wc) * D + h * hd;
+                    real s = 0;
+                    for (int j = 0; j < hd; j++) s += qr[j] * kr[j];
+                    e[n++] = s * 0.125;
+                }
+                real mx = NEG_LARGE, sum = 0, o[NATSL_ATTN_HEAD] = {0};
+                for (int i = 0; i < n; i++) mx = fmax(mx, e[i]);
+                for (int i = 0; i < n; i++) {
+                    real pr = exp(e[i] - mx);
+                    const real *vv = i < nslot ? S + (size_t)(m + i) * hd : L->cv + ((size_t)b * Wc + (lo + i - nslot) % Wc) * D + h * hd;
+                    sum += pr;
+                    for (int j = 0; j < hd; j++) o[j] += pr * vv[j];
+                }
+                for (int j = 0; j < hd; j++) w->att_out[(size_t)r * D + h * hd + j] = matmul_precision(o[j] / sum);
+            }
+        free(e);
+    }
+    matmul_forward(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
+}
+
 // One token for every sequence b with tokens[b] >= 0 (the others wait): the whole model (2.1a-f) on those rows; each
 // one's logits land in d->logits[b] and its position advances.
 static void decoder_step(Decoder *d, const int *tokens) {
@@ -1768,6 +1844,7 @@ static void decoder_step(Decoder *d, const int *tokens) {
         const LayerParams *p = &d->p[l];
         rmsnorm_forward(w->xn, w->rstd1, w->res, p->ln_mix, norm_rows(R, D), 1);
         if (d->kind[l] == 'A') decoder_attention_layer(d, l, R);
+        else if (d->kind[l] == 'H') decoder_nha_layer(d, l, R);
         else decoder_gdn_layer(d, l, R);
         rmsnorm_forward(w->xn2, w->rstd2, w->r, p->ln_mlp, norm_rows(R, D), 1);
         matmul_forward(w->gu, w->xn2, p->wgu, R, D, 2 * F, 1, NULL);
@@ -1787,7 +1864,7 @@ static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->log
 
 // What the cache holds now, in bytes: the fixed state of every G and N layer (S, Z, Σg, conv inputs; N: the router's
 // sum and the current chunk's keys and values) and the keys and values that grow (A: every token's; N: the kept
-// chunks', kv[l]); a Transformer of the same width and depth would hold K and V of every layer and token. sfr[l]: the
+// chunks'; H: the window's, up to w tokens, kv[l]; H's slots are fixed); a Transformer of the same width and depth would hold K and V of every layer and token. sfr[l]: the
 // fraction of an N layer's completed chunk-heads routed to softmax (-1: no N layer or no completed chunk).
 static DecoderStats decoder_stats(const Decoder *d) {
     const Config *c = &d->M->cfg;
@@ -1799,6 +1876,12 @@ static DecoderStats decoder_stats(const Decoder *d) {
     for (int l = 0; l < c->L; l++) {
         s.sfr[l] = -1;
         if (d->kind[l] == 'A') s.kv[l] = (double)tokens * 2 * D * el;
+        if (d->kind[l] == 'H') { // §15: the slots, and the window's tokens held now (k, RoPE'd k, v, gate logits)
+            size_t HM = (size_t)cfg_attn_heads(c) * c->nha_m;
+            for (int b = 0; b < d->B; b++) s.kv[l] += (double)nha_ring(c, l, d->pos[b]) * (3 * D + HM) * el;
+            s.held += (double)B * HM * 2 * NATSL_ATTN_HEAD * el + s.kv[l];
+            continue;
+        }
         if (d->kind[l] != 'A') s.held += (double)B * (2 * H * c->dk * c->dv + H + NATSL_CONV * W) * el;
         if (d->kind[l] != 'N') { s.held += s.kv[l]; continue; }
         s.held += (double)B * (D + CH * (K + Vt)) * el;
