@@ -2068,6 +2068,33 @@ static void register_data_tests(void) {
 }
 
 // ---- checkpoints ----------------------------------------------------------------------------------------
+// An H model's file keeps its slots and per-layer windows (header fields 16, 96..); a window on a layer that is not H
+// is refused
+static void test_nha_checkpoint_roundtrip(void) {
+    char dir[] = "/tmp/natsl_nha_XXXXXX", path[256], err[1024];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    g_nha_m = 3;
+    Config cf = small_config("HAH", 0);
+    g_nha_m = 4;
+    cf.nha_w[0] = 0; cf.nha_w[2] = 4096;
+    Model M, L;
+    model_build(&M, &cf);
+    model_init(&M, 3);
+    snprintf(path, sizeof(path), "%s/model_00000001.bin", dir);
+    CHECK(save_model(&M, path, err, sizeof(err)) == 0, "save: %s", err);
+    CHECK(load_model(&L, path, err, sizeof(err)) == 0, "load: %s", err);
+    CHECK(!memcmp(&L.cfg, &M.cfg, sizeof(Config)) && L.cfg.nha_m == 3 && L.cfg.nha_w[2] == 4096, "config did not round-trip");
+    model_free(&L);
+    int h[256];
+    FILE *f = fopen(path, "r+b");
+    CHECK(f && fread(h, sizeof(int), 256, f) == 256 && h[16] == 3 && h[96] == 0 && h[98] == 4096, "header fields");
+    h[97] = 5; // layer 1 is A
+    fseek(f, 0, SEEK_SET); fwrite(h, sizeof(int), 256, f); fclose(f);
+    CHECK(load_model(&L, path, err, sizeof(err)) != 0 && strstr(err, "window"), "a window on an A layer loaded: %s", err);
+    model_free(&M);
+    snprintf(path, sizeof(path), "rm -rf %s", dir);
+    CHECK(system(path) == 0, "cleanup");
+}
 static void test_checkpoint_roundtrip(void) {
     char dir[] = "/tmp/natsl_ckpt_XXXXXX", path[256], spath[256], err[1024];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -2670,6 +2697,9 @@ static void test_cli_bad_input(void) {
     expect_error("-k 3", "recompute level");
     expect_error("-p fp16", "precision must be fp32 or bf16");
     expect_error("-C tanh", "-C tanh: the output gate's activation is silu or sigmoid");
+    expect_error("-a HH -W 1,x", "-W 1,x: one window, or a comma-separated list of 2");
+    expect_error("-a GGGG -W 5", "has no H layer");
+    expect_error("-a HH -U 0", "-U 0: out of range");
     expect_error("-B -0.5", "-B -0.5: out of range");
     expect_error("-F 1", "-F 1: out of range");
     expect_error("-G 1 -M 0", "-M 0: out of range");
@@ -4451,6 +4481,7 @@ int main(int argc, char **argv) {
     RUN(test_grads_scratch_unzeroed);
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
+    RUN(test_nha_checkpoint_roundtrip);
     RUN(test_cli_bad_input);
     RUN(test_cache_generate_cli);
     RUN(test_resume_bit_identical);

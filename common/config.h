@@ -136,12 +136,12 @@ static inline int config_set_nha(Config *c, const char *windows, int slots, char
     if (!windows) return 0;
     long w[NATSL_MAX_LAYERS];
     int n = 0;
-    for (const char *s = windows;; s++) {
+    for (const char *s = windows;;) { // digits, then a comma and more digits, or the end
         char *end;
-        if (n == NATSL_MAX_LAYERS || *s < '0' || *s > '9') break;
+        if (n == NATSL_MAX_LAYERS || *s < '0' || *s > '9') { n = -1; break; }
         w[n++] = strtol(s, &end, 10);
-        s = end;
-        if (*s != ',') { if (*s) n = -1; break; }
+        if (*end != ',') { if (*end) n = -1; break; }
+        s = end + 1;
     }
     if (n <= 0 || (n != 1 && n != nh)) {
         snprintf(err, errlen, "-W %s: one window, or a comma-separated list of %d (one per H layer)", windows, nh);
