@@ -4220,19 +4220,33 @@ static int gpu_available(char *why, size_t n) {
 // amplify any difference (AdamW's first steps go by the gradients' signs) to 1-2% of the loss, whichever roundings
 // differ, the GPU's atomics included (two runs of the same code differ so): bar 2e-2.
 // The model of a run: its -e preset (else tiny) and -a pattern, for the vocabulary V of the data
+// (and -W, -U: the H layers' windows and slots)
 static void run_config(Config *cf, const char *run_args, int V) {
-    char msg[256], pat[NATSL_MAX_LAYERS + 1], preset[16] = "tiny";
-    const char *e = strstr(run_args, "-e "), *a = strstr(run_args, "-a ");
+    char msg[256], pat[NATSL_MAX_LAYERS + 1], preset[16] = "tiny", wins[256] = "";
+    const char *e = strstr(run_args, "-e "), *a = strstr(run_args, "-a "), *w = strstr(run_args, "-W "), *u = strstr(run_args, "-U ");
+    int slots = 0;
     if (e) sscanf(e, "-e %15s", preset);
     config_from_preset(cf, preset, V);
     if (a && sscanf(a, "-a %64s", pat) == 1) config_set_pattern(cf, pat, msg, sizeof(msg));
+    if (w) sscanf(w, "-W %255s", wins);
+    if (u) sscanf(u, "-U %d", &slots);
+    if (w || u) config_set_nha(cf, w ? wins : NULL, slots, msg, sizeof(msg));
 }
+static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns);
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
                              {"tiny GNGN, sigmoid gate, own-chunk sg", "-C sigmoid -L 1"},
                              {"tiny GSNS, layer selection", "-a GSNS -S 0.5"},
                              {"tiny GNGN, answers only", "-w 1 -i /tmp/natsl_cvg_ans/train.bin -j /tmp/natsl_cvg_ans/val.bin"},
                              {"760m GN", "-e 760m -a GN -b 1 -t 128 -l 3e-4 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
+    cpu_vs_gpu_runs(runs, sizeof(runs) / sizeof(runs[0]));
+}
+// H layers (§15) at windows 70 and 0 (slots only), 8 slots, among G and A layers (the GPU decoder has none: -s 0)
+static void test_nha_cpu_vs_gpu(void) {
+    const char *runs[][2] = {{"tiny HAHG, NHA", "-a HAHG -W 70,0 -U 8 -s 0"}};
+    cpu_vs_gpu_runs(runs, 1);
+}
+static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns) {
     // every GPU run takes cuBLASLt's first algorithm for each product, untimed: the runs compared bit for bit (-k 1,
     // -k 2 against -k 0) run the same products, and each make test compares the same GPU bits with the CPU
     setenv("NATSL_GEMM_TIMED", "0", 1);
@@ -4241,7 +4255,7 @@ static void test_cpu_vs_gpu(void) {
     ev_write_rows("/tmp/natsl_cvg_ans", "train", 64, 256, 16, 1);
     ev_write_rows("/tmp/natsl_cvg_ans", "val", 16, 256, 16, 1);
     ev_write_tokenizer("/tmp/natsl_cvg_ans/tokenizer.bin", 16);
-    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+    for (size_t r = 0; r < nruns; r++) {
         Config cf;
         char msg[1024];
         for (int bf16 = 0; bf16 <= 1; bf16++) {
@@ -4504,6 +4518,7 @@ int main(int argc, char **argv) {
     if (gpu_available(why, sizeof(why))) {
         RUN(test_gpu_resume_bit_identical);
         RUN(test_cpu_vs_gpu);
+        RUN(test_nha_cpu_vs_gpu);
         RUN(test_eval_cpu_vs_gpu);
         RUN(test_cache_cpu_vs_gpu);
     } else printf("GPU tests (resume, CPU vs GPU comparison): skipped (%s)\n", why);

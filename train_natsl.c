@@ -1195,7 +1195,7 @@ static void nha_backward(real *dq, real *dk, real *dv, real *dqr, real *dkr, rea
 static void nha_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
                               int T, int l) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
-    NhaArgs op = nha_layer_op_args(c, a, l, B, T);
+    NhaArgs op = nha_layer_op_args(c, a, l, B, T, 0);
     matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
     for (size_t i = 0; i < (size_t)BT; i++) memcpy(a->qk_rot + i * 2 * D, a->proj + i * 3 * D, 2 * D * sizeof(real));
     rope_forward(a->qk_rot, BT, T, 2 * heads, NATSL_ATTN_HEAD, 2 * D, 1);
@@ -1206,7 +1206,7 @@ static void nha_layer_forward(const Config *c, LayerActs *a, const LayerParams *
 static void nha_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
                                const LayerActs *a, const LayerParams *p, int B, int T, int l) {
     int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
-    NhaArgs op = nha_layer_op_args(c, a, l, B, T);
+    NhaArgs op = nha_layer_op_args(c, a, l, B, T, 0);
     matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
     nha_backward(d->q, d->k, d->v, d->qk_rot, d->qk_rot + D, d->alpha, d->att_out, a->att_out, a->lse, a->slots, &op);
     rope_backward(d->qk_rot, BT, T, 2 * heads, NATSL_ATTN_HEAD, 2 * D);
@@ -1970,6 +1970,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
 // ================================================================================================
 
 static const char *backend_default_precision = "fp32";
+static const int backend_decodes_nha = 1;
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
     if (g_bf16) printf("precision: bf16 matmul operands, as train_natsl_cu -p bf16 (a check mode: slower than fp32)\n");

@@ -385,10 +385,12 @@ static inline AttnArgs attn_layer_op_args(const Config *c, const LayerActs *a, i
     AttnArgs o = {a->q, a->k, a->v, 3 * D, 3 * D, NULL, B, T, heads, heads, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 1, 0};
     return o;
 }
-// The H layer l's op: over proj's q, k, v column blocks, qk_rot's q | k and the gate logits alpha.
-static inline NhaArgs nha_layer_op_args(const Config *c, const LayerActs *a, int l, int B, int T) {
+// The H layer l's op: over proj's q, k, v column blocks, qk_rot's q | k and the gate logits alpha. half: qk_rot holds
+// 2-byte values (the GPU's bf16 mode, as layer_planes').
+static inline NhaArgs nha_layer_op_args(const Config *c, const LayerActs *a, int l, int B, int T, int half) {
     int D = c->D, heads = cfg_attn_heads(c);
-    NhaArgs o = {a->q, a->k, a->v, 3 * D, a->qk_rot, a->qk_rot + D, 2 * D, a->alpha, B, T, heads, c->nha_m, c->nha_w[l]};
+    NhaArgs o = {a->q, a->k, a->v, 3 * D, a->qk_rot, a->qk_rot + (half ? D / 2 : D), 2 * D, a->alpha, B, T, heads,
+                 c->nha_m, c->nha_w[l]};
     return o;
 }
 // The G, N and S layers' conv on the columns Q | K | V of proj, and their gates (the gradient's rows: the columns of
