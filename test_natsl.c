@@ -3032,9 +3032,9 @@ static void test_hz_model_file_fields(void) {
     // (words_y: what the resume says where it differs: a V or RoPE flag that is a valid model by itself no
     // longer matches the fingerprint its state file was written with)
     struct { const char *what; long field; int32_t value; const char *words, *words_y; } cases[] = {
-        {"pattern letter X", 33, 'X', "layer 1|G, A, N or S", NULL},
-        {"pattern letter NUL", 32, 0, "layer 0|G, A, N or S", NULL},
-        {"pattern letter g", 34, 'g', "G, A, N or S", NULL},
+        {"pattern letter X", 33, 'X', "layer 1|G, A, N, S or H", NULL},
+        {"pattern letter NUL", 32, 0, "layer 0|G, A, N, S or H", NULL},
+        {"pattern letter g", 34, 'g', "G, A, N, S or H", NULL},
         {"vocabulary 1", 9, 1, "vocabulary V=1|V=66", "not a pair"},
         {"vocabulary 100", 9, 100, "vocabulary V=100|V=66", "not a pair"},
         {"vocabulary above the padded rows", 9, 50000, "padded vocabulary must hold the vocabulary", NULL},
@@ -3216,7 +3216,7 @@ static void test_hz_cli_numbers(void) {
         {"-k 1.0", "-k 1.0: not an integer"},
         {"-w 3", "-w 3: out of range"},
         {"-E 2", "-E 2: out of range"},
-        {"-W 3", "unknown flag '-W'"},
+        {"-Z 3", "unknown flag '-Z'"},
         {"-x", "-x needs a value"},
         {"stray", "bad argument 'stray'"},
     };
