@@ -640,12 +640,15 @@ static void test_grad_router_gumbel_budget(void) {
 // ---- whole layers and the whole model ----------------------------------------------------------------------
 // A small model with every layer kind: D = 64, H = 2, dk = 8, dv = 16, Ha = 4, V = 90 padded to 96; the gated norm's
 // gate activation g_gate_act (the sigmoid tests set it for their checks).
-static int g_gate_act = GATE_SILU;
+// H layers (§15): g_nha_m slots per head, window g_nha_w.
+static int g_gate_act = GATE_SILU, g_nha_m = 4, g_nha_w = 3;
 static Config small_config(const char *pattern, int rope) {
     Config c = {0};
     c.D = 64; c.H = 2; c.dk = 8; c.dv = 16; c.Ha = 4; c.F = 128; c.V = 90; c.Vp = 96; c.rope = rope; c.gate_act = g_gate_act;
     c.L = (int)strlen(pattern);
     strcpy(c.pattern, pattern);
+    c.nha_m = strchr(pattern, 'H') ? g_nha_m : 0;
+    for (int l = 0; l < c.L; l++) c.nha_w[l] = pattern[l] == 'H' ? g_nha_w : 0;
     return c;
 }
 
@@ -657,6 +660,7 @@ static void layer_run(LayerCtx *c) {
     char k = cf->pattern[c->l];
     if (k == 'G') gdn_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T);
     else if (k == 'A') attention_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T);
+    else if (k == 'H') nha_layer_forward(cf, &c->a, p, c->out, NULL, c->B, c->T, c->l);
     else {
         if (k == 'S') c->M->rb.sel[c->l] = select_gate(c->M, c->l);
         Routing r = {NULL, 1, NULL, &c->M->rb.sel[c->l], 0, c->M->router_relaxed, c->M->router_no_grad};
@@ -709,6 +713,7 @@ static void check_layer(const char *pattern, int rope, int relaxed, const char *
     memset(M.grads, 0, M.nparams * sizeof(real));
     if (pattern[0] == 'G') gdn_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
     else if (pattern[0] == 'A') attention_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T);
+    else if (pattern[0] == 'H') nha_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, 0);
     else { // the gate's gradient and the router's only in relaxed mode (router_no_grad)
         Routing r = {NULL, 1, NULL, &M.rb.sel[0], g_sel_dpen, M.router_relaxed, M.router_no_grad};
         if (pattern[0] == 'S') select_layer_backward(&cf, dx, c.R, &d, &M.g.layer[0], &c.a, &M.p.layer[0], B, T, &r);
@@ -767,6 +772,7 @@ static void test_grad_layers_sigmoid_gate(void) {
 }
 // §7.3: the S layer with its gate choosing A (s_sel < 0), choosing G (s_sel > 0), and relaxed at fixed noise with
 // the penalty term (every parameter, s_sel included, against finite differences)
+
 static void test_grad_select_layer_a(void) { check_layer("S", 0, 0, "S layer, A chosen", -0.5); }
 static void test_grad_select_layer_g(void) { check_layer("S", 0, 0, "S layer, G chosen", 0.5); }
 static void test_grad_select_layer_relaxed(void) { check_layer("S", 0, 1, "S layer, relaxed, tau 0.7 + pen", 0.2); }
@@ -833,7 +839,7 @@ static void check_model_opts(const char *pattern, int relaxed, const char *what,
     for (int l = 0, nsel = 0; l < cf.L; l++) {
         LayerParams *p = &M.p.layer[l];
         if (cf.pattern[l] == 'N') { fill_normal(p->wr, 2 * cf.H * cf.D, 0.5); fill_normal(p->wow, 2 * cf.Ha * cfg_K(&cf), 0.3); }
-        if (cf.pattern[l] != 'A') fill_normal(p->conv, (2 * cfg_K(&cf) + cfg_Vt(&cf)) * NATSL_CONV, 0.3);
+        if (cf.pattern[l] != 'A' && cf.pattern[l] != 'H') fill_normal(p->conv, (2 * cfg_K(&cf) + cfg_Vt(&cf)) * NATSL_CONV, 0.3);
         if (cf.pattern[l] == 'S') p->s_sel[0] = (nsel++ % 2) ? 0.1 : -0.1;
     }
     g_fd_h = 3e-4;
@@ -910,6 +916,155 @@ static void test_grad_model_select(void) {
     RouterBudget rb = {.lambda = 0.5, .sel_lambda = 0.5, .kappa = SEL_KAPPA, .tau0 = 0.7};
     check_model_opts("SNAS", 1, "model SNAS, ST-Gumbel + pen", &rb);
 }
+
+// ---- H: Native Hybrid Attention (§15) ------------------------------------------------------------------------------
+// The layer's gradients (every parameter and x) at windows 0 (slots only), 3, 70 and ≥ T (full attention), m = 1 and 4,
+// T = 192 (3 chunks: the backward replays the slots from chunk starts). Gates W_α drawn wide (std 0.5) so that α
+// spreads over (0, 1).
+static void check_nha_layer(int w, int m) {
+    g_nha_w = w; g_nha_m = m;
+    char what[64];
+    snprintf(what, sizeof what, "H layer, w %d, m %d", w, m);
+    check_layer("H", 0, 0, what, 0);
+    g_nha_w = 3; g_nha_m = 4;
+}
+static void test_nha_grad_layer(void) {
+    const int wm[][2] = {{0, 1}, {0, 4}, {3, 1}, {3, 4}, {70, 4}, {4096, 1}};
+    for (int i = 0; i < 6; i++) check_nha_layer(wm[i][0], wm[i][1]);
+}
+static void test_nha_grad_model(void) {
+    g_nha_w = 70;
+    check_model_opts("GHAH", 0, "model GHAH, w 70, m 4", NULL);
+    g_nha_w = 3;
+}
+
+// The op's oracle, from the definitions in double: query t's slots in closed form, K̃_j = Σ_{s ≤ t−w} (Π_{s<r≤t−w}
+// α_r,j)(1 − α_s,j) k_s (the recurrence (15.1b) unrolled), then the softmax over slots (t ≥ w) and window (15.2a-c).
+static void nha_oracle(double *out, const NhaArgs *a) {
+    int B = a->B, T = a->T, Hh = a->heads, m = a->m, w = a->w, HD = NATSL_ATTN_HEAD;
+    double *e = calloc(m + T, sizeof(double)), *Ks = calloc((size_t)m * HD, sizeof(double)), *Vs = calloc((size_t)m * HD, sizeof(double));
+    for (int b = 0; b < B; b++) for (int h = 0; h < Hh; h++) for (int t = 0; t < T; t++) {
+        size_t bt = (size_t)b * T + t;
+        const real *q = a->q + bt * a->ldqkv + h * HD, *qr = a->qr + bt * a->ldr + h * HD;
+        int n = 0, nslot = t >= w ? m : 0, lo = t - w + 1 > 0 ? t - w + 1 : 0;
+        for (int j = 0; j < nslot; j++) {
+            for (int d = 0; d < HD; d++) Ks[j * HD + d] = Vs[j * HD + d] = 0;
+            for (int s = 0; s <= t - w; s++) {
+                double wgt = 1 - exp(log(1 / (1 + exp(-(double)a->z[((size_t)b * T + s) * Hh * m + h * m + j]))) / NHA_TAU);
+                for (int r = s + 1; r <= t - w; r++)
+                    wgt *= exp(log(1 / (1 + exp(-(double)a->z[((size_t)b * T + r) * Hh * m + h * m + j]))) / NHA_TAU);
+                for (int d = 0; d < HD; d++) {
+                    Ks[j * HD + d] += wgt * a->k[((size_t)b * T + s) * a->ldqkv + h * HD + d];
+                    Vs[j * HD + d] += wgt * a->v[((size_t)b * T + s) * a->ldqkv + h * HD + d];
+                }
+            }
+            double sc = 0;
+            for (int d = 0; d < HD; d++) sc += q[d] * Ks[j * HD + d];
+            e[n++] = sc / 8;
+        }
+        for (int i = lo; i <= t; i++) {
+            double sc = 0;
+            for (int d = 0; d < HD; d++) sc += qr[d] * a->kr[((size_t)b * T + i) * a->ldr + h * HD + d];
+            e[n++] = sc / 8;
+        }
+        double mx = -1e300, sum = 0;
+        for (int i = 0; i < n; i++) mx = fmax(mx, e[i]);
+        double *o = out + bt * Hh * HD + h * HD;
+        for (int d = 0; d < HD; d++) o[d] = 0;
+        for (int i = 0; i < n; i++) {
+            double p = exp(e[i] - mx);
+            sum += p;
+            if (i < nslot) for (int d = 0; d < HD; d++) o[d] += p * Vs[i * HD + d];
+            else for (int d = 0; d < HD; d++) o[d] += p * a->v[((size_t)b * T + lo + i - nslot) * a->ldqkv + h * HD + d];
+        }
+        for (int d = 0; d < HD; d++) o[d] /= sum;
+    }
+    free(e); free(Ks); free(Vs);
+}
+// nha_forward against the oracle: 2 heads, B = 2, T = 128, windows 0, 1, 5, 64, 65 and 200, m = 1 and 3
+static void test_nha_matches_token_oracle(void) {
+    int B = 2, T = 128, Hh = 2, HD = NATSL_ATTN_HEAD, D = Hh * HD;
+    size_t BT = (size_t)B * T;
+    real *qkv = vec(BT * 3 * D), *rot = vec(BT * 2 * D), *z = vec(BT * Hh * 3), *out = vec(BT * D), *lse = vec(BT * Hh);
+    real *slots = vec((size_t)B * Hh * (T / CH) * 2 * 3 * HD);
+    double *ref = calloc(BT * D, sizeof(double));
+    fill_normal(qkv, BT * 3 * D, 1); fill_normal(rot, BT * 2 * D, 1); fill_normal(z, BT * Hh * 3, 2);
+    const int ws[] = {0, 1, 5, 64, 65, 200};
+    double worst = 0;
+    for (int m = 1; m <= 3; m += 2)
+        for (int i = 0; i < 6; i++) {
+            NhaArgs a = {qkv, qkv + D, qkv + 2 * D, 3 * D, rot, rot + D, 2 * D, z, B, T, Hh, m, ws[i]};
+            nha_forward(out, lse, slots, &a);
+            nha_oracle(ref, &a);
+            double e = 0;
+            for (size_t j = 0; j < BT * D; j++) e = fmax(e, fabs(out[j] - ref[j]));
+            CHECK(e < 1e-10, "w %d, m %d: max |nha_forward − oracle| = %.3g", ws[i], m, e);
+            worst = fmax(worst, e);
+        }
+    printf("  max |nha_forward − oracle| %.3g over windows 0, 1, 5, 64, 65, 200 and m = 1, 3\n", worst);
+    free(qkv); free(rot); free(z); free(out); free(lse); free(slots); free(ref);
+}
+
+// w ≥ T: the H layer is the A layer with the same W_qkv, W_o (no token leaves the window: no slots, (15.2c))
+static void test_nha_full_window_is_attention(void) {
+    g_nha_w = 256;
+    Config ch = small_config("H", 0), ca = small_config("A", 0);
+    g_nha_w = 3;
+    ch.D = ca.D = 128;
+    Model MH, MA;
+    model_build(&MH, &ch); model_build(&MA, &ca);
+    model_init(&MH, 3); model_init(&MA, 3);
+    fill_normal(MA.p.layer[0].wqkv, 3 * 128 * 128, 0.2);
+    memcpy(MH.p.layer[0].wqkv, MA.p.layer[0].wqkv, 3 * 128 * 128 * sizeof(real));
+    memcpy(MH.p.layer[0].wo, MA.p.layer[0].wo, 128 * 128 * sizeof(real));
+    int B = 2, T = 128;
+    LayerCtx c[2] = {{&MH, 0, B, T, vec((size_t)B * T * 128), vec((size_t)B * T * 128), NULL, {0}},
+                     {&MA, 0, B, T, vec((size_t)B * T * 128), vec((size_t)B * T * 128), NULL, {0}}};
+    fill_normal(c[0].x, (size_t)B * T * 128, 1);
+    memcpy(c[1].x, c[0].x, (size_t)B * T * 128 * sizeof(real));
+    real *buf[2];
+    for (int i = 0; i < 2; i++) {
+        const Config *cf = &c[i].M->cfg;
+        buf[i] = vec(layer_acts_layout(&c[i].a, cf, cf->pattern[0], B, T, NULL, ACTS_ALL));
+        layer_acts_layout(&c[i].a, cf, cf->pattern[0], B, T, buf[i], ACTS_ALL);
+        layer_run(&c[i]);
+    }
+    double e = 0, mx = 0;
+    for (size_t j = 0; j < (size_t)B * T * 128; j++) { e = fmax(e, fabs(c[0].out[j] - c[1].out[j])); mx = fmax(mx, fabs(c[1].out[j])); }
+    printf("  max |H(w = 256) − A| %.3g (outputs up to %.3g)\n", e, mx);
+    CHECK(e < 1e-12 && mx > 1e-3, "H with w >= T differs from A by %.3g", e);
+    for (int i = 0; i < 2; i++) { free(buf[i]); free(c[i].x); free(c[i].out); }
+    model_free(&MH); model_free(&MA);
+}
+
+// A model with H layers learns the embedded characters: 30 steps of B = 4, T = 64 on tinyshakespeare_char
+static void test_nha_model_trains(void) {
+    char err[512];
+    DataLoader d;
+    int rc = dataloader_init(&d, "data/tinyshakespeare_char/train.bin", 4, 64, 66, err, sizeof err);
+    CHECK(rc == 0, "train shard: %s", err);
+    if (rc) return;
+    g_nha_w = 16;
+    Config c = small_config("HAH", 0);
+    g_nha_w = 3;
+    c.V = 66; c.Vp = 128;
+    Model M;
+    model_build(&M, &c);
+    model_init(&M, 1);
+    model_alloc_acts(&M, 4, 64, 0);
+    model_alloc_moments(&M);
+    double first = 0, last = 0;
+    for (int t = 1; t <= 30; t++) {
+        StepStats s = train_step(&M, &d, 1, 4, 64, 3e-3, 0.1, t, NULL);
+        if (t <= 3) first += s.loss / 3;
+        if (t > 27) last += s.loss / 3;
+    }
+    printf("  HAH (w 16, m 4): loss %.3f (steps 1-3) -> %.3f (steps 28-30)\n", first, last);
+    CHECK(last < first - 0.5, "the loss did not decrease: %.3f -> %.3f", first, last);
+    model_free(&M);
+    dataloader_free(&d);
+}
+
 
 // §7.3 freezing: the model with every S layer frozen to its gate's choice (-f) computes what the S model computes
 // without noise (evaluation), bit for bit: the same loss and logits; its S tensors are gone or renamed.
@@ -1080,6 +1235,12 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
             CHECK(st.kv[l] == (double)B * T * 2 * c->D * sizeof(real), "%s: layer %d (A) holds %.0f bytes of K/V", what, l, st.kv[l]);
             continue;
         }
+        if (d.kind[l] == 'H') { // the window's last min(w, T) tokens: k, RoPE'd k, v and gate logits (§15)
+            int n = c->nha_w[l] < T ? c->nha_w[l] : T;
+            double want = (double)B * n * (3 * c->D + cfg_attn_heads(c) * c->nha_m) * sizeof(real);
+            CHECK(st.kv[l] == want, "%s: layer %d (H) holds %.0f bytes of its window, not %.0f", what, l, st.kv[l], want);
+            continue;
+        }
         if (d.kind[l] != 'N') { CHECK(st.kv[l] == 0, "%s: layer %d (G) holds keys", what, l); continue; }
         double kept = 0;
         for (int b = 0; b < B; b++)
@@ -1166,6 +1327,21 @@ static void test_cache_attention(void) { cache_check_pattern("A", 0, NULL, NULL)
 static void test_cache_natsl(void) { cache_check_pattern("N", 0, NULL, NULL); }
 static void test_cache_natsl_rope(void) { cache_check_pattern("N", 1, NULL, NULL); }
 static void test_cache_mixed(void) { cache_check_pattern("GNAN", 0, NULL, NULL); }
+// H layers (§15) at windows 0 (slots only), 5, 64 and 300 (≥ T: no slots), m = 4; and among the other kinds
+static void test_cache_nha(void) {
+    const int ws[] = {0, 5, 64, 300};
+    for (int i = 0; i < 4; i++) {
+        g_nha_w = ws[i];
+        printf("  w %d:\n", ws[i]);
+        cache_check_pattern("H", 0, NULL, NULL);
+    }
+    g_nha_w = 3;
+}
+static void test_cache_nha_mixed(void) {
+    g_nha_w = 64;
+    cache_check_pattern("GHAN", 0, NULL, NULL);
+    g_nha_w = 3;
+}
 // S layers decode as the mixer their noise-free gate chooses (§7.3): the first one A, the second G
 static void test_cache_select(void) { cache_check_pattern("SNS", 0, (const double[]){-0.3, 0.4}, "ANG"); }
 // Three sequences of different prompt lengths decoded together, each with its own position and routing; and the
@@ -1978,6 +2154,33 @@ static void register_data_tests(void) {
 }
 
 // ---- checkpoints ----------------------------------------------------------------------------------------
+// An H model's file keeps its slots and per-layer windows (header fields 16, 96..); a window on a layer that is not H
+// is refused
+static void test_nha_checkpoint_roundtrip(void) {
+    char dir[] = "/tmp/natsl_nha_XXXXXX", path[256], err[1024];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    g_nha_m = 3;
+    Config cf = small_config("HAH", 0);
+    g_nha_m = 4;
+    cf.nha_w[0] = 0; cf.nha_w[2] = 4096;
+    Model M, L;
+    model_build(&M, &cf);
+    model_init(&M, 3);
+    snprintf(path, sizeof(path), "%s/model_00000001.bin", dir);
+    CHECK(save_model(&M, path, err, sizeof(err)) == 0, "save: %s", err);
+    CHECK(load_model(&L, path, err, sizeof(err)) == 0, "load: %s", err);
+    CHECK(!memcmp(&L.cfg, &M.cfg, sizeof(Config)) && L.cfg.nha_m == 3 && L.cfg.nha_w[2] == 4096, "config did not round-trip");
+    model_free(&L);
+    int h[256];
+    FILE *f = fopen(path, "r+b");
+    CHECK(f && fread(h, sizeof(int), 256, f) == 256 && h[16] == 3 && h[96] == 0 && h[98] == 4096, "header fields");
+    h[97] = 5; // layer 1 is A
+    fseek(f, 0, SEEK_SET); fwrite(h, sizeof(int), 256, f); fclose(f);
+    CHECK(load_model(&L, path, err, sizeof(err)) != 0 && strstr(err, "window"), "a window on an A layer loaded: %s", err);
+    model_free(&M);
+    snprintf(path, sizeof(path), "rm -rf %s", dir);
+    CHECK(system(path) == 0, "cleanup");
+}
 static void test_checkpoint_roundtrip(void) {
     char dir[] = "/tmp/natsl_ckpt_XXXXXX", path[256], spath[256], err[1024];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -2136,7 +2339,7 @@ static void test_answer_model_grad(void) {
     for (int l = 0; l < cf.L; l++) { // the well-conditioned point of check_model_opts
         LayerParams *p = &M.p.layer[l];
         if (cf.pattern[l] == 'N') { fill_normal(p->wr, 2 * cf.H * cf.D, 0.5); fill_normal(p->wow, 2 * cf.Ha * cfg_K(&cf), 0.3); }
-        if (cf.pattern[l] != 'A') fill_normal(p->conv, (2 * cfg_K(&cf) + cfg_Vt(&cf)) * NATSL_CONV, 0.3);
+        if (cf.pattern[l] != 'A' && cf.pattern[l] != 'H') fill_normal(p->conv, (2 * cfg_K(&cf) + cfg_Vt(&cf)) * NATSL_CONV, 0.3);
     }
     g_fd_h = 3e-4;
     M.rb.lambda = 0.5;
@@ -2580,6 +2783,9 @@ static void test_cli_bad_input(void) {
     expect_error("-k 3", "recompute level");
     expect_error("-p fp16", "precision must be fp32 or bf16");
     expect_error("-C tanh", "-C tanh: the output gate's activation is silu or sigmoid");
+    expect_error("-a HH -W 1,x", "-W 1,x: one window, or a comma-separated list of 2");
+    expect_error("-a GGGG -W 5", "has no H layer");
+    expect_error("-a HH -U 0", "-U 0: out of range");
     expect_error("-B -0.5", "-B -0.5: out of range");
     expect_error("-F 1", "-F 1: out of range");
     expect_error("-G 1 -M 0", "-M 0: out of range");
@@ -2912,9 +3118,9 @@ static void test_hz_model_file_fields(void) {
     // (words_y: what the resume says where it differs: a V or RoPE flag that is a valid model by itself no
     // longer matches the fingerprint its state file was written with)
     struct { const char *what; long field; int32_t value; const char *words, *words_y; } cases[] = {
-        {"pattern letter X", 33, 'X', "layer 1|G, A, N or S", NULL},
-        {"pattern letter NUL", 32, 0, "layer 0|G, A, N or S", NULL},
-        {"pattern letter g", 34, 'g', "G, A, N or S", NULL},
+        {"pattern letter X", 33, 'X', "layer 1|G, A, N, S or H", NULL},
+        {"pattern letter NUL", 32, 0, "layer 0|G, A, N, S or H", NULL},
+        {"pattern letter g", 34, 'g', "G, A, N, S or H", NULL},
         {"vocabulary 1", 9, 1, "vocabulary V=1|V=66", "not a pair"},
         {"vocabulary 100", 9, 100, "vocabulary V=100|V=66", "not a pair"},
         {"vocabulary above the padded rows", 9, 50000, "padded vocabulary must hold the vocabulary", NULL},
@@ -3096,7 +3302,7 @@ static void test_hz_cli_numbers(void) {
         {"-k 1.0", "-k 1.0: not an integer"},
         {"-w 3", "-w 3: out of range"},
         {"-E 2", "-E 2: out of range"},
-        {"-W 3", "unknown flag '-W'"},
+        {"-Z 3", "unknown flag '-Z'"},
         {"-x", "-x needs a value"},
         {"stray", "bad argument 'stray'"},
     };
@@ -4100,19 +4306,33 @@ static int gpu_available(char *why, size_t n) {
 // amplify any difference (AdamW's first steps go by the gradients' signs) to 1-2% of the loss, whichever roundings
 // differ, the GPU's atomics included (two runs of the same code differ so): bar 2e-2.
 // The model of a run: its -e preset (else tiny) and -a pattern, for the vocabulary V of the data
+// (and -W, -U: the H layers' windows and slots)
 static void run_config(Config *cf, const char *run_args, int V) {
-    char msg[256], pat[NATSL_MAX_LAYERS + 1], preset[16] = "tiny";
-    const char *e = strstr(run_args, "-e "), *a = strstr(run_args, "-a ");
+    char msg[256], pat[NATSL_MAX_LAYERS + 1], preset[16] = "tiny", wins[256] = "";
+    const char *e = strstr(run_args, "-e "), *a = strstr(run_args, "-a "), *w = strstr(run_args, "-W "), *u = strstr(run_args, "-U ");
+    int slots = 0;
     if (e) sscanf(e, "-e %15s", preset);
     config_from_preset(cf, preset, V);
     if (a && sscanf(a, "-a %64s", pat) == 1) config_set_pattern(cf, pat, msg, sizeof(msg));
+    if (w) sscanf(w, "-W %255s", wins);
+    if (u) sscanf(u, "-U %d", &slots);
+    if (w || u) config_set_nha(cf, w ? wins : NULL, slots, msg, sizeof(msg));
 }
+static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns);
 static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
                              {"tiny GNGN, sigmoid gate, own-chunk sg", "-C sigmoid -L 1"},
                              {"tiny GSNS, layer selection", "-a GSNS -S 0.5"},
                              {"tiny GNGN, answers only", "-w 1 -i /tmp/natsl_cvg_ans/train.bin -j /tmp/natsl_cvg_ans/val.bin"},
                              {"760m GN", "-e 760m -a GN -b 1 -t 128 -l 3e-4 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
+    cpu_vs_gpu_runs(runs, sizeof(runs) / sizeof(runs[0]));
+}
+// H layers (§15) at windows 70 and 0 (slots only), 8 slots, among G and A layers (the GPU decoder has none: -s 0)
+static void test_nha_cpu_vs_gpu(void) {
+    const char *runs[][2] = {{"tiny HAHG, NHA", "-a HAHG -W 70,0 -U 8 -s 0"}};
+    cpu_vs_gpu_runs(runs, 1);
+}
+static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns) {
     // every GPU run takes cuBLASLt's first algorithm for each product, untimed: the runs compared bit for bit (-k 1,
     // -k 2 against -k 0) run the same products, and each make test compares the same GPU bits with the CPU
     setenv("NATSL_GEMM_TIMED", "0", 1);
@@ -4121,7 +4341,7 @@ static void test_cpu_vs_gpu(void) {
     ev_write_rows("/tmp/natsl_cvg_ans", "train", 64, 256, 16, 1);
     ev_write_rows("/tmp/natsl_cvg_ans", "val", 16, 256, 16, 1);
     ev_write_tokenizer("/tmp/natsl_cvg_ans/tokenizer.bin", 16);
-    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+    for (size_t r = 0; r < nruns; r++) {
         Config cf;
         char msg[1024];
         for (int bf16 = 0; bf16 <= 1; bf16++) {
@@ -4333,6 +4553,11 @@ int main(int argc, char **argv) {
     RUN(test_grad_natsl_layer_rope);
     RUN(test_grad_natsl_layer_relaxed);
     RUN(test_grad_layers_sigmoid_gate);
+    RUN(test_nha_grad_layer);
+    RUN(test_nha_grad_model);
+    RUN(test_nha_matches_token_oracle);
+    RUN(test_nha_full_window_is_attention);
+    RUN(test_nha_model_trains);
     RUN(test_grad_select_layer_a);
     RUN(test_grad_select_layer_g);
     RUN(test_grad_select_layer_relaxed);
@@ -4354,6 +4579,8 @@ int main(int argc, char **argv) {
     RUN(test_cache_natsl_rope);
     RUN(test_cache_mixed);
     RUN(test_cache_select);
+    RUN(test_cache_nha);
+    RUN(test_cache_nha_mixed);
     RUN(test_cache_batched);
     RUN(test_cache_prefill_bf16);
     RUN(test_nonfinite_detection);
@@ -4366,6 +4593,7 @@ int main(int argc, char **argv) {
     RUN(test_grads_scratch_unzeroed);
     register_data_tests();
     RUN(test_checkpoint_roundtrip);
+    RUN(test_nha_checkpoint_roundtrip);
     RUN(test_cli_bad_input);
     RUN(test_cache_generate_cli);
     RUN(test_resume_bit_identical);
@@ -4388,6 +4616,7 @@ int main(int argc, char **argv) {
     if (gpu_available(why, sizeof(why))) {
         RUN(test_gpu_resume_bit_identical);
         RUN(test_cpu_vs_gpu);
+        RUN(test_nha_cpu_vs_gpu);
         RUN(test_eval_cpu_vs_gpu);
         RUN(test_cache_cpu_vs_gpu);
     } else printf("GPU tests (resume, CPU vs GPU comparison): skipped (%s)\n", why);

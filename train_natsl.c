@@ -13,7 +13,7 @@ against finite differences in double precision.
 The file reads in this order:
   1. conventions and the small layers (embedding, linear, norms, SwiGLU, short conv, gates, RoPE, ...)
   2. the two NAtS-L token mixers (the softmax op and the GDN op) and the router
-  3. the model: the G, A, N and S layers, the block, the forward and backward passes
+  3. the model: the G, A, N, S and H layers, the block, the forward and backward passes
   3b. decoding with the cache: B sequences a token at a time, equal to the forward pass (doc/model.md §14)
   4. the training step: gradient norm, clipping, AdamW
   5. checkpoints and the program (the loop around train_step lives in common/train_main.inc)
@@ -1049,6 +1049,189 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
     matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, DINP_WRITE);
 }
 
+// ---- H: Native Hybrid Attention (§15) --------------------------------------------------------------------------
+// Per head (64 wide) and sequence: m slots K̃, Ṽ [m][64], fed by the token s = t − w that leaves the window,
+//   K̃ ← Diag(α_s) K̃ + (1 − α_s) ⊗ k_s,  Ṽ likewise with v_s,  log α_s = logσ(z_s)/τ, z_s = x_s W_αᵀ   (15.1a-b)
+// and one softmax over the slots (unrotated q, only once a token has left: t ≥ w) and the window's rotated keys
+// max(0, t−w+1) .. t:  o_t = softmax([q K̃ᵀ, q̂ K̂_winᵀ] / 8) [Ṽ; V_win]   (15.2a-c). lse [B][heads][T] is kept,
+// and the slots at every chunk start [B][heads][Nc][2][m][64], from which the backward replays a chunk.
+#define NHA_HD NATSL_ATTN_HEAD
+static inline real nha_log_alpha(real z) { return -softplus(-z) / NHA_TAU; } // (15.1a)
+// (15.1b): token s (its k, v and gate logits z [m]) enters the slots S = K̃ | Ṽ
+static void nha_slot_update(real *S, const real *k, const real *v, const real *z, int m) {
+    real *Ks = S, *Vs = S + (size_t)m * NHA_HD;
+    for (int j = 0; j < m; j++) {
+        real al = exp(nha_log_alpha(z[j]));
+        for (int d = 0; d < NHA_HD; d++) {
+            Ks[j * NHA_HD + d] = al * Ks[j * NHA_HD + d] + (1 - al) * k[d];
+            Vs[j * NHA_HD + d] = al * Vs[j * NHA_HD + d] + (1 - al) * v[d];
+        }
+    }
+}
+// Query t's scores (15.2a): the m slots' e[j] = q_t·K̃_j / 8 (unrotated q), the window's e[i − lo] = q̂_t·k̂_i / 8 for
+// i = lo .. t, lo = max(0, t − w + 1) (nha_window_lo; none when w = 0)
+static void nha_slot_scores(real *e, const real *q, const real *S, int m) {
+    for (int j = 0; j < m; j++) {
+        real s = 0;
+        for (int d = 0; d < NHA_HD; d++) s += q[d] * S[(size_t)j * NHA_HD + d];
+        e[j] = s * 0.125;
+    }
+}
+static inline int nha_window_lo(int t, int w) { return t - w + 1 > 0 ? t - w + 1 : 0; }
+static void nha_window_scores(real *e, const NhaArgs *a, size_t bt, int h, int t) {
+    const real *qr = a->qr + bt * a->ldr + h * NHA_HD;
+    for (int i = nha_window_lo(t, a->w); i <= t; i++) {
+        const real *kr = a->kr + (bt - t + i) * a->ldr + h * NHA_HD;
+        real s = 0;
+        for (int d = 0; d < NHA_HD; d++) s += qr[d] * kr[d];
+        *e++ = s * 0.125;
+    }
+}
+// out [B*T][heads·64] (stored in the matmul precision, as the A layer's), lse, slots: see above.
+static void nha_forward(real *out, real *lse, real *slots, const NhaArgs *a) {
+    int B = a->B, T = a->T, Hh = a->heads, m = a->m, w = a->w, ldo = Hh * NHA_HD;
+    size_t SZ = 2 * (size_t)m * NHA_HD;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hh; h++) {
+            real *S = xcalloc(SZ, sizeof(real)), *e = xcalloc(m + T, sizeof(real));
+            for (int t = 0; t < T; t++) {
+                size_t bt = (size_t)b * T + t;
+                if (t % CH == 0) memcpy(slots + (((size_t)b * Hh + h) * (T / CH) + t / CH) * SZ, S, SZ * sizeof(real));
+                if (t >= w) { // token s = t − w leaves the window (15.1b)
+                    size_t bs = bt - w;
+                    nha_slot_update(S, a->k + bs * a->ldqkv + h * NHA_HD, a->v + bs * a->ldqkv + h * NHA_HD,
+                                    a->z + bs * Hh * m + (size_t)h * m, m);
+                }
+                int nslot = t >= w ? m : 0, lo = nha_window_lo(t, w), n = nslot + t + 1 - lo;
+                nha_slot_scores(e, a->q + bt * a->ldqkv + h * NHA_HD, S, nslot);
+                nha_window_scores(e + nslot, a, bt, h, t);
+                real mx = NEG_LARGE, sum = 0, o[NHA_HD] = {0};
+                for (int i = 0; i < n; i++) mx = fmax(mx, e[i]);
+                for (int i = 0; i < n; i++) {
+                    real p = exp(e[i] - mx);
+                    const real *vv = i < nslot ? S + (size_t)(m + i) * NHA_HD : a->v + (bt - t + lo + i - nslot) * a->ldqkv + h * NHA_HD;
+                    sum += p;
+                    for (int d = 0; d < NHA_HD; d++) o[d] += p * vv[d];
+                }
+                for (int d = 0; d < NHA_HD; d++) out[bt * ldo + h * NHA_HD + d] = matmul_precision(o[d] / sum);
+                lse[((size_t)b * Hh + h) * T + t] = mx + log(sum);
+            }
+            free(S); free(e);
+        }
+}
+// The backward (15.3a-f): with p = exp(e − lse) and Δ_t = do_t·o_t, de = p (do·value − Δ_t); the window's part per
+// query, then the slots' in reverse time, a chunk at a time (its slots replayed from the chunk start): dK̃, dṼ carry
+// back through (15.1b): dk_s += (1−α_s) dK̃, dα_s = Σ_d dK̃ (K̃_prev − k_s) + likewise Ṽ, dK̃ ← α_s dK̃;
+// dz_s = dα_s α_s (1 − σ(z_s))/τ. WRITES dq, dk, dv (strides as q, k, v), dqr, dkr (as qr, kr) and dz (as z).
+static void nha_backward(real *dq, real *dk, real *dv, real *dqr, real *dkr, real *dz, const real *dout, const real *out,
+                         const real *lse, const real *slots, const NhaArgs *a) {
+    int B = a->B, T = a->T, Hh = a->heads, m = a->m, w = a->w, ldo = Hh * NHA_HD, ld = a->ldqkv, ldr = a->ldr;
+    size_t SZ = 2 * (size_t)m * NHA_HD;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hh; h++) {
+            real *St = xcalloc((CH + 1) * SZ, sizeof(real)), *dS = xcalloc(SZ, sizeof(real)), *e = xcalloc(m + T, sizeof(real));
+            for (int t = 0; t < T; t++) {
+                size_t bt = (size_t)b * T + t;
+                for (int d = 0; d < NHA_HD; d++) {
+                    dq[bt * ld + h * NHA_HD + d] = dk[bt * ld + h * NHA_HD + d] = dv[bt * ld + h * NHA_HD + d] = 0;
+                    dqr[bt * ldr + h * NHA_HD + d] = dkr[bt * ldr + h * NHA_HD + d] = 0;
+                }
+                for (int j = 0; j < m; j++) dz[bt * Hh * m + (size_t)h * m + j] = 0;
+            }
+            for (int t = 0; t < T; t++) { // the window's part (15.3b-c)
+                size_t bt = (size_t)b * T + t, row = bt * ldo + h * NHA_HD;
+                real L = lse[((size_t)b * Hh + h) * T + t], Dt = 0;
+                for (int d = 0; d < NHA_HD; d++) Dt += dout[row + d] * out[row + d];
+                int lo = nha_window_lo(t, w);
+                nha_window_scores(e, a, bt, h, t);
+                for (int i = 0; i <= t - lo; i++) {
+                    size_t bi = bt - t + lo + i;
+                    const real *vi = a->v + bi * ld + h * NHA_HD, *kr = a->kr + bi * ldr + h * NHA_HD;
+                    const real *qr = a->qr + bt * ldr + h * NHA_HD;
+                    real p = exp(e[i] - L), dp = 0;
+                    for (int d = 0; d < NHA_HD; d++) dp += dout[row + d] * vi[d];
+                    real de = p * (dp - Dt) * 0.125;
+                    for (int d = 0; d < NHA_HD; d++) {
+                        dqr[bt * ldr + h * NHA_HD + d] += de * kr[d];
+                        dkr[bi * ldr + h * NHA_HD + d] += de * qr[d];
+                        dv[bi * ld + h * NHA_HD + d] += p * dout[row + d];
+                    }
+                }
+            }
+            for (int c = T / CH - 1; c >= 0; c--) { // the slots' part, in reverse time (15.3d-f)
+                memcpy(St, slots + (((size_t)b * Hh + h) * (T / CH) + c) * SZ, SZ * sizeof(real));
+                for (int i = 0; i < CH; i++) { // St[i+1]: the slots query c·64+i reads
+                    size_t bs = (size_t)b * T + c * CH + i - w;
+                    memcpy(St + (i + 1) * SZ, St + i * SZ, SZ * sizeof(real));
+                    if (c * CH + i >= w) nha_slot_update(St + (i + 1) * SZ, a->k + bs * ld + h * NHA_HD, a->v + bs * ld + h * NHA_HD,
+                                                         a->z + bs * Hh * m + (size_t)h * m, m);
+                }
+                for (int i = CH - 1; i >= 0; i--) {
+                    int t = c * CH + i;
+                    if (t < w) continue; // no token has left: no read, no update
+                    size_t bt = (size_t)b * T + t, bs = bt - w, row = bt * ldo + h * NHA_HD;
+                    const real *S = St + (i + 1) * SZ, *Sp = St + i * SZ, *q = a->q + bt * ld + h * NHA_HD;
+                    real L = lse[((size_t)b * Hh + h) * T + t], Dt = 0;
+                    for (int d = 0; d < NHA_HD; d++) Dt += dout[row + d] * out[row + d];
+                    nha_slot_scores(e, q, S, m);
+                    for (int j = 0; j < m; j++) { // query t reads the slots (15.3d)
+                        const real *Kj = S + (size_t)j * NHA_HD, *Vj = S + (size_t)(m + j) * NHA_HD;
+                        real p = exp(e[j] - L), dp = 0;
+                        for (int d = 0; d < NHA_HD; d++) dp += dout[row + d] * Vj[d];
+                        real de = p * (dp - Dt) * 0.125;
+                        for (int d = 0; d < NHA_HD; d++) {
+                            dq[bt * ld + h * NHA_HD + d] += de * Kj[d];
+                            dS[(size_t)j * NHA_HD + d] += de * q[d];
+                            dS[(size_t)(m + j) * NHA_HD + d] += p * dout[row + d];
+                        }
+                    }
+                    const real *ks = a->k + bs * ld + h * NHA_HD, *vs = a->v + bs * ld + h * NHA_HD;
+                    for (int j = 0; j < m; j++) { // token s entered them (15.3e-f)
+                        size_t iz = bs * Hh * m + (size_t)h * m + j;
+                        real zj = a->z[iz], al = exp(nha_log_alpha(zj)), da = 0;
+                        real *dK = dS + (size_t)j * NHA_HD, *dV = dS + (size_t)(m + j) * NHA_HD;
+                        for (int d = 0; d < NHA_HD; d++) {
+                            da += dK[d] * (Sp[(size_t)j * NHA_HD + d] - ks[d]) + dV[d] * (Sp[(size_t)(m + j) * NHA_HD + d] - vs[d]);
+                            dk[bs * ld + h * NHA_HD + d] += (1 - al) * dK[d];
+                            dv[bs * ld + h * NHA_HD + d] += (1 - al) * dV[d];
+                            dK[d] *= al; dV[d] *= al;
+                        }
+                        dz[iz] += da * al * (1 - sigmoid(zj)) / NHA_TAU;
+                    }
+                }
+            }
+            free(St); free(dS); free(e);
+        }
+}
+
+// The layer: proj = x W_qkvᵀ (q | k | v, not rotated);  qk_rot = RoPE(q | k);  z = x W_αᵀ;  o = NHA;  out = res + o W_oᵀ.
+// proj, qk_rot, o and o's gradient are stored in the matmul precision, as the A layer's. l: the layer (its window).
+static void nha_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                              int T, int l) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    NhaArgs op = nha_layer_op_args(c, a, l, B, T, 0);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
+    for (size_t i = 0; i < (size_t)BT; i++) memcpy(a->qk_rot + i * 2 * D, a->proj + i * 3 * D, 2 * D * sizeof(real));
+    rope_forward(a->qk_rot, BT, T, 2 * heads, NATSL_ATTN_HEAD, 2 * D, 1);
+    matmul_forward(a->alpha, a->xn, p->walpha, BT, D, heads * c->nha_m, 0, NULL);
+    nha_forward(a->att_out, a->lse, a->slots, &op);
+    matmul_forward(out, a->att_out, p->wo, BT, D, D, res != NULL, res);
+}
+static void nha_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                               const LayerActs *a, const LayerParams *p, int B, int T, int l) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    NhaArgs op = nha_layer_op_args(c, a, l, B, T, 0);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
+    nha_backward(d->q, d->k, d->v, d->qk_rot, d->qk_rot + D, d->alpha, d->att_out, a->att_out, a->lse, a->slots, &op);
+    rope_backward(d->qk_rot, BT, T, 2 * heads, NATSL_ATTN_HEAD, 2 * D);
+    for (size_t i = 0; i < (size_t)BT; i++)
+        for (int j = 0; j < 2 * D; j++) d->proj[i * 3 * D + j] += d->qk_rot[i * 2 * D + j];
+    matmul_backward(dx, gp->wqkv, d->proj, a->xn, p->wqkv, BT, D, 3 * D, DINP_WRITE);
+    matmul_backward(dx, gp->walpha, d->alpha, a->xn, p->walpha, BT, D, heads * c->nha_m, DINP_ADD);
+}
+
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
 // Router mask Ã from mean-pooled x (§5.2). Softmax op on qa = RMSNorm_{w_qn}(Q head), ka likewise, va = V
 // (optional RoPE, §5.8); GDN op on q̂, k̂, V as in G, both driven by Ã (§5.3, §5.4). ω = pair softmax of
@@ -1203,6 +1386,7 @@ static void block_forward(Model *M, int l, int B, int T) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, norm_rows(BT, D), 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T);
+    else if (c->pattern[l] == 'H') nha_layer_forward(c, a, p, a->r, a->res, B, T, l);
     else {
         if (c->pattern[l] == 'S') M->rb.sel[l] = select_gate(M, l);
         Routing r = layer_routing(M, l, B, T, NULL, 0);
@@ -1223,7 +1407,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, norm_rows(BT, D), 1);
-    if (kind != 'A') { // G, N, S (an S layer's G mixer)
+    if (kind != 'A' && kind != 'H') { // G, N, S (an S layer's G mixer)
         ConvArgs conv = gdn_conv_args(c, a, p, B, T);
         conv_silu_forward(a->v, &conv, 2 * cfg_K(c), cfg_Vt(c));
     }
@@ -1297,6 +1481,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'H') nha_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, l);
         else {
             Routing r = layer_routing(M, l, B, T, dpi, dpen_sel);
             if (c->pattern[l] == 'S') select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &r);
@@ -1319,7 +1504,8 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
 //   A: the keys (RoPE'd) and values of every token so far;
 //   N: what G holds, the router's running sum of x over the current chunk, the current chunk's softmax keys and
 //      values, and per head group the keys and values of the completed chunks the router sent to softmax;
-//   S: what its frozen choice (the noise-free gate, §7.3) holds.
+//   S: what its frozen choice (the noise-free gate, §7.3) holds;
+//   H: the slots and the last w tokens' keys (RoPE'd and not), values and gate logits (§15: constant memory).
 // A step costs O(1) in the GDN part and O(kept softmax tokens) in attention. At a chunk's last token the router
 // decides for the chunk from its mean (5.2a-d): routed to GDN, the run commits into the state and the keys and values
 // are dropped; routed to softmax, they are kept and the state only decays (5.4h).
@@ -1335,7 +1521,12 @@ typedef struct {
     real *ck, *cv;             // N: the current chunk's ka [B][64][K], va [B][64][Vt];  A: keys, values [B][Tmax][D]
     real *kk, *kv;             // N: the kept chunks' keys [B][H][Nc][64][d_k], values [B][H][Nc][64][d_v], per head
                                //   group (its G softmax heads' columns), in chunk order
+    real *hs, *hk, *hz;        // H: slots [B][heads][2][m][64]; the window's ring of nha_ring tokens: k [B][ring][D]
+                               //   (not rotated), gate logits [B][ring][heads·m] (its RoPE'd keys, values: ck, cv)
 } DecLayer;
+
+// An H layer's window ring (§15): the last min(w, Tmax) tokens (token t at t mod ring)
+static int nha_ring(const Config *c, int l, int Tmax) { return c->nha_w[l] < Tmax ? c->nha_w[l] : Tmax; }
 
 typedef struct {
     Model *M;
@@ -1362,7 +1553,7 @@ static size_t decoder_layout(Decoder *d, real *base) {
     for (int l = 0; l < c->L; l++) {
         DecLayer *L = &d->dl[l];
         memset(L, 0, sizeof(*L));
-        if (d->kind[l] != 'A') {
+        if (d->kind[l] != 'A' && d->kind[l] != 'H') {
             TAKE(S, B * H * KV); TAKE(Z, B * H * KV); TAKE(gsum, B * H); TAKE(tail, B * NATSL_CONV * W);
         }
         if (d->kind[l] == 'N') {
@@ -1370,6 +1561,11 @@ static size_t decoder_layout(Decoder *d, real *base) {
             TAKE(kk, B * H * Nc * CH * c->dk); TAKE(kv, B * H * Nc * CH * c->dv);
         }
         if (d->kind[l] == 'A') { TAKE(ck, B * d->Tmax * D); TAKE(cv, B * d->Tmax * D); }
+        if (d->kind[l] == 'H') {
+            size_t ring = nha_ring(c, l, d->Tmax), HM = (size_t)cfg_attn_heads(c) * c->nha_m;
+            TAKE(hs, B * HM * 2 * NATSL_ATTN_HEAD); TAKE(ck, B * ring * D); TAKE(cv, B * ring * D);
+            TAKE(hk, B * ring * D); TAKE(hz, B * ring * HM);
+        }
     }
 #undef TAKE
     return off;
@@ -1388,6 +1584,7 @@ static size_t decoder_work_layout(LayerActs *w, const Config *c, int R, real *ba
     TAKE(omega, R * 2 * Ha); TAKE(gdn_out, R * Vt); TAKE(att_out, R * A); TAKE(pool, D); TAKE(rlogits, 2 * H);
     TAKE(rpi, 2 * H); TAKE(norm_rstd, 2 * R * NR); TAKE(y, R * Vt); TAKE(r, R * D); TAKE(xn2, R * D); TAKE(rstd2, R);
     TAKE(gu, R * 2 * c->F); TAKE(hmid, R * c->F);
+    TAKE(qk_rot, R * 2 * D); TAKE(alpha, R * cfg_attn_heads(c) * c->nha_m); // H (0 without H layers)
 #undef TAKE
     if (base) {
         w->q = w->qk; w->k = w->qk + R * K; w->q_hat = w->qk_hat; w->k_hat = w->qk_hat + R * K;
@@ -1583,6 +1780,70 @@ static void decoder_attention_layer(Decoder *d, int l, int R) {
     matmul_forward(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
 }
 
+// H layer (§15) on R rows: the token s = t − w leaving the window enters the slots (15.1b; w = 0: this token), this
+// token's k, v and gate logits z (for when it leaves) and its rotated key join the window's ring of min(w, Tmax)
+// tokens, then one softmax over the slots (t ≥ w) and the window (15.2a-c).
+static void decoder_nha_layer(Decoder *d, int l, int R) {
+    const Config *c = &d->M->cfg;
+    const LayerParams *p = &d->p[l];
+    const DecLayer *L = &d->dl[l];
+    LayerActs *w = &d->w;
+    int D = c->D, heads = cfg_attn_heads(c), hd = NATSL_ATTN_HEAD, m = c->nha_m, HM = heads * m, win = c->nha_w[l];
+    int Wc = nha_ring(c, l, d->Tmax);
+    size_t SZ = 2 * (size_t)m * hd;
+    matmul_forward(w->proj, w->xn, p->wqkv, R, D, 3 * D, 1, NULL);
+    matmul_forward(w->alpha, w->xn, p->walpha, R, D, HM, 0, NULL);
+    for (int r = 0; r < R; r++) {
+        int b = d->seq[r], t = d->pos[b];
+        const real *row = w->proj + (size_t)r * 3 * D;
+        real *qk = w->qk_rot + (size_t)r * 2 * D;
+        if (t >= win) { // token t − w leaves: from the ring (its slot is the one token t takes), or this token (w = 0)
+            size_t at = Wc ? ((size_t)b * Wc + t % Wc) : 0;
+            const real *k = Wc ? L->hk + at * D : row + D, *v = Wc ? L->cv + at * D : row + 2 * D;
+            const real *z = Wc ? L->hz + at * HM : w->alpha + (size_t)r * HM;
+            for (int h = 0; h < heads; h++)
+                nha_slot_update(L->hs + ((size_t)b * heads + h) * SZ, k + h * hd, v + h * hd, z + (size_t)h * m, m);
+        }
+        memcpy(qk, row, 2 * D * sizeof(real));
+        rope_rotate_row(qk, t, 2 * heads, hd, 1, 1);
+        if (Wc) {
+            size_t at = (size_t)b * Wc + t % Wc;
+            memcpy(L->hk + at * D, row + D, D * sizeof(real));
+            memcpy(L->cv + at * D, row + 2 * D, D * sizeof(real));
+            memcpy(L->ck + at * D, qk + D, D * sizeof(real));
+            memcpy(L->hz + at * HM, w->alpha + (size_t)r * HM, HM * sizeof(real));
+        }
+    }
+    #pragma omp parallel
+    {
+        real *e = xcalloc(m + Wc, sizeof(real));
+        #pragma omp for collapse(2)
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < heads; h++) {
+                int b = d->seq[r], t = d->pos[b], nslot = t >= win ? m : 0, lo = nha_window_lo(t, win), n = nslot;
+                const real *S = L->hs + ((size_t)b * heads + h) * SZ, *qr = w->qk_rot + (size_t)r * 2 * D + h * hd;
+                nha_slot_scores(e, w->proj + (size_t)r * 3 * D + h * hd, S, nslot);
+                for (int i = lo; i <= t; i++) {
+                    const real *kr = L->ck + ((size_t)b * Wc + i % Wc) * D + h * hd;
+                    real s = 0;
+                    for (int j = 0; j < hd; j++) s += qr[j] * kr[j];
+                    e[n++] = s * 0.125;
+                }
+                real mx = NEG_LARGE, sum = 0, o[NATSL_ATTN_HEAD] = {0};
+                for (int i = 0; i < n; i++) mx = fmax(mx, e[i]);
+                for (int i = 0; i < n; i++) {
+                    real pr = exp(e[i] - mx);
+                    const real *vv = i < nslot ? S + (size_t)(m + i) * hd : L->cv + ((size_t)b * Wc + (lo + i - nslot) % Wc) * D + h * hd;
+                    sum += pr;
+                    for (int j = 0; j < hd; j++) o[j] += pr * vv[j];
+                }
+                for (int j = 0; j < hd; j++) w->att_out[(size_t)r * D + h * hd + j] = matmul_precision(o[j] / sum);
+            }
+        free(e);
+    }
+    matmul_forward(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
+}
+
 // One token for every sequence b with tokens[b] >= 0 (the others wait): the whole model (2.1a-f) on those rows; each
 // one's logits land in d->logits[b] and its position advances.
 static void decoder_step(Decoder *d, const int *tokens) {
@@ -1602,6 +1863,7 @@ static void decoder_step(Decoder *d, const int *tokens) {
         const LayerParams *p = &d->p[l];
         rmsnorm_forward(w->xn, w->rstd1, w->res, p->ln_mix, norm_rows(R, D), 1);
         if (d->kind[l] == 'A') decoder_attention_layer(d, l, R);
+        else if (d->kind[l] == 'H') decoder_nha_layer(d, l, R);
         else decoder_gdn_layer(d, l, R);
         rmsnorm_forward(w->xn2, w->rstd2, w->r, p->ln_mlp, norm_rows(R, D), 1);
         matmul_forward(w->gu, w->xn2, p->wgu, R, D, 2 * F, 1, NULL);
@@ -1703,7 +1965,7 @@ static void decoder_fill_done(Decoder *d, const Model *F, const PrefillRows *r) 
 
 // What the cache holds now, in bytes: the fixed state of every G and N layer (S, Z, Σg, conv inputs; N: the router's
 // sum and the current chunk's keys and values) and the keys and values that grow (A: every token's; N: the kept
-// chunks', kv[l]); a Transformer of the same width and depth would hold K and V of every layer and token. sfr[l]: the
+// chunks'; H: the window's, up to w tokens, kv[l]; H's slots are fixed); a Transformer of the same width and depth would hold K and V of every layer and token. sfr[l]: the
 // fraction of an N layer's completed chunk-heads routed to softmax (-1: no N layer or no completed chunk).
 static DecoderStats decoder_stats(const Decoder *d) {
     const Config *c = &d->M->cfg;
@@ -1715,6 +1977,12 @@ static DecoderStats decoder_stats(const Decoder *d) {
     for (int l = 0; l < c->L; l++) {
         s.sfr[l] = -1;
         if (d->kind[l] == 'A') s.kv[l] = (double)tokens * 2 * D * el;
+        if (d->kind[l] == 'H') { // §15: the slots, and the window's tokens held now (k, RoPE'd k, v, gate logits)
+            size_t HM = (size_t)cfg_attn_heads(c) * c->nha_m;
+            for (int b = 0; b < d->B; b++) s.kv[l] += (double)nha_ring(c, l, d->pos[b]) * (3 * D + HM) * el;
+            s.held += (double)B * HM * 2 * NATSL_ATTN_HEAD * el + s.kv[l];
+            continue;
+        }
         if (d->kind[l] != 'A') s.held += (double)B * (2 * H * c->dk * c->dv + H + NATSL_CONV * W) * el;
         if (d->kind[l] != 'N') { s.held += s.kv[l]; continue; }
         s.held += (double)B * (D + CH * (K + Vt)) * el;
@@ -1803,6 +2071,7 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
 // ================================================================================================
 
 static const char *backend_default_precision = "fp32";
+static const int backend_decodes_nha = 1;
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
     if (g_bf16) printf("precision: bf16 matmul operands, as train_natsl_cu -p bf16 (a check mode: slower than fp32)\n");

@@ -620,7 +620,8 @@ static size_t weight_copies_layout(const Config *c, const ParamTensor *t, int nt
         if (!t[k].decay || !strcmp(t[k].name, "wte")) continue; // the decayed tensors are the matrices
         at[k] = n;
         n += t[k].numel;
-        const int slot = t[k].slot, inputs = t[k].layer >= 0 && c->pattern[t[k].layer] != 'A';
+        const int slot = t[k].slot, inputs = t[k].layer >= 0 && c->pattern[t[k].layer] != 'A' &&
+                                     c->pattern[t[k].layer] != 'H';
         if (inputs && (slot == P_WQKV || slot == P_WG)) continue; // the run goes on: W_g's, W_ab's copy follows at once
         if (inputs && slot == P_WAB) n += (size_t)(gdn_in_ld(c) - gdn_in_cols(c)) * c->D;
         for (int j = k; j >= 0 && at[j] != WCOPY_NONE && end[j] == WCOPY_NONE; j--) end[j] = n;
@@ -2208,6 +2209,254 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
                     DINP_WRITE);
 }
 
+// ---- H: Native Hybrid Attention (§15) --------------------------------------------------------------------------
+// As train_natsl.c: per head and sequence m slots fed by the token leaving the window (15.1a-b), one softmax over the
+// slots (t ≥ w) and the window's RoPE'd keys (15.2a-c). One block of 64 threads per (sequence, head) walks the tokens
+// in order, thread d owning feature d of the slots (in shared memory) and of every output; q, k, v, their rotations
+// and o in the matmul precision MP, the slots, z, lse and every gradient in fp32.
+#define NHA_HD NATSL_ATTN_HEAD
+__device__ __forceinline__ float nha_alpha(float z) { return expf(-softplusf_(-z) / (float)NHA_TAU); } // (15.1a)
+template <class MP>
+__global__ void __launch_bounds__(NHA_HD) nha_forward_kernel(MP *out, float *lse, float *slots, NhaArgs a) {
+    extern __shared__ float sm[];
+    const int T = a.T, Hh = a.heads, m = a.m, w = a.w, HM = Hh * m, d = threadIdx.x;
+    const int b = blockIdx.x / Hh, h = blockIdx.x % Hh, nwin = w < T ? w : T;
+    const size_t SZ = 2 * (size_t)m * NHA_HD;
+    float *S = sm, *al = S + SZ, *e = al + m, *red = e + m + nwin;
+    const MP *q = (const MP *)a.q, *k = (const MP *)a.k, *v = (const MP *)a.v, *qr = (const MP *)a.qr, *kr = (const MP *)a.kr;
+    for (size_t i = d; i < SZ; i += NHA_HD) S[i] = 0.f;
+    __syncthreads();
+    for (int t = 0; t < T; t++) {
+        const size_t bt = (size_t)b * T + t;
+        if (t % NATSL_CHUNK == 0)
+            for (size_t i = d; i < SZ; i += NHA_HD) slots[(((size_t)b * Hh + h) * (T / NATSL_CHUNK) + t / NATSL_CHUNK) * SZ + i] = S[i];
+        if (t >= w) { // token s = t − w enters (15.1b)
+            const size_t bs = bt - w;
+            for (int j = d; j < m; j += NHA_HD) al[j] = nha_alpha(a.z[bs * HM + (size_t)h * m + j]);
+            __syncthreads();
+            const float ks = ld(k + bs * a.ldqkv + h * NHA_HD + d), vs = ld(v + bs * a.ldqkv + h * NHA_HD + d);
+            for (int j = 0; j < m; j++) {
+                S[j * NHA_HD + d] = al[j] * S[j * NHA_HD + d] + (1.f - al[j]) * ks;
+                S[(size_t)(m + j) * NHA_HD + d] = al[j] * S[(size_t)(m + j) * NHA_HD + d] + (1.f - al[j]) * vs;
+            }
+        }
+        __syncthreads();
+        const int nslot = t >= w ? m : 0, lo = t - w + 1 > 0 ? t - w + 1 : 0, n = nslot + t + 1 - lo;
+        float mx = -1e30f, sum = 0.f;
+        for (int i = d; i < n; i += NHA_HD) { // scores (15.2a), a score a thread
+            float s = 0.f;
+            if (i < nslot) for (int c = 0; c < NHA_HD; c++) s += ld(q + bt * a.ldqkv + h * NHA_HD + c) * S[i * NHA_HD + c];
+            else {
+                const size_t bi = bt - t + lo + i - nslot;
+                for (int c = 0; c < NHA_HD; c++) s += ld(qr + bt * a.ldr + h * NHA_HD + c) * ld(kr + bi * a.ldr + h * NHA_HD + c);
+            }
+            e[i] = s * 0.125f;
+            mx = fmaxf(mx, e[i]);
+        }
+        mx = block_max(mx, red);
+        for (int i = d; i < n; i += NHA_HD) { e[i] = expf(e[i] - mx); sum += e[i]; }
+        sum = block_sum(sum, red);
+        float o = 0.f; // (15.2b-c)
+        for (int i = 0; i < n; i++)
+            o += e[i] * (i < nslot ? S[(size_t)(m + i) * NHA_HD + d] : ld(v + (bt - t + lo + i - nslot) * a.ldqkv + h * NHA_HD + d));
+        st(out + bt * Hh * NHA_HD + h * NHA_HD + d, o / sum);
+        if (d == 0) lse[((size_t)b * Hh + h) * T + t] = mx + logf(sum);
+        __syncthreads();
+    }
+}
+// (15.3a-f): the window's part per query, then the slots' in reverse time, a chunk at a time, its 65 slot states
+// replayed into ws (the block's (64+1)·2·m·64 floats) from the chunk start's; dK̃, dṼ in shared memory.
+template <class MP>
+__global__ void __launch_bounds__(NHA_HD) nha_backward_kernel(float *dq, float *dk, float *dv, float *dqr, float *dkr, float *dz,
+                                                              const MP *dout, const MP *out, const float *lse,
+                                                              const float *slots, NhaArgs a, float *ws) {
+    extern __shared__ float sm[];
+    const int T = a.T, Hh = a.heads, m = a.m, w = a.w, HM = Hh * m, d = threadIdx.x, ldo = Hh * NHA_HD;
+    const int b = blockIdx.x / Hh, h = blockIdx.x % Hh, nwin = w < T ? w : T, ld3 = a.ldqkv, ldr = a.ldr;
+    const size_t SZ = 2 * (size_t)m * NHA_HD;
+    float *dS = sm, *al = dS + SZ, *e = al + m, *pp = e + m + nwin, *red = pp + m + nwin;
+    float *St = ws + (size_t)blockIdx.x * (NATSL_CHUNK + 1) * SZ;
+    const MP *q = (const MP *)a.q, *k = (const MP *)a.k, *v = (const MP *)a.v, *qr = (const MP *)a.qr, *kr = (const MP *)a.kr;
+    const size_t col = (size_t)h * NHA_HD + d;
+    for (int t = 0; t < T; t++) {
+        const size_t bt = (size_t)b * T + t;
+        dq[bt * ld3 + col] = dk[bt * ld3 + col] = dv[bt * ld3 + col] = dqr[bt * ldr + col] = dkr[bt * ldr + col] = 0.f;
+        for (int j = d; j < m; j += NHA_HD) dz[bt * HM + (size_t)h * m + j] = 0.f;
+    }
+    for (size_t i = d; i < SZ; i += NHA_HD) dS[i] = 0.f;
+    __syncthreads();
+    for (int t = 0; t < T; t++) { // the window's part (15.3b-c)
+        const size_t bt = (size_t)b * T + t;
+        const int lo = t - w + 1 > 0 ? t - w + 1 : 0, n = t + 1 - lo;
+        const float L = lse[((size_t)b * Hh + h) * T + t], dod = ld(dout + bt * ldo + col);
+        const float Dt = block_sum(dod * ld(out + bt * ldo + col), red);
+        for (int i = d; i < n; i += NHA_HD) {
+            const size_t bi = bt - t + lo + i;
+            float s = 0.f, dp = 0.f;
+            for (int c = 0; c < NHA_HD; c++) {
+                s += ld(qr + bt * ldr + h * NHA_HD + c) * ld(kr + bi * ldr + h * NHA_HD + c);
+                dp += ld(dout + bt * ldo + h * NHA_HD + c) * ld(v + bi * ld3 + h * NHA_HD + c);
+            }
+            pp[i] = expf(s * 0.125f - L);
+            e[i] = pp[i] * (dp - Dt) * 0.125f;
+        }
+        __syncthreads();
+        const float qrd = ld(qr + bt * ldr + col);
+        float g = 0.f;
+        for (int i = 0; i < n; i++) {
+            const size_t bi = bt - t + lo + i;
+            g += e[i] * ld(kr + bi * ldr + col);
+            dkr[bi * ldr + col] += e[i] * qrd;
+            dv[bi * ld3 + col] += pp[i] * dod;
+        }
+        dqr[bt * ldr + col] += g;
+        __syncthreads();
+    }
+    for (int c = T / NATSL_CHUNK - 1; c >= 0; c--) { // the slots' part, in reverse time (15.3d-f)
+        for (size_t i = d; i < SZ; i += NHA_HD) St[i] = slots[(((size_t)b * Hh + h) * (T / NATSL_CHUNK) + c) * SZ + i];
+        for (int i = 0; i < NATSL_CHUNK; i++) { // column d of the states query c·64+i reads, St[i+1]
+            const int t = c * NATSL_CHUNK + i;
+            const float *P = St + i * SZ;
+            float *S = St + (i + 1) * SZ;
+            const size_t bs = (size_t)b * T + t - w;
+            const float ks = t >= w ? ld(k + bs * ld3 + col) : 0.f, vs = t >= w ? ld(v + bs * ld3 + col) : 0.f;
+            for (int j = 0; j < m; j++) {
+                const float aj = t >= w ? nha_alpha(a.z[bs * HM + (size_t)h * m + j]) : 1.f;
+                S[j * NHA_HD + d] = aj * P[j * NHA_HD + d] + (1.f - aj) * ks;
+                S[(size_t)(m + j) * NHA_HD + d] = aj * P[(size_t)(m + j) * NHA_HD + d] + (1.f - aj) * vs;
+            }
+        }
+        __syncthreads();
+        for (int i = NATSL_CHUNK - 1; i >= 0; i--) {
+            const int t = c * NATSL_CHUNK + i;
+            if (t < w) continue; // uniform over the block
+            const size_t bt = (size_t)b * T + t, bs = bt - w;
+            const float *S = St + (i + 1) * SZ, *P = St + i * SZ;
+            const float L = lse[((size_t)b * Hh + h) * T + t], dod = ld(dout + bt * ldo + col);
+            const float Dt = block_sum(dod * ld(out + bt * ldo + col), red);
+            for (int j = d; j < m; j += NHA_HD) { // query t reads the slots (15.3d)
+                float s = 0.f, dp = 0.f;
+                for (int c2 = 0; c2 < NHA_HD; c2++) {
+                    s += ld(q + bt * ld3 + h * NHA_HD + c2) * S[j * NHA_HD + c2];
+                    dp += ld(dout + bt * ldo + h * NHA_HD + c2) * S[(size_t)(m + j) * NHA_HD + c2];
+                }
+                pp[j] = expf(s * 0.125f - L);
+                e[j] = pp[j] * (dp - Dt) * 0.125f;
+            }
+            __syncthreads();
+            const float qd = ld(q + bt * ld3 + col);
+            float g = 0.f;
+            for (int j = 0; j < m; j++) {
+                g += e[j] * S[j * NHA_HD + d];
+                dS[j * NHA_HD + d] += e[j] * qd;
+                dS[(size_t)(m + j) * NHA_HD + d] += pp[j] * dod;
+            }
+            dq[bt * ld3 + col] += g;
+            __syncthreads();
+            for (int j = d; j < m; j += NHA_HD) { // token s entered them (15.3e-f): dα, dz a slot a thread
+                const float zj = a.z[bs * HM + (size_t)h * m + j], aj = nha_alpha(zj);
+                float da = 0.f;
+                for (int c2 = 0; c2 < NHA_HD; c2++)
+                    da += dS[j * NHA_HD + c2] * (P[j * NHA_HD + c2] - ld(k + bs * ld3 + h * NHA_HD + c2)) +
+                          dS[(size_t)(m + j) * NHA_HD + c2] * (P[(size_t)(m + j) * NHA_HD + c2] - ld(v + bs * ld3 + h * NHA_HD + c2));
+                dz[bs * HM + (size_t)h * m + j] += da * aj * (1.f - sigmoidf_(zj)) / (float)NHA_TAU;
+                al[j] = aj;
+            }
+            __syncthreads();
+            float gk = 0.f, gv = 0.f; // dk_s, dv_s a feature a thread, then dK̃, dṼ ← Diag(α_s) ·
+            for (int j = 0; j < m; j++) {
+                gk += (1.f - al[j]) * dS[j * NHA_HD + d];
+                gv += (1.f - al[j]) * dS[(size_t)(m + j) * NHA_HD + d];
+                dS[j * NHA_HD + d] *= al[j];
+                dS[(size_t)(m + j) * NHA_HD + d] *= al[j];
+            }
+            dk[bs * ld3 + col] += gk;
+            dv[bs * ld3 + col] += gv;
+            __syncthreads();
+        }
+    }
+}
+// The forward's and the backward's shared memory: the slots (or their gradient), α, the scores (and the backward's
+// probabilities) of up to m + min(w, T) keys, the reductions' room.
+static size_t nha_smem(const NhaArgs *a, int backward) {
+    size_t nk = (size_t)a->m + (a->w < a->T ? a->w : a->T);
+    size_t n = 2 * (size_t)a->m * NHA_HD + a->m + (backward ? 2 : 1) * nk + 32;
+    if (n * sizeof(float) > max_smem_block()) {
+        fprintf(stderr, "error: an H layer with m = %d slots and window %d needs %zu bytes of shared memory a block, this GPU "
+                "has %zu\n", a->m, a->w, n * sizeof(float), max_smem_block());
+        exit(1);
+    }
+    return n * sizeof(float);
+}
+static void nha_forward(real *out, real *lse, real *slots, const NhaArgs *a) {
+    PROF_OP();
+    const size_t smem = nha_smem(a, 0);
+    const int grid = a->B * a->heads;
+    if (g_bf16) {
+        smem_attr(nha_forward_kernel<__nv_bfloat16>, smem);
+        nha_forward_kernel<__nv_bfloat16><<<grid, NHA_HD, smem>>>((__nv_bfloat16 *)out, lse, slots, *a);
+    } else {
+        smem_attr(nha_forward_kernel<float>, smem);
+        nha_forward_kernel<float><<<grid, NHA_HD, smem>>>(out, lse, slots, *a);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+static void nha_backward(real *dq, real *dk, real *dv, real *dqr, real *dkr, real *dz, const real *dout, const real *out,
+                         const real *lse, const real *slots, const NhaArgs *a) {
+    PROF_OP();
+    static float *ws = NULL; // the chunk replays' slot states, one region a block; grows to the largest call
+    static size_t ws_n = 0;
+    const size_t smem = nha_smem(a, 1), n = (size_t)a->B * a->heads * (NATSL_CHUNK + 1) * 2 * a->m * NHA_HD;
+    if (n > ws_n) {
+        if (ws) CUDA_CHECK(cudaFree(ws));
+        ws = (float *)xcudamalloc(n * sizeof(float));
+        ws_n = n;
+    }
+    const int grid = a->B * a->heads;
+    if (g_bf16) {
+        smem_attr(nha_backward_kernel<__nv_bfloat16>, smem);
+        nha_backward_kernel<__nv_bfloat16><<<grid, NHA_HD, smem>>>(dq, dk, dv, dqr, dkr, dz, (const __nv_bfloat16 *)dout,
+                                                                   (const __nv_bfloat16 *)out, lse, slots, *a, ws);
+    } else {
+        smem_attr(nha_backward_kernel<float>, smem);
+        nha_backward_kernel<float><<<grid, NHA_HD, smem>>>(dq, dk, dv, dqr, dkr, dz, dout, out, lse, slots, *a, ws);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+// dst[i][j] += src[i][j], j < n (fp32): the rotation's gradient into the q, k columns of d proj
+__global__ void add_columns_kernel(float *dst, int ldd, const float *src, int lds, int n) {
+    const size_t i = blockIdx.x;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) dst[i * ldd + j] += src[i * lds + j];
+}
+
+// The layer, as train_natsl.c's: proj = x W_qkvᵀ (q | k | v, not rotated), qk_rot = RoPE(q | k), z = x W_αᵀ, o = NHA,
+// out = res + o W_oᵀ; proj, qk_rot and o in the matmul precision.
+static void nha_layer_forward(const Config *c, LayerActs *a, const LayerParams *p, real *out, const real *res, int B,
+                              int T, int l, int ops_kept) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c);
+    size_t es = g_bf16 ? 2 : 4;
+    NhaArgs op = nha_layer_op_args(c, a, l, B, T, g_bf16);
+    matmul_forward(a->proj, a->xn, p->wqkv, BT, D, 3 * D, 1, NULL);
+    CUDA_CHECK(cudaMemcpy2D(a->qk_rot, 2 * D * es, a->proj, 3 * D * es, 2 * D * es, BT, cudaMemcpyDeviceToDevice));
+    rope_forward(a->qk_rot, BT, T, 2 * heads, NATSL_ATTN_HEAD, 2 * D, 1);
+    matmul_forward(a->alpha, a->xn, p->walpha, BT, D, heads * c->nha_m, 0, NULL);
+    if (!ops_kept) nha_forward(a->att_out, a->lse, a->slots, &op);
+    if (!ops_kept) matmul_forward(out, a->att_out, p->wo, BT, D, D, res != NULL, res);
+}
+static void nha_layer_backward(const Config *c, real *dx, const real *dout, LayerActs *d, LayerParams *gp,
+                               const LayerActs *a, const LayerParams *p, int B, int T, int l) {
+    int BT = B * T, D = c->D, heads = cfg_attn_heads(c), HM = heads * c->nha_m;
+    NhaArgs op = nha_layer_op_args(c, a, l, B, T, g_bf16);
+    matmul_backward(d->att_out, gp->wo, dout, a->att_out, p->wo, BT, D, D, DINP_WRITE_MP);
+    nha_backward(d->q, d->k, d->v, d->qk_rot, d->qk_rot + D, d->alpha, d->att_out, a->att_out, a->lse, a->slots, &op);
+    rope_backward(d->qk_rot, BT, T, 2 * heads, NATSL_ATTN_HEAD, 2 * D, NULL, 0);
+    add_columns_kernel<<<BT, 256>>>(d->proj, 3 * D, d->qk_rot, 2 * D, 2 * D);
+    CUDA_CHECK(cudaGetLastError());
+    matmul_backward(dx, gp->wqkv, operand(d->proj, (size_t)BT * 3 * D, OPERAND_DOUT), a->xn, p->wqkv, BT, D, 3 * D,
+                    DINP_WRITE);
+    matmul_backward(dx, gp->walpha, operand(d->alpha, (size_t)BT * HM, OPERAND_DOUT), a->xn, p->walpha, BT, D, HM, DINP_ADD);
+}
+
 // ---- N: the NAtS-L layer (§5) --------------------------------------------------------------------------
 // As train_natsl.c: router mask Ã (§5.2); softmax op on RMSNorm'd (+RoPE) qa, ka and V; GDN op on q̂, k̂, V, both
 // driven by Ã (§5.3, §5.4); ω from Q (§5.1); the fused gated norm (§5.6); out = res + y W_oᵀ.
@@ -2321,6 +2570,7 @@ static void block_forward(Model *M, int l, int B, int T, int ops_kept) {
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
     if (c->pattern[l] == 'G') gdn_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
     else if (c->pattern[l] == 'A') attention_layer_forward(c, a, p, a->r, a->res, B, T, ops_kept);
+    else if (c->pattern[l] == 'H') nha_layer_forward(c, a, p, a->r, a->res, B, T, l, ops_kept);
     else if (c->pattern[l] == 'S') {
         M->rb.sel[l] = select_gate(M, l);
         select_layer_forward(c, a, p, a->r, a->res, B, T, &M->rb.sel[l], ops_kept);
@@ -2341,7 +2591,7 @@ static void block_rebuild(Model *M, int l, int B, int T) {
     LayerActs *a = &M->la[l];
     const LayerParams *p = &M->p.layer[l];
     rmsnorm_forward(a->xn, a->rstd1, a->res, p->ln_mix, BT, 1, D, D, D, 1, 1);
-    if (kind != 'A') { // G, N, S (an S layer's G mixer)
+    if (kind != 'A' && kind != 'H') { // G, N, S (an S layer's G mixer)
         int K = cfg_K(c), Vt = cfg_Vt(c);
         conv_silu_forward(a->v, a->proj, 2 * K + Vt, 2 * K, p->conv, B, T, Vt);
     }
@@ -2437,6 +2687,7 @@ static void model_backward(Model *M, const int *inputs, const int *targets, int 
         grads_scratch(M, &d, c->pattern[l], B, T, 0);
         if (c->pattern[l] == 'G') gdn_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
         else if (c->pattern[l] == 'A') attention_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T);
+        else if (c->pattern[l] == 'H') nha_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, l);
         else if (c->pattern[l] == 'S')
             select_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, &M->rb.sel[l], dpen_sel, !M->router_no_grad);
         else natsl_layer_backward(c, d.xn, M->dres, &d, gp, a, p, B, T, M->router_no_grad,
@@ -3025,6 +3276,7 @@ static void decoder_reset(Decoder *d) {
 // A decoder for B sequences of up to Tmax tokens each. The S layers are frozen to their noise-free choice (§7.3).
 static void decoder_init(Decoder *d, Model *M, int B, int Tmax) {
     const Config *c = &M->cfg;
+    if (strchr(c->pattern, 'H')) die("decoder_init: the GPU decoder has no H (NHA) layers (doc/model.md §15): use train_natsl");
     memset(d, 0, sizeof(*d));
     d->M = M; d->B = B; d->Tmax = Tmax; d->Ncmax = CEIL_DIV(Tmax, CH);
     for (int l = 0; l < c->L; l++) {
@@ -3574,6 +3826,7 @@ static void dist_start(const TrainArgs *a); // one process per GPU: the GPU and 
 static void dist_finish(void);
 
 static const char *backend_default_precision = "bf16";
+static const int backend_decodes_nha = 0; // the decoder (3b) has no H layers
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
 #ifdef USE_MPI

@@ -124,14 +124,17 @@ static inline size_t ckpt_first_nonfinite(const float *x, size_t n) {
 //  [12] chunk size [13] parameter count (low 31 bits) [14] parameter count (high bits) [15] the gated norm's gate
 //  activation (0 silu, 1 sigmoid; config.h GATE_*): a reserved 0 in the files written before it, which so load as silu
 //  (the paper's), and a silu model's header (and fingerprint) is the same as before
-//  [32..] pattern, one char per int
+//  [16] the H layers' slots per head m (§15; 0 without H layers)
+//  [32..] pattern, one char per int  [96..] the H layers' windows, one per layer (0 for the other layers): a model
+//  without H layers has the header it had before them
 static inline void config_to_header(const Config *c, size_t nparams, int *h) {
     memset(h, 0, 256 * sizeof(int));
     h[0] = CKPT_MODEL_MAGIC; h[1] = CKPT_VERSION;
     h[2] = c->D; h[3] = c->L; h[4] = c->H; h[5] = c->dk; h[6] = c->dv; h[7] = c->Ha; h[8] = c->F;
     h[9] = c->V; h[10] = c->Vp; h[11] = c->rope; h[12] = NATSL_CHUNK;
     h[13] = (int)(nparams & 0x7fffffff); h[14] = (int)(nparams >> 31); h[15] = c->gate_act;
-    for (int l = 0; l < c->L; l++) h[32 + l] = c->pattern[l];
+    h[16] = c->nha_m;
+    for (int l = 0; l < c->L; l++) { h[32 + l] = c->pattern[l]; h[96 + l] = c->nha_w[l]; }
 }
 
 static inline int config_from_header(Config *c, const int *h, const char *path, char *err, size_t errlen) {
@@ -140,17 +143,18 @@ static inline int config_from_header(Config *c, const int *h, const char *path, 
     if (h[12] != NATSL_CHUNK) { snprintf(err, errlen, "%s: chunk size %d, this program uses %d", path, h[12], NATSL_CHUNK); return -1; }
     memset(c, 0, sizeof(*c));
     c->D = h[2]; c->L = h[3]; c->H = h[4]; c->dk = h[5]; c->dv = h[6]; c->Ha = h[7]; c->F = h[8];
-    c->V = h[9]; c->Vp = h[10]; c->rope = h[11]; c->gate_act = h[15];
+    c->V = h[9]; c->Vp = h[10]; c->rope = h[11]; c->gate_act = h[15]; c->nha_m = h[16];
     if (c->L <= 0 || c->L > NATSL_MAX_LAYERS) { snprintf(err, errlen, "%s: bad layer count %d", path, c->L); return -1; }
     for (int l = 0; l < c->L; l++) {
         if (h[32 + l] < 0 || h[32 + l] > 127 || !is_layer_kind((char)h[32 + l])) {
-            snprintf(err, errlen, "%s: layer %d has kind code %d in the header; layers are G, A, N or S", path, l, h[32 + l]);
+            snprintf(err, errlen, "%s: layer %d has kind code %d in the header; layers are G, A, N, S or H", path, l, h[32 + l]);
             return -1;
         }
         c->pattern[l] = (char)h[32 + l];
+        c->nha_w[l] = h[96 + l];
     }
-    for (int i = 16; i < 256; i++)
-        if ((i < 32 || i >= 32 + c->L) && h[i] != 0) {
+    for (int i = 17; i < 256; i++)
+        if ((i < 32 || i >= 32 + c->L) && (i < 96 || i >= 96 + c->L) && h[i] != 0) {
             snprintf(err, errlen, "%s: header field %d is %d, must be 0 (corrupt or from another program)", path, i, h[i]);
             return -1;
         }
@@ -331,14 +335,16 @@ static inline int check_model_for_data(const Config *c, int V, const char *vocab
 // On resume the model comes from the checkpoint (the model file `path`); -e, -a and -C, when given, must describe the
 // same model (a preset for the data's vocabulary V).
 static inline int resume_check_flags(const Config *ckpt, const TrainArgs *a, int V, const char *path, char *err, size_t errlen) {
-    if (!a->init_given && !a->arch && !a->gate_act) return 0;
+    if (!a->init_given && !a->arch && !a->gate_act && !a->nha_window && !a->nha_slots) return 0;
     Config c;
     if (config_from_preset(&c, a->init_from, V) == 0) {
         if (a->arch && config_set_pattern(&c, a->arch, err, errlen)) return -1;
         if (a->gate_act && config_set_gate_act(&c, a->gate_act, err, errlen)) return -1;
+        if ((a->nha_window || a->nha_slots) && config_set_nha(&c, a->nha_window, a->nha_slots, err, errlen)) return -1;
     } else if (ckpt_read_model_config(a->init_from, &c, err, errlen)) return -1;
     else if (a->arch) { snprintf(err, errlen, "-a is ignored with -e FILE: drop it"); return -1; }
     else if (a->gate_act) { snprintf(err, errlen, "-C is ignored with -e FILE: drop it"); return -1; }
+    else if (a->nha_window || a->nha_slots) { snprintf(err, errlen, "-W and -U are ignored with -e FILE: drop them"); return -1; }
     if (memcmp(&c, ckpt, sizeof(c))) {
         snprintf(err, errlen, "-y 1: the checkpoint's model %s (D=%d L=%d pattern %s rope %d gate %s) is not the one "
                  "-e/-a/-C describe (D=%d L=%d pattern %s rope %d gate %s): drop -e/-a/-C to resume it", path, ckpt->D,

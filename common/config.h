@@ -14,7 +14,11 @@
 #define NATSL_CHUNK 64        // C: NAtS chunk size (§0)
 #define NATSL_CONV 4          // short-conv kernel (§3.1)
 #define NATSL_EPS 1e-6f       // every norm eps (§1)
-#define NATSL_ATTN_HEAD 64    // head dim of the plain softmax layer A (§4)
+#define NATSL_ATTN_HEAD 64    // head dim of the plain softmax layer A (§4), and of the NHA layer H (§15)
+#define NHA_SLOTS 64          // m: the H layers' slots per head when -U is not given (§15)
+#define NHA_WINDOW 64         // w: the H layers' window when -W is not given (§15)
+#define NHA_MAX_WINDOW (1 << 24) // a larger window is full causal attention at every T the programs take
+#define NHA_TAU 8.0           // the slot gate's temperature τ (15.1a), as Gated Slot Attention's
 // matmul_backward's input gradient: written (the product is its one producer), added to, or written in the matmul
 // precision (bf16 mode: bf16; the gradients that feed only one elementwise backward: SwiGLU's, the gated norm's, the
 // MLP's RMSNorm's and the final norm's)
@@ -41,7 +45,9 @@ typedef struct {
     int gate_act; // the gated output norm's gate activation (§3.3, §5.6): GATE_SILU (the paper's) or GATE_SIGMOID
     int own_sg;   // training only, not in the model file (-L, §6.2 (6.2e)): 1 = the N layers' softmax op passes no gradient
                   //   through a query's own-chunk pairs
-    char pattern[NATSL_MAX_LAYERS + 1]; // one of G, A, N, S per layer
+    char pattern[NATSL_MAX_LAYERS + 1]; // one of G, A, N, S, H per layer
+    int nha_m;                          // H layers (§15): slots per head m; 0 when the pattern has no H
+    int nha_w[NATSL_MAX_LAYERS];        // H layers: window w of layer l (0: slots only; ≥ T: full attention); 0 elsewhere
 } Config;
 
 // The gated output norm's gate activation φ (§3.3 (3.3b), §5.6 (5.6b)): y = norm ⊙ φ(gate).
@@ -75,6 +81,7 @@ static inline void pattern_from_variant(char *out, const char *variant, int L) {
         else if (!strcmp(variant, "gdn")) k = 'G';
         else if (!strcmp(variant, "gdn-hybrid")) k = (l % 4 == 3) ? 'A' : 'G';
         else if (!strcmp(variant, "transformer")) k = 'A';
+        else if (!strcmp(variant, "nha-hybrid")) k = (l % 4 == 3) ? 'A' : 'H'; // §15.4: full attention every 4th layer
         out[l] = k;
     }
     out[L] = '\0';
@@ -82,7 +89,7 @@ static inline void pattern_from_variant(char *out, const char *variant, int L) {
 
 static inline int is_variant_name(const char *s) {
     return !strcmp(s, "natsl-hybrid") || !strcmp(s, "natsl") || !strcmp(s, "gdn") ||
-           !strcmp(s, "gdn-hybrid") || !strcmp(s, "transformer");
+           !strcmp(s, "gdn-hybrid") || !strcmp(s, "transformer") || !strcmp(s, "nha-hybrid");
 }
 
 // The embedding and head rows (§1): the vocabulary rounded up to a multiple of 128 (GPT-2's 50257 to 50304).
@@ -106,19 +113,57 @@ static inline int config_from_preset(Config *c, const char *name, int V) {
 }
 
 // The layer kinds a pattern may hold; every dispatch on a pattern letter (param_tensors, the activation
-// layout, block_forward/model_backward of both programs) knows exactly these four. S (§7.3) holds an A and a
-// G mixer and selects one per step.
-static inline int is_layer_kind(char k) { return k == 'G' || k == 'A' || k == 'N' || k == 'S'; }
+// layout, block_forward/model_backward of both programs) knows exactly these five. S (§7.3) holds an A and a
+// G mixer and selects one per step; H is Native Hybrid Attention (§15).
+static inline int is_layer_kind(char k) { return k == 'G' || k == 'A' || k == 'N' || k == 'S' || k == 'H'; }
 // Whether the pattern has a layer with a GDN op (G, N, S), with an A mixer (A, S)
 static inline int pattern_has_gdn(const Config *c) { return strpbrk(c->pattern, "GNS") != NULL; }
-static inline int pattern_has_attn_layer(const Config *c) { return strpbrk(c->pattern, "AS") != NULL; }
+static inline int pattern_has_attn_layer(const Config *c) { return strpbrk(c->pattern, "ASH") != NULL; }
 
-// Applies -a: a variant name (keeps L) or a literal pattern over G/A/N/S (sets L). The pure NAtS-L
-// variant turns RoPE on for the softmax op (§5.8); every other choice leaves it off.
+// The H layers' defaults (§15): m = NHA_SLOTS slots and a window of NHA_WINDOW in every H layer of the pattern.
+static inline void config_nha_defaults(Config *c) {
+    c->nha_m = strchr(c->pattern, 'H') ? NHA_SLOTS : 0;
+    for (int l = 0; l < NATSL_MAX_LAYERS; l++) c->nha_w[l] = l < c->L && c->pattern[l] == 'H' ? NHA_WINDOW : 0;
+}
+
+// Applies -W (NULL: keep) and -U (0: keep): the H layers' windows, one value for every H layer or a comma-separated
+// list with one per H layer in order, and their slots per head. Returns 0, or -1 with a message.
+static inline int config_set_nha(Config *c, const char *windows, int slots, char *err, size_t errlen) {
+    int nh = 0;
+    for (int l = 0; l < c->L; l++) nh += c->pattern[l] == 'H';
+    if (!nh) { snprintf(err, errlen, "-W/-U set the H layers' windows and slots: the pattern %s has no H layer", c->pattern); return -1; }
+    if (slots) c->nha_m = slots;
+    if (!windows) return 0;
+    long w[NATSL_MAX_LAYERS];
+    int n = 0;
+    for (const char *s = windows;;) { // digits, then a comma and more digits, or the end
+        char *end;
+        if (n == NATSL_MAX_LAYERS || *s < '0' || *s > '9') { n = -1; break; }
+        w[n++] = strtol(s, &end, 10);
+        if (*end != ',') { if (*end) n = -1; break; }
+        s = end + 1;
+    }
+    if (n <= 0 || (n != 1 && n != nh)) {
+        snprintf(err, errlen, "-W %s: one window, or a comma-separated list of %d (one per H layer)", windows, nh);
+        return -1;
+    }
+    for (int l = 0, i = 0; l < c->L; l++) {
+        if (c->pattern[l] != 'H') continue;
+        long x = w[n == 1 ? 0 : i++];
+        if (x > NHA_MAX_WINDOW) { snprintf(err, errlen, "-W %s: a window is 0 to %d", windows, NHA_MAX_WINDOW); return -1; }
+        c->nha_w[l] = (int)x;
+    }
+    return 0;
+}
+
+// Applies -a: a variant name (keeps L) or a literal pattern over G/A/N/S/H (sets L). The pure NAtS-L
+// variant turns RoPE on for the softmax op (§5.8); every other choice leaves it off. H layers get the defaults
+// of config_nha_defaults.
 static inline int config_set_pattern(Config *c, const char *arg, char *err, size_t errlen) {
     if (is_variant_name(arg)) {
         pattern_from_variant(c->pattern, arg, c->L);
         c->rope = !strcmp(arg, "natsl");
+        config_nha_defaults(c);
         return 0;
     }
     size_t n = strlen(arg);
@@ -129,20 +174,21 @@ static inline int config_set_pattern(Config *c, const char *arg, char *err, size
     for (size_t i = 0; i < n; i++) {
         if (!is_layer_kind(arg[i])) {
             snprintf(err, errlen, "-a %s: not a variant (natsl-hybrid, natsl, gdn, gdn-hybrid, "
-                     "transformer) nor a pattern over G/A/N/S (bad letter '%c')", arg, arg[i]);
+                     "transformer, nha-hybrid) nor a pattern over G/A/N/S/H (bad letter '%c')", arg, arg[i]);
             return -1;
         }
     }
     strcpy(c->pattern, arg);
     c->L = (int)n;
     c->rope = 0;
+    config_nha_defaults(c);
     return 0;
 }
 
 #define NATSL_MAX_DIM 65536      // bound on every size of a config: keeps all products far from overflow
 #define NATSL_MAX_VOCAB (1 << 20)
 
-// Checks that the sizes fit together and the pattern holds only G, A, N and S. Every config the programs
+// Checks that the sizes fit together and the pattern holds only G, A, N, S and H. Every config the programs
 // build a model from passes here (presets, -a, checkpoint headers). Returns 0 or -1 with a message.
 static inline int config_check(const Config *c, char *err, size_t errlen) {
     const char *why = NULL;
@@ -154,19 +200,24 @@ static inline int config_check(const Config *c, char *err, size_t errlen) {
              c->Ha > NATSL_MAX_DIM || c->F > NATSL_MAX_DIM) why = "a size exceeds 65536";
     else if (c->L > NATSL_MAX_LAYERS || (int)strnlen(c->pattern, NATSL_MAX_LAYERS + 1) != c->L) why = "pattern length must equal the layer count";
     else if (bad_letter >= 0) {
-        snprintf(err, errlen, "bad model config: pattern %s has '%c' (code %d) at layer %d; layers are G, A, N or S",
+        snprintf(err, errlen, "bad model config: pattern %s has '%c' (code %d) at layer %d; layers are G, A, N, S or H",
                  c->pattern, c->pattern[bad_letter] >= 32 && c->pattern[bad_letter] < 127 ? c->pattern[bad_letter] : '?',
                  (unsigned char)c->pattern[bad_letter], bad_letter);
         return -1;
     }
     else if (c->Ha % c->H) why = "softmax heads must be a multiple of GDN heads";
     else if ((c->H * c->dk) % c->Ha || (c->H * c->dv) % c->Ha) why = "key/value widths must split evenly into softmax heads";
-    else if (pattern_has_attn_layer(c) && c->D % NATSL_ATTN_HEAD) why = "an A (or S) layer needs D to be a multiple of 64";
+    else if (pattern_has_attn_layer(c) && c->D % NATSL_ATTN_HEAD) why = "an A (or S, H) layer needs D to be a multiple of 64";
+    else if (strchr(c->pattern, 'H') ? c->nha_m < 1 || c->nha_m > 4096 : c->nha_m != 0)
+        why = "the H layers' slots per head must be 1 to 4096 (and 0 without H layers)";
     else if (c->rope && cfg_dka(c) % 2) why = "RoPE needs an even softmax head dim";
     else if (c->V <= 0 || c->Vp < c->V || c->Vp > NATSL_MAX_VOCAB) why = "padded vocabulary must hold the vocabulary (at most 2^20 rows)";
     else if (c->rope != 0 && c->rope != 1) why = "the RoPE flag must be 0 or 1";
     else if (c->gate_act != GATE_SILU && c->gate_act != GATE_SIGMOID) why = "the gate activation must be 0 (silu) or 1 (sigmoid)";
     else if (c->rope && !strchr(c->pattern, 'N')) why = "RoPE (on the NAtS-L softmax op) needs an N layer";
+    for (int l = 0; l < NATSL_MAX_LAYERS && !why; l++)
+        if (l < c->L && c->pattern[l] == 'H' ? c->nha_w[l] < 0 || c->nha_w[l] > NHA_MAX_WINDOW : c->nha_w[l] != 0)
+            why = "an H layer's window must be 0 to 2^24 (and 0 for the other layers)";
     if (why) { snprintf(err, errlen, "bad model config: %s", why); return -1; }
     return 0;
 }
@@ -196,6 +247,7 @@ enum {
     P_SSEL,    // S:   [1]       the selection logit s_sel (§7.3)
     P_WQKV_A,  // S:   [3D, D]   the A mixer's W_qkv
     P_WO_A,    // S:   [D, D]    the A mixer's W_o
+    P_WALPHA,  // H:   [Hh*m, D] the slot gates' W_α (§15, (15.1a)); H's W_qkv, W_o are an A layer's
     P_LN_MLP,  // [D]
     P_WGU,     // [2F, D]  SwiGLU gate and up
     P_WDOWN,   // [D, F]
@@ -210,7 +262,7 @@ static const struct { const char *name; int init; int decay; } SLOT_INFO[NSLOT] 
     {"conv", INIT_NORMAL, 0},  {"o_norm", INIT_ONES, 0}, {"wr", INIT_NORMAL, 1},
     {"wow", INIT_NORMAL, 1},   {"qn", INIT_ONES, 0},     {"kn", INIT_ONES, 0},
     {"n1", INIT_ONES, 0},      {"n2", INIT_ONES, 0},     {"wo", INIT_NORMAL, 1},
-    {"s_sel", INIT_ZEROS, 0},  {"wqkv_a", INIT_NORMAL, 1}, {"wo_a", INIT_NORMAL, 1},
+    {"s_sel", INIT_ZEROS, 0},  {"wqkv_a", INIT_NORMAL, 1}, {"wo_a", INIT_NORMAL, 1}, {"walpha", INIT_NORMAL, 1},
     {"ln_mlp", INIT_ONES, 0},  {"wgu", INIT_NORMAL, 1},  {"wdown", INIT_NORMAL, 1},
 };
 
@@ -235,6 +287,7 @@ static inline void slot_shape(const Config *c, char kind, int slot, size_t *rows
     case P_SSEL: if (sel) r = 1; break;
     case P_WQKV_A: if (sel) { r = 3 * D; k = D; } break;
     case P_WO_A: if (sel) { r = D; k = D; } break;
+    case P_WALPHA: if (kind == 'H') { r = (size_t)cfg_attn_heads(c) * c->nha_m; k = D; } break;
     case P_WGU: r = 2 * (size_t)c->F; k = D; break;
     case P_WDOWN: r = D; k = c->F; break;
     }

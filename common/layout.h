@@ -18,7 +18,7 @@ typedef float real;
 
 typedef union { // named pointers into the flat parameter (or gradient) buffer, in P_* order
     struct { real *ln_mix, *wqkv, *wg, *wab, *a_log, *dt_bias, *conv, *o_norm, *wr, *wow, *qn, *kn, *n1, *n2,
-             *wo, *s_sel, *wqkv_a, *wo_a, *ln_mlp, *wgu, *wdown; };
+             *wo, *s_sel, *wqkv_a, *wo_a, *walpha, *ln_mlp, *wgu, *wdown; };
     real *t[NSLOT];
 } LayerParams;
 
@@ -70,10 +70,12 @@ typedef struct {
     real *res;                  // h^l, the block input [BT][D] (the residual stream: stored in the matmul precision)
     real *xn, *rstd1;           // RMSNorm(h^l) [BT][D], [BT]
     real *proj;                 // G,N: x[W_q;W_k;W_v]ᵀ [BT][2K+Vt];  A: x W_qkvᵀ [BT][3D], q,k rotated in place
-                                //   (A: stored in the matmul precision, as is its att_out)
+                                //   (A: stored in the matmul precision, as is its att_out);  H: as A's, not rotated
     real *qk, *v;               // G,N: silu(conv(proj)): planes Q [BT][K] | K [BT][K], and V [BT][Vt]
-    real *q, *k;                // G,N: the two planes of qk;  A: the q, k column blocks of proj (row stride 3D; v: its
-                                //   v block)
+    real *q, *k;                // G,N: the two planes of qk;  A, H: the q, k column blocks of proj (row stride 3D; v:
+                                //   its v block)
+    real *qk_rot, *alpha, *slots; // H (§15): q, k rotated [BT][2D] (the window's), the slot gates' x W_αᵀ [BT][Hh·m],
+                                //   the slots at every chunk start [B][Hh][Nc][2][m][64] (K̃ then Ṽ)
     real *gate, *ab, *g, *beta; // G,N: x W_gᵀ [BT][Vt], x[W_a;W_b]ᵀ [BT][2H], log decay and β [BT][H] (the gradients
                                 //   of proj, gate and ab: column blocks of rows of stride gdn_in_ld, at proj)
     real *qk_hat, *qk_rho;      // G,N: L2-normalized planes q̂ | k̂ [2][BT][K], their 1/norm [2][BT][H]
@@ -83,7 +85,7 @@ typedef struct {
                                 //   here: the .cu model owns it; NULL on the CPU, whose op needs none)
     real *qka, *qka_rstd;       // N: RMSNorm'd (+RoPE) softmax planes qa | ka [2][BT][K], rstd [2][BT][Ha]
     real *qa, *ka, *qa_rstd, *ka_rstd; // N: the two planes of qka and of qka_rstd
-    real *att_out, *lse;        // N: softmax op output [BT][Vt];  A: [BT][D] (both in the matmul precision);
+    real *att_out, *lse;        // N: softmax op output [BT][Vt];  A, H: [BT][D] (both in the matmul precision);
                                 //   lse [B][heads][T]
     real *omega_raw, *omega;    // N: Q W_owᵀ and its pair softmax [BT][2Ha]
     real *pool, *rlogits, *rpi, *rmask; // N: router [B][Nc][D], [B][Nc][2H] (logits, π, mask Ã)
@@ -100,11 +102,11 @@ typedef struct {
 // as T is a multiple of 64).
 static void layer_planes(LayerActs *a, const Config *c, char kind, int B, int T, int half) {
     size_t BT = (size_t)B * T, K = cfg_K(c), D = c->D, plane = half ? BT * K / 2 : BT * K;
-    if (kind == 'A' && a->proj) {
+    if ((kind == 'A' || kind == 'H') && a->proj) {
         size_t col = half ? D / 2 : D;
         a->q = a->proj; a->k = a->proj + col; a->v = a->proj + 2 * col;
     }
-    if (kind != 'A' && a->qk) { a->q = a->qk; a->k = a->qk + plane; }
+    if (kind != 'A' && kind != 'H' && a->qk) { a->q = a->qk; a->k = a->qk + plane; }
     if (a->qk_hat) { a->q_hat = a->qk_hat; a->k_hat = a->qk_hat + plane; }
     if (a->qka) { a->qa = a->qka; a->ka = a->qka + plane; }
     if (a->qka_rstd) { a->qa_rstd = a->qka_rstd; a->ka_rstd = a->qka_rstd + BT * c->Ha; }
@@ -179,16 +181,21 @@ static size_t layer_acts_layout(LayerActs *a, const Config *c, char kind, int B,
             TAKE(pool, B * Nc * D, KP | G | WH); TAKE(rlogits, B * Nc * 2 * H, KP | G); TAKE(rpi, B * Nc * 2 * H, KP);
             TAKE(rmask, B * Nc * 2 * H, KP | G);
         }
-        if (kind == 'A') TAKE(proj, BT * 3 * D, R | G | WH | MA);
+        if (kind == 'A' || kind == 'H') TAKE(proj, BT * 3 * D, R | G | WH | MA);
+        if (kind == 'H') {
+            size_t Hh = cfg_attn_heads(c), m = c->nha_m;
+            TAKE(qk_rot, BT * 2 * D, R | G | WH | MA); TAKE(alpha, BT * Hh * m, R | G | WH);
+            TAKE(slots, (size_t)B * Hh * Nc * 2 * m * NATSL_ATTN_HEAD, OP);
+        }
         if (kind == 'S') TAKE(aproj, BT * 3 * D, R | G | WH | MA);
-        if (kind == 'A' || kind == 'S') { TAKE(att_out, BT * D, OP | G | WH | MA | MG); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
+        if (kind == 'A' || kind == 'S' || kind == 'H') { TAKE(att_out, BT * D, OP | G | WH | MA | MG); TAKE(lse, (size_t)B * cfg_attn_heads(c) * T, OP); }
         if (kind == 'S') TAKE(sel_out, 2 * BT * D, OP | G | WH); // its gradient: the relaxed mode's (tests) scaled dout
         TAKE(r, BT * D, OP | MA); TAKE(xn2, BT * D, R | G | WH | ML | MA | MG); TAKE(rstd2, BT, R);
         TAKE(gu, BT * 2 * c->F, R | G | WH | MA | MG | ML); TAKE(hmid, BT * c->F, SH | G | WH | ML | MA | MG);
 #undef TAKE
     }
     if (base) layer_planes(a, c, kind, B, T, half && (!grads || kind == 'G' || kind == 'S')); // grads: qk's (qkv_mg)
-    if (base && grads && kind != 'A' && a->proj) { // the column blocks of the input projections' gradients
+    if (base && grads && kind != 'A' && kind != 'H' && a->proj) { // the column blocks of the input projections' gradients
         a->gate = a->proj + (half ? (2 * K + Vt) / 2 : 2 * K + Vt);
         a->ab = a->gate + (half ? Vt / 2 : Vt);
     }
@@ -213,7 +220,7 @@ static size_t model_acts_layout(LayerActs *la, const Config *c, int B, int T, in
     int kept = acts_kept(recompute), mp = bf16 ? ACTS_BF16 : 0;
     LayerActs tmp;
     *dmax = 0;
-    for (const char *k = "GANS"; *k; k++)
+    for (const char *k = "GANSH"; *k; k++)
         for (int mlp = 0; mlp <= ACTS_GRADS_MLP; mlp += ACTS_GRADS_MLP) {
             size_t n = layer_acts_layout(&tmp, c, *k, B, T, NULL, ACTS_GRADS | mlp | mp);
             if (strchr(c->pattern, *k) && n > *dmax) *dmax = n;
@@ -244,6 +251,18 @@ typedef struct {
     int out_mp;
     int own_sg; // §6.2 (6.2e) (-L 1): the backward passes no gradient through the pairs of a query's own chunk
 } AttnArgs;
+
+// The NHA op (§15) of an H layer: `heads` heads of NATSL_ATTN_HEAD; q, k, v the column blocks of proj (rows of
+// stride ldqkv, not rotated: the slots' operands), qr, kr their rotation (rows of stride ldr: the window's), z the
+// slot gates' logits x W_αᵀ [B*T][heads·m]; m slots per head, window w (the layer's Config.nha_w).
+typedef struct {
+    const real *q, *k, *v;
+    int ldqkv;
+    const real *qr, *kr;
+    int ldr;
+    const real *z;
+    int B, T, heads, m, w;
+} NhaArgs;
 
 // The GDN op (§3.2, §5.4, §6.1, §6.4): H heads; q̂/k̂ head h at columns h*head_k of rows of stride ldqk, value
 // head h at h*head_v of rows of stride ldv (q̂, k̂, v stored in the matmul precision: bf16 in bf16 mode, as the
@@ -364,6 +383,14 @@ static inline AttnArgs natsl_attn_args(const Config *c, const LayerActs *a, int 
 static inline AttnArgs attn_layer_op_args(const Config *c, const LayerActs *a, int B, int T) {
     int D = c->D, heads = cfg_attn_heads(c);
     AttnArgs o = {a->q, a->k, a->v, 3 * D, 3 * D, NULL, B, T, heads, heads, NATSL_ATTN_HEAD, NATSL_ATTN_HEAD, 1, 0};
+    return o;
+}
+// The H layer l's op: over proj's q, k, v column blocks, qk_rot's q | k and the gate logits alpha. half: qk_rot holds
+// 2-byte values (the GPU's bf16 mode, as layer_planes').
+static inline NhaArgs nha_layer_op_args(const Config *c, const LayerActs *a, int l, int B, int T, int half) {
+    int D = c->D, heads = cfg_attn_heads(c);
+    NhaArgs o = {a->q, a->k, a->v, 3 * D, a->qk_rot, a->qk_rot + (half ? D / 2 : D), 2 * D, a->alpha, B, T, heads,
+                 c->nha_m, c->nha_w[l]};
     return o;
 }
 // The G, N and S layers' conv on the columns Q | K | V of proj, and their gates (the gradient's rows: the columns of

@@ -114,6 +114,8 @@ typedef struct {
     const char *gate_act;     // -C: the gated output norm's gate activation, silu|sigmoid (NULL: the preset's, silu)
     int own_sg;               // -L 1: no gradient through the N layers' own-chunk softmax pairs (doc/model.md §6.2 (6.2e))
     const char *route_path;   // -Q: with -E 1, write the routing of the first val row to this file (doc/recall.md)
+    const char *nha_window;   // -W: the H layers' windows, one or one per H layer (NULL: NHA_WINDOW; doc/model.md §15)
+    int nha_slots;            // -U: the H layers' slots per head (0: NHA_SLOTS)
 } TrainArgs;
 
 static inline void train_usage(const char *prog) {
@@ -122,7 +124,10 @@ static inline void train_usage(const char *prog) {
            "  -j <glob>   val shards                        (default data/tinyshakespeare_char/val.bin)\n"
            "  -o <dir>    output dir: main.log, checkpoints (default none)\n"
            "  -e <name>   preset tiny|small|340m|760m, or a model_*.bin to start from (default tiny)\n"
-           "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer or a pattern over G/A/N/S\n"
+           "  -a <arch>   natsl-hybrid|natsl|gdn|gdn-hybrid|transformer|nha-hybrid or a pattern over G/A/N/S/H\n"
+           "  -W <w,..>   the H (NHA) layers' windows: one for all, or one per H layer; 0 = slots only, >= T =\n"
+           "              full attention (doc/model.md §15; default 64)\n"
+           "  -U <int>    the H layers' slots per head m (default 64)\n"
            "  -C <act>    silu|sigmoid: the output gate of the G, N and S layers' gated norm, norm(o)*act(x W_g)\n"
            "              (doc/model.md §5.6; default silu, the paper's)\n"
            "  -L <0|1>    1 = the N layers' softmax op passes no gradient through a query's own-chunk pairs, as\n"
@@ -227,7 +232,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
     char msg[1400];
     TrainArgs d = {"data/tinyshakespeare_char/train.bin", "data/tinyshakespeare_char/val.bin", NULL, "tiny", NULL, NULL, default_precision,
                    8, 256, -1, 20, 750, 50, 8, 100, 64, 0, 0, 42, 0, 1.5e-3, 0.1, 0.1, 1, 0, 0, 0, 0, 0, 0.5, 0.99,
-                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL, NULL, 0, NULL};
+                   0, SEL_KAPPA, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 1.0, NULL, NULL, 0, NULL, NULL, 0};
     *a = d;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { train_usage(argv[0]); exit(0); }
@@ -249,7 +254,7 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             snprintf(msg, sizeof(msg), "bad argument '%.1000s' (flags are one letter and a value; -h for help)", argv[i]);
             die(msg);
         }
-        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOHCLQ", argv[i][1])) {
+        if (!strchr("ijoeabtdluqcxvmsgnyrzpkBFAGMRSKfDEwNPITOHCLQWU", argv[i][1])) {
             snprintf(msg, sizeof(msg), "unknown flag '%s' (-h for help)", argv[i]);
             die(msg);
         }
@@ -268,6 +273,8 @@ static inline void train_args_parse(TrainArgs *a, int argc, char **argv, const c
             if (strcmp(v, "silu") && strcmp(v, "sigmoid")) die_flag(f, v, "the output gate's activation is silu or sigmoid");
             a->gate_act = v;
             break;
+        case 'W': a->nha_window = v; break;
+        case 'U': a->nha_slots = parse_int_flag(f, v, 1, 4096, "slots per head of the H layers"); break;
         case 'L': a->own_sg = parse_int_flag(f, v, 0, 1, "own-chunk stop-gradient flag"); break;
         case 'z': a->zero = parse_int_flag(f, v, 0, 1, "ZeRO stage"); break;
         case 'p': a->precision = v; break;
