@@ -1169,6 +1169,16 @@ static double cache_diff(const Decoder *x, const Decoder *y, int *mismatches) {
                 DIFF(a->cv + (size_t)b * x->Tmax * D, e->cv + (size_t)b * y->Tmax * D, (size_t)pos * D);
                 continue;
             }
+            if (x->kind[l] == 'H') { // the slots and the window's ring (§15)
+                size_t HM = (size_t)cfg_attn_heads(c) * c->nha_m, ring = nha_ring(c, l, x->Tmax);
+                DIFF(a->hs + (size_t)b * HM * 2 * NATSL_ATTN_HEAD, e->hs + (size_t)b * HM * 2 * NATSL_ATTN_HEAD,
+                     HM * 2 * NATSL_ATTN_HEAD);
+                DIFF(a->ck + (size_t)b * ring * D, e->ck + (size_t)b * ring * D, ring * D);
+                DIFF(a->cv + (size_t)b * ring * D, e->cv + (size_t)b * ring * D, ring * D);
+                DIFF(a->hk + (size_t)b * ring * D, e->hk + (size_t)b * ring * D, ring * D);
+                DIFF(a->hz + (size_t)b * ring * HM, e->hz + (size_t)b * ring * HM, ring * HM);
+                continue;
+            }
             DIFF(a->S + (size_t)b * H * KV, e->S + (size_t)b * H * KV, H * KV);
             DIFF(a->tail + (size_t)b * NATSL_CONV * W, e->tail + (size_t)b * NATSL_CONV * W, 3 * W);
             if (x->kind[l] != 'N') continue;
