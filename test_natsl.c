@@ -4333,7 +4333,7 @@ static void test_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny GNGN", ""}, {"tiny GNA", "-a GNA"}, {"tiny GNGN, budget options", "-B 0.5 -F 0.2 -A 0.05 -G 1 -R 0.9"},
                              {"tiny GNGN, sigmoid gate, own-chunk sg", "-C sigmoid -L 1"},
                              {"tiny GSNS, layer selection", "-a GSNS -S 0.5"},
-                             {"tiny GNGN, answers only", "-w 1 -i /tmp/natsl_cvg_ans/train.bin -j /tmp/natsl_cvg_ans/val.bin"},
+                             {"tiny GNGN, answers only", "-w 1 -i @/ans/train.bin -j @/ans/val.bin"},
                              {"760m GN", "-e 760m -a GN -b 1 -t 128 -l 3e-4 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
     cpu_vs_gpu_runs(runs, sizeof(runs) / sizeof(runs[0]));
 }
@@ -4342,44 +4342,61 @@ static void test_nha_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny HAHG, NHA", "-a HAHG -W 70,0 -U 8 -s 0"}};
     cpu_vs_gpu_runs(runs, 1);
 }
+// Each run's flags with every '@' replaced by dir (the run's own directory, so that test processes run side by side)
+static void cvg_flags(char *out, size_t n, const char *flags, const char *dir) {
+    size_t k = 0;
+    for (const char *p = flags; *p && k + strlen(dir) + 1 < n; p++) {
+        if (*p == '@') { memcpy(out + k, dir, strlen(dir)); k += strlen(dir); }
+        else out[k++] = *p;
+    }
+    out[k] = '\0';
+}
 static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns) {
     // every GPU run takes cuBLASLt's first algorithm for each product, untimed: the runs compared bit for bit (-k 1,
     // -k 2 against -k 0) run the same products, and each make test compares the same GPU bits with the CPU
     setenv("NATSL_GEMM_TIMED", "0", 1);
-    // the answers-only run's data: rows with answer files (ev_write_rows), V = 16
-    CHECK(system("rm -rf /tmp/natsl_cvg_ans && mkdir /tmp/natsl_cvg_ans") == 0, "mkdir /tmp/natsl_cvg_ans");
-    ev_write_rows("/tmp/natsl_cvg_ans", "train", 64, 256, 16, 1);
-    ev_write_rows("/tmp/natsl_cvg_ans", "val", 16, 256, 16, 1);
-    ev_write_tokenizer("/tmp/natsl_cvg_ans/tokenizer.bin", 16);
+    // the dumps in a directory of this process's own; the answers-only run's data there: rows with answer files
+    // (ev_write_rows), V = 16
+    char dir[] = "/tmp/natsl_cvg_XXXXXX", ans[64], cmd[4096];
+    if (!mkdtemp(dir)) { CHECK(0, "mkdtemp %s", dir); return; }
+    snprintf(ans, sizeof(ans), "%s/ans", dir);
+    CHECK(mkdir(ans, 0700) == 0, "mkdir %s", ans);
+    ev_write_rows(ans, "train", 64, 256, 16, 1);
+    ev_write_rows(ans, "val", 16, 256, 16, 1);
+    snprintf(cmd, sizeof(cmd), "%s/tokenizer.bin", ans);
+    ev_write_tokenizer(cmd, 16);
+    char f_cpu[7][96];
+    const char *names[7] = {"cpu_fp32", "cpu_bf16", "gpu", "gpu_k1", "gpu_k2", "gpu_fma", "cpu_exact"};
+    for (int i = 0; i < 7; i++) snprintf(f_cpu[i], sizeof(f_cpu[i]), "%s/%s.bin", dir, names[i]);
+    const char *f_gpu = f_cpu[2], *f_k1 = f_cpu[3], *f_k2 = f_cpu[4], *f_fma = f_cpu[5], *f_exact = f_cpu[6];
     for (size_t r = 0; r < nruns; r++) {
         Config cf;
-        char msg[1024];
+        char msg[1024], flags[1024];
+        cvg_flags(flags, sizeof(flags), runs[r][1], dir);
         for (int bf16 = 0; bf16 <= 1; bf16++) {
             // on the FineWeb-Edu shards (the GPT-2 vocabulary's 50304-row head, as in real runs); the 760m run on the characters
-            char cmd[4096], what[64];
+            char what[64];
             const char *args = "-b 2 -t 256 -l 1e-3 -u 2 -i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin";
-            const char *prec = bf16 ? "bf16" : "fp32";
+            const char *prec = bf16 ? "bf16" : "fp32", *f_c = f_cpu[bf16];
             snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
-            snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -D /tmp/natsl_cpu_%s.bin && ./train_natsl_cu %s %s -p %s "
-                     "-D /tmp/natsl_gpu.bin && ./train_natsl_cu %s %s -p %s -k 1 -D /tmp/natsl_gpu_k1.bin && ./train_natsl_cu %s %s "
-                     "-p %s -k 2 -D /tmp/natsl_gpu_k2.bin && NATSL_GDN_TF32=0 NATSL_ATTN_BF16=0 ./train_natsl_cu %s %s -p %s "
-                     "-D /tmp/natsl_gpu_fma.bin && NATSL_ATTN_BF16=0 ./train_natsl %s %s -p %s -D /tmp/natsl_cpu_exact.bin",
-                     args, runs[r][1], prec, prec, args, runs[r][1], prec, args, runs[r][1], prec, args, runs[r][1], prec, args,
-                     runs[r][1], prec, args, runs[r][1], prec);
+            snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -D %s && ./train_natsl_cu %s %s -p %s "
+                     "-D %s && ./train_natsl_cu %s %s -p %s -k 1 -D %s && ./train_natsl_cu %s %s "
+                     "-p %s -k 2 -D %s && NATSL_GDN_TF32=0 NATSL_ATTN_BF16=0 ./train_natsl_cu %s %s -p %s "
+                     "-D %s && NATSL_ATTN_BF16=0 ./train_natsl %s %s -p %s -D %s",
+                     args, flags, prec, f_c, args, flags, prec, f_gpu, args, flags, prec, f_k1, args, flags, prec, f_k2,
+                     args, flags, prec, f_fma, args, flags, prec, f_exact);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", what, msg);
             Dump c, g, k1, k2, c32, fma, cx;
-            snprintf(cmd, sizeof(cmd), "/tmp/natsl_cpu_%s.bin", prec);
-            if (dump_read(cmd, &c) || dump_read("/tmp/natsl_gpu.bin", &g) || dump_read("/tmp/natsl_gpu_k1.bin", &k1) ||
-                dump_read("/tmp/natsl_gpu_k2.bin", &k2)) {
+            if (dump_read(f_c, &c) || dump_read(f_gpu, &g) || dump_read(f_k1, &k1) || dump_read(f_k2, &k2)) {
                 CHECK(0, "%s: cannot read the dumps", what);
                 continue;
             }
-            run_config(&cf, runs[r][1], c.h[4]); // the data's vocabulary, from the dump's header
+            run_config(&cf, flags, c.h[4]); // the data's vocabulary, from the dump's header
             // answers only: a third of the positions carry the loss, and bf16 rounding alone moves the GDN gates'
             // cancelling sums by more than their per-tensor bar (l3.a_log 6.9e-2 against the fp32 CPU): in bf16
             // this run's gradients are held to the bar over all tensors (its fp32 run checks every tensor)
-            int answers = strstr(runs[r][1], "-w 1") != NULL;
-            if (bf16 && dump_read("/tmp/natsl_gpu_fma.bin", &fma) == 0 && dump_read("/tmp/natsl_cpu_exact.bin", &cx) == 0) {
+            int answers = strstr(flags, "-w 1") != NULL;
+            if (bf16 && dump_read(f_fma, &fma) == 0 && dump_read(f_exact, &cx) == 0) {
                 char w2[96];
                 snprintf(w2, sizeof(w2), "%s, GDN op in fp32, attention in TF32", what);
                 compare_dumps(w2, &fma, &cx, &cf, 1, !answers);
@@ -4388,13 +4405,12 @@ static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns) {
             compare_dumps(what, &g, &c, &cf, bf16, !bf16);
             compare_recompute(what, 1, &k1, &g, bf16);
             compare_recompute(what, 2, &k2, &g, bf16);
-            if (bf16 && dump_read("/tmp/natsl_cpu_fp32.bin", &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
+            if (bf16 && dump_read(f_cpu[0], &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
             free(c.x); free(g.x); free(k1.x); free(k2.x);
         }
     }
-    remove("/tmp/natsl_cpu_fp32.bin"); remove("/tmp/natsl_cpu_bf16.bin"); remove("/tmp/natsl_gpu.bin"); remove("/tmp/natsl_gpu_k1.bin");
-    remove("/tmp/natsl_gpu_k2.bin"); remove("/tmp/natsl_gpu_fma.bin"); remove("/tmp/natsl_cpu_exact.bin");
-    CHECK(system("rm -rf /tmp/natsl_cvg_ans") == 0, "rm -rf /tmp/natsl_cvg_ans");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
     unsetenv("NATSL_GEMM_TIMED");
 }
 
