@@ -4365,10 +4365,10 @@ static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns) {
     ev_write_rows(ans, "val", 16, 256, 16, 1);
     snprintf(cmd, sizeof(cmd), "%s/tokenizer.bin", ans);
     ev_write_tokenizer(cmd, 16);
-    char f_cpu[7][96];
+    char files[7][96]; // the dumps: the CPU's in fp32 and bf16, then the GPU's, -k 1, -k 2, FMA, the CPU's exact
     const char *names[7] = {"cpu_fp32", "cpu_bf16", "gpu", "gpu_k1", "gpu_k2", "gpu_fma", "cpu_exact"};
-    for (int i = 0; i < 7; i++) snprintf(f_cpu[i], sizeof(f_cpu[i]), "%s/%s.bin", dir, names[i]);
-    const char *f_gpu = f_cpu[2], *f_k1 = f_cpu[3], *f_k2 = f_cpu[4], *f_fma = f_cpu[5], *f_exact = f_cpu[6];
+    for (int i = 0; i < 7; i++) snprintf(files[i], sizeof(files[i]), "%s/%s.bin", dir, names[i]);
+    const char *f_gpu = files[2], *f_k1 = files[3], *f_k2 = files[4], *f_fma = files[5], *f_exact = files[6];
     for (size_t r = 0; r < nruns; r++) {
         Config cf;
         char msg[1024], flags[1024];
@@ -4377,7 +4377,7 @@ static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns) {
             // on the FineWeb-Edu shards (the GPT-2 vocabulary's 50304-row head, as in real runs); the 760m run on the characters
             char what[64];
             const char *args = "-b 2 -t 256 -l 1e-3 -u 2 -i data/fineweb_edu_train.bin -j data/fineweb_edu_val.bin";
-            const char *prec = bf16 ? "bf16" : "fp32", *f_c = f_cpu[bf16];
+            const char *prec = bf16 ? "bf16" : "fp32", *f_c = files[bf16];
             snprintf(what, sizeof(what), "%s %s", runs[r][0], prec);
             snprintf(cmd, sizeof(cmd), "./train_natsl %s %s -p %s -D %s && ./train_natsl_cu %s %s -p %s "
                      "-D %s && ./train_natsl_cu %s %s -p %s -k 1 -D %s && ./train_natsl_cu %s %s "
@@ -4405,7 +4405,7 @@ static void cpu_vs_gpu_runs(const char *runs[][2], size_t nruns) {
             compare_dumps(what, &g, &c, &cf, bf16, !bf16);
             compare_recompute(what, 1, &k1, &g, bf16);
             compare_recompute(what, 2, &k2, &g, bf16);
-            if (bf16 && dump_read(f_cpu[0], &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
+            if (bf16 && dump_read(files[0], &c32) == 0) { report_bf16_vs_fp32(what, &g, &c32, &cf); free(c32.x); }
             free(c.x); free(g.x); free(k1.x); free(k2.x);
         }
     }

@@ -3225,22 +3225,24 @@ __global__ void __launch_bounds__(256) decoder_gemv_kernel(OUT *out, const bf16 
 }
 static void decoder_matmul(real *out, const real *inp, const real *weight, int R, int C, int OC, int out_mp,
                            const real *add) {
-    const real *w = g_bf16 ? weight_operand(weight, (size_t)OC * C) : NULL;
-    if (!g_bf16 || R > DEC_GEMV_ROWS || C % 8 || (uintptr_t)w % 16 || (uintptr_t)inp % 16) {
-        matmul_forward(out, inp, weight, R, C, OC, out_mp, add);
-        return;
+    if (g_bf16 && R <= DEC_GEMV_ROWS && C % 8 == 0 && (uintptr_t)inp % 16 == 0) {
+        const real *w = weight_operand(weight, (size_t)OC * C); // (the weights' copies start at 256-byte boundaries)
+        if ((uintptr_t)w % 16 == 0) {
+            PROF_OP();
+            auto go = [&](auto rmax) {
+                constexpr int RM = decltype(rmax)::value;
+                const bf16 *x = (const bf16 *)inp, *wb = (const bf16 *)w;
+                if (out_mp) decoder_gemv_kernel<RM><<<CEIL_DIV(OC, 8), 256>>>((bf16 *)out, x, wb, (const bf16 *)add, R, C, OC);
+                else decoder_gemv_kernel<RM><<<CEIL_DIV(OC, 8), 256>>>(out, x, wb, add, R, C, OC);
+            };
+            if (R == 1) go(std::integral_constant<int, 1>());
+            else if (R <= 4) go(std::integral_constant<int, 4>());
+            else go(std::integral_constant<int, DEC_GEMV_ROWS>());
+            CUDA_CHECK(cudaGetLastError());
+            return;
+        }
     }
-    PROF_OP();
-    auto go = [&](auto rmax) {
-        constexpr int RM = decltype(rmax)::value;
-        const bf16 *x = (const bf16 *)inp, *wb = (const bf16 *)w;
-        if (out_mp) decoder_gemv_kernel<RM><<<CEIL_DIV(OC, 8), 256>>>((bf16 *)out, x, wb, (const bf16 *)add, R, C, OC);
-        else decoder_gemv_kernel<RM><<<CEIL_DIV(OC, 8), 256>>>(out, x, wb, add, R, C, OC);
-    };
-    if (R == 1) go(std::integral_constant<int, 1>());
-    else if (R <= 4) go(std::integral_constant<int, 4>());
-    else go(std::integral_constant<int, DEC_GEMV_ROWS>());
-    CUDA_CHECK(cudaGetLastError());
+    matmul_forward(out, inp, weight, R, C, OC, out_mp, add);
 }
 
 template <class MP> static void decoder_inputs(const DecArgs<MP> &a, int R) {
