@@ -1337,20 +1337,43 @@ static void test_cache_attention(void) { cache_check_pattern("A", 0, NULL, NULL)
 static void test_cache_natsl(void) { cache_check_pattern("N", 0, NULL, NULL); }
 static void test_cache_natsl_rope(void) { cache_check_pattern("N", 1, NULL, NULL); }
 static void test_cache_mixed(void) { cache_check_pattern("GNAN", 0, NULL, NULL); }
-// H layers (§15) at windows 0 (slots only), 5, 64 and 300 (≥ T: no slots), m = 4; and among the other kinds
+// H layers (§15) at windows 0 (slots only), 5, 64, 100 and 300 (≥ T: no slots), m = 4 (the prompts' whole chunks, 0,
+// 64 and 192 tokens, shorter and longer than the window); and among the other kinds
 static void test_cache_nha(void) {
-    const int ws[] = {0, 5, 64, 300};
-    for (int i = 0; i < 4; i++) {
+    const int ws[] = {0, 5, 64, 100, 300};
+    for (int i = 0; i < 5; i++) {
         g_nha_w = ws[i];
         printf("  w %d:\n", ws[i]);
         cache_check_pattern("H", 0, NULL, NULL);
     }
     g_nha_w = 3;
 }
+// and three sequences together in HGHN with windows 100 and 0: prompts of 200, 64 and 0 tokens; of 130, 129 and 320,
+// also in prefill passes of at most 128 tokens (each prompt its own pass)
 static void test_cache_nha_mixed(void) {
     g_nha_w = 64;
     cache_check_pattern("GHAN", 0, NULL, NULL);
     g_nha_w = 3;
+    g_rng = 20261131;
+    Config cf = small_config("HGHN", 0);
+    cf.nha_w[0] = 100;
+    cf.nha_w[2] = 0;
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 14);
+    fill_normal(M.p.layer[3].wr, 2 * cf.H * cf.D, 0.5);
+    int B = 3, T = 320, plen[3][3] = {{200, 64, 0}, {130, 129, 320}, {130, 129, 320}};
+    int *in = xcalloc((size_t)B * T, sizeof(int));
+    for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
+    model_alloc_acts(&M, B, T, 0);
+    for (int k = 0; k < 3; k++) {
+        int budget = g_prefill_tokens;
+        if (k == 2) g_prefill_tokens = 128;
+        cache_check(&M, in, B, T, plen[k], k == 2 ? "HGHN (w 100, 0) batched, passes of 128" : "HGHN (w 100, 0) batched");
+        g_prefill_tokens = budget;
+    }
+    model_free(&M);
+    free(in);
 }
 // S layers decode as the mixer their noise-free gate chooses (§7.3): the first one A, the second G
 static void test_cache_select(void) { cache_check_pattern("SNS", 0, (const double[]){-0.3, 0.4}, "ANG"); }
