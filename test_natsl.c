@@ -1337,20 +1337,43 @@ static void test_cache_attention(void) { cache_check_pattern("A", 0, NULL, NULL)
 static void test_cache_natsl(void) { cache_check_pattern("N", 0, NULL, NULL); }
 static void test_cache_natsl_rope(void) { cache_check_pattern("N", 1, NULL, NULL); }
 static void test_cache_mixed(void) { cache_check_pattern("GNAN", 0, NULL, NULL); }
-// H layers (§15) at windows 0 (slots only), 5, 64 and 300 (≥ T: no slots), m = 4; and among the other kinds
+// H layers (§15) at windows 0 (slots only), 5, 64, 100 and 300 (≥ T: no slots), m = 4 (the prompts' whole chunks, 0,
+// 64 and 192 tokens, shorter and longer than the window); and among the other kinds
 static void test_cache_nha(void) {
-    const int ws[] = {0, 5, 64, 300};
-    for (int i = 0; i < 4; i++) {
+    const int ws[] = {0, 5, 64, 100, 300};
+    for (int i = 0; i < 5; i++) {
         g_nha_w = ws[i];
         printf("  w %d:\n", ws[i]);
         cache_check_pattern("H", 0, NULL, NULL);
     }
     g_nha_w = 3;
 }
+// and three sequences together in HGHN with windows 100 and 0: prompts of 200, 64 and 0 tokens; of 130, 129 and 320,
+// also in prefill passes of at most 128 tokens (each prompt its own pass)
 static void test_cache_nha_mixed(void) {
     g_nha_w = 64;
     cache_check_pattern("GHAN", 0, NULL, NULL);
     g_nha_w = 3;
+    g_rng = 20261131;
+    Config cf = small_config("HGHN", 0);
+    cf.nha_w[0] = 100;
+    cf.nha_w[2] = 0;
+    Model M;
+    model_build(&M, &cf);
+    model_init(&M, 14);
+    fill_normal(M.p.layer[3].wr, 2 * cf.H * cf.D, 0.5);
+    int B = 3, T = 320, plen[3][3] = {{200, 64, 0}, {130, 129, 320}, {130, 129, 320}};
+    int *in = xcalloc((size_t)B * T, sizeof(int));
+    for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
+    model_alloc_acts(&M, B, T, 0);
+    for (int k = 0; k < 3; k++) {
+        int budget = g_prefill_tokens;
+        if (k == 2) g_prefill_tokens = 128;
+        cache_check(&M, in, B, T, plen[k], k == 2 ? "HGHN (w 100, 0) batched, passes of 128" : "HGHN (w 100, 0) batched");
+        g_prefill_tokens = budget;
+    }
+    model_free(&M);
+    free(in);
 }
 // S layers decode as the mixer their noise-free gate chooses (§7.3): the first one A, the second G
 static void test_cache_select(void) { cache_check_pattern("SNS", 0, (const double[]){-0.3, 0.4}, "ANG"); }
@@ -4337,7 +4360,7 @@ static void test_cpu_vs_gpu(void) {
                              {"760m GN", "-e 760m -a GN -b 1 -t 128 -l 3e-4 -i data/tinyshakespeare_char/train.bin -j data/tinyshakespeare_char/val.bin"}};
     cpu_vs_gpu_runs(runs, sizeof(runs) / sizeof(runs[0]));
 }
-// H layers (§15) at windows 70 and 0 (slots only), 8 slots, among G and A layers (the GPU decoder has none: -s 0)
+// H layers (§15) at windows 70 and 0 (slots only), 8 slots, among G and A layers (no samples: -s 0)
 static void test_nha_cpu_vs_gpu(void) {
     const char *runs[][2] = {{"tiny HAHG, NHA", "-a HAHG -W 70,0 -U 8 -s 0"}};
     cpu_vs_gpu_runs(runs, 1);
@@ -4464,7 +4487,9 @@ static void test_gpu_resume_bit_identical(void) {
 // CPU's at every position (normwise), each program's within 1e-5 of its forward pass; bf16 (the CPU's -p bf16
 // emulation): 2e-2; the softmax fraction of every N layer's completed chunks the same in both programs. Where a prompt
 // holds a whole chunk (n ≥ 64), the GPU's prefill by the forward pass (doc/model.md §14.5) against its token-by-token
-// one (NATSL_GEN_DUMP_TOKENS=1): every position's logits of the three sequences within the same bar.
+// one (NATSL_GEN_DUMP_TOKENS=1): every position's logits of the three sequences within the same bar. H layers (§15):
+// HAHG at windows 70 and 0 (prompts of 130 and 200: whole chunks longer than the window), HGHN at 150 and 5 (130:
+// shorter than the first window), 8 and 4 slots.
 typedef struct { int head[4]; float *z, *fwd; double sfr[NATSL_MAX_LAYERS]; } GenDump;
 static int gen_dump_read(const char *path, GenDump *g) {
     FILE *f = fopen(path, "rb");
@@ -4493,11 +4518,14 @@ static double rows_diff(const float *x, size_t ldx, const float *y, size_t ldy, 
     return worst;
 }
 static void test_cache_cpu_vs_gpu(void) {
-    struct { const char *pattern; int n; const char *prec; } runs[] = {
-        {"G", 63, "fp32"}, {"G", 200, "fp32"}, {"A", 65, "fp32"}, {"A", 200, "fp32"}, {"N", 63, "fp32"},
-        {"N", 200, "fp32"}, {"natsl", 65, "fp32"}, {"natsl", 200, "fp32"}, {"GNAN", 1, "fp32"}, {"GNAN", 63, "fp32"},
-        {"GNAN", 64, "fp32"}, {"GNAN", 65, "fp32"}, {"GNAN", 200, "fp32"}, {"SNS", 130, "fp32"},
-        {"GNAN", 200, "bf16"}, {"natsl", 130, "bf16"}};
+    struct { const char *pattern; int n; const char *prec; const char *opts; } runs[] = {
+        {"G", 63, "fp32", NULL}, {"G", 200, "fp32", NULL}, {"A", 65, "fp32", NULL}, {"A", 200, "fp32", NULL},
+        {"N", 63, "fp32", NULL}, {"N", 200, "fp32", NULL}, {"natsl", 65, "fp32", NULL}, {"natsl", 200, "fp32", NULL},
+        {"GNAN", 1, "fp32", NULL}, {"GNAN", 63, "fp32", NULL}, {"GNAN", 64, "fp32", NULL}, {"GNAN", 65, "fp32", NULL},
+        {"GNAN", 200, "fp32", NULL}, {"SNS", 130, "fp32", NULL}, {"GNAN", 200, "bf16", NULL}, {"natsl", 130, "bf16", NULL},
+        {"HAHG", 63, "fp32", "-W 70,0 -U 8"}, {"HAHG", 130, "fp32", "-W 70,0 -U 8"}, {"HAHG", 200, "fp32", "-W 70,0 -U 8"},
+        {"HGHN", 130, "fp32", "-W 150,5 -U 4"}, {"HAHG", 130, "bf16", "-W 70,0 -U 8"},
+        {"HGHN", 200, "bf16", "-W 150,5 -U 4"}};
     char dir[] = "/tmp/natsl_gendump_XXXXXX", cmd[4096], msg[1024], ids[1200];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
@@ -4510,9 +4538,9 @@ static void test_cache_cpu_vs_gpu(void) {
             snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%d", i > 1 ? "," : "", (5 * i + 2) % 60);
         int ok = 1;
         for (int p = 0; p < runs_k; p++) {
-            snprintf(cmd, sizeof(cmd), "NATSL_GEN_DUMP=%s/%d.bin %s%s -a %s -p %s -N 70 %s%s", dir, p,
+            snprintf(cmd, sizeof(cmd), "NATSL_GEN_DUMP=%s/%d.bin %s%s -a %s %s -p %s -N 70 %s%s", dir, p,
                      p == 2 ? "NATSL_GEN_DUMP_TOKENS=1 " : "", p ? "./train_natsl_cu" : g_trainer, runs[k].pattern,
-                     runs[k].prec, ids[0] ? "-I " : "", ids);
+                     runs[k].opts ? runs[k].opts : "", runs[k].prec, ids[0] ? "-I " : "", ids);
             CHECK(run_cmd(cmd, msg, sizeof(msg)) == 0, "%s: %s", cmd, msg);
             snprintf(cmd, sizeof(cmd), "%s/%d.bin", dir, p);
             ok &= gen_dump_read(cmd, &g[p]);
@@ -4529,8 +4557,8 @@ static void test_cache_cpu_vs_gpu(void) {
             chunked = rows_diff(g[1].z, V, g[2].z, V, 3 * S, V);
             for (int l = 0; l < L; l++) route_bad += g[2].sfr[l] != g[1].sfr[l];
         }
-        printf("  %s %s prompt %d (batch of 3: %d, %d, 0 tokens, then 70): GPU vs CPU %.2e, decoder vs forward: CPU %.2e "
-               "GPU %.2e", runs[k].pattern, runs[k].prec, runs[k].n, runs[k].n, runs[k].n / 2, worst, fwd[0], fwd[1]);
+        printf("  %s%s%s %s prompt %d (batch of 3: %d, %d, 0 tokens, then 70): GPU vs CPU %.2e, decoder vs forward: CPU %.2e "
+               "GPU %.2e", runs[k].pattern, runs[k].opts ? " " : "", runs[k].opts ? runs[k].opts : "", runs[k].prec, runs[k].n, runs[k].n, runs[k].n / 2, worst, fwd[0], fwd[1]);
         if (runs_k == 3) printf(", GPU prefill by the forward vs token by token %.2e", chunked);
         for (int l = 0; l < L; l++) if (g[0].sfr[l] >= 0) printf(" | sfr l%d %.3f %.3f", l, g[0].sfr[l], g[1].sfr[l]);
         printf("\n");

@@ -1889,7 +1889,10 @@ static float *decoder_logits(const Decoder *d, int b) { return to_float32(d->log
 //         ΔS_c = Z_last − Dec_c s0_c (5.4f), S = Σ_c (Π_{c'>c} Dec_c') m_c ΔS_c (5.4g), m_c = 1 for a G layer, for an N
 //         layer the router's decision r->route (the forward forces its last chunk, (5.2f): the decisions come from π);
 //   N:    the decisions, and each head group's softmax chunks' keys and values (ka, V columns) in chunk order;
-//   A:    the keys (RoPE'd in proj) and values of every token.
+//   A:    the keys (RoPE'd in proj) and values of every token;
+//   H:    the slots after the pass (15.1b): those the forward stored at its last chunk's start, then that chunk's
+//         steps t ≥ w again, each taking in its token t − w (proj's k, v; alpha's z), as decoder_step does; the ring:
+//         the last min(w, Tmax) tokens' k, v (proj), RoPE'd k (qk_rot) and z (alpha), token t at t mod ring.
 // The router's running sum and the current chunk's run start empty at a chunk's first token.
 static void decoder_fill_layer(Decoder *d, const Model *F, int l, const PrefillRows *r) {
     const Config *c = &d->M->cfg;
@@ -1897,6 +1900,31 @@ static void decoder_fill_layer(Decoder *d, const Model *F, int l, const PrefillR
     const DecLayer *L = &d->dl[l];
     int T = r->T, Nc = T / CH, D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, W = 2 * K + Vt, dk = c->dk, dv = c->dv;
     size_t KV = (size_t)dk * dv;
+    if (d->kind[l] == 'H') {
+        int heads = cfg_attn_heads(c), hd = NATSL_ATTN_HEAD, m = c->nha_m, HM = heads * m, win = c->nha_w[l];
+        int Wc = nha_ring(c, l, d->Tmax), first = (Nc - 1) * CH > win ? (Nc - 1) * CH : win;
+        size_t SZ = 2 * (size_t)m * hd;
+        for (int i = 0; i < r->n; i++) {
+            int b = r->seq[i];
+            for (int h = 0; h < heads; h++) {
+                real *S = L->hs + ((size_t)b * heads + h) * SZ;
+                memcpy(S, a->slots + (((size_t)i * heads + h) * Nc + Nc - 1) * SZ, SZ * sizeof(real));
+                for (int t = first; t < T; t++) { // token t − w enters at step t (15.1b)
+                    size_t row = (size_t)i * T + t - win;
+                    nha_slot_update(S, a->proj + row * 3 * D + D + h * hd, a->proj + row * 3 * D + 2 * D + h * hd,
+                                    a->alpha + row * HM + (size_t)h * m, m);
+                }
+            }
+            for (int t = T - Wc > 0 ? T - Wc : 0; t < T; t++) {
+                size_t at = (size_t)b * Wc + t % Wc, row = (size_t)i * T + t;
+                memcpy(L->hk + at * D, a->proj + row * 3 * D + D, D * sizeof(real));
+                memcpy(L->cv + at * D, a->proj + row * 3 * D + 2 * D, D * sizeof(real));
+                memcpy(L->ck + at * D, a->qk_rot + row * 2 * D + D, D * sizeof(real));
+                memcpy(L->hz + at * HM, a->alpha + row * HM, HM * sizeof(real));
+            }
+        }
+        return;
+    }
     if (d->kind[l] == 'A') {
         const real *proj = c->pattern[l] == 'S' ? a->aproj : a->proj; // an S layer frozen to A: its A mixer's
         for (int i = 0; i < r->n; i++)
@@ -2071,7 +2099,6 @@ static StepStats train_step(Model *M, DataLoader *train, int accum, int B, int T
 // ================================================================================================
 
 static const char *backend_default_precision = "fp32";
-static const int backend_decodes_nha = 1;
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
     if (g_bf16) printf("precision: bf16 matmul operands, as train_natsl_cu -p bf16 (a check mode: slower than fp32)\n");

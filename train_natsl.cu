@@ -2747,15 +2747,16 @@ static void token_scores(const Model *M, const int *targets, int BT, float *loss
 //   A: the keys (RoPE'd) and values of every token so far;
 //   N: what G holds, the router's running sum of x over the current chunk, the current chunk's softmax keys and
 //      values, and per head group the keys and values of the completed chunks the router sent to softmax;
-//   S: what its frozen choice (the noise-free gate, §7.3) holds.
+//   S: what its frozen choice (the noise-free gate, §7.3) holds;
+//   H: the slots (fp32) and the last min(w, Tmax) tokens' keys (RoPE'd and not), values and gate logits (§15).
 // Keys, values and conv inputs are stored in the matmul precision, as the forward stores them; every value is rounded
 // where the forward's producer rounds it (bf16 mode: the products' outputs, q̂, k̂, qa, ka, the chunk-start state).
 // A step launches the same kernels at every position: the positions are read from device memory, and a chunk's first
 // and last token are tested in the kernels. Per G or N layer: RMSNorm; one product x [W_qkv; W_g; W_ab]ᵀ (their
 // weights lie one after another; fp32 out, rounded where read); decoder_inputs_kernel; N: decoder_attention_kernel;
-// decoder_gdn_kernel; the gated norm and W_o; then the MLP. At a chunk's last token the router decides for the chunk
-// from its mean (5.2a-d): routed to GDN, the run commits into the state and the keys and values are dropped; routed
-// to softmax, they are kept and the state only decays (5.4h).
+// decoder_gdn_kernel; the gated norm and W_o; then the MLP (an H layer: x W_qkvᵀ, x W_αᵀ, decoder_nha_kernel, W_o).
+// At a chunk's last token the router decides for the chunk from its mean (5.2a-d): routed to GDN, the run commits into
+// the state and the keys and values are dropped; routed to softmax, they are kept and the state only decays (5.4h).
 // ================================================================================================
 
 #define DEC_GRAPHS 96 // the most CUDA graphs a decoder holds (decoder_graph)
@@ -2766,7 +2767,12 @@ typedef struct {
     real *ck, *cv;       // N: the current chunk's ka [B][64][K], va [B][64][Vt];  A: keys, values [B][Tmax][D]
     real *kk, *kv;       // N: the kept chunks' keys [B][H][Nc][64][d_k], values [B][H][Nc][64][d_v], per head
                          //   group (its G softmax heads' columns), in chunk order
-} DecLayer;              // (tail, ck, cv, kk, kv in the matmul precision)
+    float *hs, *hz;      // H: slots [B][heads][2][m][64]; the ring's gate logits [B][ring][heads·m] (nha_ring tokens)
+    real *hk;            // H: the ring's keys, not rotated [B][ring][D] (its RoPE'd keys, values: ck, cv)
+} DecLayer;              // (tail, ck, cv, kk, kv, hk in the matmul precision)
+
+// An H layer's window ring (§15): the last min(w, Tmax) tokens (token t at t mod ring)
+static int nha_ring(const Config *c, int l, int Tmax) { return c->nha_w[l] < Tmax ? c->nha_w[l] : Tmax; }
 
 typedef struct {
     Model *M;
@@ -2797,7 +2803,7 @@ static size_t decoder_layout(Decoder *d, real *base) {
     for (int l = 0; l < c->L; l++) {
         DecLayer *L = &d->dl[l];
         memset(L, 0, sizeof(*L));
-        if (d->kind[l] != 'A') {
+        if (d->kind[l] != 'A' && d->kind[l] != 'H') {
             TAKE(S, B * H * KV); TAKE(Z, B * H * KV); TAKE(gsum, B * H); TAKE(tail, mp_reals(B * 3 * W));
         }
         if (d->kind[l] == 'N') {
@@ -2805,6 +2811,11 @@ static size_t decoder_layout(Decoder *d, real *base) {
             TAKE(kk, mp_reals(B * H * Nc * CH * c->dk)); TAKE(kv, mp_reals(B * H * Nc * CH * c->dv));
         }
         if (d->kind[l] == 'A') { TAKE(ck, mp_reals(B * d->Tmax * D)); TAKE(cv, mp_reals(B * d->Tmax * D)); }
+        if (d->kind[l] == 'H') {
+            size_t ring = nha_ring(c, l, d->Tmax), HM = (size_t)cfg_attn_heads(c) * c->nha_m;
+            TAKE(hs, B * HM * 2 * NATSL_ATTN_HEAD); TAKE(ck, mp_reals(B * ring * D)); TAKE(cv, mp_reals(B * ring * D));
+            TAKE(hk, mp_reals(B * ring * D)); TAKE(hz, B * ring * HM);
+        }
     }
 #undef TAKE
     return off;
@@ -2812,7 +2823,8 @@ static size_t decoder_layout(Decoder *d, real *base) {
 
 // One step's activations for R rows (one token of each advancing sequence), in the fields of LayerActs with B·T = R
 // (in the forward's precisions: mp_reals where it stores a field in the matmul precision); carved out of base (NULL:
-// only count). proj: a G or N layer's x [W_qkv; W_g; W_ab]ᵀ in fp32, an A layer's x W_qkvᵀ in the matmul precision.
+// only count). proj: a G or N layer's x [W_qkv; W_g; W_ab]ᵀ in fp32, an A or H layer's x W_qkvᵀ in the matmul
+// precision; alpha: an H layer's gate logits x W_αᵀ (fp32).
 static size_t decoder_work_layout(LayerActs *w, const Config *c, int R, real *base) {
     size_t D = c->D, K = cfg_K(c), Vt = cfg_Vt(c), H = c->H, Ha = c->Ha, off = 0;
     size_t P = std::max((size_t)gdn_in_cols(c), 3 * D), A = std::max(Vt, D), NR = std::max(H, Ha);
@@ -2824,6 +2836,7 @@ static size_t decoder_work_layout(LayerActs *w, const Config *c, int R, real *ba
     TAKE(gdn_out, mp_reals(R * Vt)); TAKE(att_out, mp_reals(R * A)); TAKE(norm_rstd, 2 * R * NR);
     TAKE(y, mp_reals(R * Vt)); TAKE(r, mp_reals(R * D)); TAKE(xn2, mp_reals(R * D)); TAKE(rstd2, R);
     TAKE(gu, mp_reals(R * 2 * c->F)); TAKE(hmid, mp_reals(R * c->F));
+    TAKE(alpha, R * cfg_attn_heads(c) * c->nha_m); // H: x W_αᵀ (0 without H layers)
 #undef TAKE
     if (base) {
         size_t plane = mp_reals(R * K);
@@ -2850,6 +2863,10 @@ template <class MP> struct DecArgs {
     int *nkept;                    // the layer's [B][H]
     signed char *route;            // the layer's [B][Nc][H]
     float *part;                   // decoder_attention_kernel's partial sums
+    int m, win, ring;              // H: slots per head, window w, the ring's tokens min(w, Tmax)
+    const float *z;                // H: the step's gate logits x W_αᵀ [R][heads·m]
+    float *hs, *hz;                // H: the layer's slots and the ring's gate logits (DecLayer)
+    MP *hk;                        // H: the ring's keys, not rotated
 };
 template <class MP> static DecArgs<MP> decoder_args(Decoder *d, int l) {
     const Config *c = &d->M->cfg;
@@ -2864,7 +2881,7 @@ template <class MP> static DecArgs<MP> decoder_args(Decoder *d, int l) {
     a.st16 = g_bf16;
     a.proj = w->proj; a.aproj = (MP *)w->proj; a.xn = (const MP *)w->xn;
     a.conv = p->conv; a.a_log = p->a_log; a.dt_bias = p->dt_bias; a.qn = p->qn; a.kn = p->kn; a.wow = p->wow; a.wr = p->wr;
-    if (d->kind[l] == 'A') a.rope = rope_table(d->Tmax, NATSL_ATTN_HEAD);
+    if (d->kind[l] == 'A' || d->kind[l] == 'H') a.rope = rope_table(d->Tmax, NATSL_ATTN_HEAD);
     else if (a.natsl && c->rope) a.rope = rope_table(d->Tmax, a.dka);
     a.q = (MP *)w->q; a.k = (MP *)w->k; a.v = (MP *)w->v; a.gate = (MP *)w->gate; a.qh = (MP *)w->q_hat;
     a.kh = (MP *)w->k_hat; a.qa = (MP *)w->qa; a.ka = (MP *)w->ka; a.gdn_out = (MP *)w->gdn_out;
@@ -2874,6 +2891,10 @@ template <class MP> static DecArgs<MP> decoder_args(Decoder *d, int l) {
     a.nkept = d->nkept + (size_t)l * d->B * c->H;
     a.route = d->route + (size_t)l * d->B * d->Ncmax * c->H;
     a.part = d->part;
+    if (d->kind[l] == 'H') {
+        a.m = c->nha_m; a.win = c->nha_w[l]; a.ring = nha_ring(c, l, d->Tmax);
+        a.z = w->alpha; a.hs = L->hs; a.hz = L->hz; a.hk = (MP *)L->hk;
+    }
     return a;
 }
 // f(MP()) with MP the matmul precision's type
@@ -3115,6 +3136,81 @@ template <class MP> static void decoder_attention(const DecArgs<MP> &a, int R, i
     CUDA_CHECK(cudaGetLastError());
 }
 
+// H layers (§15), a block of 64 threads per (row, head h), thread d owning feature d of the head: the token t − w
+// leaving the window enters the slots (15.1b; its k, v, z from the ring, at w = 0 this token's), this token's k, v, z
+// and RoPE'd k take its place in the ring (t mod ring), then one softmax over the slots (unrotated q; t ≥ w) and the
+// window's RoPE'd keys lo … t (15.2a-c), in tiles of 64 scores with a running max and sum. The roundings are the
+// forward's: proj as the product stores it, q̂ and k̂ as qk_rot, o as att_out; the slots and z in fp32.
+template <class MP> __global__ void __launch_bounds__(NHA_HD) decoder_nha_kernel(DecArgs<MP> a) {
+    __shared__ float qs[NHA_HD], qr[NHA_HD], e[NHA_HD];
+    const int r = blockIdx.x, h = blockIdx.y, d = threadIdx.x, b = a.seq[r], t = a.pos[b];
+    const int D = a.D, m = a.m, w = a.win, Wc = a.ring, HM = (D / NHA_HD) * m, half = NHA_HD / 2;
+    const MP *x = a.aproj + (size_t)r * 3 * D + h * NHA_HD; // head h's q; its k at x + D, its v at x + 2D
+    const float *z = a.z + (size_t)r * HM + (size_t)h * m;
+    float *S = a.hs + ((size_t)b * (D / NHA_HD) + h) * 2 * m * NHA_HD; // K̃ [m][64], then Ṽ [m][64]
+    const size_t slot = Wc ? (size_t)b * Wc + t % Wc : 0;          // the ring's place of tokens t − w and t
+    const size_t at = slot * D + h * NHA_HD;
+    if (t >= w) { // (15.1b)
+        const float ks = Wc ? ld(a.hk + at + d) : ld(x + D + d), vs = Wc ? ld(a.cv + at + d) : ld(x + 2 * D + d);
+        const float *zs = Wc ? a.hz + slot * HM + (size_t)h * m : z;
+        for (int j = 0; j < m; j++) {
+            const float al = nha_alpha(zs[j]);
+            S[(size_t)j * NHA_HD + d] = al * S[(size_t)j * NHA_HD + d] + (1.f - al) * ks;
+            S[(size_t)(m + j) * NHA_HD + d] = al * S[(size_t)(m + j) * NHA_HD + d] + (1.f - al) * vs;
+        }
+    }
+    { // q̂, k̂: RoPE at t (4.2a-b), pairs (i, i + 32)
+        const int i = d % half;
+        const float2 cs = a.rope[(size_t)t * half + i];
+        const float q1 = ld(x + i), q2 = ld(x + i + half), k1 = ld(x + D + i), k2 = ld(x + D + i + half);
+        const float qrot = d < half ? q1 * cs.x - q2 * cs.y : q2 * cs.x + q1 * cs.y;
+        const float krot = d < half ? k1 * cs.x - k2 * cs.y : k2 * cs.x + k1 * cs.y;
+        qs[d] = ld(x + d);
+        qr[d] = mp_round<MP>(qrot);
+        __syncthreads(); // every thread has read the leaving token's gate logits
+        if (Wc) {
+            a.hk[at + d] = x[D + d];
+            a.cv[at + d] = x[2 * D + d];
+            st(a.ck + at + d, krot);
+            for (int j = d; j < m; j += NHA_HD) a.hz[slot * HM + (size_t)h * m + j] = z[j];
+        }
+    }
+    __syncthreads(); // the slots and the ring are written
+    const int nslot = t >= w ? m : 0, lo = max(0, t - w + 1), n = nslot + t + 1 - lo;
+    float mx = -INFINITY, l = 0.f, acc = 0.f;
+    for (int i0 = 0; i0 < n; i0 += NHA_HD) { // (15.2a-c): score i0 + d, then the tile's values at feature d
+        const int i = i0 + d, nt = min(NHA_HD, n - i0);
+        if (i < n) {
+            float s = 0.f;
+            if (i < nslot) {
+                const float *kj = S + (size_t)i * NHA_HD;
+                for (int c = 0; c < NHA_HD; c++) s += qs[c] * kj[c];
+            } else {
+                const MP *kr = a.ck + ((size_t)b * Wc + (lo + i - nslot) % Wc) * D + h * NHA_HD;
+                for (int c = 0; c < NHA_HD; c++) s += qr[c] * ld(kr + c);
+            }
+            e[d] = s * 0.125f;
+        }
+        __syncthreads();
+        float mt = mx;
+        for (int k = 0; k < nt; k++) mt = fmaxf(mt, e[k]);
+        const float corr = expf(mx - mt);
+        l *= corr;
+        acc *= corr;
+        for (int k = 0; k < nt; k++) {
+            const int u = i0 + k;
+            const float p = expf(e[k] - mt);
+            const float v = u < nslot ? S[(size_t)(m + u) * NHA_HD + d]
+                                      : ld(a.cv + ((size_t)b * Wc + (lo + u - nslot) % Wc) * D + h * NHA_HD + d);
+            l += p;
+            acc += p * v;
+        }
+        mx = mt;
+        __syncthreads(); // before the next tile's scores overwrite e
+    }
+    st(a.att_out + (size_t)r * D + h * NHA_HD + d, acc / l);
+}
+
 // One GDN token step (14.1b-c) per (row, head): a block per (row, head, DEC_GDN_COLS value columns), a thread per
 // column and per DEC_GDN_ROWS rows of the key dimension (the column's rows in registers; a warp reads 32 adjacent
 // values of a state row), the sums over the key dimension finished across the parts in shared memory. At the chunk's
@@ -3255,6 +3351,11 @@ template <class MP> static void decoder_gdn(const DecArgs<MP> &a, int R) {
     decoder_gdn_kernel<<<dim3(R * a.H, CEIL_DIV(a.dv, DEC_GDN_COLS)), DEC_GDN_COLS * CEIL_DIV(a.dk, DEC_GDN_ROWS)>>>(a);
     CUDA_CHECK(cudaGetLastError());
 }
+template <class MP> static void decoder_nha(const DecArgs<MP> &a, int R) {
+    PROF_OP();
+    decoder_nha_kernel<<<dim3(R, a.D / NHA_HD), NHA_HD>>>(a);
+    CUDA_CHECK(cudaGetLastError());
+}
 
 // The rows' logits to their sequences' rows of d->logits (fp32); each sequence's position advances.
 template <class MP> __global__ void decoder_logits_kernel(float *logits, int *pos, const MP *z, const int *seq, int Vp) {
@@ -3278,7 +3379,6 @@ static void decoder_reset(Decoder *d) {
 // A decoder for B sequences of up to Tmax tokens each. The S layers are frozen to their noise-free choice (§7.3).
 static void decoder_init(Decoder *d, Model *M, int B, int Tmax) {
     const Config *c = &M->cfg;
-    if (strchr(c->pattern, 'H')) die("decoder_init: the GPU decoder has no H (NHA) layers (doc/model.md §15): use train_natsl");
     memset(d, 0, sizeof(*d));
     d->M = M; d->B = B; d->Tmax = Tmax; d->Ncmax = CEIL_DIV(Tmax, CH);
     for (int l = 0; l < c->L; l++) {
@@ -3360,6 +3460,22 @@ static void decoder_attention_layer(Decoder *d, int l, int R, int keys) {
     decoder_matmul(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
 }
 
+// H layer (§15) on R rows: x W_qkvᵀ (q | k | v, not rotated) and the gate logits x W_αᵀ, decoder_nha_kernel (the slots,
+// the ring, the softmax over both), W_o.
+static void decoder_nha_layer(Decoder *d, int l, int R) {
+    const Config *c = &d->M->cfg;
+    const LayerParams *p = &d->p[l];
+    LayerActs *w = &d->w;
+    int D = c->D;
+    decoder_matmul(w->proj, w->xn, p->wqkv, R, D, 3 * D, 1, NULL);
+    decoder_matmul(w->alpha, w->xn, p->walpha, R, D, cfg_attn_heads(c) * c->nha_m, 0, NULL);
+    with_precision([&](auto z) {
+        using MP = decltype(z);
+        decoder_nha(decoder_args<MP>(d, l), R);
+    });
+    decoder_matmul(w->r, w->att_out, p->wo, R, D, D, 1, w->res);
+}
+
 // The step's kernels on R rows (d->d_rows: their sequences and tokens) whose queries attend at most `keys` keys: the
 // whole model (2.1a-f); each row's logits land in d->logits and its sequence's position advances (on the device).
 static void decoder_launch(Decoder *d, int R, int keys) {
@@ -3372,6 +3488,7 @@ static void decoder_launch(Decoder *d, int R, int keys) {
         const LayerParams *p = &d->p[l];
         rmsnorm_forward(w->xn, w->rstd1, w->res, p->ln_mix, R, 1, D, D, D, 1, 1);
         if (d->kind[l] == 'A') decoder_attention_layer(d, l, R, keys);
+        else if (d->kind[l] == 'H') decoder_nha_layer(d, l, R);
         else decoder_gdn_layer(d, l, R, keys);
         rmsnorm_forward(w->xn2, w->rstd2, w->r, p->ln_mlp, R, 1, D, D, D, 1, 1);
         decoder_matmul(w->gu, w->xn2, p->wgu, R, D, 2 * F, 1, NULL);
@@ -3536,10 +3653,50 @@ template <class MP> __global__ void decoder_fill_kept_kernel(DecFill<MP> f) {
         f.kv[(to + u / dv) * dv + u % dv] = f.v[(from + u / dv) * f.Vt + h * dv + u % dv];
 }
 
+// An H layer's cache from the pass's row i (the decoder's sequence b), as train_natsl.c's: MP the matmul precision's type
+template <class MP> struct DecNhaFill {
+    const MP *proj, *qk_rot;    // the pass's q | k | v [BT][3D], RoPE'd q | k [BT][2D]
+    const float *z, *slots;     // gate logits x W_αᵀ [BT][heads·m]; the slots at every chunk start [n][heads][Nc][2][m][64]
+    float *hs, *hz;             // the layer's cache (DecLayer)
+    MP *hk, *ck, *cv;
+    int i, b, T, D, m, win, ring;
+};
+// The slots after the pass, a block of 64 threads per head, thread d the slots' feature d: those stored at the last
+// chunk's start, then that chunk's steps t ≥ w again, each taking in token t − w (15.1b)
+template <class MP> __global__ void __launch_bounds__(NHA_HD) decoder_fill_nha_slots_kernel(DecNhaFill<MP> f) {
+    const int h = blockIdx.x, d = threadIdx.x, heads = f.D / NHA_HD, Nc = f.T / CH, m = f.m, HM = heads * m, D = f.D;
+    const size_t SZ = 2 * (size_t)m * NHA_HD;
+    const float *s0 = f.slots + (((size_t)f.i * heads + h) * Nc + Nc - 1) * SZ;
+    float *S = f.hs + ((size_t)f.b * heads + h) * SZ;
+    for (size_t e = d; e < SZ; e += NHA_HD) S[e] = s0[e];
+    for (int t = max((Nc - 1) * CH, f.win); t < f.T; t++) {
+        const size_t row = (size_t)f.i * f.T + t - f.win;
+        const float ks = ld(f.proj + row * 3 * D + D + h * NHA_HD + d), vs = ld(f.proj + row * 3 * D + 2 * D + h * NHA_HD + d);
+        const float *z = f.z + row * HM + (size_t)h * m;
+        for (int j = 0; j < m; j++) {
+            const float al = nha_alpha(z[j]);
+            S[(size_t)j * NHA_HD + d] = al * S[(size_t)j * NHA_HD + d] + (1.f - al) * ks;
+            S[(size_t)(m + j) * NHA_HD + d] = al * S[(size_t)(m + j) * NHA_HD + d] + (1.f - al) * vs;
+        }
+    }
+}
+// The ring, a block per token t of the last min(ring, T): its k, v (proj), RoPE'd k (qk_rot) and z at t mod ring
+template <class MP> __global__ void decoder_fill_nha_ring_kernel(DecNhaFill<MP> f) {
+    const int t = f.T - min(f.ring, f.T) + blockIdx.x, D = f.D, HM = (D / NHA_HD) * f.m;
+    const size_t row = (size_t)f.i * f.T + t, at = (size_t)f.b * f.ring + t % f.ring;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        f.hk[at * D + c] = f.proj[row * 3 * D + D + c];
+        f.cv[at * D + c] = f.proj[row * 3 * D + 2 * D + c];
+        f.ck[at * D + c] = f.qk_rot[row * 2 * D + D + c];
+    }
+    for (int c = threadIdx.x; c < HM; c += blockDim.x) f.hz[at * HM + c] = f.z[row * HM + c];
+}
+
 // Layer l's cache of the sequences r->seq from the prefill's forward pass F over their first r->T tokens (whole chunks),
 // read just after F's layer l ran (train_natsl.c's, doc/model.md §14.5): G, N: the conv inputs of the last 3 tokens
 // (proj's rows, in the matmul precision as the cache's), the committed state (the two kernels above); N: the
-// decisions, kept counts and kept chunks; A: the keys (RoPE'd in proj) and values of every token.
+// decisions, kept counts and kept chunks; A: the keys (RoPE'd in proj) and values of every token; H: the slots and the
+// ring (the two kernels above).
 static void decoder_fill_layer(Decoder *d, const Model *F, int l, const PrefillRows *r) {
     const Config *c = &d->M->cfg;
     const LayerActs *a = &F->la[l];
@@ -3555,6 +3712,21 @@ static void decoder_fill_layer(Decoder *d, const Model *F, int l, const PrefillR
             CUDA_CHECK(cudaMemcpy2DAsync((char *)L->cv + to, D * es, proj + from + 2 * D * es, 3 * D * es, D * es, T,
                                          cudaMemcpyDeviceToDevice));
         }
+        return;
+    }
+    if (d->kind[l] == 'H') {
+        const int ring = nha_ring(c, l, d->Tmax);
+        for (int i = 0; i < r->n; i++)
+            with_precision([&](auto z) {
+                using MP = decltype(z);
+                DecNhaFill<MP> f;
+                f.proj = (const MP *)a->proj; f.qk_rot = (const MP *)a->qk_rot; f.z = a->alpha; f.slots = a->slots;
+                f.hs = L->hs; f.hz = L->hz; f.hk = (MP *)L->hk; f.ck = (MP *)L->ck; f.cv = (MP *)L->cv;
+                f.i = i; f.b = r->seq[i]; f.T = T; f.D = D; f.m = c->nha_m; f.win = c->nha_w[l]; f.ring = ring;
+                decoder_fill_nha_slots_kernel<<<cfg_attn_heads(c), NHA_HD>>>(f);
+                if (ring) decoder_fill_nha_ring_kernel<<<std::min(ring, T), 256>>>(f);
+                CUDA_CHECK(cudaGetLastError());
+            });
         return;
     }
     const int nats = d->kind[l] == 'N', P = gdn_lanes_per_column(c->dk), ngroups = CEIL_DIV(Nc, DEC_FILL_CHUNKS);
@@ -3605,7 +3777,8 @@ static void decoder_fill_done(Decoder *d, const Model *F, const PrefillRows *r) 
 }
 
 // What the cache holds now, in bytes (as train_natsl.c's; keys, values and conv inputs in the matmul precision, the
-// states in fp32); sfr[l]: the fraction of an N layer's completed chunk-heads routed to softmax (-1: none).
+// states, an H layer's slots and gate logits in fp32); sfr[l]: the fraction of an N layer's completed chunk-heads
+// routed to softmax (-1: none).
 static DecoderStats decoder_stats(const Decoder *d) {
     const Config *c = &d->M->cfg;
     DecoderStats s;
@@ -3621,6 +3794,12 @@ static DecoderStats decoder_stats(const Decoder *d) {
     for (int l = 0; l < c->L; l++) {
         s.sfr[l] = -1;
         if (d->kind[l] == 'A') s.kv[l] = (double)tokens * 2 * D * el;
+        if (d->kind[l] == 'H') { // §15: the slots, and the window's tokens held now (k, RoPE'd k, v; gate logits in fp32)
+            size_t HM = (size_t)cfg_attn_heads(c) * c->nha_m;
+            for (int b = 0; b < d->B; b++) s.kv[l] += (double)nha_ring(c, l, d->pos[b]) * (3 * D * el + HM * 4);
+            s.held += (double)B * HM * 2 * NATSL_ATTN_HEAD * 4 + s.kv[l];
+            continue;
+        }
         if (d->kind[l] != 'A') s.held += (double)B * ((2 * H * c->dk * c->dv + H) * 4 + 3 * W * el);
         if (d->kind[l] != 'N') { s.held += s.kv[l]; continue; }
         s.held += (double)B * (D * 4 + CH * (K + Vt) * el);
@@ -3828,7 +4007,6 @@ static void dist_start(const TrainArgs *a); // one process per GPU: the GPU and 
 static void dist_finish(void);
 
 static const char *backend_default_precision = "bf16";
-static const int backend_decodes_nha = 0; // the decoder (3b) has no H layers
 static void backend_start(const TrainArgs *a) {
     g_bf16 = !strcmp(a->precision, "bf16");
 #ifdef USE_MPI
