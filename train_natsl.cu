@@ -2324,18 +2324,26 @@ __device__ __forceinline__ NhaSlot nha_slot_load(const float *src, const NhaTile
     }
     return S;
 }
-// step t ≥ w (15.1b): token s = t − w enters slot j
-template <class MP> __device__ __forceinline__ void nha_slot_enter(NhaSlot &S, const NhaArgs &a, const float *al,
-                                                                  const NhaTile &p, int t) {
-    if (!p.valid) return;
+// Step t's inputs to slot j (15.1b): the gate α_{s,j} and features lane, lane + 32 of k_s, v_s, token s = t − w; at
+// t < w (nothing enters) and in a warp past m: α = 1, k = v = 0, which leave the state as it is.
+struct NhaIn { float a, k0, k1, v0, v1; };
+template <class MP> __device__ __forceinline__ NhaIn nha_slot_in(const NhaArgs &a, const float *al, const NhaTile &p, int t) {
+    NhaIn in = {1.f, 0.f, 0.f, 0.f, 0.f};
+    if (t < a.w || !p.valid) return in;
     const size_t bs = p.bT + (size_t)(t - a.w);
-    const float aa = al[bs * p.HM + (size_t)p.h * a.m + p.j];
     const MP *k = (const MP *)a.k + bs * a.ldqkv + p.h * NHA_HD + p.lane, *v = (const MP *)a.v + bs * a.ldqkv + p.h * NHA_HD + p.lane;
-    S.k0 = nha_enter1(S.k0, aa, ld(k)); S.k1 = nha_enter1(S.k1, aa, ld(k + 32));
-    S.v0 = nha_enter1(S.v0, aa, ld(v)); S.v1 = nha_enter1(S.v1, aa, ld(v + 32));
+    in.a = al[bs * p.HM + (size_t)p.h * a.m + p.j];
+    in.k0 = ld(k); in.k1 = ld(k + 32); in.v0 = ld(v); in.v1 = ld(v + 32);
+    return in;
+}
+__device__ __forceinline__ void nha_slot_step(NhaSlot &S, const NhaIn &in) {
+    S.k0 = nha_enter1(S.k0, in.a, in.k0); S.k1 = nha_enter1(S.k1, in.a, in.k1);
+    S.v0 = nha_enter1(S.v0, in.a, in.v0); S.v1 = nha_enter1(S.v1, in.a, in.v1);
 }
 // o's and the gradients' row element of head h, feature d, token row bt in a [B*T][heads·64] tensor
 #define NHA_AT(bt, h, d) ((bt) * (size_t)a.heads * NHA_HD + (size_t)(h) * NHA_HD + (d))
+// The slot kernels walk their chunk NHA_G steps at a time: a group's inputs loaded first (off the state's dependency
+// chain), then its steps.
 
 // Forward, the slots' scores (15.2a): E[t][h·m + j] = q_t·K̃_t[j] / 8 for the chunk's queries t ≥ w.
 template <class MP>
@@ -2343,38 +2351,53 @@ __global__ void __launch_bounds__(NHA_J * 32) nha_slot_scores_kernel(float *E, N
     const NhaTile p = nha_tile(a, jt);
     NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
     const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
-    for (int i = 0; i < NATSL_CHUNK; i++) {
-        const int t = p.t0 + i;
-        if (t < a.w) continue; // uniform over the block
-        nha_slot_enter<MP>(S, a, al, p, t);
-        const size_t bt = p.bT + t;
-        const float s = warp_sum(ld(q + bt * a.ldqkv) * S.k0 + ld(q + bt * a.ldqkv + 32) * S.k1);
-        if (p.valid && p.lane == 0) E[bt * p.HM + (size_t)p.h * a.m + p.j] = s * 0.125f;
+    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
+        if (tg + NHA_G - 1 < a.w) continue; // uniform over the block
+        NhaIn in[NHA_G];
+        float q0[NHA_G], q1[NHA_G];
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
+            q0[i] = ld(q + (p.bT + tg + i) * a.ldqkv);
+            q1[i] = ld(q + (p.bT + tg + i) * a.ldqkv + 32);
+        }
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            nha_slot_step(S, in[i]);
+            if (tg + i < a.w) continue;
+            const float s = warp_sum(q0[i] * S.k0 + q1[i] * S.k1);
+            if (p.valid && p.lane == 0) E[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = s * 0.125f;
+        }
     }
 }
 // Forward, the slots' part of o (15.2c): O_t += Σ_{j of the tile} P_{t,j} Ṽ_t[j] (t ≥ w), reduced over the tile's warps
-// in shared memory a group of NHA_G steps at a time; the last tile stores o = O in MP into out instead.
+// in shared memory a group at a time; the last tile stores o = O in MP into out instead.
 template <class MP>
 __global__ void __launch_bounds__(NHA_J * 32) nha_slot_out_kernel(MP *out, float *O, NhaArgs a, const float *al,
                                                                   const float *slots, const float *P, int jt, int last) {
     __shared__ float red[NHA_G][NHA_J][NHA_HD];
     const NhaTile p = nha_tile(a, jt);
     NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
-    for (int g = 0; g < NATSL_CHUNK / NHA_G; g++) {
+    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
+        NhaIn in[NHA_G];
+        float pj[NHA_G];
+        #pragma unroll
         for (int i = 0; i < NHA_G; i++) {
-            const int t = p.t0 + g * NHA_G + i;
-            if (t < a.w) continue;
-            nha_slot_enter<MP>(S, a, al, p, t);
-            const float pj = p.valid ? P[(p.bT + t) * p.HM + (size_t)p.h * a.m + p.j] : 0.f;
-            red[i][p.wi][p.lane] = pj * S.v0;
-            red[i][p.wi][p.lane + 32] = pj * S.v1;
+            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
+            pj[i] = p.valid && tg + i >= a.w ? P[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] : 0.f;
+        }
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            nha_slot_step(S, in[i]);
+            red[i][p.wi][p.lane] = pj[i] * S.v0;
+            red[i][p.wi][p.lane + 32] = pj[i] * S.v1;
         }
         __syncthreads();
         for (int x = threadIdx.x; x < NHA_G * NHA_HD; x += blockDim.x) {
-            const int i = x / NHA_HD, d = x % NHA_HD, t = p.t0 + g * NHA_G + i;
-            const size_t o = NHA_AT(p.bT + t, p.h, d);
+            const int i = x / NHA_HD, d = x % NHA_HD;
+            const size_t o = NHA_AT(p.bT + tg + i, p.h, d);
             float s = O[o];
-            if (t >= a.w)
+            if (tg + i >= a.w)
                 for (int wv = 0; wv < NHA_J; wv++) s += red[i][wv][d];
             if (last) st(out + o, s);
             else O[o] = s;
@@ -2609,29 +2632,38 @@ __global__ void __launch_bounds__(NHA_J * 32) nha_slot_dq_kernel(float *dq, floa
     NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
     const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
     const size_t row = ((size_t)p.b * a.heads + p.h) * a.T;
-    for (int g = 0; g < NATSL_CHUNK / NHA_G; g++) {
+    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
+        if (tg + NHA_G - 1 < a.w) continue; // uniform over the block
+        NhaIn in[NHA_G];
+        float q0[NHA_G], q1[NHA_G], g0[NHA_G], g1[NHA_G], L[NHA_G], Dl[NHA_G];
+        #pragma unroll
         for (int i = 0; i < NHA_G; i++) {
-            const int t = p.t0 + g * NHA_G + i;
-            if (t < a.w) continue;
-            nha_slot_enter<MP>(S, a, al, p, t);
-            const size_t bt = p.bT + t, o = NHA_AT(bt, p.h, p.lane);
-            const float sc = warp_sum(ld(q + bt * a.ldqkv) * S.k0 + ld(q + bt * a.ldqkv + 32) * S.k1);
-            const float dp = warp_sum(ld(dout + o) * S.v0 + ld(dout + o + 32) * S.v1);
-            const float pj = p.valid ? expf(sc * 0.125f - lse[row + t]) : 0.f, de = pj * (dp - Dt[row + t]) * 0.125f;
+            const size_t bt = p.bT + tg + i, o = NHA_AT(bt, p.h, p.lane);
+            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
+            q0[i] = ld(q + bt * a.ldqkv); q1[i] = ld(q + bt * a.ldqkv + 32);
+            g0[i] = ld(dout + o); g1[i] = ld(dout + o + 32);
+            L[i] = lse[row + tg + i]; Dl[i] = Dt[row + tg + i];
+        }
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            nha_slot_step(S, in[i]);
+            if (tg + i < a.w) continue;
+            const float sc = warp_sum(q0[i] * S.k0 + q1[i] * S.k1), dp = warp_sum(g0[i] * S.v0 + g1[i] * S.v1);
+            const float pj = p.valid ? expf(sc * 0.125f - L[i]) : 0.f, de = pj * (dp - Dl[i]) * 0.125f;
             if (p.valid && p.lane == 0) {
-                P[bt * p.HM + (size_t)p.h * a.m + p.j] = pj;
-                E[bt * p.HM + (size_t)p.h * a.m + p.j] = de;
+                P[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = pj;
+                E[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = de;
             }
             red[i][p.wi][p.lane] = de * S.k0;
             red[i][p.wi][p.lane + 32] = de * S.k1;
         }
         __syncthreads();
         for (int x = threadIdx.x; x < NHA_G * NHA_HD; x += blockDim.x) {
-            const int i = x / NHA_HD, d = x % NHA_HD, t = p.t0 + g * NHA_G + i;
-            if (t < a.w) continue;
+            const int i = x / NHA_HD, d = x % NHA_HD;
+            if (tg + i < a.w) continue;
             float s = 0.f;
             for (int wv = 0; wv < NHA_J; wv++) s += red[i][wv][d];
-            dq[(p.bT + t) * a.ldqkv + p.h * NHA_HD + d] += s;
+            dq[(p.bT + tg + i) * a.ldqkv + p.h * NHA_HD + d] += s;
         }
         __syncthreads();
     }
@@ -2668,7 +2700,7 @@ __global__ void nha_slot_dscan_kernel(float *dS, NhaArgs a, const MP *dout, cons
 // dṼ[j]; then G ×= α_s. The states before each step: the chunk replayed once with a checkpoint every NHA_G steps (shared
 // memory, each thread its own), then each group's NHA_G states replayed into registers.
 template <class MP>
-__global__ void __launch_bounds__(NHA_J * 32) nha_slot_dkv_kernel(float *dk, float *dv, float *dz, NhaArgs a, const MP *dout,
+__global__ void __launch_bounds__(NHA_J * 32, 2) nha_slot_dkv_kernel(float *dk, float *dv, float *dz, NhaArgs a, const MP *dout,
                                                                   const float *al, const float *slots, const float *dS,
                                                                   const float *P, const float *E, int jt) {
     extern __shared__ float sm[];
@@ -2676,58 +2708,65 @@ __global__ void __launch_bounds__(NHA_J * 32) nha_slot_dkv_kernel(float *dk, flo
     float *ck = sm, *red = ck + (NATSL_CHUNK / NHA_G) * 4 * nt; // ck [groups][4][nt]; red [NHA_G][2][NHA_J][64]
     const NhaTile p = nha_tile(a, jt);
     if (p.t0 + NATSL_CHUNK - 1 < a.w) return; // no step of the chunk takes a token (uniform over the block)
-    const size_t SZ = 2 * (size_t)a.m * NHA_HD;
+    const size_t SZ = 2 * (size_t)a.m * NHA_HD, hj = (size_t)p.h * a.m + p.j;
     NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * SZ, p, a.m);
     for (int g = 0; g < NATSL_CHUNK / NHA_G; g++) {
         float *c4 = ck + (size_t)g * 4 * nt + tid;
         c4[0] = S.k0; c4[nt] = S.k1; c4[2 * nt] = S.v0; c4[3 * nt] = S.v1;
-        for (int i = 0; i < NHA_G; i++)
-            if (p.t0 + g * NHA_G + i >= a.w) nha_slot_enter<MP>(S, a, al, p, p.t0 + g * NHA_G + i);
+        NhaIn in[NHA_G];
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) in[i] = nha_slot_in<MP>(a, al, p, p.t0 + g * NHA_G + i);
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) nha_slot_step(S, in[i]);
     }
     NhaSlot G = nha_slot_load(dS + (size_t)blockIdx.x * SZ, p, a.m);
-    const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane, *k = (const MP *)a.k + p.h * NHA_HD + p.lane;
-    const MP *v = (const MP *)a.v + p.h * NHA_HD + p.lane;
-    const size_t hj = (size_t)p.h * a.m + p.j;
+    const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
     for (int g = NATSL_CHUNK / NHA_G - 1; g >= 0; g--) {
-        NhaSlot Sp[NHA_G]; // Sp[i]: the state before step t0 + g·NHA_G + i
+        const int tg = p.t0 + g * NHA_G;
+        NhaIn in[NHA_G];
+        NhaSlot Sp[NHA_G]; // Sp[i]: the state before step tg + i
+        float e[NHA_G], pj[NHA_G], q0[NHA_G], q1[NHA_G], g0[NHA_G], g1[NHA_G];
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            const size_t bt = p.bT + tg + i, o = NHA_AT(bt, p.h, p.lane);
+            const bool rd = p.valid && tg + i >= a.w;
+            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
+            e[i] = rd ? E[bt * p.HM + hj] : 0.f;
+            pj[i] = rd ? P[bt * p.HM + hj] : 0.f;
+            q0[i] = ld(q + bt * a.ldqkv); q1[i] = ld(q + bt * a.ldqkv + 32);
+            g0[i] = ld(dout + o); g1[i] = ld(dout + o + 32);
+        }
         const float *c4 = ck + (size_t)g * 4 * nt + tid;
         Sp[0].k0 = c4[0]; Sp[0].k1 = c4[nt]; Sp[0].v0 = c4[2 * nt]; Sp[0].v1 = c4[3 * nt];
         #pragma unroll
         for (int i = 0; i + 1 < NHA_G; i++) {
             Sp[i + 1] = Sp[i];
-            if (p.t0 + g * NHA_G + i >= a.w) nha_slot_enter<MP>(Sp[i + 1], a, al, p, p.t0 + g * NHA_G + i);
+            nha_slot_step(Sp[i + 1], in[i]);
         }
         #pragma unroll
         for (int i = NHA_G - 1; i >= 0; i--) {
-            const int t = p.t0 + g * NHA_G + i;
-            if (t < a.w) continue;
-            const size_t bt = p.bT + t, bs = bt - a.w, o = NHA_AT(bt, p.h, p.lane);
-            const float e = p.valid ? E[bt * p.HM + hj] : 0.f, pj = p.valid ? P[bt * p.HM + hj] : 0.f;
-            const float aa = p.valid ? al[bs * p.HM + hj] : 1.f;
-            const float k0 = ld(k + bs * a.ldqkv), k1 = ld(k + bs * a.ldqkv + 32);
-            const float v0 = ld(v + bs * a.ldqkv), v1 = ld(v + bs * a.ldqkv + 32);
-            G.k0 = fmaf(e, ld(q + bt * a.ldqkv), G.k0);
-            G.k1 = fmaf(e, ld(q + bt * a.ldqkv + 32), G.k1);
-            G.v0 = fmaf(pj, ld(dout + o), G.v0);
-            G.v1 = fmaf(pj, ld(dout + o + 32), G.v1);
-            const float da = warp_sum(G.k0 * (Sp[i].k0 - k0) + G.k1 * (Sp[i].k1 - k1) + G.v0 * (Sp[i].v0 - v0) +
-                                      G.v1 * (Sp[i].v1 - v1));
+            if (tg + i < a.w) continue;
+            const NhaIn &x = in[i];
+            G.k0 = fmaf(e[i], q0[i], G.k0); G.k1 = fmaf(e[i], q1[i], G.k1);
+            G.v0 = fmaf(pj[i], g0[i], G.v0); G.v1 = fmaf(pj[i], g1[i], G.v1);
+            const float da = warp_sum(G.k0 * (Sp[i].k0 - x.k0) + G.k1 * (Sp[i].k1 - x.k1) + G.v0 * (Sp[i].v0 - x.v0) +
+                                      G.v1 * (Sp[i].v1 - x.v1));
             if (p.valid && p.lane == 0) {
-                const float zj = a.z[bs * p.HM + hj];
-                dz[bs * p.HM + hj] = da * aa * (1.f - sigmoidf_(zj)) / (float)NHA_TAU;
+                const size_t iz = (p.bT + tg + i - a.w) * p.HM + hj;
+                dz[iz] = da * x.a * (1.f - sigmoidf_(a.z[iz])) / (float)NHA_TAU;
             }
             float *rk = red + ((size_t)i * 2 * NHA_J + p.wi) * NHA_HD + p.lane, *rv = rk + NHA_J * NHA_HD;
-            rk[0] = (1.f - aa) * G.k0; rk[32] = (1.f - aa) * G.k1;
-            rv[0] = (1.f - aa) * G.v0; rv[32] = (1.f - aa) * G.v1;
-            G.k0 *= aa; G.k1 *= aa; G.v0 *= aa; G.v1 *= aa;
+            rk[0] = (1.f - x.a) * G.k0; rk[32] = (1.f - x.a) * G.k1;
+            rv[0] = (1.f - x.a) * G.v0; rv[32] = (1.f - x.a) * G.v1;
+            G.k0 *= x.a; G.k1 *= x.a; G.v0 *= x.a; G.v1 *= x.a;
         }
         __syncthreads();
         for (int x = tid; x < NHA_G * 2 * NHA_HD; x += nt) { // (step i, k or v, feature d)
-            const int i = x / (2 * NHA_HD), kv = x / NHA_HD % 2, d = x % NHA_HD, t = p.t0 + g * NHA_G + i;
-            if (t < a.w) continue;
+            const int i = x / (2 * NHA_HD), kv = x / NHA_HD % 2, d = x % NHA_HD;
+            if (tg + i < a.w) continue;
             float s = 0.f;
             for (int wv = 0; wv < NHA_J; wv++) s += red[((size_t)(i * 2 + kv) * NHA_J + wv) * NHA_HD + d];
-            (kv ? dv : dk)[(p.bT + t - a.w) * a.ldqkv + p.h * NHA_HD + d] += s;
+            (kv ? dv : dk)[(p.bT + tg + i - a.w) * a.ldqkv + p.h * NHA_HD + d] += s;
         }
         __syncthreads();
     }
