@@ -2211,217 +2211,629 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 
 // ---- H: Native Hybrid Attention (§15) --------------------------------------------------------------------------
 // As train_natsl.c: per head and sequence m slots fed by the token leaving the window (15.1a-b), one softmax over the
-// slots (t ≥ w) and the window's RoPE'd keys (15.2a-c). One block of 64 threads per (sequence, head) walks the tokens
-// in order, thread d owning feature d of the slots (in shared memory) and of every output; q, k, v, their rotations
-// and o in the matmul precision MP, the slots, z, lse and every gradient in fp32.
+// slots (t ≥ w) and the window's RoPE'd keys (15.2a-c); q, k, v, their rotations and o in the matmul precision MP,
+// the slots, z, lse and every gradient in fp32. Chunk-parallel (doc/model.md §15.6): the slot states at the chunk
+// starts come from a scan with one thread per (sequence, head, slot, feature); every other kernel takes one chunk of
+// 64 queries (or keys) of one (sequence, head) a block. The slot kernels take NHA_J slots a launch (a warp a slot,
+// lane owning features lane and lane + 32), replay the chunk's slot states from the chunk start's, and the launches
+// of one call add into their outputs one after the other: no atomics, every result deterministic.
 #define NHA_HD NATSL_ATTN_HEAD
+#define NHA_J 8   // slots a block of the slot kernels (a warp each)
+#define NHA_G 8   // steps a group of the slot kernels: their reductions, the backward's checkpoints
+#define NHA_TP 65 // row pitch (floats) of the window kernels' 64 × 64 tiles in shared memory
 __device__ __forceinline__ float nha_alpha(float z) { return expf(-softplusf_(-z) / (float)NHA_TAU); } // (15.1a)
+// (15.1b) for one slot element s: a token with gate a and feature x enters
+__device__ __forceinline__ float nha_enter1(float s, float a, float x) { return fmaf(a, s, (1.f - a) * x); }
+__device__ __forceinline__ float nha_half_max(float x) { // over the 16 lanes of a half-warp
+    for (int o = 8; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float nha_half_sum(float x) {
+    for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// The op's scratch, one buffer for every call (grown to the largest; fp32): the gates α [B*T][heads·m] (as z); the
+// slots' scores, then probabilities P (forward), the slots' p into P and de into E (backward), [B*T][heads·m] each;
+// dK̃, dṼ entering every chunk's last step from the later ones [B][heads][Nc][2][m][64] (as slots); o's window part
+// O [B*T][heads·64]; Δ_t [B][heads][T] (as lse).
+typedef struct { float *al, *P, *E, *dS, *O, *Dt; } NhaWs;
+static NhaWs nha_workspace(const NhaArgs *a) {
+    static float *buf = NULL;
+    static size_t cap = 0;
+    const size_t BT = (size_t)a->B * a->T, BTHM = BT * a->heads * a->m, BTH = BT * a->heads;
+    const size_t n = 5 * BTHM + BTH * NHA_HD + BTH;
+    if (n > cap) {
+        if (buf) CUDA_CHECK(cudaFree(buf));
+        buf = (float *)xcudamalloc(n * sizeof(float));
+        cap = n;
+    }
+    NhaWs w;
+    w.al = buf; w.P = w.al + BTHM; w.E = w.P + BTHM; w.dS = w.E + BTHM; w.O = w.dS + 2 * BTHM; w.Dt = w.O + BTH * NHA_HD;
+    return w;
+}
+
+// al = α(z) (15.1a), n values
+__global__ void nha_alpha_kernel(float *al, const float *z, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) al[i] = nha_alpha(z[i]);
+}
+// x[r][0 .. n) = 0, rows of stride ld, a block a row
+__global__ void nha_zero_kernel(float *x, size_t ld, int n) {
+    for (int c = threadIdx.x; c < n; c += blockDim.x) x[blockIdx.x * ld + c] = 0.f;
+}
+// Δ_t = do_t · o_t (15.3a) [B][heads][T], a warp a (token, head)
+template <class MP> __global__ void nha_delta_kernel(float *Dt, const MP *dout, const MP *out, int B, int T, int Hh) {
+    const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (wid >= (size_t)B * T * Hh) return; // a whole warp
+    const size_t bt = wid / Hh, o = wid * NHA_HD + lane; // row bt, head h = wid % Hh: o = bt·Hh·64 + h·64 + lane
+    const float s = warp_sum(ld(dout + o) * ld(out + o) + ld(dout + o + 32) * ld(out + o + 32));
+    if (lane == 0) Dt[(bt / T * Hh + wid % Hh) * T + bt % T] = s;
+}
+
+// The slot states at every chunk start (15.1b): slots[b][h][c] = the state before step c·64 (K̃ rows, then Ṽ rows).
+// One thread per (sequence, head, slot j, feature d) walks the steps with K̃[j][d], Ṽ[j][d] in registers, token
+// s = t − w entering at step t ≥ w.
+template <class MP> __global__ void nha_slot_scan_kernel(float *slots, NhaArgs a, const float *al) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, bh = idx / NHA_HD / a.m;
+    if (bh >= (size_t)a.B * a.heads) return;
+    const int T = a.T, m = a.m, w = a.w, Nc = T / NATSL_CHUNK, d = (int)(idx % NHA_HD), j = (int)(idx / NHA_HD % m);
+    const int b = (int)(bh / a.heads), h = (int)(bh % a.heads);
+    const size_t HM = (size_t)a.heads * m, SZ = 2 * (size_t)m * NHA_HD;
+    const MP *k = (const MP *)a.k + h * NHA_HD + d, *v = (const MP *)a.v + h * NHA_HD + d;
+    const float *alj = al + (size_t)h * m + j;
+    float sk = 0.f, sv = 0.f;
+    for (int c = 0; c < Nc; c++) {
+        float *dst = slots + (bh * Nc + c) * SZ + (size_t)j * NHA_HD + d;
+        dst[0] = sk;
+        dst[(size_t)m * NHA_HD] = sv;
+        const int i0 = w - c * NATSL_CHUNK > 0 ? w - c * NATSL_CHUNK : 0; // steps t ≥ w only
+        #pragma unroll 16
+        for (int i = i0; i < NATSL_CHUNK; i++) {
+            const size_t bs = (size_t)b * T + (c * NATSL_CHUNK + i - w);
+            const float aa = alj[bs * HM];
+            sk = nha_enter1(sk, aa, ld(k + bs * a.ldqkv));
+            sv = nha_enter1(sv, aa, ld(v + bs * a.ldqkv));
+        }
+    }
+}
+
+// A slot kernel's block: chunk c of (sequence b, head h) = blockIdx.x = (b·heads + h)·Nc + c; slot j = jt·NHA_J + warp,
+// features lane and lane + 32; a warp with j ≥ m (the last tile) holds zeros and writes nothing.
+struct NhaTile {
+    int b, h, t0, j, lane, wi;
+    bool valid;
+    size_t bT, HM;
+};
+__device__ __forceinline__ NhaTile nha_tile(const NhaArgs &a, int jt) {
+    const int Nc = a.T / NATSL_CHUNK, bh = blockIdx.x / Nc;
+    NhaTile p;
+    p.b = bh / a.heads; p.h = bh % a.heads; p.t0 = (blockIdx.x % Nc) * NATSL_CHUNK;
+    p.wi = threadIdx.x / 32; p.lane = threadIdx.x % 32; p.j = jt * NHA_J + p.wi; p.valid = p.j < a.m;
+    p.bT = (size_t)p.b * a.T; p.HM = (size_t)a.heads * a.m;
+    return p;
+}
+struct NhaSlot { float k0, k1, v0, v1; }; // K̃[j][lane], K̃[j][lane + 32], Ṽ[j][lane], Ṽ[j][lane + 32]
+// the tile's elements of the state src [2][m][64] (slots or dS: the block's chunk)
+__device__ __forceinline__ NhaSlot nha_slot_load(const float *src, const NhaTile &p, int m) {
+    NhaSlot S = {0.f, 0.f, 0.f, 0.f};
+    if (p.valid) {
+        const float *K = src + (size_t)p.j * NHA_HD + p.lane, *V = K + (size_t)m * NHA_HD;
+        S.k0 = K[0]; S.k1 = K[32]; S.v0 = V[0]; S.v1 = V[32];
+    }
+    return S;
+}
+// Step t's inputs to slot j (15.1b): the gate α_{s,j} and features lane, lane + 32 of k_s, v_s, token s = t − w; at
+// t < w (nothing enters) and in a warp past m: α = 1, k = v = 0, which leave the state as it is.
+struct NhaIn { float a, k0, k1, v0, v1; };
+template <class MP> __device__ __forceinline__ NhaIn nha_slot_in(const NhaArgs &a, const float *al, const NhaTile &p, int t) {
+    NhaIn in = {1.f, 0.f, 0.f, 0.f, 0.f};
+    if (t < a.w || !p.valid) return in;
+    const size_t bs = p.bT + (size_t)(t - a.w);
+    const MP *k = (const MP *)a.k + bs * a.ldqkv + p.h * NHA_HD + p.lane, *v = (const MP *)a.v + bs * a.ldqkv + p.h * NHA_HD + p.lane;
+    in.a = al[bs * p.HM + (size_t)p.h * a.m + p.j];
+    in.k0 = ld(k); in.k1 = ld(k + 32); in.v0 = ld(v); in.v1 = ld(v + 32);
+    return in;
+}
+__device__ __forceinline__ void nha_slot_step(NhaSlot &S, const NhaIn &in) {
+    S.k0 = nha_enter1(S.k0, in.a, in.k0); S.k1 = nha_enter1(S.k1, in.a, in.k1);
+    S.v0 = nha_enter1(S.v0, in.a, in.v0); S.v1 = nha_enter1(S.v1, in.a, in.v1);
+}
+// o's and the gradients' row element of head h, feature d, token row bt in a [B*T][heads·64] tensor
+#define NHA_AT(bt, h, d) ((bt) * (size_t)a.heads * NHA_HD + (size_t)(h) * NHA_HD + (d))
+// The slot kernels walk their chunk NHA_G steps at a time: a group's inputs loaded first (off the state's dependency
+// chain), then its steps.
+
+// Forward, the slots' scores (15.2a): E[t][h·m + j] = q_t·K̃_t[j] / 8 for the chunk's queries t ≥ w.
 template <class MP>
-__global__ void __launch_bounds__(NHA_HD) nha_forward_kernel(MP *out, float *lse, float *slots, NhaArgs a) {
-    extern __shared__ float sm[];
-    const int T = a.T, Hh = a.heads, m = a.m, w = a.w, HM = Hh * m, d = threadIdx.x;
-    const int b = blockIdx.x / Hh, h = blockIdx.x % Hh, nwin = w < T ? w : T;
-    const size_t SZ = 2 * (size_t)m * NHA_HD;
-    float *S = sm, *al = S + SZ, *e = al + m, *red = e + m + nwin;
-    const MP *q = (const MP *)a.q, *k = (const MP *)a.k, *v = (const MP *)a.v, *qr = (const MP *)a.qr, *kr = (const MP *)a.kr;
-    for (size_t i = d; i < SZ; i += NHA_HD) S[i] = 0.f;
-    __syncthreads();
-    for (int t = 0; t < T; t++) {
-        const size_t bt = (size_t)b * T + t;
-        if (t % NATSL_CHUNK == 0)
-            for (size_t i = d; i < SZ; i += NHA_HD) slots[(((size_t)b * Hh + h) * (T / NATSL_CHUNK) + t / NATSL_CHUNK) * SZ + i] = S[i];
-        if (t >= w) { // token s = t − w enters (15.1b)
-            const size_t bs = bt - w;
-            for (int j = d; j < m; j += NHA_HD) al[j] = nha_alpha(a.z[bs * HM + (size_t)h * m + j]);
-            __syncthreads();
-            const float ks = ld(k + bs * a.ldqkv + h * NHA_HD + d), vs = ld(v + bs * a.ldqkv + h * NHA_HD + d);
-            for (int j = 0; j < m; j++) {
-                S[j * NHA_HD + d] = al[j] * S[j * NHA_HD + d] + (1.f - al[j]) * ks;
-                S[(size_t)(m + j) * NHA_HD + d] = al[j] * S[(size_t)(m + j) * NHA_HD + d] + (1.f - al[j]) * vs;
-            }
+__global__ void __launch_bounds__(NHA_J * 32) nha_slot_scores_kernel(float *E, NhaArgs a, const float *al, const float *slots, int jt) {
+    const NhaTile p = nha_tile(a, jt);
+    NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
+    const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
+    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
+        if (tg + NHA_G - 1 < a.w) continue; // uniform over the block
+        NhaIn in[NHA_G];
+        float q0[NHA_G], q1[NHA_G];
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
+            q0[i] = ld(q + (p.bT + tg + i) * a.ldqkv);
+            q1[i] = ld(q + (p.bT + tg + i) * a.ldqkv + 32);
+        }
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            nha_slot_step(S, in[i]);
+            if (tg + i < a.w) continue;
+            const float s = warp_sum(q0[i] * S.k0 + q1[i] * S.k1);
+            if (p.valid && p.lane == 0) E[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = s * 0.125f;
+        }
+    }
+}
+// Forward, the slots' part of o (15.2c): O_t += Σ_{j of the tile} P_{t,j} Ṽ_t[j] (t ≥ w), reduced over the tile's warps
+// in shared memory a group at a time; the last tile stores o = O in MP into out instead.
+template <class MP>
+__global__ void __launch_bounds__(NHA_J * 32) nha_slot_out_kernel(MP *out, float *O, NhaArgs a, const float *al,
+                                                                  const float *slots, const float *P, int jt, int last) {
+    __shared__ float red[NHA_G][NHA_J][NHA_HD];
+    const NhaTile p = nha_tile(a, jt);
+    NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
+    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
+        NhaIn in[NHA_G];
+        float pj[NHA_G];
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
+            pj[i] = p.valid && tg + i >= a.w ? P[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] : 0.f;
+        }
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            nha_slot_step(S, in[i]);
+            red[i][p.wi][p.lane] = pj[i] * S.v0;
+            red[i][p.wi][p.lane + 32] = pj[i] * S.v1;
         }
         __syncthreads();
-        const int nslot = t >= w ? m : 0, lo = t - w + 1 > 0 ? t - w + 1 : 0, n = nslot + t + 1 - lo;
-        float mx = -1e30f, sum = 0.f;
-        for (int i = d; i < n; i += NHA_HD) { // scores (15.2a), a score a thread
-            float s = 0.f;
-            if (i < nslot) for (int c = 0; c < NHA_HD; c++) s += ld(q + bt * a.ldqkv + h * NHA_HD + c) * S[i * NHA_HD + c];
-            else {
-                const size_t bi = bt - t + lo + i - nslot;
-                for (int c = 0; c < NHA_HD; c++) s += ld(qr + bt * a.ldr + h * NHA_HD + c) * ld(kr + bi * a.ldr + h * NHA_HD + c);
-            }
-            e[i] = s * 0.125f;
-            mx = fmaxf(mx, e[i]);
+        for (int x = threadIdx.x; x < NHA_G * NHA_HD; x += blockDim.x) {
+            const int i = x / NHA_HD, d = x % NHA_HD;
+            const size_t o = NHA_AT(p.bT + tg + i, p.h, d);
+            float s = O[o];
+            if (tg + i >= a.w)
+                for (int wv = 0; wv < NHA_J; wv++) s += red[i][wv][d];
+            if (last) st(out + o, s);
+            else O[o] = s;
         }
-        mx = block_max(mx, red);
-        for (int i = d; i < n; i += NHA_HD) { e[i] = expf(e[i] - mx); sum += e[i]; }
-        sum = block_sum(sum, red);
-        float o = 0.f; // (15.2b-c)
-        for (int i = 0; i < n; i++)
-            o += e[i] * (i < nslot ? S[(size_t)(m + i) * NHA_HD + d] : ld(v + (bt - t + lo + i - nslot) * a.ldqkv + h * NHA_HD + d));
-        st(out + bt * Hh * NHA_HD + h * NHA_HD + d, o / sum);
-        if (d == 0) lse[((size_t)b * Hh + h) * T + t] = mx + logf(sum);
         __syncthreads();
     }
 }
-// (15.3a-f): the window's part per query, then the slots' in reverse time, a chunk at a time, its 65 slot states
-// replayed into ws (the block's (64+1)·2·m·64 floats) from the chunk start's; dK̃, dṼ in shared memory.
+
+// 64 rows (row0 …) of a [rows][stride] MP tensor, columns 0 … 63 of src, into dst [64][NHA_TP] (fp32)
+template <class MP> __device__ __forceinline__ void nha_tile_load(float *dst, const MP *src, size_t row0, int stride) {
+    for (int x = threadIdx.x; x < 64 * NHA_HD; x += blockDim.x)
+        dst[(x / NHA_HD) * NHA_TP + x % NHA_HD] = ld(src + (row0 + x / NHA_HD) * stride + x % NHA_HD);
+}
+// The window kernels: 256 threads, thread (ty, tx) = (tid / 16, tid % 16) owning rows ty + 16r and columns tx + 16cc
+// (r, cc < 4) of a 64 × 64 tile; query t sees key i in its window when i ≤ t and t − i < w (15.2a).
+#define NHA_WIN_THREADS 256
+__device__ __forceinline__ bool nha_in_window(int t, int i, int w) { return i <= t && t - i < w; }
+
+// Forward, the window and the one softmax (15.2a-c) of the chunk's 64 queries: a query's m slot scores (E, t ≥ w) start
+// its running max and sum, then the window's keys join a 64-key tile at a time (online softmax). Writes lse_t, the
+// slots' probabilities P = exp(e − lse_t) over E, and o's window part (normalized) into O, or into out when no query
+// reads slots (slots_on = 0: w ≥ T).
 template <class MP>
-__global__ void __launch_bounds__(NHA_HD) nha_backward_kernel(float *dq, float *dk, float *dv, float *dqr, float *dkr, float *dz,
-                                                              const MP *dout, const MP *out, const float *lse,
-                                                              const float *slots, NhaArgs a, float *ws) {
+__global__ void __launch_bounds__(NHA_WIN_THREADS) nha_window_forward_kernel(MP *out, float *O, float *lse, float *E,
+                                                                             NhaArgs a, int slots_on) {
     extern __shared__ float sm[];
-    const int T = a.T, Hh = a.heads, m = a.m, w = a.w, HM = Hh * m, d = threadIdx.x, ldo = Hh * NHA_HD;
-    const int b = blockIdx.x / Hh, h = blockIdx.x % Hh, nwin = w < T ? w : T, ld3 = a.ldqkv, ldr = a.ldr;
-    const size_t SZ = 2 * (size_t)m * NHA_HD;
-    float *dS = sm, *al = dS + SZ, *e = al + m, *pp = e + m + nwin, *red = pp + m + nwin;
-    float *St = ws + (size_t)blockIdx.x * (NATSL_CHUNK + 1) * SZ;
-    const MP *q = (const MP *)a.q, *k = (const MP *)a.k, *v = (const MP *)a.v, *qr = (const MP *)a.qr, *kr = (const MP *)a.kr;
-    const size_t col = (size_t)h * NHA_HD + d;
-    for (int t = 0; t < T; t++) {
-        const size_t bt = (size_t)b * T + t;
-        dq[bt * ld3 + col] = dk[bt * ld3 + col] = dv[bt * ld3 + col] = dqr[bt * ldr + col] = dkr[bt * ldr + col] = 0.f;
-        for (int j = d; j < m; j += NHA_HD) dz[bt * HM + (size_t)h * m + j] = 0.f;
+    float *Qs = sm, *Ks = Qs + 64 * NHA_TP, *Vs = Ks + 64 * NHA_TP, *Ps = Vs + 64 * NHA_TP;
+    const int T = a.T, m = a.m, w = a.w, Nc = T / NATSL_CHUNK, c = blockIdx.x % Nc, bh = blockIdx.x / Nc;
+    const int b = bh / a.heads, h = bh % a.heads, tx = threadIdx.x % 16, ty = threadIdx.x / 16, t0 = c * NATSL_CHUNK;
+    const size_t bT = (size_t)b * T, HM = (size_t)a.heads * m;
+    const MP *qr = (const MP *)a.qr + h * NHA_HD, *kr = (const MP *)a.kr + h * NHA_HD, *v = (const MP *)a.v + h * NHA_HD;
+    nha_tile_load(Qs, qr, bT + t0, a.ldr);
+    float mx[4], l[4], o[4][4];
+    for (int r = 0; r < 4; r++) { // the slots' scores first (their max and sum; the half-warp of row ty + 16r)
+        const int t = t0 + ty + 16 * r;
+        const bool sl = slots_on && t >= w;
+        const float *e = E + (bT + t) * HM + (size_t)h * m;
+        float mm = -1e30f, ss = 0.f;
+        if (sl)
+            for (int j = tx; j < m; j += 16) mm = fmaxf(mm, e[j]);
+        mm = nha_half_max(mm);
+        if (sl)
+            for (int j = tx; j < m; j += 16) ss += expf(e[j] - mm);
+        mx[r] = mm;
+        l[r] = nha_half_sum(ss);
+        for (int cc = 0; cc < 4; cc++) o[r][cc] = 0.f;
     }
-    for (size_t i = d; i < SZ; i += NHA_HD) dS[i] = 0.f;
-    __syncthreads();
-    for (int t = 0; t < T; t++) { // the window's part (15.3b-c)
-        const size_t bt = (size_t)b * T + t;
-        const int lo = t - w + 1 > 0 ? t - w + 1 : 0, n = t + 1 - lo;
-        const float L = lse[((size_t)b * Hh + h) * T + t], dod = ld(dout + bt * ldo + col);
-        const float Dt = block_sum(dod * ld(out + bt * ldo + col), red);
-        for (int i = d; i < n; i += NHA_HD) {
-            const size_t bi = bt - t + lo + i;
-            float s = 0.f, dp = 0.f;
-            for (int c = 0; c < NHA_HD; c++) {
-                s += ld(qr + bt * ldr + h * NHA_HD + c) * ld(kr + bi * ldr + h * NHA_HD + c);
-                dp += ld(dout + bt * ldo + h * NHA_HD + c) * ld(v + bi * ld3 + h * NHA_HD + c);
+    const int lo = w == 0 ? t0 + NATSL_CHUNK : (t0 - w + 1 > 0 ? t0 - w + 1 : 0); // the chunk's first key (w = 0: none)
+    for (int kt = lo / 64; kt <= c; kt++) {
+        __syncthreads(); // the last tile's readers are done
+        nha_tile_load(Ks, kr, bT + (size_t)kt * 64, a.ldr);
+        nha_tile_load(Vs, v, bT + (size_t)kt * 64, a.ldqkv);
+        __syncthreads();
+        float s[4][4] = {};
+        for (int d = 0; d < NHA_HD; d++) {
+            float qv[4], kv[4];
+            for (int r = 0; r < 4; r++) qv[r] = Qs[(ty + 16 * r) * NHA_TP + d];
+            for (int cc = 0; cc < 4; cc++) kv[cc] = Ks[(tx + 16 * cc) * NHA_TP + d];
+            for (int r = 0; r < 4; r++)
+                for (int cc = 0; cc < 4; cc++) s[r][cc] = fmaf(qv[r], kv[cc], s[r][cc]);
+        }
+        for (int r = 0; r < 4; r++) {
+            const int t = t0 + ty + 16 * r;
+            float tm = -INFINITY, ps = 0.f;
+            for (int cc = 0; cc < 4; cc++) {
+                s[r][cc] = nha_in_window(t, kt * 64 + tx + 16 * cc, w) ? s[r][cc] * 0.125f : -INFINITY;
+                tm = fmaxf(tm, s[r][cc]);
             }
-            pp[i] = expf(s * 0.125f - L);
-            e[i] = pp[i] * (dp - Dt) * 0.125f;
+            const float mn = fmaxf(mx[r], nha_half_max(tm)), corr = expf(mx[r] - mn);
+            for (int cc = 0; cc < 4; cc++) {
+                const float pv = expf(s[r][cc] - mn);
+                Ps[(ty + 16 * r) * NHA_TP + tx + 16 * cc] = pv;
+                ps += pv;
+            }
+            l[r] = l[r] * corr + nha_half_sum(ps);
+            mx[r] = mn;
+            for (int cc = 0; cc < 4; cc++) o[r][cc] *= corr;
         }
         __syncthreads();
-        const float qrd = ld(qr + bt * ldr + col);
-        float g = 0.f;
-        for (int i = 0; i < n; i++) {
-            const size_t bi = bt - t + lo + i;
-            g += e[i] * ld(kr + bi * ldr + col);
-            dkr[bi * ldr + col] += e[i] * qrd;
-            dv[bi * ld3 + col] += pp[i] * dod;
+        for (int i = 0; i < 64; i++) {
+            float vv[4];
+            for (int cc = 0; cc < 4; cc++) vv[cc] = Vs[i * NHA_TP + tx + 16 * cc];
+            for (int r = 0; r < 4; r++) {
+                const float pv = Ps[(ty + 16 * r) * NHA_TP + i];
+                for (int cc = 0; cc < 4; cc++) o[r][cc] = fmaf(pv, vv[cc], o[r][cc]);
+            }
         }
-        dqr[bt * ldr + col] += g;
-        __syncthreads();
     }
-    for (int c = T / NATSL_CHUNK - 1; c >= 0; c--) { // the slots' part, in reverse time (15.3d-f)
-        for (size_t i = d; i < SZ; i += NHA_HD) St[i] = slots[(((size_t)b * Hh + h) * (T / NATSL_CHUNK) + c) * SZ + i];
-        for (int i = 0; i < NATSL_CHUNK; i++) { // column d of the states query c·64+i reads, St[i+1]
-            const int t = c * NATSL_CHUNK + i;
-            const float *P = St + i * SZ;
-            float *S = St + (i + 1) * SZ;
-            const size_t bs = (size_t)b * T + t - w;
-            const float ks = t >= w ? ld(k + bs * ld3 + col) : 0.f, vs = t >= w ? ld(v + bs * ld3 + col) : 0.f;
-            for (int j = 0; j < m; j++) {
-                const float aj = t >= w ? nha_alpha(a.z[bs * HM + (size_t)h * m + j]) : 1.f;
-                S[j * NHA_HD + d] = aj * P[j * NHA_HD + d] + (1.f - aj) * ks;
-                S[(size_t)(m + j) * NHA_HD + d] = aj * P[(size_t)(m + j) * NHA_HD + d] + (1.f - aj) * vs;
-            }
+    for (int r = 0; r < 4; r++) {
+        const int t = t0 + ty + 16 * r;
+        const float L = mx[r] + logf(l[r]);
+        if (tx == 0) lse[(size_t)bh * T + t] = L;
+        for (int cc = 0; cc < 4; cc++) {
+            const size_t ix = NHA_AT(bT + t, h, tx + 16 * cc);
+            if (slots_on) O[ix] = o[r][cc] / l[r];
+            else st(out + ix, o[r][cc] / l[r]);
         }
+        if (slots_on && t >= w) {
+            float *e = E + (bT + t) * HM + (size_t)h * m;
+            for (int j = tx; j < m; j += 16) e[j] = expf(e[j] - L);
+        }
+    }
+}
+// Backward, the window's part of dq̂ (15.3a-b) for the chunk's 64 queries, a 64-key tile at a time:
+// p = exp(q̂_t·k̂_i/8 − lse_t), de = p (do_t·v_i − Δ_t)/8, dq̂_t = Σ_i de k̂_i (written).
+template <class MP>
+__global__ void __launch_bounds__(NHA_WIN_THREADS) nha_window_dq_kernel(float *dqr, NhaArgs a, const MP *dout,
+                                                                        const float *lse, const float *Dt) {
+    extern __shared__ float sm[];
+    float *Qs = sm, *dOs = Qs + 64 * NHA_TP, *Ks = dOs + 64 * NHA_TP, *Vs = Ks + 64 * NHA_TP, *Ps = Vs + 64 * NHA_TP;
+    const int T = a.T, w = a.w, Nc = T / NATSL_CHUNK, c = blockIdx.x % Nc, bh = blockIdx.x / Nc;
+    const int b = bh / a.heads, h = bh % a.heads, tx = threadIdx.x % 16, ty = threadIdx.x / 16, t0 = c * NATSL_CHUNK;
+    const size_t bT = (size_t)b * T;
+    const MP *qr = (const MP *)a.qr + h * NHA_HD, *kr = (const MP *)a.kr + h * NHA_HD, *v = (const MP *)a.v + h * NHA_HD;
+    nha_tile_load(Qs, qr, bT + t0, a.ldr);
+    nha_tile_load(dOs, dout + h * NHA_HD, bT + t0, a.heads * NHA_HD);
+    float L[4], Dl[4], acc[4][4] = {};
+    for (int r = 0; r < 4; r++) {
+        L[r] = lse[(size_t)bh * T + t0 + ty + 16 * r];
+        Dl[r] = Dt[(size_t)bh * T + t0 + ty + 16 * r];
+    }
+    const int lo = w == 0 ? t0 + NATSL_CHUNK : (t0 - w + 1 > 0 ? t0 - w + 1 : 0);
+    for (int kt = lo / 64; kt <= c; kt++) {
         __syncthreads();
-        for (int i = NATSL_CHUNK - 1; i >= 0; i--) {
-            const int t = c * NATSL_CHUNK + i;
-            if (t < w) continue; // uniform over the block
-            const size_t bt = (size_t)b * T + t, bs = bt - w;
-            const float *S = St + (i + 1) * SZ, *P = St + i * SZ;
-            const float L = lse[((size_t)b * Hh + h) * T + t], dod = ld(dout + bt * ldo + col);
-            const float Dt = block_sum(dod * ld(out + bt * ldo + col), red);
-            for (int j = d; j < m; j += NHA_HD) { // query t reads the slots (15.3d)
-                float s = 0.f, dp = 0.f;
-                for (int c2 = 0; c2 < NHA_HD; c2++) {
-                    s += ld(q + bt * ld3 + h * NHA_HD + c2) * S[j * NHA_HD + c2];
-                    dp += ld(dout + bt * ldo + h * NHA_HD + c2) * S[(size_t)(m + j) * NHA_HD + c2];
+        nha_tile_load(Ks, kr, bT + (size_t)kt * 64, a.ldr);
+        nha_tile_load(Vs, v, bT + (size_t)kt * 64, a.ldqkv);
+        __syncthreads();
+        float s[4][4] = {}, dp[4][4] = {};
+        for (int d = 0; d < NHA_HD; d++) {
+            float qv[4], gv[4], kv[4], vv[4];
+            for (int r = 0; r < 4; r++) { qv[r] = Qs[(ty + 16 * r) * NHA_TP + d]; gv[r] = dOs[(ty + 16 * r) * NHA_TP + d]; }
+            for (int cc = 0; cc < 4; cc++) { kv[cc] = Ks[(tx + 16 * cc) * NHA_TP + d]; vv[cc] = Vs[(tx + 16 * cc) * NHA_TP + d]; }
+            for (int r = 0; r < 4; r++)
+                for (int cc = 0; cc < 4; cc++) {
+                    s[r][cc] = fmaf(qv[r], kv[cc], s[r][cc]);
+                    dp[r][cc] = fmaf(gv[r], vv[cc], dp[r][cc]);
                 }
-                pp[j] = expf(s * 0.125f - L);
-                e[j] = pp[j] * (dp - Dt) * 0.125f;
+        }
+        for (int r = 0; r < 4; r++)
+            for (int cc = 0; cc < 4; cc++) {
+                const bool in = nha_in_window(t0 + ty + 16 * r, kt * 64 + tx + 16 * cc, w);
+                const float pv = in ? expf(s[r][cc] * 0.125f - L[r]) : 0.f;
+                Ps[(ty + 16 * r) * NHA_TP + tx + 16 * cc] = pv * (dp[r][cc] - Dl[r]) * 0.125f;
             }
-            __syncthreads();
-            const float qd = ld(q + bt * ld3 + col);
-            float g = 0.f;
-            for (int j = 0; j < m; j++) {
-                g += e[j] * S[j * NHA_HD + d];
-                dS[j * NHA_HD + d] += e[j] * qd;
-                dS[(size_t)(m + j) * NHA_HD + d] += pp[j] * dod;
+        __syncthreads();
+        for (int i = 0; i < 64; i++) {
+            float kv[4];
+            for (int cc = 0; cc < 4; cc++) kv[cc] = Ks[i * NHA_TP + tx + 16 * cc];
+            for (int r = 0; r < 4; r++) {
+                const float de = Ps[(ty + 16 * r) * NHA_TP + i];
+                for (int cc = 0; cc < 4; cc++) acc[r][cc] = fmaf(de, kv[cc], acc[r][cc]);
             }
-            dq[bt * ld3 + col] += g;
-            __syncthreads();
-            for (int j = d; j < m; j += NHA_HD) { // token s entered them (15.3e-f): dα, dz a slot a thread
-                const float zj = a.z[bs * HM + (size_t)h * m + j], aj = nha_alpha(zj);
-                float da = 0.f;
-                for (int c2 = 0; c2 < NHA_HD; c2++)
-                    da += dS[j * NHA_HD + c2] * (P[j * NHA_HD + c2] - ld(k + bs * ld3 + h * NHA_HD + c2)) +
-                          dS[(size_t)(m + j) * NHA_HD + c2] * (P[(size_t)(m + j) * NHA_HD + c2] - ld(v + bs * ld3 + h * NHA_HD + c2));
-                dz[bs * HM + (size_t)h * m + j] += da * aj * (1.f - sigmoidf_(zj)) / (float)NHA_TAU;
-                al[j] = aj;
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int cc = 0; cc < 4; cc++) dqr[(bT + t0 + ty + 16 * r) * a.ldr + h * NHA_HD + tx + 16 * cc] = acc[r][cc];
+}
+// Backward, the window's part of dk̂ and dv (15.3a-b) for the chunk's 64 keys s, over the queries t ∈ [s, s + w − 1] a
+// 64-query tile at a time: dk̂_s = Σ_t de_{t,s} q̂_t, dv_s = Σ_t p_{t,s} do_t (both written; the slot kernels add to dv).
+template <class MP>
+__global__ void __launch_bounds__(NHA_WIN_THREADS) nha_window_dkv_kernel(float *dkr, float *dv, NhaArgs a, const MP *dout,
+                                                                         const float *lse, const float *Dt) {
+    extern __shared__ float sm[];
+    float *Ks = sm, *Vs = Ks + 64 * NHA_TP, *Qs = Vs + 64 * NHA_TP, *dOs = Qs + 64 * NHA_TP, *Ps = dOs + 64 * NHA_TP;
+    float *DSs = Ps + 64 * NHA_TP, *Lq = DSs + 64 * NHA_TP, *Dq = Lq + 64;
+    const int T = a.T, w = a.w, Nc = T / NATSL_CHUNK, c = blockIdx.x % Nc, bh = blockIdx.x / Nc;
+    const int b = bh / a.heads, h = bh % a.heads, tx = threadIdx.x % 16, ty = threadIdx.x / 16, t0 = c * NATSL_CHUNK;
+    const size_t bT = (size_t)b * T;
+    const MP *qr = (const MP *)a.qr + h * NHA_HD, *kr = (const MP *)a.kr + h * NHA_HD, *v = (const MP *)a.v + h * NHA_HD;
+    nha_tile_load(Ks, kr, bT + t0, a.ldr);
+    nha_tile_load(Vs, v, bT + t0, a.ldqkv);
+    float ak[4][4] = {}, av[4][4] = {};
+    const long long last = ((long long)t0 + NATSL_CHUNK - 1 + w - 1) / 64; // the tile of the last query that sees a key
+    const int qhi = last < Nc - 1 ? (int)last : Nc - 1;
+    for (int qt = w == 0 ? Nc : c; qt <= qhi; qt++) {
+        __syncthreads();
+        nha_tile_load(Qs, qr, bT + (size_t)qt * 64, a.ldr);
+        nha_tile_load(dOs, dout + h * NHA_HD, bT + (size_t)qt * 64, a.heads * NHA_HD);
+        if (threadIdx.x < 64) {
+            Lq[threadIdx.x] = lse[(size_t)bh * T + qt * 64 + threadIdx.x];
+            Dq[threadIdx.x] = Dt[(size_t)bh * T + qt * 64 + threadIdx.x];
+        }
+        __syncthreads();
+        float s[4][4] = {}, dp[4][4] = {}; // key ty + 16r, query tx + 16cc
+        for (int d = 0; d < NHA_HD; d++) {
+            float kv[4], vv[4], qv[4], gv[4];
+            for (int r = 0; r < 4; r++) { kv[r] = Ks[(ty + 16 * r) * NHA_TP + d]; vv[r] = Vs[(ty + 16 * r) * NHA_TP + d]; }
+            for (int cc = 0; cc < 4; cc++) { qv[cc] = Qs[(tx + 16 * cc) * NHA_TP + d]; gv[cc] = dOs[(tx + 16 * cc) * NHA_TP + d]; }
+            for (int r = 0; r < 4; r++)
+                for (int cc = 0; cc < 4; cc++) {
+                    s[r][cc] = fmaf(kv[r], qv[cc], s[r][cc]);
+                    dp[r][cc] = fmaf(vv[r], gv[cc], dp[r][cc]);
+                }
+        }
+        for (int r = 0; r < 4; r++)
+            for (int cc = 0; cc < 4; cc++) {
+                const int qi = tx + 16 * cc;
+                const bool in = nha_in_window(qt * 64 + qi, t0 + ty + 16 * r, w);
+                const float pv = in ? expf(s[r][cc] * 0.125f - Lq[qi]) : 0.f;
+                Ps[(ty + 16 * r) * NHA_TP + qi] = pv;
+                DSs[(ty + 16 * r) * NHA_TP + qi] = pv * (dp[r][cc] - Dq[qi]) * 0.125f;
             }
-            __syncthreads();
-            float gk = 0.f, gv = 0.f; // dk_s, dv_s a feature a thread, then dK̃, dṼ ← Diag(α_s) ·
-            for (int j = 0; j < m; j++) {
-                gk += (1.f - al[j]) * dS[j * NHA_HD + d];
-                gv += (1.f - al[j]) * dS[(size_t)(m + j) * NHA_HD + d];
-                dS[j * NHA_HD + d] *= al[j];
-                dS[(size_t)(m + j) * NHA_HD + d] *= al[j];
+        __syncthreads();
+        for (int i = 0; i < 64; i++) { // query i of the tile
+            float qv[4], gv[4];
+            for (int cc = 0; cc < 4; cc++) { qv[cc] = Qs[i * NHA_TP + tx + 16 * cc]; gv[cc] = dOs[i * NHA_TP + tx + 16 * cc]; }
+            for (int r = 0; r < 4; r++) {
+                const float de = DSs[(ty + 16 * r) * NHA_TP + i], pv = Ps[(ty + 16 * r) * NHA_TP + i];
+                for (int cc = 0; cc < 4; cc++) {
+                    ak[r][cc] = fmaf(de, qv[cc], ak[r][cc]);
+                    av[r][cc] = fmaf(pv, gv[cc], av[r][cc]);
+                }
             }
-            dk[bs * ld3 + col] += gk;
-            dv[bs * ld3 + col] += gv;
-            __syncthreads();
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int cc = 0; cc < 4; cc++) {
+            const size_t bs = bT + t0 + ty + 16 * r;
+            dkr[bs * a.ldr + h * NHA_HD + tx + 16 * cc] = ak[r][cc];
+            dv[bs * a.ldqkv + h * NHA_HD + tx + 16 * cc] = av[r][cc];
+        }
+}
+
+// Backward, query t ≥ w reading the slots (15.3a, d): p_{t,j} = exp(e_{t,j} − lse_t) into P, de_{t,j} = p (do_t·Ṽ_t[j] −
+// Δ_t)/8 into E (the scan's inputs), dq_t += Σ_{j of the tile} de_{t,j} K̃_t[j] (reduced as nha_slot_out_kernel's).
+template <class MP>
+__global__ void __launch_bounds__(NHA_J * 32) nha_slot_dq_kernel(float *dq, float *P, float *E, NhaArgs a, const MP *dout,
+                                                                 const float *lse, const float *Dt, const float *al,
+                                                                 const float *slots, int jt) {
+    __shared__ float red[NHA_G][NHA_J][NHA_HD];
+    const NhaTile p = nha_tile(a, jt);
+    NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
+    const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
+    const size_t row = ((size_t)p.b * a.heads + p.h) * a.T;
+    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
+        if (tg + NHA_G - 1 < a.w) continue; // uniform over the block
+        NhaIn in[NHA_G];
+        float q0[NHA_G], q1[NHA_G], g0[NHA_G], g1[NHA_G], L[NHA_G], Dl[NHA_G];
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            const size_t bt = p.bT + tg + i, o = NHA_AT(bt, p.h, p.lane);
+            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
+            q0[i] = ld(q + bt * a.ldqkv); q1[i] = ld(q + bt * a.ldqkv + 32);
+            g0[i] = ld(dout + o); g1[i] = ld(dout + o + 32);
+            L[i] = lse[row + tg + i]; Dl[i] = Dt[row + tg + i];
+        }
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            nha_slot_step(S, in[i]);
+            if (tg + i < a.w) continue;
+            const float sc = warp_sum(q0[i] * S.k0 + q1[i] * S.k1), dp = warp_sum(g0[i] * S.v0 + g1[i] * S.v1);
+            const float pj = p.valid ? expf(sc * 0.125f - L[i]) : 0.f, de = pj * (dp - Dl[i]) * 0.125f;
+            if (p.valid && p.lane == 0) {
+                P[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = pj;
+                E[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = de;
+            }
+            red[i][p.wi][p.lane] = de * S.k0;
+            red[i][p.wi][p.lane + 32] = de * S.k1;
+        }
+        __syncthreads();
+        for (int x = threadIdx.x; x < NHA_G * NHA_HD; x += blockDim.x) {
+            const int i = x / NHA_HD, d = x % NHA_HD;
+            if (tg + i < a.w) continue;
+            float s = 0.f;
+            for (int wv = 0; wv < NHA_J; wv++) s += red[i][wv][d];
+            dq[(p.bT + tg + i) * a.ldqkv + p.h * NHA_HD + d] += s;
+        }
+        __syncthreads();
+    }
+}
+// Backward, the slots' gradient in reverse time (15.3d-f): one thread per (sequence, head, slot j, feature d) carries
+// G = (dK̃[j][d], dṼ[j][d]) from the last step down: dS[b][h][c] = G entering chunk c's last step (from the later
+// ones); step t ≥ w adds query t's (de_{t,j} q_t[d], p_{t,j} do_t[d]), then G ×= α_{s,j} (token s = t − w's update).
+template <class MP>
+__global__ void nha_slot_dscan_kernel(float *dS, NhaArgs a, const MP *dout, const float *al, const float *P, const float *E) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, bh = idx / NHA_HD / a.m;
+    if (bh >= (size_t)a.B * a.heads) return;
+    const int T = a.T, m = a.m, w = a.w, Nc = T / NATSL_CHUNK, d = (int)(idx % NHA_HD), j = (int)(idx / NHA_HD % m);
+    const int b = (int)(bh / a.heads), h = (int)(bh % a.heads);
+    const size_t HM = (size_t)a.heads * m, SZ = 2 * (size_t)m * NHA_HD, hj = (size_t)h * m + j;
+    const MP *q = (const MP *)a.q + h * NHA_HD + d, *dO = dout + h * NHA_HD + d;
+    float gk = 0.f, gv = 0.f;
+    for (int c = Nc - 1; c >= 0; c--) {
+        float *dst = dS + (bh * Nc + c) * SZ + (size_t)j * NHA_HD + d;
+        dst[0] = gk;
+        dst[(size_t)m * NHA_HD] = gv;
+        const int i0 = w - c * NATSL_CHUNK > 0 ? w - c * NATSL_CHUNK : 0; // steps t ≥ w only
+        #pragma unroll 16
+        for (int i = NATSL_CHUNK - 1; i >= i0; i--) {
+            const size_t bt = (size_t)b * T + c * NATSL_CHUNK + i, bs = bt - w;
+            const float aa = al[bs * HM + hj];
+            gk = aa * fmaf(E[bt * HM + hj], ld(q + bt * a.ldqkv), gk);
+            gv = aa * fmaf(P[bt * HM + hj], ld(dO + bt * a.heads * NHA_HD), gv);
         }
     }
 }
-// The forward's and the backward's shared memory: the slots (or their gradient), α, the scores (and the backward's
-// probabilities) of up to m + min(w, T) keys, the reductions' room.
-static size_t nha_smem(const NhaArgs *a, int backward) {
-    size_t nk = (size_t)a->m + (a->w < a->T ? a->w : a->T);
-    size_t n = 2 * (size_t)a->m * NHA_HD + a->m + (backward ? 2 : 1) * nk + 32;
-    if (n * sizeof(float) > max_smem_block()) {
-        fprintf(stderr, "error: an H layer with m = %d slots and window %d needs %zu bytes of shared memory a block, this GPU "
-                "has %zu\n", a->m, a->w, n * sizeof(float), max_smem_block());
-        exit(1);
+// Backward, the tokens entering the slots (15.3e-f), the chunk's steps in reverse from G = dS[b][h][c]: step t ≥ w adds
+// query t's (de q_t, p do_t) to G; dα_{s,j} = Σ_d dK̃ (K̃_{t−1} − k_s) + dṼ (Ṽ_{t−1} − v_s) (a warp's sum), dz_s =
+// dα α_s (1 − σ(z_s))/τ (written: token s enters at one step only); dk_s, dv_s += Σ_{j of the tile} (1 − α_{s,j}) dK̃[j],
+// dṼ[j]; then G ×= α_s. The states before each step: the chunk replayed once with a checkpoint every NHA_G steps (shared
+// memory, each thread its own), then each group's NHA_G states replayed into registers.
+template <class MP>
+__global__ void __launch_bounds__(NHA_J * 32, 2) nha_slot_dkv_kernel(float *dk, float *dv, float *dz, NhaArgs a, const MP *dout,
+                                                                  const float *al, const float *slots, const float *dS,
+                                                                  const float *P, const float *E, int jt) {
+    extern __shared__ float sm[];
+    const int nt = NHA_J * 32, tid = threadIdx.x;
+    float *ck = sm, *red = ck + (NATSL_CHUNK / NHA_G) * 4 * nt; // ck [groups][4][nt]; red [NHA_G][2][NHA_J][64]
+    const NhaTile p = nha_tile(a, jt);
+    if (p.t0 + NATSL_CHUNK - 1 < a.w) return; // no step of the chunk takes a token (uniform over the block)
+    const size_t SZ = 2 * (size_t)a.m * NHA_HD, hj = (size_t)p.h * a.m + p.j;
+    NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * SZ, p, a.m);
+    for (int g = 0; g < NATSL_CHUNK / NHA_G; g++) {
+        float *c4 = ck + (size_t)g * 4 * nt + tid;
+        c4[0] = S.k0; c4[nt] = S.k1; c4[2 * nt] = S.v0; c4[3 * nt] = S.v1;
+        NhaIn in[NHA_G];
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) in[i] = nha_slot_in<MP>(a, al, p, p.t0 + g * NHA_G + i);
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) nha_slot_step(S, in[i]);
     }
-    return n * sizeof(float);
+    NhaSlot G = nha_slot_load(dS + (size_t)blockIdx.x * SZ, p, a.m);
+    const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
+    for (int g = NATSL_CHUNK / NHA_G - 1; g >= 0; g--) {
+        const int tg = p.t0 + g * NHA_G;
+        NhaIn in[NHA_G];
+        NhaSlot Sp[NHA_G]; // Sp[i]: the state before step tg + i
+        float e[NHA_G], pj[NHA_G], q0[NHA_G], q1[NHA_G], g0[NHA_G], g1[NHA_G];
+        #pragma unroll
+        for (int i = 0; i < NHA_G; i++) {
+            const size_t bt = p.bT + tg + i, o = NHA_AT(bt, p.h, p.lane);
+            const bool rd = p.valid && tg + i >= a.w;
+            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
+            e[i] = rd ? E[bt * p.HM + hj] : 0.f;
+            pj[i] = rd ? P[bt * p.HM + hj] : 0.f;
+            q0[i] = ld(q + bt * a.ldqkv); q1[i] = ld(q + bt * a.ldqkv + 32);
+            g0[i] = ld(dout + o); g1[i] = ld(dout + o + 32);
+        }
+        const float *c4 = ck + (size_t)g * 4 * nt + tid;
+        Sp[0].k0 = c4[0]; Sp[0].k1 = c4[nt]; Sp[0].v0 = c4[2 * nt]; Sp[0].v1 = c4[3 * nt];
+        #pragma unroll
+        for (int i = 0; i + 1 < NHA_G; i++) {
+            Sp[i + 1] = Sp[i];
+            nha_slot_step(Sp[i + 1], in[i]);
+        }
+        #pragma unroll
+        for (int i = NHA_G - 1; i >= 0; i--) {
+            if (tg + i < a.w) continue;
+            const NhaIn &x = in[i];
+            G.k0 = fmaf(e[i], q0[i], G.k0); G.k1 = fmaf(e[i], q1[i], G.k1);
+            G.v0 = fmaf(pj[i], g0[i], G.v0); G.v1 = fmaf(pj[i], g1[i], G.v1);
+            const float da = warp_sum(G.k0 * (Sp[i].k0 - x.k0) + G.k1 * (Sp[i].k1 - x.k1) + G.v0 * (Sp[i].v0 - x.v0) +
+                                      G.v1 * (Sp[i].v1 - x.v1));
+            if (p.valid && p.lane == 0) {
+                const size_t iz = (p.bT + tg + i - a.w) * p.HM + hj;
+                dz[iz] = da * x.a * (1.f - sigmoidf_(a.z[iz])) / (float)NHA_TAU;
+            }
+            float *rk = red + ((size_t)i * 2 * NHA_J + p.wi) * NHA_HD + p.lane, *rv = rk + NHA_J * NHA_HD;
+            rk[0] = (1.f - x.a) * G.k0; rk[32] = (1.f - x.a) * G.k1;
+            rv[0] = (1.f - x.a) * G.v0; rv[32] = (1.f - x.a) * G.v1;
+            G.k0 *= x.a; G.k1 *= x.a; G.v0 *= x.a; G.v1 *= x.a;
+        }
+        __syncthreads();
+        for (int x = tid; x < NHA_G * 2 * NHA_HD; x += nt) { // (step i, k or v, feature d)
+            const int i = x / (2 * NHA_HD), kv = x / NHA_HD % 2, d = x % NHA_HD;
+            if (tg + i < a.w) continue;
+            float s = 0.f;
+            for (int wv = 0; wv < NHA_J; wv++) s += red[((size_t)(i * 2 + kv) * NHA_J + wv) * NHA_HD + d];
+            (kv ? dv : dk)[(p.bT + tg + i - a.w) * a.ldqkv + p.h * NHA_HD + d] += s;
+        }
+        __syncthreads();
+    }
+}
+#undef NHA_AT
+
+static const size_t NHA_WIN_FWD_SMEM = 4 * 64 * NHA_TP * sizeof(float);
+static const size_t NHA_WIN_DQ_SMEM = 5 * 64 * NHA_TP * sizeof(float);
+static const size_t NHA_WIN_DKV_SMEM = (6 * 64 * NHA_TP + 2 * 64) * sizeof(float);
+static const size_t NHA_DKV_SMEM = ((NATSL_CHUNK / NHA_G) * 4 * NHA_J * 32 + NHA_G * 2 * NHA_J * NHA_HD) * sizeof(float);
+
+// out [B*T][heads·64] (MP), lse [B][heads][T], slots [B][heads][Nc][2][m][64]: the scan, then (when a query reads the
+// slots, w < T) the slots' scores, the window kernel (softmax, lse, o's window part), the slots' part of o.
+template <class MP> static void nha_forward_mp(MP *out, float *lse, float *slots, const NhaArgs *a) {
+    const NhaWs ws = nha_workspace(a);
+    const size_t BTHM = (size_t)a->B * a->T * a->heads * a->m, nscan = (size_t)a->B * a->heads * a->m * NHA_HD;
+    const int blocks = a->B * a->heads * (a->T / NATSL_CHUNK), tiles = CEIL_DIV(a->m, NHA_J), slots_on = a->w < a->T;
+    if (slots_on) nha_alpha_kernel<<<(unsigned)CEIL_DIV(BTHM, 256), 256>>>(ws.al, a->z, BTHM);
+    nha_slot_scan_kernel<MP><<<(unsigned)CEIL_DIV(nscan, 128), 128>>>(slots, *a, ws.al);
+    for (int jt = 0; slots_on && jt < tiles; jt++) nha_slot_scores_kernel<MP><<<blocks, NHA_J * 32>>>(ws.E, *a, ws.al, slots, jt);
+    smem_attr(nha_window_forward_kernel<MP>, NHA_WIN_FWD_SMEM);
+    nha_window_forward_kernel<MP><<<blocks, NHA_WIN_THREADS, NHA_WIN_FWD_SMEM>>>(out, ws.O, lse, ws.E, *a, slots_on);
+    for (int jt = 0; slots_on && jt < tiles; jt++)
+        nha_slot_out_kernel<MP><<<blocks, NHA_J * 32>>>(out, ws.O, *a, ws.al, slots, ws.E, jt, jt == tiles - 1);
+    CUDA_CHECK(cudaGetLastError());
 }
 static void nha_forward(real *out, real *lse, real *slots, const NhaArgs *a) {
     PROF_OP();
-    const size_t smem = nha_smem(a, 0);
-    const int grid = a->B * a->heads;
-    if (g_bf16) {
-        smem_attr(nha_forward_kernel<__nv_bfloat16>, smem);
-        nha_forward_kernel<__nv_bfloat16><<<grid, NHA_HD, smem>>>((__nv_bfloat16 *)out, lse, slots, *a);
-    } else {
-        smem_attr(nha_forward_kernel<float>, smem);
-        nha_forward_kernel<float><<<grid, NHA_HD, smem>>>(out, lse, slots, *a);
+    if (g_bf16) nha_forward_mp((__nv_bfloat16 *)out, lse, slots, a);
+    else nha_forward_mp(out, lse, slots, a);
+}
+// WRITES dq, dk, dv (strides as q, k, v), dqr, dkr (as qr, kr) and dz (as z): dq, dk, dz zeroed, Δ; the window's part
+// (dq̂; dk̂ and dv); then, when a query reads the slots, per tile the slots' p, de and dq; the reverse scan of dK̃, dṼ;
+// per tile dz, dk and dv's rest.
+template <class MP>
+static void nha_backward_mp(real *dq, real *dk, real *dv, real *dqr, real *dkr, real *dz, const MP *dout, const MP *out,
+                            const real *lse, const real *slots, const NhaArgs *a) {
+    const NhaWs ws = nha_workspace(a);
+    const int BT = a->B * a->T, HM = a->heads * a->m, blocks = a->B * a->heads * (a->T / NATSL_CHUNK);
+    const int tiles = CEIL_DIV(a->m, NHA_J), slots_on = a->w < a->T;
+    const size_t BTHM = (size_t)BT * HM, nscan = (size_t)a->B * a->heads * a->m * NHA_HD;
+    nha_zero_kernel<<<BT, 256>>>(dq, a->ldqkv, a->heads * NHA_HD);
+    nha_zero_kernel<<<BT, 256>>>(dk, a->ldqkv, a->heads * NHA_HD);
+    nha_zero_kernel<<<BT, 256>>>(dz, HM, HM);
+    nha_delta_kernel<MP><<<(unsigned)CEIL_DIV((size_t)BT * a->heads * 32, 256), 256>>>(ws.Dt, dout, out, a->B, a->T, a->heads);
+    smem_attr(nha_window_dq_kernel<MP>, NHA_WIN_DQ_SMEM);
+    nha_window_dq_kernel<MP><<<blocks, NHA_WIN_THREADS, NHA_WIN_DQ_SMEM>>>(dqr, *a, dout, lse, ws.Dt);
+    smem_attr(nha_window_dkv_kernel<MP>, NHA_WIN_DKV_SMEM);
+    nha_window_dkv_kernel<MP><<<blocks, NHA_WIN_THREADS, NHA_WIN_DKV_SMEM>>>(dkr, dv, *a, dout, lse, ws.Dt);
+    if (slots_on) {
+        nha_alpha_kernel<<<(unsigned)CEIL_DIV(BTHM, 256), 256>>>(ws.al, a->z, BTHM);
+        for (int jt = 0; jt < tiles; jt++)
+            nha_slot_dq_kernel<MP><<<blocks, NHA_J * 32>>>(dq, ws.P, ws.E, *a, dout, lse, ws.Dt, ws.al, slots, jt);
+        nha_slot_dscan_kernel<MP><<<(unsigned)CEIL_DIV(nscan, 128), 128>>>(ws.dS, *a, dout, ws.al, ws.P, ws.E);
+        smem_attr(nha_slot_dkv_kernel<MP>, NHA_DKV_SMEM);
+        for (int jt = 0; jt < tiles; jt++)
+            nha_slot_dkv_kernel<MP><<<blocks, NHA_J * 32, NHA_DKV_SMEM>>>(dk, dv, dz, *a, dout, ws.al, slots, ws.dS, ws.P,
+                                                                         ws.E, jt);
     }
     CUDA_CHECK(cudaGetLastError());
 }
 static void nha_backward(real *dq, real *dk, real *dv, real *dqr, real *dkr, real *dz, const real *dout, const real *out,
                          const real *lse, const real *slots, const NhaArgs *a) {
     PROF_OP();
-    static float *ws = NULL; // the chunk replays' slot states, one region a block; grows to the largest call
-    static size_t ws_n = 0;
-    const size_t smem = nha_smem(a, 1), n = (size_t)a->B * a->heads * (NATSL_CHUNK + 1) * 2 * a->m * NHA_HD;
-    if (n > ws_n) {
-        if (ws) CUDA_CHECK(cudaFree(ws));
-        ws = (float *)xcudamalloc(n * sizeof(float));
-        ws_n = n;
-    }
-    const int grid = a->B * a->heads;
-    if (g_bf16) {
-        smem_attr(nha_backward_kernel<__nv_bfloat16>, smem);
-        nha_backward_kernel<__nv_bfloat16><<<grid, NHA_HD, smem>>>(dq, dk, dv, dqr, dkr, dz, (const __nv_bfloat16 *)dout,
-                                                                   (const __nv_bfloat16 *)out, lse, slots, *a, ws);
-    } else {
-        smem_attr(nha_backward_kernel<float>, smem);
-        nha_backward_kernel<float><<<grid, NHA_HD, smem>>>(dq, dk, dv, dqr, dkr, dz, dout, out, lse, slots, *a, ws);
-    }
-    CUDA_CHECK(cudaGetLastError());
+    if (g_bf16)
+        nha_backward_mp(dq, dk, dv, dqr, dkr, dz, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)out, lse, slots, a);
+    else nha_backward_mp(dq, dk, dv, dqr, dkr, dz, dout, out, lse, slots, a);
 }
 // dst[i][j] += src[i][j], j < n (fp32): the rotation's gradient into the q, k columns of d proj
 __global__ void add_columns_kernel(float *dst, int ldd, const float *src, int lds, int n) {

@@ -8,8 +8,9 @@ bench_gpu.cu — speed and memory of the GPU trainer (train_natsl.cu, included w
          them (input stored in bf16; weight and dout copied to bf16) and the bare cuBLAS products on ready bf16
          operands, in TFLOP/s,
          with cuBLAS's default workspace and with a 64 MiB one;
-  layer: one token-mixer layer alone (N, G, A: RMSNorm'd input → mixer → output projection, no MLP),
-         forward + backward, at B·T = 32768 tokens for T = 4096, 16384, 32768; the N layer with its softmax
+  layer: one token-mixer layer alone (N, G, A, H: RMSNorm'd input → mixer → output projection, no MLP),
+         forward + backward, at B·T = 32768 tokens for T = 4096, 16384, 32768; the H layer with the defaults
+         of -a nha-hybrid (m = NHA_SLOTS slots, window NHA_WINDOW); the N layer with its softmax
          fraction forced to 1.0 / 0.5 / 0.25 / 0.1 (a fixed routing mask replaces the router's decisions
          after router_forward: g_bench_rmask) and with the router's own decisions.
   decode: the cached decoder (train_natsl.cu section 3b, doc/model.md §14), bf16, for the natsl-hybrid and the
@@ -275,12 +276,14 @@ static void bench_layer(const char *preset, char kind, int V, int B, int T, doub
         CUDA_CHECK(cudaEventRecord(e0));
         if (kind == 'G') gdn_layer_forward(&c, a, p, a->r, a->res, B, T, 0);
         else if (kind == 'A') attention_layer_forward(&c, a, p, a->r, a->res, B, T, 0);
+        else if (kind == 'H') nha_layer_forward(&c, a, p, a->r, a->res, B, T, 0, 0);
         else natsl_layer_forward(&c, a, p, a->r, a->res, B, T, 0, 0, NULL, 1);
         CUDA_CHECK(cudaEventRecord(e1));
         LayerActs d;
         grads_scratch(&M, &d, kind, B, T, 0);
         if (kind == 'G') gdn_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
         else if (kind == 'A') attention_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T);
+        else if (kind == 'H') nha_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T, 0);
         else natsl_layer_backward(&c, d.xn, M.dres, &d, gp, a, p, B, T, 0, NULL, 1);
         CUDA_CHECK(cudaEventRecord(e2));
         CUDA_CHECK(cudaEventSynchronize(e2));
@@ -511,15 +514,16 @@ int main(int argc, char **argv) {
         printf("-- one mixer layer, %s head sizes, bf16 matmuls, fwd+bwd, B*T = 32768\n", preset);
         for (int t : {4096, 16384, 32768}) {
             int b = 32768 / t;
-            float ms_a = 0, ms_n = 0, ms;
+            float ms_a = 0, ms_n = 0, ms_h = 0, ms;
             bench_layer(preset, 'A', 128, b, t, -1, iters, &ms_a); // vocabulary 128: no classifier runs here
             bench_layer(preset, 'G', 128, b, t, -1, iters, &ms);
+            bench_layer(preset, 'H', 128, b, t, -1, iters, &ms_h);
             bench_layer(preset, 'N', 128, b, t, -1, iters, &ms);
             for (double f : {1.0, 0.5, 0.25, 0.1}) {
                 bench_layer(preset, 'N', 128, b, t, f, iters, &ms);
                 if (f == 0.25) ms_n = ms;
             }
-            printf("RESULT ratio T=%d: N(frac 0.25) / A = %.2f\n", t, ms_n / ms_a);
+            printf("RESULT ratio T=%d: N(frac 0.25) / A = %.2f, H / A = %.2f\n", t, ms_n / ms_a, ms_h / ms_a);
         }
     }
     if (!strcmp(mode, "step") || !strcmp(mode, "all")) {

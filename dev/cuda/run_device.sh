@@ -20,6 +20,8 @@
 #   gdncmp: gdn_chunk all bf16 in this tree and in each tree of $GDN_TREES (folders holding train_natsl.cu, common/ and
 #          dev/cuda/gdn/, e.g. `mkdir -p _cmp/x && git archive <branch> | tar -x -C _cmp/x`; carry ["_cmp"]): every
 #          case and the kernels' times of each, side by side
+#   nha  : dev/cuda/nha/nha_bench (the H layer's op vs a double oracle, then its times at the 340m size)
+#   nhasan: compute-sanitizer memcheck and racecheck of dev/cuda/nha/nha_bench test (every H kernel, fp32 and bf16)
 #   conv : dev/cuda/conv/conv_bench (the short conv's kernels and batched-load variants vs a double oracle, timed)
 #   tune : dev/cuda/gemm_tune (cublasGemmEx vs cuBLASLt's best candidate for each linear product of the 340m)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
@@ -41,6 +43,7 @@ $NV dev/bench_gpu.cu -o bench_gpu -lcublasLt -lcublas -lnccl >> $O/build_bench.l
 { has gdn || has gdnsan || has gdncmp; } && { $NV dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_chunk -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 if has gdncmp; then for t in $GDN_TREES; do
     $NV $t/dev/cuda/gdn/gdn_chunk.cu -o /tmp/gdn_$(basename $t) -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & done; fi
+{ has nha || has nhasan; } && { $NV dev/cuda/nha/nha_bench.cu -o /tmp/nha_bench -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has att && { $NV dev/cuda/attention/masked_attention.cu -o /tmp/masked_attention -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has conv && { $NV dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench -lcublasLt -lcublas -lnccl >> $O/build_bench.log 2>&1 & }
 has tune && { $NV dev/cuda/gemm_tune.cu -o /tmp/gemm_tune -lcublasLt -lcublas >> $O/build_bench.log 2>&1 & }
@@ -54,6 +57,12 @@ if has gdn; then timeout 300 /tmp/gdn_chunk > $O/gdn.log 2>&1; echo "gdn_chunk r
 if has gdncmp; then for n in chunk $(for t in $GDN_TREES; do basename $t; done); do
     timeout 200 /tmp/gdn_$n all bf16 > $O/gdncmp_$n.log 2>&1; echo "gdn_chunk ($n) rc=$?"
     grep -E "FAIL|CORRECTNESS|TIME|kernels" $O/gdncmp_$n.log | cut -c1-200; done; fi
+if has nha; then timeout 300 /tmp/nha_bench > $O/nha.log 2>&1; echo "nha_bench rc=$?"; grep -E "PASS|FAIL|RESULT|device" $O/nha.log; fi
+if has nhasan; then
+    timeout 200 compute-sanitizer --tool memcheck /tmp/nha_bench test > $O/nha_memcheck.log 2>&1; echo "nha memcheck rc=$?"
+    grep -E "ERROR SUMMARY|cases passed" $O/nha_memcheck.log
+    timeout 400 compute-sanitizer --tool racecheck --racecheck-report hazard /tmp/nha_bench test > $O/nha_racecheck.log 2>&1
+    echo "nha racecheck rc=$?"; grep -E "RACECHECK SUMMARY|cases passed" $O/nha_racecheck.log; fi
 if has att; then timeout 60 /tmp/masked_attention check > $O/att.log 2>&1; echo "masked_attention rc=$?"; grep -E "PASS|FAIL|CORRECT" $O/att.log | tail -12; fi
 if has flash; then OMP_NUM_THREADS=16 timeout 120 /tmp/flash_bf16 check > $O/flash.log 2>&1; echo "flash_bf16 rc=$?"; grep -E "PASS|FAIL" $O/flash.log | tail -24; fi
 if has layer; then timeout 150 ./bench_gpu layer $LAYER_ARGS > $O/bench_layer.log 2>&1; echo "bench layer rc=$?"; grep -E "RESULT|device|error" $O/bench_layer.log; fi
