@@ -2752,14 +2752,14 @@ __global__ void nha_slot_dscan_kernel(float *dS, NhaArgs a, const MP *dout, cons
     }
 }
 // Backward, the tokens entering the slots (15.3e-f), the chunk's steps in reverse from G = dS[b][h][c]: step t ≥ w adds
-// query t's (de q_t, p do_t) to G; dα_{s,j} = Σ_d dK̃ (K̃_{t−1} − k_s) + dṼ (Ṽ_{t−1} − v_s) (a warp's sum), dz_s =
-// dα α_s (1 − σ(z_s))/τ (written: token s enters at one step only); then G ×= α_s. The block's slot tiles (NHA_J
-// slots, a warp each) one after the other over the chunk's rows staged once in shared memory (q, do, the entering
-// k, v: [64][64] each) and the tile's α, de, p ([64][NHA_J] each). The states before each step: the chunk replayed
-// once with a checkpoint every NHA_G steps (shared memory, each thread its own), then each group's NHA_G states
-// replayed into registers. Shared memory: 102 KiB.
+// query t's (de q_t, p do_t) to G; dα_{s,j} = Σ_d dK̃ (K̃_{t−1} − k_s) + dṼ (Ṽ_{t−1} − v_s) (a warp's sum, into
+// shared memory); then G ×= α_s. After the chunk, dz_s = dα α_s (1 − σ(z_s))/τ for the tile (written: token s enters
+// at one step only). The block's slot tiles (NHA_J slots, a warp each) one after the other over the chunk's rows
+// staged once in shared memory (q, do, the entering k, v: [64][64] each) and the tile's α, de, p, dα ([64][NHA_J]
+// each). The states before each step: the chunk replayed once with a checkpoint every NHA_G steps (shared memory,
+// each thread its own), then each group's NHA_G states replayed into registers. Shared memory: 104 KiB.
 static const size_t NHA_DZ_SMEM =
-    (4 * 64 * NHA_HD + (NATSL_CHUNK / NHA_G) * 4 * NHA_J * 32 + 3 * 64 * NHA_J) * sizeof(float);
+    (4 * 64 * NHA_HD + (NATSL_CHUNK / NHA_G) * 4 * NHA_J * 32 + 4 * 64 * NHA_J) * sizeof(float);
 template <class MP>
 __global__ void __launch_bounds__(NHA_J * 32, 2) nha_slot_dz_kernel(float *dz, NhaArgs a, const MP *dout,
                                                                   const float *al, const float *slots, const float *dS,
@@ -2768,6 +2768,7 @@ __global__ void __launch_bounds__(NHA_J * 32, 2) nha_slot_dz_kernel(float *dz, N
     const int nt = NHA_J * 32, tid = threadIdx.x;
     float *qs = sm, *gs = qs + 64 * NHA_HD, *ks = gs + 64 * NHA_HD, *vs = ks + 64 * NHA_HD;
     float *ck = vs + 64 * NHA_HD, *as = ck + (NATSL_CHUNK / NHA_G) * 4 * nt, *es = as + 64 * NHA_J, *ps = es + 64 * NHA_J;
+    float *ds = ps + 64 * NHA_J;
     NhaTile p = nha_tile(a, 0);
     const int w = a.w, i0 = w - p.t0 > 0 ? w - p.t0 : 0; // steps t0 + i, i ≥ i0 take tokens
     if (i0 >= 64) return; // (uniform over the block)
@@ -2820,12 +2821,16 @@ __global__ void __launch_bounds__(NHA_J * 32, 2) nha_slot_dz_kernel(float *dz, N
                 G.v0 = fmaf(pj, gr[l], G.v0); G.v1 = fmaf(pj, gr[l + 32], G.v1);
                 const float da = warp_sum(G.k0 * (Sp[i].k0 - x.k0) + G.k1 * (Sp[i].k1 - x.k1) + G.v0 * (Sp[i].v0 - x.v0) +
                                           G.v1 * (Sp[i].v1 - x.v1));
-                if (p.valid && l == 0) {
-                    const size_t iz = (p.bT + p.t0 + r - w) * p.HM + (size_t)p.h * a.m + p.j;
-                    dz[iz] = da * x.a * (1.f - sigmoidf_(a.z[iz])) / (float)NHA_TAU;
-                }
+                if (l == 0) ds[r * NHA_J + wi] = da;
                 G.k0 *= x.a; G.k1 *= x.a; G.v0 *= x.a; G.v1 *= x.a;
             }
+        }
+        __syncthreads();
+        for (int x = tid; x < 64 * NHA_J; x += nt) {
+            const int i = x / NHA_J, j = jt * NHA_J + x % NHA_J;
+            if (i < i0 || j >= a.m) continue;
+            const size_t iz = (p.bT + p.t0 + i - w) * p.HM + (size_t)p.h * a.m + j;
+            dz[iz] = ds[x] * as[x] * (1.f - sigmoidf_(a.z[iz])) / (float)NHA_TAU;
         }
     }
 }
