@@ -2214,12 +2214,13 @@ static void attention_layer_backward(const Config *c, real *dx, const real *dout
 // slots (t ≥ w) and the window's RoPE'd keys (15.2a-c); q, k, v, their rotations and o in the matmul precision MP,
 // the slots, z, lse and every gradient in fp32. Chunk-parallel (doc/model.md §15.6): the slot states at the chunk
 // starts come from a scan with one thread per (sequence, head, slot, feature); every other kernel takes one chunk of
-// 64 queries (or keys) of one (sequence, head) a block. The slot kernels take NHA_J slots a launch (a warp a slot,
-// lane owning features lane and lane + 32), replay the chunk's slot states from the chunk start's, and the launches
-// of one call add into their outputs one after the other: no atomics, every result deterministic.
+// 64 queries (or keys) of one (sequence, head) a block, which stages the chunk's rows in shared memory once and
+// replays the chunk's slot states from the chunk start's, every slot in the block (slot tiles one after the other):
+// the scores and p, de (sums over features) a thread a slot; o, dq, dk, dv (sums over slots) a thread a feature; dα a
+// warp a slot. Every value has one writer: no atomics, every result deterministic.
 #define NHA_HD NATSL_ATTN_HEAD
-#define NHA_J 8   // slots a block of the slot kernels (a warp each)
-#define NHA_G 8   // steps a group of the slot kernels: their reductions, the backward's checkpoints
+#define NHA_J 8   // slots a tile of the dα kernel (a warp each)
+#define NHA_G 8   // steps a group of the dα kernel: its checkpoints
 #define NHA_TP 65 // row pitch (floats) of the window kernels' 64 × 64 tiles in shared memory
 __device__ __forceinline__ float nha_alpha(float z) { return expf(-softplusf_(-z) / (float)NHA_TAU); } // (15.1a)
 // (15.1b) for one slot element s: a token with gate a and feature x enters
@@ -2324,16 +2325,13 @@ __device__ __forceinline__ NhaSlot nha_slot_load(const float *src, const NhaTile
     }
     return S;
 }
-// Step t's inputs to slot j (15.1b): the gate α_{s,j} and features lane, lane + 32 of k_s, v_s, token s = t − w; at
-// t < w (nothing enters) and in a warp past m: α = 1, k = v = 0, which leave the state as it is.
+// Step t0 + i's inputs to the warp's slot (15.1b): the gate α from as [64][NHA_J] and features lane, lane + 32 of the
+// entering token's k, v from ks, vs [64][64] (staged in shared memory: α = 1, k = v = 0 where nothing enters, which
+// leave the state as it is)
 struct NhaIn { float a, k0, k1, v0, v1; };
-template <class MP> __device__ __forceinline__ NhaIn nha_slot_in(const NhaArgs &a, const float *al, const NhaTile &p, int t) {
-    NhaIn in = {1.f, 0.f, 0.f, 0.f, 0.f};
-    if (t < a.w || !p.valid) return in;
-    const size_t bs = p.bT + (size_t)(t - a.w);
-    const MP *k = (const MP *)a.k + bs * a.ldqkv + p.h * NHA_HD + p.lane, *v = (const MP *)a.v + bs * a.ldqkv + p.h * NHA_HD + p.lane;
-    in.a = al[bs * p.HM + (size_t)p.h * a.m + p.j];
-    in.k0 = ld(k); in.k1 = ld(k + 32); in.v0 = ld(v); in.v1 = ld(v + 32);
+__device__ __forceinline__ NhaIn nha_slot_in(const float *as, const float *ks, const float *vs, int i, int wi, int lane) {
+    const NhaIn in = {as[i * NHA_J + wi], ks[i * NHA_HD + lane], ks[i * NHA_HD + lane + 32], vs[i * NHA_HD + lane],
+                      vs[i * NHA_HD + lane + 32]};
     return in;
 }
 __device__ __forceinline__ void nha_slot_step(NhaSlot &S, const NhaIn &in) {
@@ -2342,68 +2340,174 @@ __device__ __forceinline__ void nha_slot_step(NhaSlot &S, const NhaIn &in) {
 }
 // o's and the gradients' row element of head h, feature d, token row bt in a [B*T][heads·64] tensor
 #define NHA_AT(bt, h, d) ((bt) * (size_t)a.heads * NHA_HD + (size_t)(h) * NHA_HD + (d))
-// The slot kernels walk their chunk NHA_G steps at a time: a group's inputs loaded first (off the state's dependency
-// chain), then its steps.
 
-// Forward, the slots' scores (15.2a): E[t][h·m + j] = q_t·K̃_t[j] / 8 for the chunk's queries t ≥ w.
+// The slot dot kernel: one chunk of 64 steps of (sequence b, head h) a block (blockIdx.x = (b·heads + h)·Nc + c), one
+// thread a slot (NHA_JS slots a tile, the tiles one after the other) holding its 64 features of K̃ (sel 0, token rows
+// x = k) or Ṽ (sel 1, x = v) in registers, walked from the chunk start's state (15.1b). Shared memory: the chunk's
+// query rows y_t (q or do) and entering rows x_s (token s = t − w), and the tile's α [64][NHA_JS] (all 48 KiB); the
+// rows are read by every thread at once. For each step t ≥ w, r = y_t·S_t[j] after the step goes to R[t][h·m + j]:
+//   mode 0 (15.2a): e = r/8, the slots' scores (forward); mode 1: p = exp(r/8 − L_t) (L = lse);
+//   mode 2 (15.3d): de = p (r − L_t)/8 (L = Δ, p from Pp: mode 1's output).
+#define NHA_JS 64 // slots a tile of the slot dot kernel (a thread each)
+static const size_t NHA_DOT_SMEM = (2 * 64 * NHA_HD + 64 * NHA_JS) * sizeof(float);
+// rows r0 + i − sh (i ≥ i0, else zeros), 64 columns from src (row stride ld), into dst [64][64] (fp32)
 template <class MP>
-__global__ void __launch_bounds__(NHA_J * 32) nha_slot_scores_kernel(float *E, NhaArgs a, const float *al, const float *slots, int jt) {
-    const NhaTile p = nha_tile(a, jt);
-    NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
-    const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
-    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
-        if (tg + NHA_G - 1 < a.w) continue; // uniform over the block
-        NhaIn in[NHA_G];
-        float q0[NHA_G], q1[NHA_G];
-        #pragma unroll
-        for (int i = 0; i < NHA_G; i++) {
-            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
-            q0[i] = ld(q + (p.bT + tg + i) * a.ldqkv);
-            q1[i] = ld(q + (p.bT + tg + i) * a.ldqkv + 32);
+__device__ __forceinline__ void nha_rows_load(float *dst, const MP *src, size_t r0, int sh, int stride, int i0) {
+    for (int x = threadIdx.x; x < 64 * NHA_HD; x += blockDim.x) {
+        const int i = x / NHA_HD;
+        dst[x] = i >= i0 ? ld(src + (r0 + i - sh) * stride + x % NHA_HD) : 0.f;
+    }
+}
+template <class MP>
+__global__ void __launch_bounds__(NHA_JS) nha_slot_dot_kernel(float *R, NhaArgs a, const MP *y, int ldy, const float *al,
+                                                              const float *slots, int sel, int mode, const float *L,
+                                                              const float *Pp) {
+    extern __shared__ float sm[];
+    float *ys = sm, *xs = ys + 64 * NHA_HD, *as = xs + 64 * NHA_HD;
+    const int Nc = a.T / NATSL_CHUNK, bh = blockIdx.x / Nc, h = bh % a.heads, w = a.w, m = a.m;
+    const int t0 = (blockIdx.x % Nc) * NATSL_CHUNK, i0 = w - t0 > 0 ? w - t0 : 0; // steps t0 + i, i ≥ i0 read slots
+    if (i0 >= 64) return; // (uniform over the block)
+    const size_t bT = (size_t)(bh / a.heads) * a.T, HM = (size_t)a.heads * m;
+    nha_rows_load(ys, y + h * NHA_HD, bT + t0, 0, ldy, i0);
+    nha_rows_load(xs, (const MP *)(sel ? a.v : a.k) + h * NHA_HD, bT + t0, w, a.ldqkv, i0);
+    const float *Lr = L + (size_t)bh * a.T + t0;
+    for (int j0 = 0; j0 < m; j0 += NHA_JS) {
+        const int j = j0 + threadIdx.x;
+        const bool on = j < m;
+        __syncthreads(); // the last tile's readers are done
+        for (int x = threadIdx.x; x < 64 * NHA_JS; x += blockDim.x) {
+            const int i = x / NHA_JS, jx = j0 + x % NHA_JS;
+            as[x] = i >= i0 && jx < m ? al[(bT + t0 + i - w) * HM + (size_t)h * m + jx] : 1.f;
         }
+        __syncthreads();
+        float S[NHA_HD];
+        const float *S0 = slots + ((size_t)blockIdx.x * 2 + sel) * m * NHA_HD + (size_t)j * NHA_HD;
         #pragma unroll
-        for (int i = 0; i < NHA_G; i++) {
-            nha_slot_step(S, in[i]);
-            if (tg + i < a.w) continue;
-            const float s = warp_sum(q0[i] * S.k0 + q1[i] * S.k1);
-            if (p.valid && p.lane == 0) E[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = s * 0.125f;
+        for (int f = 0; f < NHA_HD; f++) S[f] = on ? S0[f] : 0.f;
+        for (int i = i0; i < 64 && on; i++) {
+            const float aa = as[i * NHA_JS + threadIdx.x];
+            const float4 *xr = (const float4 *)(xs + i * NHA_HD), *yr = (const float4 *)(ys + i * NHA_HD);
+            float r0 = 0.f, r1 = 0.f, r2 = 0.f, r3 = 0.f;
+            #pragma unroll
+            for (int f = 0; f < NHA_HD / 4; f++) {
+                const float4 xv = xr[f], yv = yr[f];
+                S[4 * f] = nha_enter1(S[4 * f], aa, xv.x);
+                S[4 * f + 1] = nha_enter1(S[4 * f + 1], aa, xv.y);
+                S[4 * f + 2] = nha_enter1(S[4 * f + 2], aa, xv.z);
+                S[4 * f + 3] = nha_enter1(S[4 * f + 3], aa, xv.w);
+                r0 = fmaf(yv.x, S[4 * f], r0);
+                r1 = fmaf(yv.y, S[4 * f + 1], r1);
+                r2 = fmaf(yv.z, S[4 * f + 2], r2);
+                r3 = fmaf(yv.w, S[4 * f + 3], r3);
+            }
+            const float r = (r0 + r1) + (r2 + r3);
+            const size_t o = (bT + t0 + i) * HM + (size_t)h * m + j;
+            R[o] = mode == 0 ? r * 0.125f : mode == 1 ? expf(r * 0.125f - Lr[i]) : Pp[o] * (r - Lr[i]) * 0.125f;
         }
     }
 }
-// Forward, the slots' part of o (15.2c): O_t += Σ_{j of the tile} P_{t,j} Ṽ_t[j] (t ≥ w), reduced over the tile's warps
-// in shared memory a group at a time; the last tile stores o = O in MP into out instead.
-template <class MP>
-__global__ void __launch_bounds__(NHA_J * 32) nha_slot_out_kernel(MP *out, float *O, NhaArgs a, const float *al,
-                                                                  const float *slots, const float *P, int jt, int last) {
-    __shared__ float red[NHA_G][NHA_J][NHA_HD];
-    const NhaTile p = nha_tile(a, jt);
-    NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
-    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
-        NhaIn in[NHA_G];
-        float pj[NHA_G];
-        #pragma unroll
-        for (int i = 0; i < NHA_G; i++) {
-            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
-            pj[i] = p.valid && tg + i >= a.w ? P[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] : 0.f;
-        }
-        #pragma unroll
-        for (int i = 0; i < NHA_G; i++) {
-            nha_slot_step(S, in[i]);
-            red[i][p.wi][p.lane] = pj[i] * S.v0;
-            red[i][p.wi][p.lane + 32] = pj[i] * S.v1;
-        }
-        __syncthreads();
-        for (int x = threadIdx.x; x < NHA_G * NHA_HD; x += blockDim.x) {
-            const int i = x / NHA_HD, d = x % NHA_HD;
-            const size_t o = NHA_AT(p.bT + tg + i, p.h, d);
-            float s = O[o];
-            if (tg + i >= a.w)
-                for (int wv = 0; wv < NHA_J; wv++) s += red[i][wv][d];
-            if (last) st(out + o, s);
-            else O[o] = s;
-        }
-        __syncthreads();
+// The slot mix kernels: one chunk of 64 steps of (sequence b, head h) a block (blockIdx.x = (b·heads + h)·Nc + c), one
+// thread per feature d (64 threads) holding element d of NHA_JT slots' states in registers; the slot tiles one after the
+// other add into each thread's own column of the sums in shared memory (a fixed order: deterministic, no reduction over
+// threads). Shared memory: the chunk's 64 rows of x or y (each thread its column), the sums [64][64], and the tile's α
+// and W [64][NHA_JT] (read by every thread at once): 48 KiB.
+#define NHA_JT 32 // slots a tile of the slot mix kernels
+static const size_t NHA_MIX_SMEM = (2 * 64 * NHA_HD + 2 * 64 * NHA_JT) * sizeof(float);
+// as[i][jj] = α_{s,j} of token s = t − w entering at step t = t0 + i, ws[i][jj] = W[t][h·m + j] (j = j0 + jj; t ≥ w and
+// j < m, else α = 1 and W = 0: the state stays, nothing is added)
+__device__ __forceinline__ void nha_mix_tile(float *as, float *ws, const NhaArgs &a, const float *al, const float *W,
+                                             size_t bT, int h, int t0, int j0) {
+    const size_t HM = (size_t)a.heads * a.m;
+    for (int x = threadIdx.x; x < 64 * NHA_JT; x += blockDim.x) {
+        const int i = x / NHA_JT, j = j0 + x % NHA_JT, t = t0 + i;
+        const bool on = j < a.m && t >= a.w;
+        as[x] = on ? al[(bT + t - a.w) * HM + (size_t)h * a.m + j] : 1.f;
+        ws[x] = on ? W[(bT + t) * HM + (size_t)h * a.m + j] : 0.f;
     }
+}
+// Forward walk (15.1b), then (15.2c) or the slots' part of dq (15.3c): dst_t[d] = base_t[d] + Σ_j W_{t,j} S_t[j][d] over
+// the chunk's steps t (the sum at t ≥ w only), S = the slots' K̃ (sel 0) or Ṽ (sel 1) after step t from the chunk
+// start's state, row x_s (k or v) of token s = t − w entering at step t ≥ w. Rows of dst and base: stride ldd, head h at
+// column h·64. o = O + Σ_j P Ṽ (into out, MP); dq += Σ_j de K̃ (in place).
+template <class MP, class TD>
+__global__ void __launch_bounds__(NHA_HD) nha_slot_mix_kernel(TD *dst, const float *base, int ldd, NhaArgs a, const MP *x,
+                                                              const float *al, const float *slots, int sel, const float *W) {
+    extern __shared__ float sm[];
+    float *xs = sm, *ys = xs + 64 * NHA_HD, *as = ys + 64 * NHA_HD, *ws = as + 64 * NHA_JT;
+    const int Nc = a.T / NATSL_CHUNK, bh = blockIdx.x / Nc, h = bh % a.heads, d = threadIdx.x, w = a.w;
+    const int t0 = (blockIdx.x % Nc) * NATSL_CHUNK, i0 = w - t0 > 0 ? w - t0 : 0; // steps t0 + i, i ≥ i0 take tokens
+    const size_t bT = (size_t)(bh / a.heads) * a.T;
+    for (int i = 0; i < 64; i++) {
+        xs[i * NHA_HD + d] = i >= i0 ? ld(x + (bT + t0 + i - w) * a.ldqkv + h * NHA_HD + d) : 0.f;
+        ys[i * NHA_HD + d] = 0.f;
+    }
+    const float *S0 = slots + ((size_t)blockIdx.x * 2 + sel) * a.m * NHA_HD + d;
+    for (int j0 = 0; i0 < 64 && j0 < a.m; j0 += NHA_JT) {
+        __syncthreads(); // the last tile's readers are done
+        nha_mix_tile(as, ws, a, al, W, bT, h, t0, j0);
+        __syncthreads();
+        float S[NHA_JT];
+        #pragma unroll
+        for (int jj = 0; jj < NHA_JT; jj++) S[jj] = j0 + jj < a.m ? S0[(size_t)(j0 + jj) * NHA_HD] : 0.f;
+        for (int i = i0; i < 64; i++) {
+            const float xv = xs[i * NHA_HD + d], *ai = as + i * NHA_JT, *wi = ws + i * NHA_JT;
+            float y0 = 0.f, y1 = 0.f;
+            #pragma unroll
+            for (int jj = 0; jj < NHA_JT; jj += 2) {
+                S[jj] = nha_enter1(S[jj], ai[jj], xv);
+                S[jj + 1] = nha_enter1(S[jj + 1], ai[jj + 1], xv);
+                y0 = fmaf(wi[jj], S[jj], y0);
+                y1 = fmaf(wi[jj + 1], S[jj + 1], y1);
+            }
+            ys[i * NHA_HD + d] += y0 + y1;
+        }
+    }
+    for (int i = 0; i < 64; i++) {
+        const size_t o = (bT + t0 + i) * ldd + (size_t)h * NHA_HD + d;
+        st(dst + o, base[o] + ys[i * NHA_HD + d]);
+    }
+}
+// Backward walk in reverse time (15.3e-f): G[j][d] = dK̃ (sel 0) or dṼ (sel 1) of slot j starts at dS (entering the
+// chunk's last step from the later ones); step t ≥ w adds query t's W_{t,j} y_t[d] (de q_t or p do_t), then token
+// s = t − w's row gets dst_s[d] += Σ_j (1 − α_{s,j}) G[j][d] (dk or dv, stride ldqkv), and G ×= α_{s,j}. y: rows of
+// stride ldy, head h at column h·64.
+template <class MP>
+__global__ void __launch_bounds__(NHA_HD) nha_slot_dmix_kernel(float *dst, NhaArgs a, const MP *y, int ldy, const float *al,
+                                                               const float *dS, int sel, const float *W) {
+    extern __shared__ float sm[];
+    float *ys = sm, *gs = ys + 64 * NHA_HD, *as = gs + 64 * NHA_HD, *ws = as + 64 * NHA_JT;
+    const int Nc = a.T / NATSL_CHUNK, bh = blockIdx.x / Nc, h = bh % a.heads, d = threadIdx.x, w = a.w;
+    const int t0 = (blockIdx.x % Nc) * NATSL_CHUNK, i0 = w - t0 > 0 ? w - t0 : 0;
+    if (i0 >= 64) return; // no step of the chunk takes a token (uniform over the block)
+    const size_t bT = (size_t)(bh / a.heads) * a.T;
+    for (int i = 0; i < 64; i++) {
+        ys[i * NHA_HD + d] = ld(y + (bT + t0 + i) * ldy + h * NHA_HD + d);
+        gs[i * NHA_HD + d] = 0.f;
+    }
+    const float *G0 = dS + ((size_t)blockIdx.x * 2 + sel) * a.m * NHA_HD + d;
+    for (int j0 = 0; j0 < a.m; j0 += NHA_JT) {
+        __syncthreads();
+        nha_mix_tile(as, ws, a, al, W, bT, h, t0, j0);
+        __syncthreads();
+        float G[NHA_JT];
+        #pragma unroll
+        for (int jj = 0; jj < NHA_JT; jj++) G[jj] = j0 + jj < a.m ? G0[(size_t)(j0 + jj) * NHA_HD] : 0.f;
+        for (int i = 63; i >= i0; i--) {
+            const float yv = ys[i * NHA_HD + d], *ai = as + i * NHA_JT, *wi = ws + i * NHA_JT;
+            float g0 = 0.f, g1 = 0.f;
+            #pragma unroll
+            for (int jj = 0; jj < NHA_JT; jj += 2) {
+                G[jj] = fmaf(wi[jj], yv, G[jj]);
+                G[jj + 1] = fmaf(wi[jj + 1], yv, G[jj + 1]);
+                g0 = fmaf(1.f - ai[jj], G[jj], g0);
+                g1 = fmaf(1.f - ai[jj + 1], G[jj + 1], g1);
+                G[jj] *= ai[jj];
+                G[jj + 1] *= ai[jj + 1];
+            }
+            gs[i * NHA_HD + d] += g0 + g1;
+        }
+    }
+    for (int i = i0; i < 64; i++) dst[(bT + t0 + i - w) * a.ldqkv + (size_t)h * NHA_HD + d] += gs[i * NHA_HD + d];
 }
 
 // 64 rows (row0 …) of a [rows][stride] MP tensor, columns 0 … 63 of src, into dst [64][NHA_TP] (fp32)
@@ -2621,53 +2725,6 @@ __global__ void __launch_bounds__(NHA_WIN_THREADS) nha_window_dkv_kernel(float *
         }
 }
 
-// Backward, query t ≥ w reading the slots (15.3a, d): p_{t,j} = exp(e_{t,j} − lse_t) into P, de_{t,j} = p (do_t·Ṽ_t[j] −
-// Δ_t)/8 into E (the scan's inputs), dq_t += Σ_{j of the tile} de_{t,j} K̃_t[j] (reduced as nha_slot_out_kernel's).
-template <class MP>
-__global__ void __launch_bounds__(NHA_J * 32) nha_slot_dq_kernel(float *dq, float *P, float *E, NhaArgs a, const MP *dout,
-                                                                 const float *lse, const float *Dt, const float *al,
-                                                                 const float *slots, int jt) {
-    __shared__ float red[NHA_G][NHA_J][NHA_HD];
-    const NhaTile p = nha_tile(a, jt);
-    NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * 2 * a.m * NHA_HD, p, a.m);
-    const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
-    const size_t row = ((size_t)p.b * a.heads + p.h) * a.T;
-    for (int tg = p.t0; tg < p.t0 + NATSL_CHUNK; tg += NHA_G) {
-        if (tg + NHA_G - 1 < a.w) continue; // uniform over the block
-        NhaIn in[NHA_G];
-        float q0[NHA_G], q1[NHA_G], g0[NHA_G], g1[NHA_G], L[NHA_G], Dl[NHA_G];
-        #pragma unroll
-        for (int i = 0; i < NHA_G; i++) {
-            const size_t bt = p.bT + tg + i, o = NHA_AT(bt, p.h, p.lane);
-            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
-            q0[i] = ld(q + bt * a.ldqkv); q1[i] = ld(q + bt * a.ldqkv + 32);
-            g0[i] = ld(dout + o); g1[i] = ld(dout + o + 32);
-            L[i] = lse[row + tg + i]; Dl[i] = Dt[row + tg + i];
-        }
-        #pragma unroll
-        for (int i = 0; i < NHA_G; i++) {
-            nha_slot_step(S, in[i]);
-            if (tg + i < a.w) continue;
-            const float sc = warp_sum(q0[i] * S.k0 + q1[i] * S.k1), dp = warp_sum(g0[i] * S.v0 + g1[i] * S.v1);
-            const float pj = p.valid ? expf(sc * 0.125f - L[i]) : 0.f, de = pj * (dp - Dl[i]) * 0.125f;
-            if (p.valid && p.lane == 0) {
-                P[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = pj;
-                E[(p.bT + tg + i) * p.HM + (size_t)p.h * a.m + p.j] = de;
-            }
-            red[i][p.wi][p.lane] = de * S.k0;
-            red[i][p.wi][p.lane + 32] = de * S.k1;
-        }
-        __syncthreads();
-        for (int x = threadIdx.x; x < NHA_G * NHA_HD; x += blockDim.x) {
-            const int i = x / NHA_HD, d = x % NHA_HD;
-            if (tg + i < a.w) continue;
-            float s = 0.f;
-            for (int wv = 0; wv < NHA_J; wv++) s += red[i][wv][d];
-            dq[(p.bT + tg + i) * a.ldqkv + p.h * NHA_HD + d] += s;
-        }
-        __syncthreads();
-    }
-}
 // Backward, the slots' gradient in reverse time (15.3d-f): one thread per (sequence, head, slot j, feature d) carries
 // G = (dK̃[j][d], dṼ[j][d]) from the last step down: dS[b][h][c] = G entering chunk c's last step (from the later
 // ones); step t ≥ w adds query t's (de_{t,j} q_t[d], p_{t,j} do_t[d]), then G ×= α_{s,j} (token s = t − w's update).
@@ -2695,80 +2752,86 @@ __global__ void nha_slot_dscan_kernel(float *dS, NhaArgs a, const MP *dout, cons
     }
 }
 // Backward, the tokens entering the slots (15.3e-f), the chunk's steps in reverse from G = dS[b][h][c]: step t ≥ w adds
-// query t's (de q_t, p do_t) to G; dα_{s,j} = Σ_d dK̃ (K̃_{t−1} − k_s) + dṼ (Ṽ_{t−1} − v_s) (a warp's sum), dz_s =
-// dα α_s (1 − σ(z_s))/τ (written: token s enters at one step only); dk_s, dv_s += Σ_{j of the tile} (1 − α_{s,j}) dK̃[j],
-// dṼ[j]; then G ×= α_s. The states before each step: the chunk replayed once with a checkpoint every NHA_G steps (shared
-// memory, each thread its own), then each group's NHA_G states replayed into registers.
+// query t's (de q_t, p do_t) to G; dα_{s,j} = Σ_d dK̃ (K̃_{t−1} − k_s) + dṼ (Ṽ_{t−1} − v_s) (a warp's sum, into
+// shared memory); then G ×= α_s. After the chunk, dz_s = dα α_s (1 − σ(z_s))/τ for the tile (written: token s enters
+// at one step only). The block's slot tiles (NHA_J slots, a warp each) one after the other over the chunk's rows
+// staged once in shared memory (q, do, the entering k, v: [64][64] each) and the tile's α, de, p, dα ([64][NHA_J]
+// each). The states before each step: the chunk replayed once with a checkpoint every NHA_G steps (shared memory,
+// each thread its own), then each group's NHA_G states replayed into registers. Shared memory: 104 KiB.
+static const size_t NHA_DZ_SMEM =
+    (4 * 64 * NHA_HD + (NATSL_CHUNK / NHA_G) * 4 * NHA_J * 32 + 4 * 64 * NHA_J) * sizeof(float);
 template <class MP>
-__global__ void __launch_bounds__(NHA_J * 32, 2) nha_slot_dkv_kernel(float *dk, float *dv, float *dz, NhaArgs a, const MP *dout,
+__global__ void __launch_bounds__(NHA_J * 32, 2) nha_slot_dz_kernel(float *dz, NhaArgs a, const MP *dout,
                                                                   const float *al, const float *slots, const float *dS,
-                                                                  const float *P, const float *E, int jt) {
+                                                                  const float *P, const float *E) {
     extern __shared__ float sm[];
     const int nt = NHA_J * 32, tid = threadIdx.x;
-    float *ck = sm, *red = ck + (NATSL_CHUNK / NHA_G) * 4 * nt; // ck [groups][4][nt]; red [NHA_G][2][NHA_J][64]
-    const NhaTile p = nha_tile(a, jt);
-    if (p.t0 + NATSL_CHUNK - 1 < a.w) return; // no step of the chunk takes a token (uniform over the block)
-    const size_t SZ = 2 * (size_t)a.m * NHA_HD, hj = (size_t)p.h * a.m + p.j;
-    NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * SZ, p, a.m);
-    for (int g = 0; g < NATSL_CHUNK / NHA_G; g++) {
-        float *c4 = ck + (size_t)g * 4 * nt + tid;
-        c4[0] = S.k0; c4[nt] = S.k1; c4[2 * nt] = S.v0; c4[3 * nt] = S.v1;
-        NhaIn in[NHA_G];
-        #pragma unroll
-        for (int i = 0; i < NHA_G; i++) in[i] = nha_slot_in<MP>(a, al, p, p.t0 + g * NHA_G + i);
-        #pragma unroll
-        for (int i = 0; i < NHA_G; i++) nha_slot_step(S, in[i]);
-    }
-    NhaSlot G = nha_slot_load(dS + (size_t)blockIdx.x * SZ, p, a.m);
-    const MP *q = (const MP *)a.q + p.h * NHA_HD + p.lane;
-    for (int g = NATSL_CHUNK / NHA_G - 1; g >= 0; g--) {
-        const int tg = p.t0 + g * NHA_G;
-        NhaIn in[NHA_G];
-        NhaSlot Sp[NHA_G]; // Sp[i]: the state before step tg + i
-        float e[NHA_G], pj[NHA_G], q0[NHA_G], q1[NHA_G], g0[NHA_G], g1[NHA_G];
-        #pragma unroll
-        for (int i = 0; i < NHA_G; i++) {
-            const size_t bt = p.bT + tg + i, o = NHA_AT(bt, p.h, p.lane);
-            const bool rd = p.valid && tg + i >= a.w;
-            in[i] = nha_slot_in<MP>(a, al, p, tg + i);
-            e[i] = rd ? E[bt * p.HM + hj] : 0.f;
-            pj[i] = rd ? P[bt * p.HM + hj] : 0.f;
-            q0[i] = ld(q + bt * a.ldqkv); q1[i] = ld(q + bt * a.ldqkv + 32);
-            g0[i] = ld(dout + o); g1[i] = ld(dout + o + 32);
+    float *qs = sm, *gs = qs + 64 * NHA_HD, *ks = gs + 64 * NHA_HD, *vs = ks + 64 * NHA_HD;
+    float *ck = vs + 64 * NHA_HD, *as = ck + (NATSL_CHUNK / NHA_G) * 4 * nt, *es = as + 64 * NHA_J, *ps = es + 64 * NHA_J;
+    float *ds = ps + 64 * NHA_J;
+    NhaTile p = nha_tile(a, 0);
+    const int w = a.w, i0 = w - p.t0 > 0 ? w - p.t0 : 0; // steps t0 + i, i ≥ i0 take tokens
+    if (i0 >= 64) return; // (uniform over the block)
+    const size_t SZ = 2 * (size_t)a.m * NHA_HD;
+    nha_rows_load(qs, (const MP *)a.q + p.h * NHA_HD, p.bT + p.t0, 0, a.ldqkv, i0);
+    nha_rows_load(gs, dout + p.h * NHA_HD, p.bT + p.t0, 0, a.heads * NHA_HD, i0);
+    nha_rows_load(ks, (const MP *)a.k + p.h * NHA_HD, p.bT + p.t0, w, a.ldqkv, i0);
+    nha_rows_load(vs, (const MP *)a.v + p.h * NHA_HD, p.bT + p.t0, w, a.ldqkv, i0);
+    for (int jt = 0; jt * NHA_J < a.m; jt++) {
+        p = nha_tile(a, jt);
+        __syncthreads(); // the last tile's readers are done
+        for (int x = tid; x < 64 * NHA_J; x += nt) {
+            const int i = x / NHA_J, j = jt * NHA_J + x % NHA_J;
+            const bool on = i >= i0 && j < a.m;
+            const size_t bt = p.bT + p.t0 + i, hj = (size_t)p.h * a.m + j;
+            as[x] = on ? al[(bt - w) * p.HM + hj] : 1.f;
+            es[x] = on ? E[bt * p.HM + hj] : 0.f;
+            ps[x] = on ? P[bt * p.HM + hj] : 0.f;
         }
-        const float *c4 = ck + (size_t)g * 4 * nt + tid;
-        Sp[0].k0 = c4[0]; Sp[0].k1 = c4[nt]; Sp[0].v0 = c4[2 * nt]; Sp[0].v1 = c4[3 * nt];
-        #pragma unroll
-        for (int i = 0; i + 1 < NHA_G; i++) {
-            Sp[i + 1] = Sp[i];
-            nha_slot_step(Sp[i + 1], in[i]);
+        __syncthreads();
+        const int l = p.lane, wi = p.wi;
+        NhaSlot S = nha_slot_load(slots + (size_t)blockIdx.x * SZ, p, a.m);
+        for (int g = 0; g < NATSL_CHUNK / NHA_G; g++) {
+            float *c4 = ck + (size_t)g * 4 * nt + tid;
+            c4[0] = S.k0; c4[nt] = S.k1; c4[2 * nt] = S.v0; c4[3 * nt] = S.v1;
+            #pragma unroll
+            for (int i = g * NHA_G; i < (g + 1) * NHA_G; i++) nha_slot_step(S, nha_slot_in(as, ks, vs, i, wi, l));
         }
-        #pragma unroll
-        for (int i = NHA_G - 1; i >= 0; i--) {
-            if (tg + i < a.w) continue;
-            const NhaIn &x = in[i];
-            G.k0 = fmaf(e[i], q0[i], G.k0); G.k1 = fmaf(e[i], q1[i], G.k1);
-            G.v0 = fmaf(pj[i], g0[i], G.v0); G.v1 = fmaf(pj[i], g1[i], G.v1);
-            const float da = warp_sum(G.k0 * (Sp[i].k0 - x.k0) + G.k1 * (Sp[i].k1 - x.k1) + G.v0 * (Sp[i].v0 - x.v0) +
-                                      G.v1 * (Sp[i].v1 - x.v1));
-            if (p.valid && p.lane == 0) {
-                const size_t iz = (p.bT + tg + i - a.w) * p.HM + hj;
-                dz[iz] = da * x.a * (1.f - sigmoidf_(a.z[iz])) / (float)NHA_TAU;
+        NhaSlot G = nha_slot_load(dS + (size_t)blockIdx.x * SZ, p, a.m);
+        for (int g = NATSL_CHUNK / NHA_G - 1; g >= 0; g--) {
+            const int ig = g * NHA_G;
+            NhaIn in[NHA_G];
+            NhaSlot Sp[NHA_G]; // Sp[i]: the state before step t0 + ig + i
+            #pragma unroll
+            for (int i = 0; i < NHA_G; i++) in[i] = nha_slot_in(as, ks, vs, ig + i, wi, l);
+            const float *c4 = ck + (size_t)g * 4 * nt + tid;
+            Sp[0].k0 = c4[0]; Sp[0].k1 = c4[nt]; Sp[0].v0 = c4[2 * nt]; Sp[0].v1 = c4[3 * nt];
+            #pragma unroll
+            for (int i = 0; i + 1 < NHA_G; i++) {
+                Sp[i + 1] = Sp[i];
+                nha_slot_step(Sp[i + 1], in[i]);
             }
-            float *rk = red + ((size_t)i * 2 * NHA_J + p.wi) * NHA_HD + p.lane, *rv = rk + NHA_J * NHA_HD;
-            rk[0] = (1.f - x.a) * G.k0; rk[32] = (1.f - x.a) * G.k1;
-            rv[0] = (1.f - x.a) * G.v0; rv[32] = (1.f - x.a) * G.v1;
-            G.k0 *= x.a; G.k1 *= x.a; G.v0 *= x.a; G.v1 *= x.a;
+            #pragma unroll
+            for (int i = NHA_G - 1; i >= 0; i--) {
+                const int r = ig + i;
+                if (r < i0) continue;
+                const NhaIn &x = in[i];
+                const float e = es[r * NHA_J + wi], pj = ps[r * NHA_J + wi], *qr = qs + r * NHA_HD, *gr = gs + r * NHA_HD;
+                G.k0 = fmaf(e, qr[l], G.k0); G.k1 = fmaf(e, qr[l + 32], G.k1);
+                G.v0 = fmaf(pj, gr[l], G.v0); G.v1 = fmaf(pj, gr[l + 32], G.v1);
+                const float da = warp_sum(G.k0 * (Sp[i].k0 - x.k0) + G.k1 * (Sp[i].k1 - x.k1) + G.v0 * (Sp[i].v0 - x.v0) +
+                                          G.v1 * (Sp[i].v1 - x.v1));
+                if (l == 0) ds[r * NHA_J + wi] = da;
+                G.k0 *= x.a; G.k1 *= x.a; G.v0 *= x.a; G.v1 *= x.a;
+            }
         }
         __syncthreads();
-        for (int x = tid; x < NHA_G * 2 * NHA_HD; x += nt) { // (step i, k or v, feature d)
-            const int i = x / (2 * NHA_HD), kv = x / NHA_HD % 2, d = x % NHA_HD;
-            if (tg + i < a.w) continue;
-            float s = 0.f;
-            for (int wv = 0; wv < NHA_J; wv++) s += red[((size_t)(i * 2 + kv) * NHA_J + wv) * NHA_HD + d];
-            (kv ? dv : dk)[(p.bT + tg + i - a.w) * a.ldqkv + p.h * NHA_HD + d] += s;
+        for (int x = tid; x < 64 * NHA_J; x += nt) {
+            const int i = x / NHA_J, j = jt * NHA_J + x % NHA_J;
+            if (i < i0 || j >= a.m) continue;
+            const size_t iz = (p.bT + p.t0 + i - w) * p.HM + (size_t)p.h * a.m + j;
+            dz[iz] = ds[x] * as[x] * (1.f - sigmoidf_(a.z[iz])) / (float)NHA_TAU;
         }
-        __syncthreads();
     }
 }
 #undef NHA_AT
@@ -2776,21 +2839,27 @@ __global__ void __launch_bounds__(NHA_J * 32, 2) nha_slot_dkv_kernel(float *dk, 
 static const size_t NHA_WIN_FWD_SMEM = 4 * 64 * NHA_TP * sizeof(float);
 static const size_t NHA_WIN_DQ_SMEM = 5 * 64 * NHA_TP * sizeof(float);
 static const size_t NHA_WIN_DKV_SMEM = (6 * 64 * NHA_TP + 2 * 64) * sizeof(float);
-static const size_t NHA_DKV_SMEM = ((NATSL_CHUNK / NHA_G) * 4 * NHA_J * 32 + NHA_G * 2 * NHA_J * NHA_HD) * sizeof(float);
 
 // out [B*T][heads·64] (MP), lse [B][heads][T], slots [B][heads][Nc][2][m][64]: the scan, then (when a query reads the
 // slots, w < T) the slots' scores, the window kernel (softmax, lse, o's window part), the slots' part of o.
 template <class MP> static void nha_forward_mp(MP *out, float *lse, float *slots, const NhaArgs *a) {
     const NhaWs ws = nha_workspace(a);
     const size_t BTHM = (size_t)a->B * a->T * a->heads * a->m, nscan = (size_t)a->B * a->heads * a->m * NHA_HD;
-    const int blocks = a->B * a->heads * (a->T / NATSL_CHUNK), tiles = CEIL_DIV(a->m, NHA_J), slots_on = a->w < a->T;
+    const int blocks = a->B * a->heads * (a->T / NATSL_CHUNK), slots_on = a->w < a->T;
     if (slots_on) nha_alpha_kernel<<<(unsigned)CEIL_DIV(BTHM, 256), 256>>>(ws.al, a->z, BTHM);
     nha_slot_scan_kernel<MP><<<(unsigned)CEIL_DIV(nscan, 128), 128>>>(slots, *a, ws.al);
-    for (int jt = 0; slots_on && jt < tiles; jt++) nha_slot_scores_kernel<MP><<<blocks, NHA_J * 32>>>(ws.E, *a, ws.al, slots, jt);
+    if (slots_on) {
+        smem_attr(nha_slot_dot_kernel<MP>, NHA_DOT_SMEM);
+        nha_slot_dot_kernel<MP><<<blocks, NHA_JS, NHA_DOT_SMEM>>>(ws.E, *a, (const MP *)a->q, a->ldqkv, ws.al, slots, 0, 0,
+                                                                  lse, NULL);
+    }
     smem_attr(nha_window_forward_kernel<MP>, NHA_WIN_FWD_SMEM);
     nha_window_forward_kernel<MP><<<blocks, NHA_WIN_THREADS, NHA_WIN_FWD_SMEM>>>(out, ws.O, lse, ws.E, *a, slots_on);
-    for (int jt = 0; slots_on && jt < tiles; jt++)
-        nha_slot_out_kernel<MP><<<blocks, NHA_J * 32>>>(out, ws.O, *a, ws.al, slots, ws.E, jt, jt == tiles - 1);
+    if (slots_on) {
+        smem_attr(nha_slot_mix_kernel<MP, MP>, NHA_MIX_SMEM);
+        nha_slot_mix_kernel<MP, MP><<<blocks, NHA_HD, NHA_MIX_SMEM>>>(out, ws.O, a->heads * NHA_HD, *a, (const MP *)a->v,
+                                                                      ws.al, slots, 1, ws.E);
+    }
     CUDA_CHECK(cudaGetLastError());
 }
 static void nha_forward(real *out, real *lse, real *slots, const NhaArgs *a) {
@@ -2806,7 +2875,7 @@ static void nha_backward_mp(real *dq, real *dk, real *dv, real *dqr, real *dkr, 
                             const real *lse, const real *slots, const NhaArgs *a) {
     const NhaWs ws = nha_workspace(a);
     const int BT = a->B * a->T, HM = a->heads * a->m, blocks = a->B * a->heads * (a->T / NATSL_CHUNK);
-    const int tiles = CEIL_DIV(a->m, NHA_J), slots_on = a->w < a->T;
+    const int slots_on = a->w < a->T;
     const size_t BTHM = (size_t)BT * HM, nscan = (size_t)a->B * a->heads * a->m * NHA_HD;
     nha_zero_kernel<<<BT, 256>>>(dq, a->ldqkv, a->heads * NHA_HD);
     nha_zero_kernel<<<BT, 256>>>(dk, a->ldqkv, a->heads * NHA_HD);
@@ -2818,13 +2887,20 @@ static void nha_backward_mp(real *dq, real *dk, real *dv, real *dqr, real *dkr, 
     nha_window_dkv_kernel<MP><<<blocks, NHA_WIN_THREADS, NHA_WIN_DKV_SMEM>>>(dkr, dv, *a, dout, lse, ws.Dt);
     if (slots_on) {
         nha_alpha_kernel<<<(unsigned)CEIL_DIV(BTHM, 256), 256>>>(ws.al, a->z, BTHM);
-        for (int jt = 0; jt < tiles; jt++)
-            nha_slot_dq_kernel<MP><<<blocks, NHA_J * 32>>>(dq, ws.P, ws.E, *a, dout, lse, ws.Dt, ws.al, slots, jt);
+        smem_attr(nha_slot_dot_kernel<MP>, NHA_DOT_SMEM);
+        nha_slot_dot_kernel<MP><<<blocks, NHA_JS, NHA_DOT_SMEM>>>(ws.P, *a, (const MP *)a->q, a->ldqkv, ws.al, slots, 0, 1,
+                                                                  lse, NULL);
+        nha_slot_dot_kernel<MP><<<blocks, NHA_JS, NHA_DOT_SMEM>>>(ws.E, *a, dout, a->heads * NHA_HD, ws.al, slots, 1, 2,
+                                                                  ws.Dt, ws.P);
+        smem_attr(nha_slot_mix_kernel<MP, float>, NHA_MIX_SMEM);
+        nha_slot_mix_kernel<MP, float><<<blocks, NHA_HD, NHA_MIX_SMEM>>>(dq, dq, a->ldqkv, *a, (const MP *)a->k, ws.al,
+                                                                         slots, 0, ws.E);
         nha_slot_dscan_kernel<MP><<<(unsigned)CEIL_DIV(nscan, 128), 128>>>(ws.dS, *a, dout, ws.al, ws.P, ws.E);
-        smem_attr(nha_slot_dkv_kernel<MP>, NHA_DKV_SMEM);
-        for (int jt = 0; jt < tiles; jt++)
-            nha_slot_dkv_kernel<MP><<<blocks, NHA_J * 32, NHA_DKV_SMEM>>>(dk, dv, dz, *a, dout, ws.al, slots, ws.dS, ws.P,
-                                                                         ws.E, jt);
+        smem_attr(nha_slot_dz_kernel<MP>, NHA_DZ_SMEM);
+        nha_slot_dz_kernel<MP><<<blocks, NHA_J * 32, NHA_DZ_SMEM>>>(dz, *a, dout, ws.al, slots, ws.dS, ws.P, ws.E);
+        smem_attr(nha_slot_dmix_kernel<MP>, NHA_MIX_SMEM);
+        nha_slot_dmix_kernel<MP><<<blocks, NHA_HD, NHA_MIX_SMEM>>>(dk, *a, (const MP *)a->q, a->ldqkv, ws.al, ws.dS, 0, ws.E);
+        nha_slot_dmix_kernel<MP><<<blocks, NHA_HD, NHA_MIX_SMEM>>>(dv, *a, dout, a->heads * NHA_HD, ws.al, ws.dS, 1, ws.P);
     }
     CUDA_CHECK(cudaGetLastError());
 }
