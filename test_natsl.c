@@ -1298,6 +1298,17 @@ static double cache_check(Model *M, const int *in, int B, int T, const int *plen
     free(pr); free(tok);
     return routed ? (double)soft / routed : -1;
 }
+// cache_check of a batch with the prefill's forward passes at most `pass` tokens long (0: the default budget)
+static double cache_check_passes(Model *M, const int *in, int B, int T, const int *plen, int pass, const char *what) {
+    const int budget = g_prefill_tokens;
+    char label[160];
+    if (pass) g_prefill_tokens = pass;
+    if (pass) snprintf(label, sizeof(label), "%s, passes of %d", what, pass);
+    else snprintf(label, sizeof(label), "%s", what);
+    const double f = cache_check(M, in, B, T, plen, label);
+    g_prefill_tokens = budget;
+    return f;
+}
 // A model of the pattern with router weights that mix the routing (as test_recompute_identical), random tokens; every
 // prompt length of plens in turn, one sequence of T = 256 tokens (4 chunks; the activations hold 384). s_sel: the S
 // layers' gate values; frozen: the pattern they decode as.
@@ -1366,12 +1377,7 @@ static void test_cache_nha_mixed(void) {
     int *in = xcalloc((size_t)B * T, sizeof(int));
     for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
     model_alloc_acts(&M, B, T, 0);
-    for (int k = 0; k < 3; k++) {
-        int budget = g_prefill_tokens;
-        if (k == 2) g_prefill_tokens = 128;
-        cache_check(&M, in, B, T, plen[k], k == 2 ? "HGHN (w 100, 0) batched, passes of 128" : "HGHN (w 100, 0) batched");
-        g_prefill_tokens = budget;
-    }
+    for (int k = 0; k < 3; k++) cache_check_passes(&M, in, B, T, plen[k], k == 2 ? 128 : 0, "HGHN (w 100, 0) batched");
     model_free(&M);
     free(in);
 }
@@ -1393,10 +1399,7 @@ static void test_cache_batched(void) {
     for (int i = 0; i < B * T; i++) in[i] = rng_u32(&g_rng) % cf.V;
     model_alloc_acts(&M, B, T, 0);
     for (int k = 0; k < 4; k++) {
-        int budget = g_prefill_tokens;
-        if (k == 3) g_prefill_tokens = 128;
-        double f = cache_check(&M, in, B, T, plen[k], k == 3 ? "GNAN batched, passes of 128" : "GNAN batched");
-        g_prefill_tokens = budget;
+        double f = cache_check_passes(&M, in, B, T, plen[k], k == 3 ? 128 : 0, "GNAN batched");
         CHECK(f > 0 && f < 1, "the routing is not mixed (softmax fraction %.2f)", f);
     }
     model_free(&M);
