@@ -6789,12 +6789,14 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
     const size_t bh = row0 / a.T, t0 = row0 - bh * a.T;
     return x + ((bh / a.H) * a.T + t0) * a.ldqk + (bh % a.H) * DK;
 }
-// K2/B2 in bf16 mode: the state recurrences on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), dk ∈ {64, 128, 192}.
-// The state lives transposed in registers: warp w of a block owns value columns v0 .. v0+15 (v0 = 16·(NW·x + w)) of
-// Sᵀ (16 × dk, accumulator layout: rows = value columns). Both products of a chunk then take the state straight from
-// the accumulators as their A operand (rows = value columns), and each warp is independent of the others: the block
-// only shares the chunk's W and K tiles (prep's bf16 W, K as stored; double-buffered cp.async, swizzled rows read
-// by ldmatrix) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
+// K2/B2 in bf16 mode: the state recurrences on Hopper's warpgroup MMA (wgmma m64nNk16, bf16 operands, fp32
+// accumulation: wg_mma), dk ∈ {64, 128, 192}. The state lives transposed in registers: warp w of a block owns value
+// columns v0 .. v0+15 (v0 = 16·(NW·x + w)) of Sᵀ (16 × dk, accumulator layout: rows = value columns), a warpgroup of
+// 4 warps 64 of them. Every product of a chunk takes its A operand (rows = value columns) from the warps' registers
+// (the state straight from the accumulators) and its B operand from the chunk's shared tiles, which the tensor cores
+// read once for the warpgroup's 64 rows; each warpgroup is independent of the others: the block only shares the
+// chunk's tiles (prep's bf16 W, K and Q as stored, s Pᵀ: cp.async into [CH][64] tiles of 128-byte swizzled rows,
+// load_tile_wg) and its cumulative gates. Operands in bf16: the state, W, K, Q, Vn, dVn, dO (what fla's kernels round
 // too); the accumulated state, U, Vn and dVn stay fp32; the snapshots (state, dstate) are stored in bf16 (the
 // forward's from the A fragments through per-warp staging rows: store_state_cols), and so are Vn for fwd_out_bf16 and
 // dVn for bwd_final_bf16's first phase, whose products take them in bf16: transposed ([dv][CH] a chunk), through the
@@ -6803,10 +6805,22 @@ template <int DK> __device__ __forceinline__ const bf16 *chunk_rows(const bf16 *
 //   backward: dVnᵀ = s dOᵀ P + (dSᵀ Kᵀ) diag(m λ);   dSᵀ ← γ_L dSᵀ + s dOᵀ diag(γ) Q − dVnᵀ W   (the local part from
 //             prep_bf16's bf16 s Pᵀ, R_c of bwd_rhs computed here from Q as stored; dO as stored, bf16)
 // ------------------------------------------------------------------------------------------------
+// CH × D bf16 rows (global, row stride ld elements) -> D/64 tiles [CH][64] of 128-byte rows (16-byte chunk c of row r
+// at c ^ (r & 7): swz<64>, what wgmma's descriptors call 128B swizzling; each tile 1024-byte aligned when s is), by
+// 16-byte cp.async of NT threads
+template <int D, int NT> __device__ __forceinline__ void load_tile_wg(bf16 *s, const bf16 *g, size_t ld) {
+    constexpr int CPR = D / 8;
+    static_assert((CH * CPR) % NT == 0, "tile loader: whole passes");
+#pragma unroll
+    for (int it = 0; it < CH * CPR / NT; ++it) {
+        const int i = threadIdx.x + it * NT, r = i / CPR, c = i % CPR;
+        cp_async16(s + (c >> 3) * CH * 64 + swz<64>(r, c & 7), g + (size_t)r * ld + c * 8);
+    }
+}
 template <int DK, int NT>
 __device__ __forceinline__ void state_issue(bf16 *Wsm, bf16 *Ksm, float *Gsm, const GA &a, size_t row0) {
-    load_tile<DK, CH, NT>(Wsm, a.Wb + row0 * DK, DK, threadIdx.x);
-    load_tile<DK, CH, NT>(Ksm, chunk_rows<DK>(a.k16, a, row0), a.ldqk, threadIdx.x);
+    load_tile_wg<DK, NT>(Wsm, a.Wb + row0 * DK, DK);
+    load_tile_wg<DK, NT>(Ksm, chunk_rows<DK>(a.k16, a, row0), a.ldqk);
     if (threadIdx.x < CH / 4) cp_async16(Gsm + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
 }
 // bwd_state_bf16's per-warp dO slices (a warp's 16 value columns of a chunk's CH rows, bf16) have rows padded to GC_LO
@@ -6898,6 +6912,59 @@ __device__ __forceinline__ void lds_at(uint32_t (&fa)[NK / 16][4], const bf16 *X
 #pragma unroll
     for (int kk = 0; kk < NK / 16; kk++) ldsm4t(fa[kk], smem_u32(X + swz<LD>(16 * kk + 8 * (q >> 1) + (lane & 7), r0 / 8 + (q & 1))));
 }
+// Hopper's warpgroup MMA for the bf16 state kernels: d(64 × N) += A(64 × 16) B(16 × N), fp32 accumulation, issued by
+// the 4 warps of a warpgroup together (wgmma.mma_async m64nNk16). A in registers: each warp the m16n8k16 A fragments a
+// of its 16 rows (warp i of the warpgroup: rows 16i .. 16i+15); d: each warp its 16 rows as N/8 accumulator tiles in
+// mma.sync's layout. B is read by the tensor cores from 128B-swizzled shared tiles through the descriptor db
+// (wgmma_desc_of): TB = 0 K-major (stored [n][k], rows of 64 k), TB = 1 MN-major (stored [k][n], 64 n a tile). The
+// caller runs wgmma_fence after writing a or d, then wgmma_commit, wgmma_wait and wg_keep before reading d.
+#define GW_R32 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
+    "%28,%29,%30,%31"
+#define GW_R64 GW_R32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55," \
+    "%56,%57,%58,%59,%60,%61,%62,%63"
+#define GW_R96 GW_R64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87," \
+    "%88,%89,%90,%91,%92,%93,%94,%95"
+#define GW_T2(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3]), \
+    "+f"(d[j + 1][0]), "+f"(d[j + 1][1]), "+f"(d[j + 1][2]), "+f"(d[j + 1][3])
+#define GW_D32(j) GW_T2(j), GW_T2(j + 2), GW_T2(j + 4), GW_T2(j + 6)
+template <int N, int TB>
+__device__ __forceinline__ void wg_mma(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t db) {
+    static_assert(N == 64 || N == 128 || N == 192, "wg_mma: N of 64, 128 or 192");
+    if constexpr (N == 64)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" GW_R32 "}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
+                     : GW_D32(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+    else if constexpr (N == 128)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" GW_R64 "}, {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"
+                     : GW_D32(0), GW_D32(8) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" GW_R96 "}, {%96,%97,%98,%99}, %100, p, 1, 1, %102;\n}\n"
+                     : GW_D32(0), GW_D32(8), GW_D32(16) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+}
+#undef GW_D32
+#undef GW_T2
+#undef GW_R96
+#undef GW_R64
+#undef GW_R32
+// the accumulators the wgmma statements name: the compiler must not move their reads and writes across the wait
+template <int N> __device__ __forceinline__ void wg_keep(float (&d)[N][4]) {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) asm volatile("" : "+f"(d[j][q])::"memory");
+}
+// the A fragments a wgmma statement names, defined before the wgmma_fence that precedes it (else the compiler may
+// compute them after it and ptxas inserts a fence of its own at each)
+template <int K> __device__ __forceinline__ void wg_pin(uint32_t (&a)[K][4]) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[k][e])::"memory");
+}
+// this thread's completed writes to shared memory (stores, cp.async), ordered before the tensor cores' reads of wgmma
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // x[0..8) = s · p[0..8) (p 16-byte aligned)
 __device__ __forceinline__ void ld8(float (&x)[8], const float *p, float s) {
     const float4 x0 = *reinterpret_cast<const float4 *>(p), x1 = *reinterpret_cast<const float4 *>(p + 4);
@@ -6993,6 +7060,19 @@ __device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const floa
         fa[kk][1] = pack_bf16(acc[2 * kk][2] * f0, acc[2 * kk][3] * f1);
         fa[kk][2] = pack_bf16(acc[2 * kk + 1][0] * f2, acc[2 * kk + 1][1] * f3);
         fa[kk][3] = pack_bf16(acc[2 * kk + 1][2] * f2, acc[2 * kk + 1][3] * f3);
+    }
+}
+// A fragments of a 16 × CH bf16 tile (fl, as acc_to_a makes them) times a factor per column (token) fs: bf16
+__device__ __forceinline__ void frag_scaled(uint32_t (&fo)[4][4], const uint32_t (&fl)[4][4], const float *fs) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const float f0 = fs[16 * kk + 2 * t], f1 = fs[16 * kk + 2 * t + 1], f2 = fs[16 * kk + 8 + 2 * t], f3 = fs[16 * kk + 9 + 2 * t];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&fl[kk][e]));
+            fo[kk][e] = e < 2 ? pack_bf16(x.x * f0, x.y * f1) : pack_bf16(x.x * f2, x.y * f3);
+        }
     }
 }
 // The d_k each kernel family is compiled for: the bf16 tensor-core kernels 64, 128 and 192 (the 760m preset); the fp32
@@ -7160,16 +7240,26 @@ template <int DK> constexpr size_t prep_bf16_smem() {
 #define GC_ACC_ROW(q) ((lane >> 2) + 8 * ((q) >> 1))
 #define GC_ACC_COL(j, q) (8 * (j) + 2 * (lane & 3) + ((q) & 1))
 
+// K2 on Hopper's warpgroup MMA: NW/4 warpgroups a block (warpgroup g: value columns 16·NW·x + 64g .. + 63). Per chunk
+// c (first to last), from the warps' registers as A operand:
+//   Vnᵀ = Uᵀ − Sᵀ Wᵀ (N = CH, K-major B: W's rows);  Sᵀ ← γ_L Sᵀ + (Vnᵀ diag(m λ)) K (N = d_k, MN-major B: K's rows)
+// (Uᵀ: the warp's 16 value columns of U, read from global memory in accumulator order.) W, K ([CH][64] tiles,
+// load_tile_wg) and the gates double-buffered: 82 KB a 4-warp block at d_k = 128, two blocks an SM.
 template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
-    constexpr int NT = 32 * NW;
-    extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Wsm = reinterpret_cast<bf16 *>(smraw), *Ksm = Wsm + 2 * CH * DK, *Stg = Ksm + 2 * CH * DK;
+    static_assert(NW % 4 == 0, "fwd_state_bf16: whole warpgroups");
+    constexpr int NT = 32 * NW, TK = CH * DK;
+    extern __shared__ uint4 fs_smem[];
+    bf16 *Wsm = fa_align1024(fs_smem), *Ksm = Wsm + 2 * TK, *Stg = Ksm + 2 * TK;
     float *Gsm = reinterpret_cast<float *>(Stg + NW * DK * 16), *Fs = Gsm + 2 * CH;  // Fs: m λ per token
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h;
+    // the descriptors' low words (wgmma_desc_lo) of buffer 0's W (K-major) and K (MN-major: LBO = one [CH][64] tile); a
+    // k-step of 16 is 32 bytes along a K-major row, 16 rows (2 KB) of an MN-major tile
+    constexpr uint32_t TBYTES = CH * 64 * sizeof(bf16);
+    const uint32_t wlo = wgmma_desc_lo(smem_u32(Wsm), 16), klo = wgmma_desc_lo(smem_u32(Ksm), TBYTES);
     float S[DK / 8][4];
     acc_zero(S);
     state_issue<DK, NT>(Wsm, Ksm, Gsm, a, bh * T);
@@ -7177,7 +7267,7 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
     for (int c = 0; c < Nc; c++) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
-        if (c + 1 < Nc) { state_issue<DK, NT>(Wsm + (s ^ 1) * CH * DK, Ksm + (s ^ 1) * CH * DK, Gsm + (s ^ 1) * CH, a, row0 + CH); cp_async_commit(); }
+        if (c + 1 < Nc) { state_issue<DK, NT>(Wsm + (s ^ 1) * TK, Ksm + (s ^ 1) * TK, Gsm + (s ^ 1) * CH, a, row0 + CH); cp_async_commit(); }
         uint32_t fa[DK / 16][4];
         acc_to_a<DK / 16>(fa, S, 1.f);
         // snapshot S^start_c, [dk][dv] in bf16 (the bf16 kernels run with bf16 states: takes_bf16)
@@ -7193,8 +7283,20 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
 #pragma unroll
             for (int q = 0; q < 4; q++) V[j][q] = U[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)];
         if (c + 1 < Nc) cp_async_wait<1>(); else cp_async_wait<0>();
+        fence_async_smem();
         __syncthreads();
-        mma_x<DK, CH, DK, true>(V, fa, Wsm + s * CH * DK);  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
+        {
+            const uint32_t ws0 = wlo + s * (TK / 8);
+            wg_pin(fa);
+            wg_keep(V);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < DK / 16; kk++)  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
+                wg_mma<CH, 0>(V, fa[kk], wgmma_desc_of(ws0 + (kk >> 2) * (TBYTES / 16) + 2 * (kk & 3)));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wg_keep(V);
+        }
         {
             uint32_t fn[4][4];
             acc_to_a<4>(fn, V, 1.f);
@@ -7212,69 +7314,110 @@ __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
             for (int j = 0; j < DK / 8; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) S[j][q] *= gam;
-            mma_x<CH, DK, DK, false>(S, fv, Ksm + s * CH * DK);  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
+            const uint32_t ks0 = klo + s * (TK / 8);
+            wg_pin(fv);
+            wg_keep(S);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < CH / 16; kk++)  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
+                wg_mma<DK, 1>(S, fv[kk], wgmma_desc_of(ks0 + kk * (16 * 128 / 16)));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wg_keep(S);
         }
         __syncthreads();  // buffer s and Fs are free for chunk c + 1
     }
 }
+// (1024: the tiles' alignment)
 template <int DK> constexpr size_t fwd_state_bf16_smem(int nw) {
-    return (4 * CH + 16 * nw) * DK * sizeof(bf16) + 3 * CH * sizeof(float);
+    return 1024 + (4 * CH + 16 * nw) * DK * sizeof(bf16) + 3 * CH * sizeof(float);
 }
 
 // bwd_state_bf16 stores its dS snapshots through staging rows too (store_state_cols: [DK][16] a warp, which
 // store_acc_rows's [16][CH] share) where the block's shared memory allows: d_k ≤ 128 (at 192 the 8-warp block would
-// need 249 KB); its staging rows per warp: 16 × bwd_state_srow elements
+// need 170 KB and the 4-warp block could no longer run two a SM); its staging rows per warp: 16 × bwd_state_srow
+// elements
 template <int DK> __host__ __device__ constexpr bool ds_staged() { return DK <= 128; }
 template <int DK> __host__ __device__ constexpr int bwd_state_srow() { return ds_staged<DK>() && DK > CH ? DK : CH; }
+// B2 on Hopper's warpgroup MMA: NW/4 warpgroups a block, warpgroup g the 64 value columns 16·NW·x + 64g .. + 63 (its
+// warp i the 16 of them at 16i: v0), each warpgroup independent of the others but for the shared chunk tiles. Per
+// chunk c (last to first), each product m64nNk16 with the A operand from the warps' registers (rows: value columns):
+//   P = dSᵀ Kᵀ (N = CH, K-major B: K's rows);  dVnᵀ = s dOᵀ P + P diag(m λ) (the local part: N = CH, s Pᵀ's rows);
+//   dSᵀ ← γ_L dSᵀ + (s dOᵀ diag(γ)) Q − dVnᵀ W (N = d_k, MN-major B: Q's and W's rows of d_k)
+// (dO: the warp's 16 value columns of the chunk's rows, as stored in bf16: a per-warp slice by cp.async.) The tiles
+// are d_k/64 (K, Q, W) or one (s Pᵀ) [CH][64] 128B-swizzled tiles (load_tile_wg); K, s Pᵀ and the gates
+// double-buffered (chunk c − 1's land while chunk c runs), Q and W in one buffer (chunk c − 1's issued once chunk c's
+// update has read them, landing while chunk c − 1's P and dVn run): 110 KB a 4-warp block at d_k = 128, two blocks
+// an SM.
 template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
-    constexpr int NT = 32 * NW;
-    extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Wsm = reinterpret_cast<bf16 *>(smraw), *Ksm = Wsm + 2 * CH * DK, *Qsm = Ksm + 2 * CH * DK, *Psm = Qsm + 2 * CH * DK;
-    float *Gsm = reinterpret_cast<float *>(Psm + 2 * CH * CH), *Fs = Gsm + 2 * CH, *Es = Fs + CH;
+    static_assert(NW % 4 == 0, "bwd_state_bf16: whole warpgroups");
+    constexpr int NT = 32 * NW, TK = CH * DK, TP = CH * CH;
+    extern __shared__ uint4 bs_smem[];
+    bf16 *Ksm = fa_align1024(bs_smem), *Psm = Ksm + 2 * TK, *Qsm = Psm + 2 * TP, *Wsm = Qsm + TK;
+    float *Gsm = reinterpret_cast<float *>(Wsm + TK), *Fs = Gsm + 2 * CH, *Es = Fs + CH;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, t = lane & 3;
     const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h, ldo = (size_t)a.H * dv;
     bf16 *Ob = reinterpret_cast<bf16 *>(Es + CH) + w * CH * GC_LO;  // this warp's dO slice [CH][16] (rows GC_LO apart)
     bf16 *Stg = reinterpret_cast<bf16 *>(Es + CH) + NW * CH * GC_LO + w * 16 * bwd_state_srow<DK>();  // its staging rows
-    auto issue = [&](int c) {
+    auto issue_kp = [&](int c) {  // chunk c's K, s Pᵀ and gates into buffer c & 1
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
-        state_issue<DK, NT>(Wsm + s * CH * DK, Ksm + s * CH * DK, Gsm + s * CH, a, row0);
-        load_tile<DK, CH, NT>(Qsm + s * CH * DK, chunk_rows<DK>(a.q16, a, row0), a.ldqk, threadIdx.x);
-        load_tile<CH, CH, NT>(Psm + s * CH * CH, a.Pb + (bh * Nc + c) * CH * CH, CH, threadIdx.x);
+        load_tile_wg<DK, NT>(Ksm + s * TK, chunk_rows<DK>(a.k16, a, row0), a.ldqk);
+        load_tile<CH, CH, NT>(Psm + s * TP, a.Pb + (bh * Nc + c) * CH * CH, CH, threadIdx.x);
+        if (threadIdx.x < CH / 4) cp_async16(Gsm + s * CH + threadIdx.x * 4, a.Gc + row0 + threadIdx.x * 4);
     };
-    auto issue_slices = [&](int c) {  // (by this warp's lanes alone: two 16-byte copies a row)
+    auto issue_qw = [&](int c) {  // chunk c's Q and W
+        const size_t row0 = bh * T + (size_t)c * CH;
+        load_tile_wg<DK, NT>(Qsm, chunk_rows<DK>(a.q16, a, row0), a.ldqk);
+        load_tile_wg<DK, NT>(Wsm, a.Wb + row0 * DK, DK);
+    };
+    auto issue_slice = [&](int c) {  // (by this warp's lanes alone: two 16-byte copies a row)
         const bf16 *src = a.dout16 + ((size_t)b * T + (size_t)c * CH) * ldo + (size_t)h * dv + v0;
 #pragma unroll
         for (int i = lane; i < 2 * CH; i += 32)
             cp_async16(Ob + (i >> 1) * GC_LO + (i & 1) * 8, src + (size_t)(i >> 1) * ldo + (i & 1) * 8);
     };
+    // the descriptors' low words (wgmma_desc_lo) of buffer 0's K and s Pᵀ (K-major) and of Q and W (MN-major: LBO =
+    // one [CH][64] tile); a k-step of 16 is 32 bytes along a K-major row, 16 rows (2 KB) of an MN-major tile
+    constexpr uint32_t TBYTES = CH * 64 * sizeof(bf16);
+    const uint32_t klo = wgmma_desc_lo(smem_u32(Ksm), 16), plo = wgmma_desc_lo(smem_u32(Psm), 16),
+                   qlo = wgmma_desc_lo(smem_u32(Qsm), TBYTES), wlo = wgmma_desc_lo(smem_u32(Wsm), TBYTES);
     float dS[DK / 8][4];
     acc_zero(dS);
-    // cp.async groups: W, K, G, Q, s Pᵀ of chunk c − 1, then (once chunk c's slice is in registers) its dO slice;
-    // one group each (empty before the first chunk), so every wait is wait_group 1
-    issue(Nc - 1);
+    // cp.async groups, three a chunk step c: K, s Pᵀ, G of chunk c − 1 (as step c begins); its dO slice (once chunk c's
+    // is in registers); its Q and W (once step c is done with chunk c's). One group each, empty where there is no
+    // chunk c − 1, so the waits are wait_group 2.
+    issue_kp(Nc - 1);
     cp_async_commit();
-    issue_slices(Nc - 1);
+    issue_slice(Nc - 1);
+    cp_async_commit();
+    issue_qw(Nc - 1);
     cp_async_commit();
     for (int c = Nc - 1; c >= 0; c--) {
         const int s = c & 1;
-        if (c > 0) issue(c - 1);
+        if (c > 0) issue_kp(c - 1);
         cp_async_commit();
-        cp_async_wait<1>();  // chunk c's W, K, G, Q, s Pᵀ and slice
+        cp_async_wait<2>();  // chunk c's K, s Pᵀ, G and slice
+        fence_async_smem();
         __syncwarp();
-        float D[8][4], P[8][4], O[8][4];  // dVnᵀ, dSᵀ Kᵀ, dOᵀ
+        float D[8][4], P[8][4];  // dVnᵀ, dSᵀ Kᵀ
+        uint32_t fl[4][4];        // dOᵀ (bf16 values: exact)
+        {
+            float O[8][4];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+            for (int j = 0; j < 8; j++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                O[j][q] = __bfloat162float(Ob[GC_ACC_COL(j, q) * GC_LO + GC_ACC_ROW(q)]);
-                D[j][q] = P[j][q] = 0.f;
-            }
+                for (int q = 0; q < 4; q++) {
+                    O[j][q] = __bfloat162float(Ob[GC_ACC_COL(j, q) * GC_LO + GC_ACC_ROW(q)]);
+                    D[j][q] = P[j][q] = 0.f;
+                }
+            acc_to_a<4>(fl, O, 1.f);
+        }
         __syncwarp();
-        if (c > 0) issue_slices(c - 1);
+        if (c > 0) issue_slice(c - 1);
         cp_async_commit();
         {
             uint32_t fa[DK / 16][4];
@@ -7286,18 +7429,35 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
                 for (int j = 0; j < DK / 8; j++)
 #pragma unroll
                     for (int q = 0; q < 4; q++) st_put(a.dstate, dst0 + (size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q), dS[j][q], 1);
-            __syncthreads();  // chunk c's W, K, G, Q, s Pᵀ are whole
-            mma_x<DK, CH, DK, true>(P, fa, Ksm + s * CH * DK);  // P = dSᵀ Kᵀ
+            __syncthreads();  // chunk c's K, s Pᵀ, G are whole
+            const uint32_t ks0 = klo + s * (TK / 8);
+            wg_pin(fa);
+            wg_keep(P);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < DK / 16; kk++)  // P = dSᵀ Kᵀ
+                wg_mma<CH, 0>(P, fa[kk], wgmma_desc_of(ks0 + (kk >> 2) * (TBYTES / 16) + 2 * (kk & 3)));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wg_keep(P);
         }
-        {
-            uint32_t fl[4][4];
-            acc_to_a<4>(fl, O, 1.f);  // dOᵀ (bf16 values)
-            mma_x<CH, CH, CH, true>(D, fl, Psm + s * CH * CH);  // the local part: dVnᵀ = s dOᵀ P (off the chain)
-        }
+        // the local part: dVnᵀ = s dOᵀ P (off the chain: in flight while the gates' factors are made; issued after P so
+        // that the registers of P's A operand are free)
+        const uint32_t ps0 = plo + s * (TP / 8);
+        wg_pin(fl);
+        wg_keep(D);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < CH / 16; kk++) wg_mma<CH, 0>(D, fl[kk], wgmma_desc_of(ps0 + 2 * kk));
+        wgmma_commit();
         const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
         const float mv = mval_of(a, b, c, h);
         for (int i = threadIdx.x; i < CH; i += NT) { Fs[i] = mv * expf(GL - Gs[i]); Es[i] = a.scale * expf(Gs[i]); }
+        cp_async_wait<2>();  // chunk c's Q and W
+        fence_async_smem();
         __syncthreads();
+        wgmma_wait<0>();
+        wg_keep(D);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const float f0 = Fs[8 * j + 2 * t], f1 = Fs[8 * j + 2 * t + 1];
@@ -7310,20 +7470,34 @@ __global__ void __launch_bounds__(32 * NW) bwd_state_bf16_kernel(GA a) {
         if (c > 0) {
             uint32_t fo[4][4];
             frag_neg(fd);  // −dVn
-            acc_to_a_scaled(fo, O, Es);
+            frag_scaled(fo, fl, Es);  // s dOᵀ diag(γ)
             const float gam = expf(GL);
 #pragma unroll
             for (int j = 0; j < DK / 8; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) dS[j][q] *= gam;
-            mma_x<CH, DK, DK, false>(dS, fo, Qsm + s * CH * DK);  // + R_cᵀ = s dOᵀ diag(γ) Q
-            mma_x<CH, DK, DK, false>(dS, fd, Wsm + s * CH * DK);  // − dVnᵀ W
+            wg_pin(fo);
+            wg_pin(fd);
+            wg_keep(dS);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < CH / 16; kk++)  // + R_cᵀ = s dOᵀ diag(γ) Q
+                wg_mma<DK, 1>(dS, fo[kk], wgmma_desc_of(qlo + kk * (16 * 128 / 16)));
+#pragma unroll
+            for (int kk = 0; kk < CH / 16; kk++)  // − dVnᵀ W
+                wg_mma<DK, 1>(dS, fd[kk], wgmma_desc_of(wlo + kk * (16 * 128 / 16)));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wg_keep(dS);
         }
-        __syncthreads();
+        __syncthreads();  // buffer s, Q, W, Fs and Es are free
+        if (c > 0) issue_qw(c - 1);
+        cp_async_commit();
     }
 }
+// (1024: the tiles' alignment)
 template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) {
-    return (6 * CH * DK + 2 * CH * CH + 16 * nw * bwd_state_srow<DK>() + nw * CH * GC_LO) * sizeof(bf16) + 4 * CH * sizeof(float);
+    return 1024 + (4 * CH * DK + 2 * CH * CH + 16 * nw * bwd_state_srow<DK>() + nw * CH * GC_LO) * sizeof(bf16) + 4 * CH * sizeof(float);
 }
 
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
@@ -8066,13 +8240,12 @@ static GA make_ga(int B, int T, int H, int dk, int dv, float *ws) {
     return a;
 }
 
-// the bf16 state kernel of a pass (FWD: K2, else B2) with nw ∈ {1, 2, 4, 8} warps per block
+// the bf16 state kernel of a pass (FWD: K2, else B2) with nw ∈ {4, 8} warps per block (whole warpgroups)
 template <int DK, bool FWD> static void (*state_kernel(int nw))(GA) {
-    if constexpr (FWD) return nw == 8 ? fwd_state_bf16_kernel<DK, 8> : nw == 4 ? fwd_state_bf16_kernel<DK, 4> : nw == 2 ? fwd_state_bf16_kernel<DK, 2> : fwd_state_bf16_kernel<DK, 1>;
-    else return nw == 8 ? bwd_state_bf16_kernel<DK, 8> : nw == 4 ? bwd_state_bf16_kernel<DK, 4> : nw == 2 ? bwd_state_bf16_kernel<DK, 2> : bwd_state_bf16_kernel<DK, 1>;
+    if constexpr (FWD) return nw == 8 ? fwd_state_bf16_kernel<DK, 8> : fwd_state_bf16_kernel<DK, 4>;
+    else return nw == 8 ? bwd_state_bf16_kernel<DK, 8> : bwd_state_bf16_kernel<DK, 4>;
 }
-// its shared memory (the chunk tiles, double-buffered; each warp's staging rows; the backward's also each warp's dO
-// slice)
+// its shared memory (the chunk tiles; each warp's staging rows; the backward's also each warp's dO slice)
 template <int DK, bool FWD> static size_t state_smem(int nw) {
     return FWD ? fwd_state_bf16_smem<DK>(nw) : bwd_state_bf16_smem<DK>(nw);
 }
@@ -8095,7 +8268,7 @@ template <int DK> static void set_attrs() {
         smem_attr(bwd_final_kernel<DK>, bwd_final_smem<DK>());
     }
     if constexpr (dk_bf16<DK>()) {
-        for (int nw = 1; nw <= 8; nw *= 2) {
+        for (int nw = 4; nw <= 8; nw *= 2) {
             smem_attr(state_kernel<DK, true>(nw), state_smem<DK, true>(nw));
             smem_attr(state_kernel<DK, false>(nw), state_smem<DK, false>(nw));
         }
@@ -8109,16 +8282,17 @@ template <int DK> static void set_attrs() {
 // The sequential state kernels run one block per (value tile, head, sequence): where 32-column tiles would leave SMs
 // idle (B·H·dv/32 below the SM count: long sequences at a small batch), 16-column tiles give twice the blocks.
 static int state_tile(const GA &a) { return a.B * a.H * (a.dvd / 32) < num_sms() ? 16 : 32; }
-// The bf16 state kernels: NW warps per block (16 value columns each). Every warp runs the same sequential chain, so the
-// warps per block that need the fewest waves (blocks per SM from the occupancy API: the kernel's registers and shared
-// memory), and of those the fewest (the most parallel loads of the chunk tiles). The 760m's backward at B = 4 takes 8:
-// its 147 KB of tiles leave one block per SM, and 4-warp blocks would need two waves. The blocks per SM of each
-// kernel (fixed registers and shared memory) are asked once, not at every op call.
+// The bf16 state kernels: NW ∈ {4, 8} warps per block (16 value columns each, a warpgroup 64). Every warpgroup runs
+// the same sequential chain, so the warps per block that need the fewest waves (blocks per SM from the occupancy API:
+// the kernel's registers and shared memory), and of those 4 (the most parallel loads of the chunk tiles). The 340m
+// (d_k = 128, B = 8) takes 4 in both passes: 192 warpgroups, two blocks an SM (K2 82 KB, B2 110 KB), one wave on 132
+// SMs. The 760m's backward at B = 4 takes 8: its 4-warp blocks (134 KB) run one an SM and would need two waves. The
+// blocks per SM of each kernel (fixed registers and shared memory) are asked once, not at every op call.
 template <int DK, bool FWD> static int state_warps(const GA &a) {
-    static int per_sm[4];  // of 1, 2, 4, 8 warps
-    int best = 1;
+    static int per_sm[2];  // of 4, 8 warps
+    int best = 4;
     long best_waves = -1;
-    for (int k = 0, nw = 1; nw <= 8 && a.dvd % (16 * nw) == 0; k++, nw *= 2) {
+    for (int k = 0, nw = 4; nw <= 8 && a.dvd % (16 * nw) == 0; k++, nw *= 2) {
         if (!per_sm[k])
             CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[k], state_kernel<DK, FWD>(nw), 32 * nw, state_smem<DK, FWD>(nw)));
         const long slots = (long)std::max(per_sm[k], 1) * num_sms(), blocks = (long)a.B * a.H * (a.dvd / (16 * nw));

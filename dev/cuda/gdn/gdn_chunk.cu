@@ -404,7 +404,7 @@ int main(int argc, char **argv) {
             ok &= test_case("B2 T64 H2 dk128 dv128 (one chunk)", 2, 64, 2, 128, 128, 1);
             ok &= test_case("B1 T1024 H2 dk64 dv128 none committed", 1, 1024, 2, 64, 128, 3);
             ok &= test_case("B1 T1024 H2 dk128 dv256 all committed", 1, 1024, 2, 128, 256, 4);
-            ok &= test_case("B8 T128 H6 dk128 dv256 m01", 8, 128, 6, 128, 256, 1);   // bf16 state: 2-warp fwd, 4-warp bwd blocks
+            ok &= test_case("B8 T128 H6 dk128 dv256 m01", 8, 128, 6, 128, 256, 1);   // bf16 state: 4-warp blocks, two an SM
             ok &= test_case("B16 T128 H6 dk128 dv256 m-real", 16, 128, 6, 128, 256, 2); // bf16 state: the same in two waves
             ok &= test_case("B1 T4096 H2 dk128 dv256 m01", 1, 4096, 2, 128, 256, 1);
             ok &= test_case("B1 T32768 H1 dk128 dv128 m01", 1, 32768, 1, 128, 128, 1);
@@ -420,8 +420,8 @@ int main(int argc, char **argv) {
                 ok &= test_case("B1 T256 H2 dk192 dv384 m=NULL, grads bf16", 1, 256, 2, 192, 384, 0, 0, true, true);
                 ok &= test_case("tiny B2 T256 H2 dk48 dv96 m=NULL, grads bf16", 2, 256, 2, 48, 96, 0, 0, true, true);
             }
-            printf("(fp32 state kernels: 16-column tiles unless B·H·dv/32 >= the SM count; bf16 state kernels: 1, 2, 4 or 8\n"
-                   " warps (16 value columns each) per block, the fewest of those that need the fewest waves)\n");
+            printf("(fp32 state kernels: 16-column tiles unless B·H·dv/32 >= the SM count; bf16 state kernels: 4 or 8 warps\n"
+                   " (a warpgroup: 64 value columns) per block, 4 unless 8 need fewer waves)\n");
             printf("CORRECTNESS %s\n", ok ? "PASS" : "FAIL");
         }
         if (strcmp(mode, "test") != 0) {
