@@ -987,7 +987,7 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 // Q and K go through conv_silu_l2norm_forward (the L2 norm's section), their V through conv_silu_forward. The backward
 // takes consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in
 // one pass over the projection's whole rows. The forward loads eight rows before using any (128 bytes a thread in
-// flight) and spends ~12 instructions a value (4 FMAs, the fast SiLU, conversions), so that its bytes bound it; the
+// flight) and its work a value is small (4 FMAs, the fast SiLU, conversions), so that its bytes bound it; the
 // backward is bound by its loads' latency (four rows of x and dy in a tile's interior; its benchmark: dev/cuda/conv).
 // The backward sums dw per block of CONV_BWD_WARPS tiles, so that its partial sums move far fewer bytes than dy.
 #define CONV_TILE 32
@@ -1205,16 +1205,18 @@ static void conv_silu_qkv_backward(real *dx, int lddx, real *dw, const real *dq,
 // On the GPU the L2 norm's forward runs inside the pass that makes its input, the conv's Q and K (train_natsl.c:
 // conv_silu_forward, then l2norm_forward): a warp takes 32 / LANES heads and a time tile of CONV_TILE steps, LANES
 // lanes a head, each lane one 16-byte run of the head's d_k channels (LANES = d_k / 8 in bf16, d_k / 4 in fp32: 8, 16
-// or 32), so each step's Σy² is a sum over LANES lanes by shuffles (no barrier); other d_k take one value a lane on 32
-// lanes (rows_dispatch's NJ). y is rounded to the matmul precision first, as stored. Eight rows of x are loaded before
-// any is used, as in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (rsqrtf: 2 ulp; the GDN op's operands), and
-// Q, K themselves only where given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing
-// else). Per value ~15 instructions (the conv's FMAs, the fast SiLU, the rounding, the scaling) against 4 bytes (6
-// with Q, K) moved: meant to be bound by its bytes (its benchmark: dev/cuda/conv/conv_bench.cu).
+// or 32), so each step's Σy² is a sum over LANES lanes by shuffles (no barrier); d_k = 192 takes pairs on 32 lanes,
+// other d_k one value a lane on 32 lanes (rows_dispatch's NJ). y is rounded to the matmul precision first, as stored.
+// Eight rows of x are loaded before any is used, as in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (rsqrtf:
+// 2 ulp; the GDN op's operands), and Q, K themselves only where given (the N layer: its softmax op's RMSNorm reads
+// them; a G layer's are read by nothing else). Its work a value (the conv's 4 FMAs, the fast SiLU, the rounding, the
+// scaling; a row's sum over LANES lanes) is small against the 4 bytes (6 with Q, K) it moves a value, so that its bytes
+// bound it (its benchmark: dev/cuda/conv/conv_bench.cu).
 struct QkPlanes { void *p[2]; }; // the Q plane's and the K plane's pointer (a field each: no indexed struct read)
 template <class MP, int RUN, int LANES, int NJ, bool KEEP> // KEEP: Q, K stored too (y)
-__global__ void __launch_bounds__(128, 4) conv_silu_l2norm_forward_kernel(QkPlanes hat, float *__restrict__ rho,
-        QkPlanes y, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int BT, int H, int dk) {
+__global__ void __launch_bounds__(128, RUN > 2 || NJ <= 6 ? 4 : 2) conv_silu_l2norm_forward_kernel(QkPlanes hat,
+        float *__restrict__ rho, QkPlanes y, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int BT,
+        int H, int dk) {
     using Row = LaneRow<MP, RUN, LANES, NJ>;
     constexpr int HPW = 32 / LANES; // heads a warp
     const int warp = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LANES;
@@ -1292,13 +1294,19 @@ static void conv_silu_l2norm_forward(real *q_hat, real *k_hat, real *rho, real *
             if (q) launch(std::true_type());
             else launch(std::false_type());
         };
-        auto a16 = [](const void *p) { return (uintptr_t)p % 16 == 0; };
-        const bool fits = dk % RUN == 0 && ldx % RUN == 0 && a16(x) && a16(q_hat) && a16(k_hat) && (!q || (a16(q) && a16(k)));
+        auto fits = [&](int run) { // runs of `run` values, aligned to their size
+            auto al = [&](const void *p) { return (uintptr_t)p % (run * sizeof(MP)) == 0; };
+            return dk % run == 0 && ldx % run == 0 && al(x) && al(q_hat) && al(k_hat) && (!q || (al(q) && al(k)));
+        };
         using RunT = std::integral_constant<int, RUN>;
-        if (fits && dk == 8 * RUN) go(RunT(), std::integral_constant<int, 8>(), RunT());
-        else if (fits && dk == 16 * RUN) go(RunT(), std::integral_constant<int, 16>(), RunT());
-        else if (fits && dk == 32 * RUN) go(RunT(), std::integral_constant<int, 32>(), RunT());
-        else rows_dispatch<8>(__func__, dk, [&](auto nj) { go(std::integral_constant<int, 1>(), std::integral_constant<int, 32>(), nj); });
+        using I1 = std::integral_constant<int, 1>;
+        using I2 = std::integral_constant<int, 2>;
+        using I32 = std::integral_constant<int, 32>;
+        if (fits(RUN) && dk == 8 * RUN) go(RunT(), std::integral_constant<int, 8>(), RunT());
+        else if (fits(RUN) && dk == 16 * RUN) go(RunT(), std::integral_constant<int, 16>(), RunT());
+        else if (fits(RUN) && dk == 32 * RUN) go(RunT(), I32(), RunT());
+        else if (fits(2) && dk == 192) go(I2(), I32(), std::integral_constant<int, 6>()); // pairs (the 760m preset)
+        else rows_dispatch<8>(__func__, dk, [&](auto nj) { go(I1(), I32(), nj); });
     });
     CUDA_CHECK(cudaGetLastError());
 }
@@ -1952,7 +1960,8 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 // RMSNorm backward with dy_k = ω_k dn (§5.6), whose mean(x̂ ⊙ w ⊙ dy_k) is ω_k dω_k / n. do1, do2, dω and dgate are
 // written (the gated norm is their only producer; dgate's rows as GatedNormArgs.heads, ld_dgate place them); the
 // weight gradients accumulate. Rows strided by the grid, held as LaneRow runs as in the forward (16-byte moves where
-// n splits so: 32 lanes a row of 256 bf16, 16 lanes of 128 or 384; else one value a lane on 32 lanes). The weight
+// n splits so: 32 lanes a row of 256 bf16, 16 lanes of 128; 8-byte moves on 32 lanes for 384; else one value a lane
+// on 32 lanes). The weight
 // gradients dw1, dw2 are summed in the same pass: per lane in registers, over a warp's row groups by shuffles, per
 // block over its warps in a fixed order, then per block in part [gridDim][2n] (added by colsum_finish_kernel: bitwise
 // reproducible for a given grid).
@@ -2074,7 +2083,8 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         using RunT = std::integral_constant<int, RUN>;
         if (fits && n == 16 * RUN) go(RunT(), std::integral_constant<int, 16>(), RunT());
         else if (fits && n == 32 * RUN) go(RunT(), std::integral_constant<int, 32>(), RunT());
-        else if (fits && n == 48 * RUN) go(RunT(), std::integral_constant<int, 16>(), std::integral_constant<int, 3 * RUN>());
+        else if (fits && n == 48 * RUN) // 8-byte runs on 32 lanes (16-byte ones on 16 lanes need too many registers)
+            go(std::integral_constant<int, RUN / 2>(), std::integral_constant<int, 32>(), std::integral_constant<int, 3 * RUN / 2>());
         else rows_dispatch<GN_MAXNJ>(__func__, n, [&](auto nj) {
             go(std::integral_constant<int, 1>(), std::integral_constant<int, 32>(), nj);
         });

@@ -160,7 +160,7 @@ int main() {
             g_bf16 = 1;
             for (int n : {256, 384, 128, 96}) ok &= check<bf16>(389, n, two, act);
             g_bf16 = 0;
-            for (int n : {128, 256, 96}) ok &= check<float>(389, n, two, act);
+            for (int n : {128, 192, 256, 96}) ok &= check<float>(389, n, two, act);
         }
     g_bf16 = 1;
     printf("== the 340m shape (B·T = 32768, 6 heads of d_v = 256)\n");

@@ -411,7 +411,8 @@ int main() {
     ok &= fwd_case<bf16>(2, 256, 64, 128) && fwd_case<bf16>(2, 256, 36, 74);
     g_bf16 = 0;
     ok &= fwd_case<float>(2, 256, 64, 128) && fwd_case<float>(2, 256, 34, 70);
-    printf("== Q | K with the L2 norm (conv_silu_l2norm_forward): d_k in 16-byte runs on 8, 16, 32 lanes, and one value a lane\n");
+    printf("== Q | K with the L2 norm (conv_silu_l2norm_forward): d_k in 16-byte runs on 8, 16, 32 lanes, in pairs (192), "
+           "one value a lane (48)\n");
     g_bf16 = 1;
     for (int dk : {64, 128, 256, 192, 48}) ok &= l2_case<bf16>(2, 256, 3, dk, true);
     g_bf16 = 0;
