@@ -145,7 +145,7 @@ static void timing(int R, int n, int two) {
     const double fwd = (two ? 4 : 3) * mb, bwd = (two ? 7 : 5) * mb; // fwd: o1 (o2) gate -> y; bwd: o1 (o2) gate dy -> do1 (do2) dgate
     const float tf = median_ms([&] { g.forward(); }), tb = median_ms([&] { g.backward(); });
     printf("TIME gated norm, %s, %d rows of %d (bf16): forward %.4f ms (%4.0f GB/s)  backward %.4f ms (%4.0f GB/s)\n",
-           two ? "two inputs (N layer)" : "one input (G layer)", R, n, tf, fwd / tf / 1e3, tb, bwd / tb / 1e3);
+           two ? "two inputs (N layer)" : "one input (G layer)", R, n, tf, fwd / tf, tb, bwd / tb);
     g.release();
 }
 
