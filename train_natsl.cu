@@ -119,20 +119,21 @@ typedef float real;
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
-// SiLU and the gate activation forward in the glue kernels' passes, from the fast exp and division (__expf, __fdividef:
+// SiLU and the gate activation in the glue kernels' passes, from the fast exp and division (__expf, __fdividef:
 // MUFU.EX2 and MUFU.RCP, no IEEE division's correction): relative error (4 + 1.2|x|) ulp, below 1e-5 for |x| < 80; 0
 // where x < −87, as silu underflows. Far inside fp32 mode's bar (8.3a: 1e-4); bf16 rounds to 4e-3.
 __device__ __forceinline__ float fsigmoidf_(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return __fdividef(x, 1.f + __expf(-x)); }
 __device__ __forceinline__ float dsiluf_(float x) { float s = sigmoidf_(x); return s * (1.f + x * (1.f - s)); }
-// the gated norm's gate activation φ and its derivative (5.6g): GATE_SILU or GATE_SIGMOID (Config.gate_act)
+// the gated norm's gate activation φ (5.6g): GATE_SILU or GATE_SIGMOID (Config.gate_act); and φ with its derivative
 __device__ __forceinline__ float gate_actf_(float x, int act) {
     const float s = fsigmoidf_(x);
     return act == GATE_SIGMOID ? s : x * s;
 }
-__device__ __forceinline__ float dgate_actf_(float x, int act) {
-    if (act == GATE_SIGMOID) { float s = sigmoidf_(x); return s * (1.f - s); }
-    return dsiluf_(x);
+__device__ __forceinline__ void gate_act_dphi_(float x, int act, float &phi, float &dphi) {
+    const float s = fsigmoidf_(x);
+    phi = act == GATE_SIGMOID ? s : x * s;
+    dphi = act == GATE_SIGMOID ? s * (1.f - s) : s * (1.f + x * (1.f - s));
 }
 // element access in either storage precision (the matmul inputs are bf16 in -p bf16, see matmul_forward)
 __device__ __forceinline__ float ld(const float *p) { return *p; }
@@ -739,7 +740,7 @@ template <int NJ> static bool row_v4(int n, const void *x, int ldx, const void *
 // Rows in 16-byte runs (the conv, the L2 norm, the gated norm): a lane moves RUN consecutive values of its row at once,
 // RUN = 16 / sizeof(MP) (8 bf16, 4 floats; 16-byte aligned), or single values (RUN = 1; the shapes that do not split
 // so). Pack holds one run as loaded, its raw bits (half the registers of floats for bf16), converted where used.
-template <class MP> constexpr int run16() { return 16 / (int)sizeof(MP); }
+template <class MP> __host__ __device__ constexpr int run16() { return 16 / (int)sizeof(MP); }
 template <class MP, int RUN> struct Pack {
     static constexpr int BYTES = RUN * (int)sizeof(MP);
     static constexpr bool BF = std::is_same<MP, __nv_bfloat16>::value;
@@ -932,21 +933,35 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
 }
 
 // ---- SwiGLU (§2, (2.2a)): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
-// The forward: one warp per token row, runs of four adjacent values a lane (F is a multiple of 256: every lane has the
-// same number of runs); the backward keeps a block a row in pairs, faster for its three outputs. MP: the
+// The forward: one warp per token row, 16-byte runs of adjacent values a lane (8 bf16, 4 fp32: F a multiple of 8 and the
+// rows 16-byte aligned, as the activations' 64-value offsets place them; mlp_width's F, a multiple of 256, gives every
+// lane the same number of runs); the backward keeps a block a row in pairs, faster for its three outputs. MP: the
 // matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
 template <class MP> __global__ void __launch_bounds__(256) swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu,
                                                                                 int BT, int F) {
+    constexpr int RUN = run16<MP>();
     const size_t bt = (size_t)blockIdx.x * 8 + threadIdx.x / 32;
     if (bt >= (size_t)BT) return;
     const MP *row = gu + bt * 2 * F;
-    for (int i = 4 * (threadIdx.x % 32); i < F; i += 128) {
-        const float4 a = ld4(row + i), b = ld4(row + F + i);
-        st4(h + bt * F + i, siluf_(a.x) * b.x, siluf_(a.y) * b.y, siluf_(a.z) * b.z, siluf_(a.w) * b.w);
+    for (int i = RUN * (threadIdx.x % 32); i < F; i += 32 * RUN) {
+        Pack<MP, RUN> a, b;
+        a.load(row + i);
+        b.load(row + F + i);
+        float av[RUN], bv[RUN];
+        a.get(av);
+        b.get(bv);
+#pragma unroll
+        for (int c = 0; c < RUN; c++) av[c] = siluf_(av[c]) * bv[c];
+        a.set(av);
+        a.store(h + bt * F + i);
     }
 }
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     PROF_OP();
+    if (F % 8 || (uintptr_t)h % 16 || (uintptr_t)gu % 16) {
+        fprintf(stderr, "error: %s: rows of %d values at %p, %p: not 16-byte runs\n", __func__, F, (void *)h, (const void *)gu);
+        exit(1);
+    }
     if (g_bf16) swiglu_forward_kernel<<<CEIL_DIV(BT, 8), 256>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)gu, BT, F);
     else swiglu_forward_kernel<<<CEIL_DIV(BT, 8), 256>>>(h, gu, BT, F);
     CUDA_CHECK(cudaGetLastError());
@@ -2002,9 +2017,8 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict
             if (TWO) Bv.get(x2);
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
-                const float sg = fsigmoidf_(gt[j]);
-                const float phi = act == GATE_SIGMOID ? sg : gt[j] * sg;
-                const float dphi = act == GATE_SIGMOID ? sg * (1.f - sg) : sg * (1.f + gt[j] * (1.f - sg));
+                float phi, dphi;
+                gate_act_dphi_(gt[j], act, phi, dphi);
                 const float n1 = x1[j] * s1 * wa[j], n2 = TWO ? x2[j] * s2 * wb[j] : 0.f;
                 dn[j] = dyv[j] * phi;
                 t[j] = dyv[j] * (om1 * n1 + om2 * n2) * dphi;
