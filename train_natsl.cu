@@ -119,13 +119,21 @@ typedef float real;
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
-__device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
+// SiLU and the gate activation in the glue kernels' passes, from the fast exp and division (__expf, __fdividef:
+// MUFU.EX2 and MUFU.RCP, no IEEE division's correction): relative error (4 + 1.2|x|) ulp, below 1e-5 for |x| < 80; 0
+// where x < −87, as silu underflows. Far inside fp32 mode's bar (8.3a: 1e-4); bf16 rounds to 4e-3.
+__device__ __forceinline__ float fsigmoidf_(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return __fdividef(x, 1.f + __expf(-x)); }
 __device__ __forceinline__ float dsiluf_(float x) { float s = sigmoidf_(x); return s * (1.f + x * (1.f - s)); }
-// the gated norm's gate activation φ and its derivative (5.6g): GATE_SILU or GATE_SIGMOID (Config.gate_act)
-__device__ __forceinline__ float gate_actf_(float x, int act) { return act == GATE_SIGMOID ? sigmoidf_(x) : siluf_(x); }
-__device__ __forceinline__ float dgate_actf_(float x, int act) {
-    if (act == GATE_SIGMOID) { float s = sigmoidf_(x); return s * (1.f - s); }
-    return dsiluf_(x);
+// the gated norm's gate activation φ (5.6g): GATE_SILU or GATE_SIGMOID (Config.gate_act); and φ with its derivative
+__device__ __forceinline__ float gate_actf_(float x, int act) {
+    const float s = fsigmoidf_(x);
+    return act == GATE_SIGMOID ? s : x * s;
+}
+__device__ __forceinline__ void gate_act_dphi_(float x, int act, float &phi, float &dphi) {
+    const float s = fsigmoidf_(x);
+    phi = act == GATE_SIGMOID ? s : x * s;
+    dphi = act == GATE_SIGMOID ? s * (1.f - s) : s * (1.f + x * (1.f - s));
 }
 // element access in either storage precision (the matmul inputs are bf16 in -p bf16, see matmul_forward)
 __device__ __forceinline__ float ld(const float *p) { return *p; }
@@ -729,6 +737,97 @@ template <int NJ, bool V4, class Y> __device__ __forceinline__ void row_store(Y 
 template <int NJ> static bool row_v4(int n, const void *x, int ldx, const void *y, int ldy) {
     return NJ % 4 == 0 && n % 128 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
 }
+// Rows in 16-byte runs (the conv, the L2 norm, the gated norm): a lane moves RUN consecutive values of its row at once,
+// RUN = 16 / sizeof(MP) (8 bf16, 4 floats; 16-byte aligned), or single values (RUN = 1; the shapes that do not split
+// so). Pack holds one run as loaded, its raw bits (half the registers of floats for bf16), converted where used.
+template <class MP> __host__ __device__ constexpr int run16() { return 16 / (int)sizeof(MP); }
+template <class MP, int RUN> struct Pack {
+    static constexpr int BYTES = RUN * (int)sizeof(MP);
+    static constexpr bool BF = std::is_same<MP, __nv_bfloat16>::value;
+    static_assert(BYTES == 2 || BYTES == 4 || BYTES == 8 || BYTES == 16, "a run is 2, 4, 8 or 16 bytes");
+    using R = std::conditional_t<BYTES == 16, uint4, std::conditional_t<BYTES == 8, uint2,
+              std::conditional_t<BYTES == 4, unsigned, unsigned short>>>;
+    R r;
+    __device__ __forceinline__ unsigned word(int k) const { // 32-bit word k (k a constant after unrolling)
+        if constexpr (BYTES == 16) return k == 0 ? r.x : k == 1 ? r.y : k == 2 ? r.z : r.w;
+        else if constexpr (BYTES == 8) return k == 0 ? r.x : r.y;
+        else return (unsigned)r;
+    }
+    __device__ __forceinline__ void set_word(int k, unsigned u) {
+        if constexpr (BYTES == 16) { if (k == 0) r.x = u; else if (k == 1) r.y = u; else if (k == 2) r.z = u; else r.w = u; }
+        else if constexpr (BYTES == 8) { if (k == 0) r.x = u; else r.y = u; }
+        else r = (R)u;
+    }
+    __device__ __forceinline__ void load(const MP *p) { r = *reinterpret_cast<const R *>(p); }
+    __device__ __forceinline__ void store(MP *p) const { *reinterpret_cast<R *>(p) = r; }
+    __device__ __forceinline__ void zero() { for (int k = 0; k < (BYTES + 3) / 4; k++) set_word(k, 0u); }
+    __device__ __forceinline__ void get(float *v) const { // v[0..RUN)
+        if constexpr (BF && RUN == 1) v[0] = __uint_as_float((unsigned)r << 16);
+        else if constexpr (BF)
+#pragma unroll
+            for (int k = 0; k < RUN / 2; k++) {
+                const unsigned u = word(k);
+                v[2 * k] = __uint_as_float(u << 16);
+                v[2 * k + 1] = __uint_as_float(u & 0xffff0000u);
+            }
+        else
+#pragma unroll
+            for (int k = 0; k < RUN; k++) v[k] = __uint_as_float(word(k));
+    }
+    __device__ __forceinline__ void set(const float *v) { // rounded to MP
+        if constexpr (BF && RUN == 1) r = __bfloat16_as_ushort(__float2bfloat16_rn(v[0]));
+        else if constexpr (BF)
+#pragma unroll
+            for (int k = 0; k < RUN / 2; k++) {
+                const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+                set_word(k, *reinterpret_cast<const unsigned *>(&h));
+            }
+        else
+#pragma unroll
+            for (int k = 0; k < RUN; k++) set_word(k, __float_as_uint(v[k]));
+    }
+};
+// A lane's NJ values of a row of n spread over LANES lanes (sub: the lane's place among them) in runs of RUN: value j
+// is column (j / RUN)·LANES·RUN + sub·RUN + j % RUN (n a multiple of RUN; past n: zeros, not stored)
+template <class MP, int RUN, int LANES, int NJ> struct LaneRow {
+    static_assert(NJ % RUN == 0, "whole runs");
+    Pack<MP, RUN> p[NJ / RUN];
+    static __device__ __forceinline__ int col(int sub, int j) { return (j / RUN) * LANES * RUN + sub * RUN + j % RUN; }
+    __device__ __forceinline__ void load(const MP *row, int sub, int n) {
+#pragma unroll
+        for (int q = 0; q < NJ / RUN; q++) {
+            const int i = col(sub, q * RUN);
+            if (i < n) p[q].load(row + i);
+            else p[q].zero();
+        }
+    }
+    __device__ __forceinline__ void store(MP *row, int sub, int n) const {
+#pragma unroll
+        for (int q = 0; q < NJ / RUN; q++) {
+            const int i = col(sub, q * RUN);
+            if (i < n) p[q].store(row + i);
+        }
+    }
+    __device__ __forceinline__ void get(float (&v)[NJ]) const {
+#pragma unroll
+        for (int q = 0; q < NJ / RUN; q++) p[q].get(v + q * RUN);
+    }
+    __device__ __forceinline__ void set(const float (&v)[NJ]) {
+#pragma unroll
+        for (int q = 0; q < NJ / RUN; q++) p[q].set(v + q * RUN);
+    }
+    // a weight vector (parameters: no alignment to rely on) in the same order
+    static __device__ __forceinline__ void load_w(float (&v)[NJ], const float *w, int sub, int n) {
+#pragma unroll
+        for (int j = 0; j < NJ; j++) { const int i = col(sub, j); v[j] = i < n ? w[i] : 0.f; }
+    }
+};
+// the sum over a group of LANES (a power of two ≤ 32) aligned lanes, in every lane of it
+template <int LANES> __device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
 template <int NJ, bool V4, class X, class Y>
 __global__ void __launch_bounds__(256) rmsnorm_forward_kernel(Y *__restrict__ y, float *__restrict__ rstd,
         const X *__restrict__ x, const float *__restrict__ w, int N, int nh, int n, int ldx, int ldy) {
@@ -834,21 +933,35 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
 }
 
 // ---- SwiGLU (§2, (2.2a)): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
-// The forward: one warp per token row, runs of four adjacent values a lane (F is a multiple of 256: every lane has the
-// same number of runs); the backward keeps a block a row in pairs, faster for its three outputs. MP: the
+// The forward: one warp per token row, 16-byte runs of adjacent values a lane (8 bf16, 4 fp32: F a multiple of 8 and the
+// rows 16-byte aligned, as the activations' 64-value offsets place them; mlp_width's F, a multiple of 256, gives every
+// lane the same number of runs); the backward keeps a block a row in pairs, faster for its three outputs. MP: the
 // matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
 template <class MP> __global__ void __launch_bounds__(256) swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu,
                                                                                 int BT, int F) {
+    constexpr int RUN = run16<MP>();
     const size_t bt = (size_t)blockIdx.x * 8 + threadIdx.x / 32;
     if (bt >= (size_t)BT) return;
     const MP *row = gu + bt * 2 * F;
-    for (int i = 4 * (threadIdx.x % 32); i < F; i += 128) {
-        const float4 a = ld4(row + i), b = ld4(row + F + i);
-        st4(h + bt * F + i, siluf_(a.x) * b.x, siluf_(a.y) * b.y, siluf_(a.z) * b.z, siluf_(a.w) * b.w);
+    for (int i = RUN * (threadIdx.x % 32); i < F; i += 32 * RUN) {
+        Pack<MP, RUN> a, b;
+        a.load(row + i);
+        b.load(row + F + i);
+        float av[RUN], bv[RUN];
+        a.get(av);
+        b.get(bv);
+#pragma unroll
+        for (int c = 0; c < RUN; c++) av[c] = siluf_(av[c]) * bv[c];
+        a.set(av);
+        a.store(h + bt * F + i);
     }
 }
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     PROF_OP();
+    if (F % 8 || (uintptr_t)h % 16 || (uintptr_t)gu % 16) {
+        fprintf(stderr, "error: %s: rows of %d values at %p, %p: not 16-byte runs\n", __func__, F, (void *)h, (const void *)gu);
+        exit(1);
+    }
     if (g_bf16) swiglu_forward_kernel<<<CEIL_DIV(BT, 8), 256>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)gu, BT, F);
     else swiglu_forward_kernel<<<CEIL_DIV(BT, 8), 256>>>(h, gu, BT, F);
     CUDA_CHECK(cudaGetLastError());
@@ -882,14 +995,16 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
 // stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
-// (pair of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
-// window x_{t−3..t} in registers (each x read once, two channels in one load), and form pre_t in the same order.
-// y (Q, K, V: the token mixers' operands) is stored in the matmul precision. The G and N layers' Q and K go through
-// conv_silu_l2norm_forward (the L2 norm's section), their V through conv_silu_forward. The backward takes
-// consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in one
-// pass over the projection's whole rows. Both passes are bound by their loads' latency: the forward loads eight rows
-// before using any, the backward four rows of x and dy in a tile's interior (its benchmark: dev/cuda/conv). The
-// backward sums dw per block of CONV_BWD_WARPS tiles, so that its partial sums move far fewer bytes than dy.
+// (run of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
+// window x_{t−3..t} in registers (each x read once), and form pre_t in the same order. The forward's runs are 16
+// bytes (8 bf16 or 4 fp32 channels: one load, one store a row) where every run of channels splits so, else pairs; the
+// backward's are pairs. y (Q, K, V: the token mixers' operands) is stored in the matmul precision. The G and N layers'
+// Q and K go through conv_silu_l2norm_forward (the L2 norm's section), their V through conv_silu_forward. The backward
+// takes consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in
+// one pass over the projection's whole rows. The forward loads eight rows before using any (128 bytes a thread in
+// flight) and its work a value is small (4 FMAs, the fast SiLU, conversions), so that its bytes bound it; the
+// backward is bound by its loads' latency (four rows of x and dy in a tile's interior; its benchmark: dev/cuda/conv).
+// The backward sums dw per block of CONV_BWD_WARPS tiles, so that its partial sums move far fewer bytes than dy.
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0 && CONV_TILE % 8 == 0,
               "the conv kernels assume 4 taps and whole tiles of 8-row batches (the backward's interior: 4-row ones)");
@@ -909,31 +1024,44 @@ struct ConvRuns { // up to 3 runs of consecutive channels: run r's n[r] channels
         return y[0];
     }
 };
-template <class MP> // x: the projection, y: the conv's output, both in the matmul precision
-__global__ void conv_silu_forward_kernel(ConvRuns o, const MP *__restrict__ x, int ldx, const float *__restrict__ w,
-                                         int T, int n) {
-    int ch = 2 * (blockIdx.x * blockDim.x + threadIdx.x), tile = blockIdx.y;
-    if (ch >= n) return;
-    int col = ch, ny;
+template <class MP, int RUN> // x: the projection, y: the conv's output, both in the matmul precision
+__global__ void __launch_bounds__(128, 4) conv_silu_forward_kernel(ConvRuns o, const MP *__restrict__ x, int ldx,
+        const float *__restrict__ w, int T, int n, int tiles) {
+    const int groups = n / RUN, item = blockIdx.x * blockDim.x + threadIdx.x, tile = item / groups;
+    if (tile >= tiles) return;
+    int ch = (item % groups) * RUN, col = ch, ny;
     MP *__restrict__ y = reinterpret_cast<MP *>(o.find(col, ny)) + col;
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
-    const float4 wa = make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]);
-    const float4 wb = make_float4(w[ch * 4 + 4], w[ch * 4 + 5], w[ch * 4 + 6], w[ch * 4 + 7]);
-    auto X = [&](int t) { return t >= 0 ? ld2(x + (row0 + t) * ldx + ch) : make_float2(0.f, 0.f); };
-    float2 x0 = X(t0 - 3), x1 = X(t0 - 2), x2 = X(t0 - 1);
-    for (int tb = t0; tb < t0 + CONV_TILE; tb += 8) {
-        float2 xs[8]; // eight rows' loads in flight before any is used
+    const MP *xc = x + ch;
+    float wt[RUN][4], x0[RUN], x1[RUN], x2[RUN];
 #pragma unroll
-        for (int k = 0; k < 8; k++) xs[k] = ld2(x + (row0 + tb + k) * ldx + ch); // (tb ≥ 0: no test of X)
+    for (int c = 0; c < RUN; c++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) wt[c][k] = w[(ch + c) * 4 + k];
+    auto X = [&](float (&v)[RUN], int t) {
+        if (t >= 0) { Pack<MP, RUN> p; p.load(xc + (row0 + t) * ldx); p.get(v); }
+        else for (int c = 0; c < RUN; c++) v[c] = 0.f;
+    };
+    X(x0, t0 - 3); X(x1, t0 - 2); X(x2, t0 - 1);
+    for (int tb = t0; tb < t0 + CONV_TILE; tb += 8) {
+        Pack<MP, RUN> xs[8]; // eight rows' loads in flight before any is used
+#pragma unroll
+        for (int k = 0; k < 8; k++) xs[k].load(xc + (row0 + tb + k) * ldx); // (tb ≥ 0: no test of X)
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float2 x3 = xs[k];
-            float pa = 0.f, pb = 0.f;
-            pa += wa.x * x0.x; pa += wa.y * x1.x; pa += wa.z * x2.x; pa += wa.w * x3.x;
-            pb += wb.x * x0.y; pb += wb.y * x1.y; pb += wb.z * x2.y; pb += wb.w * x3.y;
-            st2(y + (row0 + tb + k) * ny, siluf_(pa), siluf_(pb));
-            x0 = x1; x1 = x2; x2 = x3;
+            float x3[RUN], out[RUN];
+            xs[k].get(x3);
+#pragma unroll
+            for (int c = 0; c < RUN; c++) {
+                float pre = 0.f;
+                pre += wt[c][0] * x0[c]; pre += wt[c][1] * x1[c]; pre += wt[c][2] * x2[c]; pre += wt[c][3] * x3[c];
+                out[c] = siluf_(pre);
+                x0[c] = x1[c]; x1[c] = x2[c]; x2[c] = x3[c];
+            }
+            Pack<MP, RUN> po;
+            po.set(out);
+            po.store(y + (row0 + tb + k) * ny);
         }
     }
 }
@@ -947,13 +1075,27 @@ static void conv_check(const char *who, int ldx, int col, const ConvRuns &o) {
     }
 }
 static int conv_channels(const ConvRuns &o) { int n = 0; for (int r = 0; r < o.nr; r++) n += o.n[r]; return n; }
-// the runs' channels from col of x (rows of stride ldx) and of w [.][4], in one launch
+// whether every run splits into whole 16-byte runs of `run` channels, x's columns from xc included
+static bool conv_runs16(const ConvRuns &o, const void *xc, int ldx, int col, int run) {
+    bool ok = ldx % run == 0 && col % run == 0 && (uintptr_t)xc % 16 == 0;
+    for (int r = 0; r < o.nr; r++) ok = ok && o.n[r] % run == 0 && (uintptr_t)o.y[r] % 16 == 0;
+    return ok;
+}
+// the runs' channels from col of x (rows of stride ldx) and of w [.][4], in one launch: a thread a 16-byte run of
+// channels where the shapes allow it (else a pair) and a tile of CONV_TILE steps
 static void conv_silu_forward_runs(const ConvRuns &o, const real *x, int ldx, int col, const real *w, int B, int T) {
     conv_check(__func__, ldx, col, o);
-    int n = conv_channels(o);
-    dim3 grid(CEIL_DIV(n / 2, 128), B * (T / CONV_TILE));
-    if (g_bf16) conv_silu_forward_kernel<<<grid, 128>>>(o, (const __nv_bfloat16 *)x + col, ldx, w + col * NATSL_CONV, T, n);
-    else conv_silu_forward_kernel<<<grid, 128>>>(o, x + col, ldx, w + col * NATSL_CONV, T, n);
+    int n = conv_channels(o), tiles = B * (T / CONV_TILE);
+    with_mp(x, 1, [&](auto xp) {
+        using MP = std::remove_const_t<std::remove_pointer_t<decltype(xp)>>;
+        auto go = [&](auto run) {
+            constexpr int RUN = decltype(run)::value;
+            conv_silu_forward_kernel<MP, RUN><<<(unsigned)CEIL_DIV((size_t)(n / RUN) * tiles, 128), 128>>>(o, xp + col, ldx,
+                    w + col * NATSL_CONV, T, n, tiles);
+        };
+        if (conv_runs16(o, xp + col, ldx, col, run16<MP>())) go(std::integral_constant<int, run16<MP>()>());
+        else go(std::integral_constant<int, 2>());
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 // channels col .. col+n−1 of x into y (row stride n)
@@ -1076,50 +1218,27 @@ static void conv_silu_qkv_backward(real *dx, int lddx, real *dw, const real *dq,
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
 // On the GPU the L2 norm's forward runs inside the pass that makes its input, the conv's Q and K (train_natsl.c:
-// conv_silu_forward, then l2norm_forward): one warp a (head, time tile of CONV_TILE steps), the head's d_k channels
-// in registers as RMSNorm holds a row (row_col: runs of four where d_k % 128 == 0, 8-byte loads), so each step's Σy²
-// is a warp sum (no barrier), over the same values in the same order as a warp of l2norm_forward takes them: y is
-// rounded to the matmul precision first, as stored; the same bits. Eight rows of x are loaded before any is used, as
-// in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (the GDN op's operands), and Q, K themselves only where
-// given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing else). It is bound by its
-// instructions (SiLU's exp and division, the row sums), not its bytes (its benchmark: dev/cuda/conv/conv_bench.cu).
+// conv_silu_forward, then l2norm_forward): a warp takes 32 / LANES heads and a time tile of CONV_TILE steps, LANES
+// lanes a head, each lane one 16-byte run of the head's d_k channels (LANES = d_k / 8 in bf16, d_k / 4 in fp32: 8, 16
+// or 32), so each step's Σy² is a sum over LANES lanes by shuffles (no barrier); d_k = 192 takes pairs on 32 lanes,
+// other d_k one value a lane on 32 lanes (rows_dispatch's NJ). y is rounded to the matmul precision first, as stored.
+// Eight rows of x are loaded before any is used, as in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (rsqrtf:
+// 2 ulp; the GDN op's operands), and Q, K themselves only where given (the N layer: its softmax op's RMSNorm reads
+// them; a G layer's are read by nothing else). Its work a value (the conv's 4 FMAs, the fast SiLU, the rounding, the
+// scaling; a row's sum over LANES lanes) is small against the 4 bytes (6 with Q, K) it moves a value, so that its bytes
+// bound it (its benchmark: dev/cuda/conv/conv_bench.cu).
 struct QkPlanes { void *p[2]; }; // the Q plane's and the K plane's pointer (a field each: no indexed struct read)
-// A lane's share of one row of x as loaded (row_col's columns): NJ floats, or where the row runs in fours of bf16, those
-// kept packed until used (8 bytes a run: half the registers, so that six blocks fit an SM, not four)
-template <int NJ, bool V4> struct XRow {
-    float v[NJ];
-    template <class MP> __device__ void load(const MP *p, int lane, int n) { row_load<NJ, V4>(v, p, lane, n); }
-    __device__ void get(float (&o)[NJ]) const {
-#pragma unroll
-        for (int j = 0; j < NJ; j++) o[j] = v[j];
-    }
-};
-template <int NJ> struct XRowPacked {
-    uint2 u[NJ / 4];
-    __device__ void load(const __nv_bfloat16 *p, int lane, int n) {
-#pragma unroll
-        for (int r = 0; r < NJ / 4; r++) {
-            int i = row_col<true>(lane, 4 * r);
-            u[r] = i < n ? *reinterpret_cast<const uint2 *>(p + i) : make_uint2(0u, 0u);
-        }
-    }
-    __device__ void get(float (&o)[NJ]) const {
-#pragma unroll
-        for (int r = 0; r < NJ / 4; r++) {
-            float4 f = ld4(reinterpret_cast<const __nv_bfloat16 *>(&u[r]));
-            o[4 * r] = f.x; o[4 * r + 1] = f.y; o[4 * r + 2] = f.z; o[4 * r + 3] = f.w;
-        }
-    }
-};
-template <int NJ, bool V4, bool KEEP, class MP> // KEEP: Q, K stored too (y)
-__global__ void __launch_bounds__(128, NJ <= 4 ? 6 : 2) conv_silu_l2norm_forward_kernel(QkPlanes hat,
+template <class MP, int RUN, int LANES, int NJ, bool KEEP> // KEEP: Q, K stored too (y)
+__global__ void __launch_bounds__(128, RUN > 2 || NJ <= 6 ? 4 : 2) conv_silu_l2norm_forward_kernel(QkPlanes hat,
         float *__restrict__ rho, QkPlanes y, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int BT,
         int H, int dk) {
-    using Row = std::conditional_t<V4 && NJ % 4 == 0 && std::is_same<MP, __nv_bfloat16>::value, XRowPacked<NJ>,
-                                   XRow<NJ, V4>>;
-    int warp = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    int hd = warp % (2 * H), tile = warp / (2 * H), plane = hd >= H, h = hd - plane * H; // hd: Q heads, then K heads
+    using Row = LaneRow<MP, RUN, LANES, NJ>;
+    constexpr int HPW = 32 / LANES; // heads a warp
+    const int warp = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LANES;
+    const int groups = CEIL_DIV(2 * H, HPW), tile = warp / groups, hd0 = (warp % groups) * HPW + lane / LANES;
     if (tile >= BT / CONV_TILE) return;
+    const bool live = hd0 < 2 * H; // a last group's lanes past the heads: the last head again, not stored
+    const int hd = min(hd0, 2 * H - 1), plane = hd >= H, h = hd - plane * H; // hd: Q heads, then K heads
     int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, K = H * dk;
     size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
     const MP *xh = x + hd * dk;                               // the head's columns of Q | K
@@ -1129,18 +1248,19 @@ __global__ void __launch_bounds__(128, NJ <= 4 ? 6 : 2) conv_silu_l2norm_forward
     float wt[NJ][4], x0[NJ], x1[NJ], x2[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-        int i = row_col<V4>(lane, j);
+        int i = Row::col(sub, j);
+#pragma unroll
         for (int k = 0; k < 4; k++) wt[j][k] = i < dk ? w[(hd * dk + i) * 4 + k] : 0.f;
     }
     auto X = [&](float (&v)[NJ], int t) {
-        if (t >= 0) row_load<NJ, V4>(v, xh + (row0 + t) * ldx, lane, dk);
+        if (t >= 0) { Row r; r.load(xh + (row0 + t) * ldx, sub, dk); r.get(v); }
         else for (int j = 0; j < NJ; j++) v[j] = 0.f;
     };
     X(x0, t0 - 3); X(x1, t0 - 2); X(x2, t0 - 1);
     for (int tb = t0; tb < t0 + CONV_TILE; tb += 8) {
         Row xs[8]; // eight rows' loads in flight before any is used
 #pragma unroll
-        for (int k = 0; k < 8; k++) xs[k].load(xh + (row0 + tb + k) * ldx, lane, dk);
+        for (int k = 0; k < 8; k++) xs[k].load(xh + (row0 + tb + k) * ldx, sub, dk);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             float xk[NJ], v[NJ], ss = 0.f;
@@ -1149,17 +1269,24 @@ __global__ void __launch_bounds__(128, NJ <= 4 ? 6 : 2) conv_silu_l2norm_forward
             for (int j = 0; j < NJ; j++) {
                 float pre = 0.f;
                 pre += wt[j][0] * x0[j]; pre += wt[j][1] * x1[j]; pre += wt[j][2] * x2[j]; pre += wt[j][3] * xk[j];
-                v[j] = mp_round<MP>(siluf_(pre));
-                ss += v[j] * v[j];
+                v[j] = siluf_(pre);
                 x0[j] = x1[j]; x1[j] = x2[j]; x2[j] = xk[j];
             }
+            Row yr;
+            yr.set(v);
+            yr.get(v); // y as stored (rounded to MP)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) ss += v[j] * v[j];
             size_t bt = row0 + tb + k;
-            if (KEEP) row_store<NJ, V4>(y_p + bt * K + h * dk, v, lane, dk);
-            float s = 1.f / sqrtf(warp_sum(ss) + NATSL_EPS);
+            if (KEEP && live) yr.store(y_p + bt * K + h * dk, sub, dk);
+            const float s = rsqrtf(group_sum<LANES>(ss) + NATSL_EPS);
 #pragma unroll
             for (int j = 0; j < NJ; j++) v[j] *= s;
-            row_store<NJ, V4>(hat_p + bt * K, v, lane, dk);
-            if (lane == 0) rho_p[bt * H] = s;
+            yr.set(v);
+            if (live) {
+                yr.store(hat_p + bt * K, sub, dk);
+                if (sub == 0) rho_p[bt * H] = s;
+            }
         }
     }
 }
@@ -1169,23 +1296,34 @@ static void conv_silu_l2norm_forward(real *q_hat, real *k_hat, real *rho, real *
                                      const real *w, int B, int T, int H, int dk) {
     PROF_OP();
     int BT = B * T;
-    rows_dispatch<8>(__func__, dk, [&](auto nj) {
-        constexpr int NJ = decltype(nj)::value;
-        auto go = [&](auto v4, auto keep) {
-            with_mp(q_hat, 1, [&](auto hp) { // x, q, k in q̂'s precision
-                using MP = std::remove_pointer_t<decltype(hp)>;
-                conv_silu_l2norm_forward_kernel<NJ, decltype(v4)::value, decltype(keep)::value, MP>
-                        <<<CEIL_DIV(2 * H * (BT / CONV_TILE), 4), 128>>>(QkPlanes{{q_hat, k_hat}}, rho, QkPlanes{{q, k}},
-                                                                         (const MP *)x, ldx, w, T, BT, H, dk);
-            });
+    with_mp(q_hat, 1, [&](auto hp) { // x, q, k in q̂'s precision
+        using MP = std::remove_pointer_t<decltype(hp)>;
+        constexpr int RUN = run16<MP>();
+        auto go = [&](auto run, auto lanes, auto nj) {
+            constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
+            const unsigned blocks = CEIL_DIV(CEIL_DIV(2 * H, 32 / L) * (BT / CONV_TILE), 4);
+            auto launch = [&](auto keep) {
+                conv_silu_l2norm_forward_kernel<MP, R_, L, NJ, decltype(keep)::value><<<blocks, 128>>>(
+                        QkPlanes{{q_hat, k_hat}}, rho, QkPlanes{{q, k}}, (const MP *)x, ldx, w, T, BT, H, dk);
+            };
+            if (q) launch(std::true_type());
+            else launch(std::false_type());
         };
-        auto go_v4 = [&](auto keep) {
-            if (row_v4<NJ>(dk, x, ldx, q_hat, H * dk)) go(std::true_type(), keep);
-            else go(std::false_type(), keep);
+        auto fits = [&](int run) { // runs of `run` values, aligned to their size
+            auto al = [&](const void *p) { return (uintptr_t)p % (run * sizeof(MP)) == 0; };
+            return dk % run == 0 && ldx % run == 0 && al(x) && al(q_hat) && al(k_hat) && (!q || (al(q) && al(k)));
         };
-        if (q) go_v4(std::true_type());
-        else go_v4(std::false_type());
+        using RunT = std::integral_constant<int, RUN>;
+        using I1 = std::integral_constant<int, 1>;
+        using I2 = std::integral_constant<int, 2>;
+        using I32 = std::integral_constant<int, 32>;
+        if (fits(RUN) && dk == 8 * RUN) go(RunT(), std::integral_constant<int, 8>(), RunT());
+        else if (fits(RUN) && dk == 16 * RUN) go(RunT(), std::integral_constant<int, 16>(), RunT());
+        else if (fits(RUN) && dk == 32 * RUN) go(RunT(), I32(), RunT());
+        else if (fits(2) && dk == 192) go(I2(), I32(), std::integral_constant<int, 6>()); // pairs (the 760m preset)
+        else rows_dispatch<8>(__func__, dk, [&](auto nj) { go(I1(), I32(), nj); });
     });
+    CUDA_CHECK(cudaGetLastError());
 }
 // WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), in place if dx = dy; rows of stride ld. As train_natsl.c, the GDN op's
 // backward calls it (GdnArgs.rho) where its bf16 kernels do not fold it into their last pass: on the fp32 ŷ the op's
@@ -1745,130 +1883,183 @@ static void router_backward(real *dx, real *dWr, real *dpool, real *dlogits, con
 // ---- the fused gated output norm (§3.3, §5.6) ------------------------------------------------------
 // Rows of width n, contiguous [R][n]. Two inputs (NAtS-L): y = (ω0·RMSNorm_{w1}(o1) + ω1·RMSNorm_{w2}(o2))
 // ⊙ φ(gate), omega [R][2]. One input (GDN layer: o2 = omega = NULL): y = RMSNorm_{w1}(o1) ⊙ φ(gate); φ: act.
-// rstd [2][R] keeps both inputs' reciprocal RMS. One warp per row, the row held in registers (as the RMSNorm's:
-// rows_dispatch, row_load).
+// rstd [2][R] keeps both inputs' reciprocal RMS. Both passes hold rows in registers as LaneRow runs (16-byte moves
+// where n splits so), w1, w2 loaded once a warp, rows strided by the grid. Their work a value is small (a fast sigmoid,
+// a few products; a row's sums over 16 or 32 lanes) against 6 (G) or 8 (N) bytes moved a value in the forward, 10 or
+// 14 in the backward, so that their bytes bound them (their benchmark: dev/cuda/gated_norm_bench.cu).
 // MP: the matmul-precision type of y (W_o's input), gate (W_g's output) and the two ops' outputs o1, o2
 #define GN_MAXNJ 16 // widest row the gated norm kernels take: 32·16 = 512 values (d_v of the presets: 96, 256, 384)
-template <int NJ, bool V4, class MP>
+template <class MP, int RUN, int LANES, int NJ, bool TWO> // TWO: the N layer's two inputs
 __global__ void __launch_bounds__(256) gated_norm_forward_kernel(MP *__restrict__ y, float *__restrict__ rstd,
         const MP *__restrict__ o1, const float *__restrict__ w1, const MP *__restrict__ o2,
         const float *__restrict__ w2, const float *__restrict__ omega, const MP *__restrict__ gate, int R, int n, int act) {
-    int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= R) return;
-    size_t o = (size_t)r * n;
-    float x1[NJ], x2[NJ], gt[NJ], wv[NJ], out[NJ], s1 = 0.f, s2 = 0.f;
-    row_load<NJ, V4>(x1, o1 + o, lane, n);
-    row_load<NJ, V4>(gt, gate + o, lane, n);
+    using Row = LaneRow<MP, RUN, LANES, NJ>;
+    constexpr int RPW = 32 / LANES; // rows a warp takes at once
+    const int lane = threadIdx.x % 32, sub = lane % LANES;
+    const float inv_n = 1.f / n;
+    float wa[NJ], wb[NJ];
+    Row::load_w(wa, w1, sub, n);
+    if (TWO) Row::load_w(wb, w2, sub, n);
+    for (int r0 = (blockIdx.x * 8 + threadIdx.x / 32) * RPW; r0 < R; r0 += gridDim.x * 8 * RPW) {
+        const bool live = r0 + lane / LANES < R; // a last warp's lanes past R: row R − 1 again, not stored
+        const int r = min(r0 + lane / LANES, R - 1);
+        const size_t o = (size_t)r * n;
+        Row a, g, b;
+        a.load(o1 + o, sub, n);
+        g.load(gate + o, sub, n);
+        if (TWO) b.load(o2 + o, sub, n);
+        float x1[NJ], gt[NJ], out[NJ], s1 = 0.f;
+        a.get(x1);
 #pragma unroll
-    for (int j = 0; j < NJ; j++) s1 += x1[j] * x1[j];
-    s1 = 1.f / sqrtf(warp_sum(s1) / n + NATSL_EPS);
-    row_load_w<NJ, V4>(wv, w1, lane, n);
-    if (o2) {
-        row_load<NJ, V4>(x2, o2 + o, lane, n);
+        for (int j = 0; j < NJ; j++) s1 += x1[j] * x1[j];
+        s1 = rsqrtf(group_sum<LANES>(s1) * inv_n + NATSL_EPS);
+        if (TWO) {
+            float x2[NJ], s2 = 0.f;
+            b.get(x2);
 #pragma unroll
-        for (int j = 0; j < NJ; j++) s2 += x2[j] * x2[j];
-        s2 = 1.f / sqrtf(warp_sum(s2) / n + NATSL_EPS);
-        const float om0 = omega[2 * r], om1 = omega[2 * r + 1];
+            for (int j = 0; j < NJ; j++) s2 += x2[j] * x2[j];
+            s2 = rsqrtf(group_sum<LANES>(s2) * inv_n + NATSL_EPS);
+            const float c1 = omega[2 * r] * s1, c2 = omega[2 * r + 1] * s2;
 #pragma unroll
-        for (int j = 0; j < NJ; j++) out[j] = om0 * x1[j] * s1 * wv[j];
-        row_load_w<NJ, V4>(wv, w2, lane, n);
+            for (int j = 0; j < NJ; j++) out[j] = c1 * x1[j] * wa[j] + c2 * x2[j] * wb[j];
+            if (live && sub == 0) rstd[R + r] = s2;
+        } else
 #pragma unroll
-        for (int j = 0; j < NJ; j++) out[j] += om1 * x2[j] * s2 * wv[j];
-    } else {
+            for (int j = 0; j < NJ; j++) out[j] = s1 * x1[j] * wa[j];
+        g.get(gt);
 #pragma unroll
-        for (int j = 0; j < NJ; j++) out[j] = x1[j] * s1 * wv[j];
+        for (int j = 0; j < NJ; j++) out[j] *= gate_actf_(gt[j], act);
+        if (live) {
+            a.set(out);
+            a.store(y + o, sub, n);
+            if (sub == 0) rstd[r] = s1;
+        }
     }
-#pragma unroll
-    for (int j = 0; j < NJ; j++) out[j] *= gate_actf_(gt[j], act);
-    row_store<NJ, V4>(y + o, out, lane, n);
-    if (lane == 0) { rstd[r] = s1; if (o2) rstd[R + r] = s2; }
 }
-// The gated norm's pointers as the kernels take them: o1, o2 and gate in the matmul precision.
-template <class F> static void gated_norm_dispatch(const char *who, const GatedNormArgs *a, const void *out, F f) {
-    rows_dispatch<GN_MAXNJ>(who, a->n, [&](auto nj) {
-        constexpr int NJ = decltype(nj)::value;
-        auto aligned = [&](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
-        bool v4 = row_v4<NJ>(a->n, a->o1, a->n, out, a->n) && aligned(a->o2) && aligned(a->gate) && a->ld_dgate % 4 == 0;
-        auto go = [&](auto v) {
-            with_mp(a->gate, 1, [&](auto gate) { f(nj, v, (decltype(gate))a->o1, (decltype(gate))a->o2, gate); });
-        };
-        if (v4) go(std::true_type());
-        else go(std::false_type());
-    });
-}
+// Rows strided by the grid (one block an SM's share), w1 and w2 in registers, loaded once a warp. Where n splits so
+// (16 lanes, 1 to 3 runs of 16 bytes a lane: n = 128, 256, 384 in bf16), a warp takes two rows at once, in 16-byte
+// moves, a row's sums over 16 lanes; else one row, a value a lane at a time (rows_dispatch's NJ).
 static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
     PROF_OP();
-    gated_norm_dispatch(__func__, a, y, [&](auto nj, auto v4, auto o1, auto o2, auto gate) {
-        constexpr int NJ = decltype(nj)::value;
-        constexpr bool V4 = decltype(v4)::value;
-        using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
-        gated_norm_forward_kernel<NJ, V4><<<CEIL_DIV(a->rows, 8), 256>>>((MP *)y, rstd, o1, a->w1, o2, a->w2,
-                                                                         a->omega, gate, a->rows, a->n, a->gate_act);
+    const int R = a->rows, n = a->n;
+    with_mp(y, 1, [&](auto yp) {
+        using MP = std::remove_pointer_t<decltype(yp)>;
+        constexpr int RUN = run16<MP>();
+        auto go = [&](auto run, auto lanes, auto nj) {
+            constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
+            auto launch = [&](auto two) {
+                auto kernel = gated_norm_forward_kernel<MP, R_, L, NJ, decltype(two)::value>;
+                int per_sm = 0;
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+                const int blocks = std::min(CEIL_DIV(R, 8 * (32 / L)), std::max(per_sm, 1) * num_sms());
+                kernel<<<blocks, 256>>>(yp, rstd, (const MP *)a->o1, a->w1, (const MP *)a->o2, a->w2, a->omega,
+                                        (const MP *)a->gate, R, n, a->gate_act);
+            };
+            if (a->o2) launch(std::true_type());
+            else launch(std::false_type());
+        };
+        auto a16 = [](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
+        const bool fits = n % (16 * RUN) == 0 && a16(y) && a16(a->o1) && a16(a->o2) && a16(a->gate);
+        using RunT = std::integral_constant<int, RUN>;
+        using L16 = std::integral_constant<int, 16>;
+        if (fits && n == 16 * RUN) go(RunT(), L16(), RunT());
+        else if (fits && n == 32 * RUN) go(RunT(), L16(), std::integral_constant<int, 2 * RUN>());
+        else if (fits && n == 48 * RUN) go(RunT(), L16(), std::integral_constant<int, 3 * RUN>());
+        else rows_dispatch<GN_MAXNJ>(__func__, n, [&](auto nj) {
+            go(std::integral_constant<int, 1>(), std::integral_constant<int, 32>(), nj);
+        });
     });
+    CUDA_CHECK(cudaGetLastError());
 }
 // with dn = dy ⊙ φ(gate) (5.6d-g): dgate = dy ⊙ n ⊙ φ'(gate), dω_k = dn·RMSNorm_k, and each input's
-// RMSNorm backward with dy_k = ω_k dn (§5.6). do1, do2, dω and dgate are written (the gated norm is their only
-// producer; dgate's rows as GatedNormArgs.heads, ld_dgate place them); the weight gradients accumulate.
-// One warp per row (rows strided by the grid), the row in registers. The weight gradients dw1, dw2 are summed in
-// the same pass: per lane in registers, per block over its warps in a fixed order, then per block in part
-// [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
-template <int NJ, bool V4, class MP> // dgate (W_g's output gradient), dy (W_o's input gradient), gate, o1, o2, do1 and
-                                     // do2 (the two ops' dout) in the matmul precision
+// RMSNorm backward with dy_k = ω_k dn (§5.6), whose mean(x̂ ⊙ w ⊙ dy_k) is ω_k dω_k / n. do1, do2, dω and dgate are
+// written (the gated norm is their only producer; dgate's rows as GatedNormArgs.heads, ld_dgate place them); the
+// weight gradients accumulate. Rows strided by the grid, held as LaneRow runs as in the forward (16-byte moves where
+// n splits so: 32 lanes a row of 256 bf16, 16 lanes of 128; 8-byte moves on 32 lanes for 384; else one value a lane
+// on 32 lanes). The weight
+// gradients dw1, dw2 are summed in the same pass: per lane in registers, over a warp's row groups by shuffles, per
+// block over its warps in a fixed order, then per block in part [gridDim][2n] (added by colsum_finish_kernel: bitwise
+// reproducible for a given grid).
+template <class MP, int RUN, int LANES, int NJ, bool TWO> // dgate (W_g's output gradient), dy (W_o's input gradient),
+        // gate, o1, o2, do1 and do2 (the two ops' dout) in the matmul precision; TWO: the N layer's two inputs
 __global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict__ do1, MP *__restrict__ do2,
         float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
         const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
         const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
         const MP *__restrict__ gate, int R, int n, int heads, int ld_dgate, int act) {
-    __shared__ float sh[2][32 * NJ];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    using Row = LaneRow<MP, RUN, LANES, NJ>;
+    constexpr int RPW = 32 / LANES; // rows a warp takes at once
+    __shared__ float sh[2][LANES * NJ];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LANES;
+    const float inv_n = 1.f / n;
     float acc1[NJ], acc2[NJ], wa[NJ], wb[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) acc1[j] = acc2[j] = wb[j] = 0.f;
-    row_load_w<NJ, V4>(wa, w1, lane, n);
-    if (o2) row_load_w<NJ, V4>(wb, w2, lane, n);
-    for (int r = blockIdx.x * 8 + warp; r < R; r += gridDim.x * 8) {
-        size_t o = (size_t)r * n;
-        float s1 = rstd[r], s2 = o2 ? rstd[R + r] : 0.f, w_1 = o2 ? omega[2 * r] : 1.f, w_2 = o2 ? omega[2 * r + 1] : 0.f;
-        float x1[NJ], x2[NJ], gt[NJ], dyv[NJ], dn[NJ], t[NJ];
-        float dom1 = 0.f, dom2 = 0.f, dot1 = 0.f, dot2 = 0.f;
-        row_load<NJ, V4>(x1, o1 + o, lane, n);
-        row_load<NJ, V4>(gt, gate + o, lane, n);
-        row_load<NJ, V4>(dyv, dy + o, lane, n);
-        if (o2) row_load<NJ, V4>(x2, o2 + o, lane, n);
-        else
-#pragma unroll
-            for (int j = 0; j < NJ; j++) x2[j] = 0.f;
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            float n1 = x1[j] * s1 * wa[j], n2 = x2[j] * s2 * wb[j];
-            dn[j] = dyv[j] * gate_actf_(gt[j], act);
-            t[j] = dyv[j] * (w_1 * n1 + w_2 * n2) * dgate_actf_(gt[j], act);
-            dom1 += dn[j] * n1; dom2 += dn[j] * n2;
-            dot1 += n1 * w_1 * dn[j];
-            dot2 += n2 * w_2 * dn[j];
-            acc1[j] += dn[j] * w_1 * x1[j] * s1;
-            acc2[j] += dn[j] * w_2 * x2[j] * s2;
-        }
-        row_store<NJ, V4>(dgate + (size_t)(r / heads) * ld_dgate + (size_t)(r % heads) * n, t, lane, n);
-        dom1 = warp_sum(dom1); dom2 = warp_sum(dom2);
-        dot1 = warp_sum(dot1) / n; dot2 = warp_sum(dot2) / n;
-#pragma unroll
-        for (int j = 0; j < NJ; j++) t[j] = s1 * (wa[j] * w_1 * dn[j] - x1[j] * s1 * dot1);
-        row_store<NJ, V4>(do1 + o, t, lane, n);
-        if (o2) {
-#pragma unroll
-            for (int j = 0; j < NJ; j++) t[j] = s2 * (wb[j] * w_2 * dn[j] - x2[j] * s2 * dot2);
-            row_store<NJ, V4>(do2 + o, t, lane, n);
-            if (lane == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
-        }
-    }
-    for (int i = threadIdx.x; i < 2 * 32 * NJ; i += blockDim.x) sh[i / (32 * NJ)][i % (32 * NJ)] = 0.f;
-    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
-        __syncthreads();
-        if (warp == k)
+    Row::load_w(wa, w1, sub, n);
+    if (TWO) Row::load_w(wb, w2, sub, n);
+    for (int r0 = (blockIdx.x * 8 + warp) * RPW; r0 < R; r0 += gridDim.x * 8 * RPW) {
+        const bool live = r0 + lane / LANES < R; // a last warp's lanes past R: row R − 1 again, not stored, not summed
+        const int r = min(r0 + lane / LANES, R - 1);
+        const size_t o = (size_t)r * n;
+        Row A, G, D, Bv;
+        A.load(o1 + o, sub, n);
+        G.load(gate + o, sub, n);
+        D.load(dy + o, sub, n);
+        if (TWO) Bv.load(o2 + o, sub, n);
+        const float s1 = rstd[r], s2 = TWO ? rstd[R + r] : 0.f, om1 = TWO ? omega[2 * r] : 1.f, om2 = TWO ? omega[2 * r + 1] : 0.f;
+        const float live1 = live ? om1 * s1 : 0.f, live2 = live ? om2 * s2 : 0.f; // dw's factors, 0 for a dead lane
+        float x1[NJ], x2[NJ], dn[NJ], t[NJ], dom1 = 0.f, dom2 = 0.f;
+        {
+            float gt[NJ], dyv[NJ];
+            A.get(x1);
+            G.get(gt);
+            D.get(dyv);
+            if (TWO) Bv.get(x2);
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
-                const int i = row_col<V4>(lane, j);
+                float phi, dphi;
+                gate_act_dphi_(gt[j], act, phi, dphi);
+                const float n1 = x1[j] * s1 * wa[j], n2 = TWO ? x2[j] * s2 * wb[j] : 0.f;
+                dn[j] = dyv[j] * phi;
+                t[j] = dyv[j] * (om1 * n1 + om2 * n2) * dphi;
+                dom1 += dn[j] * n1;
+                if (TWO) dom2 += dn[j] * n2;
+                acc1[j] += dn[j] * live1 * x1[j];
+                if (TWO) acc2[j] += dn[j] * live2 * x2[j];
+            }
+        }
+        Row out;
+        if (live) { out.set(t); out.store(dgate + (size_t)(r / heads) * ld_dgate + (size_t)(r % heads) * n, sub, n); }
+        dom1 = group_sum<LANES>(dom1);
+        const float dot1 = om1 * dom1 * inv_n;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) t[j] = s1 * (wa[j] * om1 * dn[j] - x1[j] * s1 * dot1);
+        if (live) { out.set(t); out.store(do1 + o, sub, n); }
+        if (TWO) {
+            dom2 = group_sum<LANES>(dom2);
+            const float dot2 = om2 * dom2 * inv_n;
+#pragma unroll
+            for (int j = 0; j < NJ; j++) t[j] = s2 * (wb[j] * om2 * dn[j] - x2[j] * s2 * dot2);
+            if (live) {
+                out.set(t);
+                out.store(do2 + o, sub, n);
+                if (sub == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) // the warp's row groups, in a fixed order (the same columns)
+        for (int m = LANES; m < 32; m <<= 1) {
+            acc1[j] += __shfl_xor_sync(0xffffffffu, acc1[j], m);
+            if (TWO) acc2[j] += __shfl_xor_sync(0xffffffffu, acc2[j], m);
+        }
+    for (int i = threadIdx.x; i < 2 * LANES * NJ; i += blockDim.x) sh[i / (LANES * NJ)][i % (LANES * NJ)] = 0.f;
+    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
+        __syncthreads();
+        if (warp == k && lane < LANES)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const int i = Row::col(sub, j);
                 if (i < n) { sh[0][i] += acc1[j]; sh[1][i] += acc2[j]; }
             }
     }
@@ -1878,21 +2069,39 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict
 static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real *domega, real *dgate,
                                 const real *dy, const real *rstd, const GatedNormArgs *a) {
     PROF_OP();
-    int R = a->rows, n = a->n;
-    gated_norm_dispatch(__func__, a, dgate, [&](auto nj, auto v4, auto o1, auto o2, auto gate) {
-        constexpr int NJ = decltype(nj)::value;
-        constexpr bool V4 = decltype(v4)::value;
-        using MP = std::remove_const_t<std::remove_pointer_t<decltype(gate)>>;
-        auto kernel = gated_norm_backward_kernel<NJ, V4, MP>;
-        int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
-        int blocks = std::min(CEIL_DIV(R, 8), std::max(per_sm, 1) * num_sms());
-        float *part = colpart((size_t)blocks * 2 * n);
-        kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, (MP *)dgate, part, (const MP *)dy, rstd, o1, a->w1, o2, a->w2,
-                                a->omega, gate, R, n, a->heads, a->ld_dgate, a->gate_act);
-        CUDA_CHECK(cudaGetLastError());
-        colsum_finish(dw1, part, blocks, n, 2 * n, 0);
-        if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);
+    const int R = a->rows, n = a->n;
+    with_mp(dgate, 1, [&](auto gp) {
+        using MP = std::remove_pointer_t<decltype(gp)>;
+        constexpr int RUN = run16<MP>();
+        auto go = [&](auto run, auto lanes, auto nj) {
+            constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
+            auto launch = [&](auto two) {
+                auto kernel = gated_norm_backward_kernel<MP, R_, L, NJ, decltype(two)::value>;
+                int per_sm = 0;
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+                const int blocks = std::min(CEIL_DIV(R, 8 * (32 / L)), std::max(per_sm, 1) * num_sms());
+                float *part = colpart((size_t)blocks * 2 * n);
+                kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, gp, part, (const MP *)dy, rstd, (const MP *)a->o1, a->w1,
+                                        (const MP *)a->o2, a->w2, a->omega, (const MP *)a->gate, R, n, a->heads, a->ld_dgate,
+                                        a->gate_act);
+                CUDA_CHECK(cudaGetLastError());
+                colsum_finish(dw1, part, blocks, n, 2 * n, 0);
+                if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);
+            };
+            if (a->o2) launch(std::true_type());
+            else launch(std::false_type());
+        };
+        auto a16 = [](const void *p) { return !p || (uintptr_t)p % 16 == 0; };
+        const bool fits = n % (16 * RUN) == 0 && a->ld_dgate % RUN == 0 && a16(dgate) && a16(dy) && a16(do1) &&
+                          a16(a->o2 ? do2 : NULL) && a16(a->o1) && a16(a->o2) && a16(a->gate);
+        using RunT = std::integral_constant<int, RUN>;
+        if (fits && n == 16 * RUN) go(RunT(), std::integral_constant<int, 16>(), RunT());
+        else if (fits && n == 32 * RUN) go(RunT(), std::integral_constant<int, 32>(), RunT());
+        else if (fits && n == 48 * RUN) // 8-byte runs on 32 lanes (16-byte ones on 16 lanes need too many registers)
+            go(std::integral_constant<int, RUN / 2>(), std::integral_constant<int, 32>(), std::integral_constant<int, 3 * RUN / 2>());
+        else rows_dispatch<GN_MAXNJ>(__func__, n, [&](auto nj) {
+            go(std::integral_constant<int, 1>(), std::integral_constant<int, 32>(), nj);
+        });
     });
 }
 

@@ -1,23 +1,19 @@
-// conv_bench.cu -- the G and N layers' short causal conv + SiLU (doc/model.md §3.1, backward (3.4k, 3.4n)) in bf16
-// mode: the trainer's kernels (conv_silu_forward_runs / conv_silu_backward_runs, included from train_natsl.cu with
-// TESTING defined) against variants that batch their loads explicitly, each checked against a double-precision CPU
-// oracle and timed at the 340m size (B=8, T=4096, one launch over Q | K | V = 768 | 768 | 1536 channels).
-// Why: in the 340m step both passes ran at about 45% of the bandwidth their bytes allow. When the loads of a thread's
-// time tile are not in flight together (each output row waits for its x row), batching them pays.
-// Measured (H100, 340m size): the forward with batched loads 0.155 ms against 0.257 unbatched (the trainer batches);
-// the backward's batched variants 0.54-0.60 ms against the trainer's 0.49. The trainer's backward sums dw per block of
-// 8 tiles before storing it and loads four rows of x and dy before using any in the tile's interior: 0.368 ms (ncu:
-// latency-bound, 12.4 cycles between a warp's instructions; silu' from __expf / __fdividef was slower, 0.618 ms).
-// Forms measured slower and not used: the L2 norm's forward folded into a block of d_k threads per two heads (0.279 /
-// 0.267 ms against the two passes' 0.240); the backward staged in shared memory by cp.async (0.509 against 0.367 ms).
-// The trainer's conv_silu_l2norm_forward (one warp a (head, tile), the sums without a barrier) is checked here against
-// the two passes (bit for bit) and the double oracle: 0.128-0.139 ms with the rows kept packed until used (6 blocks an
-// SM), against 0.164 with them as floats.
+// conv_bench.cu -- the G and N layers' short causal conv + SiLU (doc/model.md §3.1, backward (3.4k, 3.4n)): the
+// trainer's kernels (conv_silu_forward_runs / conv_silu_backward_runs, conv_silu_l2norm_forward, included from
+// train_natsl.cu with TESTING defined), each checked against a double-precision CPU oracle and timed at the 340m size
+// (B=8, T=4096, one launch over Q | K | V = 768 | 768 | 1536 channels; Q | K with their L2 norm: 12 heads of d_k = 128).
+// The bf16 forward and backward are compared with variants that batch their loads explicitly (2 or 4 channels a
+// thread, time tiles of 32 or 64; the backward's the comparison that matters: the trainer's forward is the batched
+// form with 16-byte runs). The forward and the fused L2 norm are also checked in fp32 mode and on their fallback paths
+// (channel runs that do not split into 16 bytes; d_k that take one value a lane).
+// Bytes a pass must move (340m): the conv's forward 4 bytes a value (bf16 x read, y written), its backward 8 (+ the
+// dw partial sums); the L2 norm's 4 a value (x, q̂ | k̂), 6 where Q, K are kept (the N layer).
 //
 // Build + run (device):  nvcc -O3 -arch=compute_90a -code=sm_90a -std=c++17 --default-stream per-thread -I. dev/cuda/conv/conv_bench.cu -o /tmp/conv_bench \
 //                            -lcublasLt -lcublas -lnccl && /tmp/conv_bench
 // Prints per variant: the error against the oracle (small problem), whether it matches the trainer's kernels bit for
-// bit (340m problem), forward and backward times (median of 20) and the bandwidth their bytes imply.
+// bit (340m problem), forward and backward times (median of 20) and the bandwidth their bytes imply; then the fp32 and
+// fallback checks and the L2 norm's (PASS/FAIL) and its TIME line; exits 1 on a failure.
 
 #include <vector>
 #include <algorithm>
@@ -247,74 +243,78 @@ static bool same(const Result &a, const Result &b) {
     return eq(a.q, b.q) && eq(a.k, b.k) && eq(a.v, b.v) && eq(a.dx, b.dx) && eq(a.dw, b.dw);
 }
 
-// ---- Q | K with their L2 norm (§0, (0.4)): the trainer's conv_silu_l2norm_forward against the two passes it
-// replaced (the conv over the Q | K runs, then one warp a row of l2norm_forward, kept here as l2_rows) and the double
-// oracle
-template <int NJ, bool V4>
-__global__ void __launch_bounds__(256) l2_rows(bf16 *__restrict__ y, float *__restrict__ rho, const bf16 *__restrict__ x,
-                                               int R, int n) {
-    int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= R) return;
-    float xv[NJ], ss = 0.f;
-    row_load<NJ, V4>(xv, x + (size_t)r * n, lane, n);
-#pragma unroll
-    for (int j = 0; j < NJ; j++) ss += xv[j] * xv[j];
-    float s = 1.f / sqrtf(warp_sum(ss) + NATSL_EPS);
-#pragma unroll
-    for (int j = 0; j < NJ; j++) xv[j] *= s;
-    row_store<NJ, V4>(y + (size_t)r * n, xv, lane, n);
-    if (lane == 0) rho[r] = s;
-}
-static void l2_two_pass(bf16 *yqk, bf16 *hat, float *rho, const bf16 *x, int ldx, const float *w, int B, int T, int H, int dk) {
-    const size_t BT = (size_t)B * T, K = (size_t)H * dk;
-    conv_silu_forward_runs(ConvRuns{{yqk, yqk + BT * K}, {(int)K, (int)K}, 2}, (const real *)x, ldx, 0, w, B, T);
-    const int R = (int)(2 * BT * H), g = CEIL_DIV(R, 8);
-    if (dk == 128) l2_rows<4, true><<<g, 256>>>(hat, rho, yqk, R, dk);
-    else if (dk == 64) l2_rows<2, false><<<g, 256>>>(hat, rho, yqk, R, dk);
-    else l2_rows<8, false><<<g, 256>>>(hat, rho, yqk, R, dk);
-    CUDA_CHECK(cudaGetLastError());
-}
-// one shape: B, T, H heads of d_k in Q and in K (V = 2K channels after them in x's rows, not touched)
-static bool l2_case(int B, int T, int H, int dk, bool oracle_check) {
-    const size_t BT = (size_t)B * T, K = (size_t)H * dk, n = 4 * K;
-    std::vector<bf16> x(BT * n);
+// ---- the forward in both precisions and on both paths (16-byte runs of channels; pairs where the runs do not split
+// so): y of the three runs against the double oracle
+template <class MP> static bool fwd_case(int B, int T, int K, int Vt) {
+    const size_t BT = (size_t)B * T, n = 2 * (size_t)K + Vt;
+    std::vector<MP> x(BT * n);
     std::vector<float> w(n * 4);
-    for (auto &e : x) e = __float2bfloat16((float)(2 * urand() - 1));
+    for (auto &e : x) e = (MP)(float)(2 * urand() - 1);
     for (auto &e : w) e = (float)(urand() - 0.5);
-    bf16 *dx, *y1, *h1, *y2, *h2;
-    float *dw, *r1, *r2;
-    CUDA_CHECK(cudaMalloc(&dx, x.size() * 2)); CUDA_CHECK(cudaMalloc(&dw, w.size() * 4));
-    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+    MP *dx, *y;
+    float *dw;
+    CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(MP))); CUDA_CHECK(cudaMalloc(&y, x.size() * sizeof(MP)));
+    CUDA_CHECK(cudaMalloc(&dw, w.size() * 4));
+    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(MP), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
-    for (bf16 **p : {&y1, &h1, &y2, &h2}) CUDA_CHECK(cudaMalloc(p, 2 * BT * K * 2));
+    MP *yq = y, *yk = y + BT * K, *yv = y + 2 * BT * K;
+    conv_silu_forward_runs(ConvRuns{{yq, yk, yv}, {K, K, Vt}, 3}, (const real *)dx, (int)n, 0, dw, B, T);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<MP> got(x.size());
+    CUDA_CHECK(cudaMemcpy(got.data(), y, got.size() * sizeof(MP), cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (size_t bt = 0; bt < BT; bt++)
+        for (size_t c = 0; c < n; c++) {
+            const int b = (int)(bt / T), t = (int)(bt % T);
+            double pre = 0;
+            for (int i = 0; i < 4; i++)
+                if (t - 3 + i >= 0) pre += w[c * 4 + i] * (double)(float)x[((size_t)b * T + t - 3 + i) * n + c];
+            const double ref = pre / (1 + exp(-pre));
+            const size_t at = c < (size_t)K ? bt * K + c : c < 2 * (size_t)K ? BT * K + bt * K + c - K : 2 * BT * K + bt * Vt + c - 2 * K;
+            const double d = (double)(float)got[at] - ref;
+            num += d * d; den += ref * ref;
+        }
+    const double e = sqrt(num / den), bar = sizeof(MP) == 2 ? 1e-2 : 1e-5;
+    printf("  forward %s, channels %d | %d | %d: y against the oracle %.2e -> %s\n", sizeof(MP) == 2 ? "bf16" : "fp32", K, K, Vt,
+           e, e < bar ? "PASS" : "FAIL");
+    for (void *p : std::initializer_list<void *>{dx, y, dw}) CUDA_CHECK(cudaFree(p));
+    return e < bar;
+}
+
+// ---- Q | K with their L2 norm (§0, (0.4)): the trainer's conv_silu_l2norm_forward, the G layer's form (q̂, k̂, ρ) and
+// the N layer's (Q, K stored too: the same q̂, k̂, ρ bit for bit), against the double oracle; at the 340m size, timed
+template <class MP> static bool l2_case(int B, int T, int H, int dk, bool oracle_check) {
+    const size_t BT = (size_t)B * T, K = (size_t)H * dk, n = 4 * K;
+    std::vector<MP> x(BT * n);
+    std::vector<float> w(n * 4);
+    for (auto &e : x) e = (MP)(float)(2 * urand() - 1);
+    for (auto &e : w) e = (float)(urand() - 0.5);
+    MP *dx, *y1, *h1, *h2;
+    float *dw, *r1, *r2;
+    CUDA_CHECK(cudaMalloc(&dx, x.size() * sizeof(MP))); CUDA_CHECK(cudaMalloc(&dw, w.size() * 4));
+    CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(MP), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+    for (MP **p : {&y1, &h1, &h2}) CUDA_CHECK(cudaMalloc(p, 2 * BT * K * sizeof(MP)));
     CUDA_CHECK(cudaMalloc(&r1, 2 * BT * H * 4)); CUDA_CHECK(cudaMalloc(&r2, 2 * BT * H * 4));
-    auto fused = [&](bool keep) {
-        conv_silu_l2norm_forward((real *)h1, (real *)(h1 + BT * K), (real *)r1, keep ? (real *)y1 : NULL,
+    auto fused = [&](bool keep, MP *h, float *r) {
+        conv_silu_l2norm_forward((real *)h, (real *)(h + BT * K), r, keep ? (real *)y1 : NULL,
                                  keep ? (real *)(y1 + BT * K) : NULL, (const real *)dx, (int)n, dw, B, T, H, dk);
     };
-    auto two = [&] { l2_two_pass(y2, h2, r2, dx, (int)n, dw, B, T, H, dk); };
-    fused(true); two(); CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<bf16> a(2 * BT * K), b(2 * BT * K), ya(2 * BT * K), yb(2 * BT * K);
+    fused(true, h1, r1); fused(false, h2, r2); CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<MP> a(2 * BT * K), b(2 * BT * K), ya(2 * BT * K);
     std::vector<float> ra(2 * BT * H), rb(2 * BT * H);
-    CUDA_CHECK(cudaMemcpy(a.data(), h1, a.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(b.data(), h2, b.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(ya.data(), y1, ya.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(yb.data(), y2, yb.size() * 2, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(a.data(), h1, a.size() * sizeof(MP), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(b.data(), h2, b.size() * sizeof(MP), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(ya.data(), y1, ya.size() * sizeof(MP), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(ra.data(), r1, ra.size() * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(rb.data(), r2, rb.size() * 4, cudaMemcpyDeviceToHost));
-    bool bits = !memcmp(a.data(), b.data(), a.size() * 2) && !memcmp(ya.data(), yb.data(), ya.size() * 2) &&
-                !memcmp(ra.data(), rb.data(), ra.size() * 4);
-    // and the G layer's form, which does not store Q, K (compiled apart)
-    CUDA_CHECK(cudaMemset(h1, 0, 2 * BT * K * 2)); CUDA_CHECK(cudaMemset(r1, 0, 2 * BT * H * 4));
-    fused(false); CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(b.data(), h1, b.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(rb.data(), r1, rb.size() * 4, cudaMemcpyDeviceToHost));
-    bits &= !memcmp(a.data(), b.data(), a.size() * 2) && !memcmp(ra.data(), rb.data(), ra.size() * 4);
+    const bool bits = !memcmp(a.data(), b.data(), a.size() * sizeof(MP)) && !memcmp(ra.data(), rb.data(), ra.size() * 4);
     bool ok = bits;
-    printf("  B=%d T=%d H=%d d_k=%3d: fused (Q, K stored or not) = two passes, bit for bit: %s", B, T, H, dk,
+    const bool bf = sizeof(MP) == 2;
+    printf("  %s B=%d T=%d H=%d d_k=%3d: Q, K stored or not, the same q̂, k̂, ρ: %s", bf ? "bf16" : "fp32", B, T, H, dk,
            bits ? "yes" : "NO");
-    if (oracle_check) { // q̂, k̂ from the exact conv (double): normwise, bar 1e-2 (bf16 storage of y and ŷ)
-        double num = 0, den = 0;
+    if (oracle_check) { // q̂, k̂, ρ and Q, K from the exact conv (double), normwise; bars 1e-2 (bf16 storage), 1e-5 (fp32)
+        double num = 0, den = 0, ny = 0, dy = 0, nr = 0, dr = 0;
         for (size_t bt = 0; bt < BT; bt++)
             for (int hd = 0; hd < 2 * H; hd++) {
                 const int b = (int)(bt / T), t = (int)(bt % T);
@@ -325,29 +325,31 @@ static bool l2_case(int B, int T, int H, int dk, bool oracle_check) {
                     double pre = 0;
                     for (int i = 0; i < 4; i++) {
                         const int tau = t - 3 + i;
-                        if (tau >= 0) pre += w[c * 4 + i] * (double)__bfloat162float(x[((size_t)b * T + tau) * n + c]);
+                        if (tau >= 0) pre += w[c * 4 + i] * (double)(float)x[((size_t)b * T + tau) * n + c];
                     }
                     yv[j] = pre / (1 + exp(-pre));
                     ss += yv[j] * yv[j];
                 }
                 const size_t o = (size_t)(hd / H) * BT * K + bt * K + (size_t)(hd % H) * dk;
+                const double rho = 1 / sqrt(ss + NATSL_EPS), gr = ra[(size_t)(hd / H) * BT * H + bt * H + hd % H];
+                nr += (gr - rho) * (gr - rho); dr += rho * rho;
                 for (int j = 0; j < dk; j++) {
-                    const double ref = yv[j] / sqrt(ss + NATSL_EPS), d = __bfloat162float(a[o + j]) - ref;
-                    num += d * d; den += ref * ref;
+                    const double ref = yv[j] * rho, d = (double)(float)a[o + j] - ref, e = (double)(float)ya[o + j] - yv[j];
+                    num += d * d; den += ref * ref; ny += e * e; dy += yv[j] * yv[j];
                 }
             }
-        const double e = sqrt(num / den);
-        ok &= e < 1e-2;
-        printf("  q̂, k̂ against the oracle %.2e", e);
+        const double e = sqrt(num / den), ey = sqrt(ny / dy), er = sqrt(nr / dr), bar = bf ? 1e-2 : 1e-5;
+        ok &= e < bar && ey < bar && er < bar;
+        printf("  against the oracle: q̂, k̂ %.2e  Q, K %.2e  ρ %.2e", e, ey, er);
     }
     printf(" -> %s\n", ok ? "PASS" : "FAIL");
-    if (!oracle_check) { // timing (median of 20): the fused pass without and with Q, K stored, the two passes
-        const double mb = 2.0 * BT * K * 2 / 1e6; // the Q | K columns of x, and q̂ | k̂, each this many MB
-        const float tg = median_ms([&] { fused(false); }), tn = median_ms([&] { fused(true); }), t2 = median_ms(two);
-        printf("TIME Q|K + L2 norm: fused %.4f ms (%4.0f GB/s), fused keeping Q, K %.4f ms, two passes %.4f ms\n", tg,
-               2 * mb / tg, tn, t2);
+    if (!oracle_check) { // timing (median of 20): the G layer's form and the N layer's (Q, K stored too)
+        const double mb = 2.0 * BT * K * sizeof(MP) / 1e6; // the Q | K columns of x, q̂ | k̂ and Q | K: each this many MB
+        const float tg = median_ms([&] { fused(false, h2, r2); }), tn = median_ms([&] { fused(true, h1, r1); });
+        printf("TIME Q|K conv + SiLU + L2 norm: G layer's %.4f ms (%4.0f GB/s), N layer's (Q, K kept) %.4f ms (%4.0f GB/s)\n",
+               tg, 2 * mb / tg, tn, 3 * mb / tn);
     }
-    for (void *p : std::initializer_list<void *>{dx, dw, y1, h1, y2, h2, r1, r2}) CUDA_CHECK(cudaFree(p));
+    for (void *p : std::initializer_list<void *>{dx, dw, y1, h1, h2, r1, r2}) CUDA_CHECK(cudaFree(p));
     return ok;
 }
 
@@ -404,9 +406,19 @@ int main() {
         printf("TIME %-26s fwd %.4f ms (%4.0f GB/s)  bwd %.4f ms (%4.0f GB/s)  trainer's bits: %s\n", variants[i].name, tf[10],
                fwd_bytes / tf[10] / 1e6, tb[10], bwd_bytes / tb[10] / 1e6, same(r, ref) ? "yes" : "no");
     }
-    printf("== Q | K with the L2 norm (conv_silu_l2norm_forward)\n");
-    for (int dk : {64, 128, 192}) ok &= l2_case(2, 256, 2, dk, true);
-    ok &= l2_case(8, 4096, 6, 128, false); // the 340m size
+    printf("== the forward in both precisions, channels in 16-byte runs and in pairs\n");
+    g_bf16 = 1;
+    ok &= fwd_case<bf16>(2, 256, 64, 128) && fwd_case<bf16>(2, 256, 36, 74);
+    g_bf16 = 0;
+    ok &= fwd_case<float>(2, 256, 64, 128) && fwd_case<float>(2, 256, 34, 70);
+    printf("== Q | K with the L2 norm (conv_silu_l2norm_forward): d_k in 16-byte runs on 8, 16, 32 lanes, in pairs (192), "
+           "one value a lane (48)\n");
+    g_bf16 = 1;
+    for (int dk : {64, 128, 256, 192, 48}) ok &= l2_case<bf16>(2, 256, 3, dk, true);
+    g_bf16 = 0;
+    for (int dk : {32, 64, 128, 192}) ok &= l2_case<float>(2, 256, 3, dk, true);
+    g_bf16 = 1;
+    ok &= l2_case<bf16>(8, 4096, 6, 128, false); // the 340m size
     printf("CORRECTNESS %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
