@@ -7551,33 +7551,37 @@ template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) {
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
 // 16w .. 16w+15: Pw = s (Q Kᵀ ⊙ Γ ⊙ [i ≥ j]) once (bf16 A operand), then per 64 value columns
 // O = s diag(γ) Q S0 + Pw Vn, with Q, K as stored (bf16), S0 the bf16 start states, Vnᵀ the state kernel's
-// bf16 copy; the value tiles double-buffered by cp.async, fp32 accumulation.
+// bf16 copy; the value tiles double-buffered by cp.async, fp32 accumulation. K ([CH][DK]) lands in the second S0
+// buffer ([DK][64], the same size), whose tile is issued once Pw is made: 64 KB a block at d_k = 128, three an SM
+// (at most 168 registers a thread).
+// cp.async groups: Q, K, G and value tile 0; tile 1's Vnᵀ; tile 1's S0 (after Pw); then one a value tile, tile
+// vt + 2's once tile vt is done (each possibly empty): tile vt's are whole at wait_group 1.
 template <int DK>
-__global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
+__global__ void __launch_bounds__(128, DK <= 128 ? 3 : 2) fwd_out_bf16_kernel(GA a) {
     extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ss = Ks + CH * DK, *Vs = Ss + 2 * DK * 64;
+    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ss = Qs + CH * DK, *Ks = Ss + DK * 64, *Vs = Ss + 2 * DK * 64;
     float *Gs = reinterpret_cast<float *>(Vs + 2 * 64 * CH);
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv, *vn = a.Vb + cc * dv * CH;
+    auto issue_s = [&](int vt) { load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); };  // S0 columns
+    auto issue_v = [&](int vt) { load_tile<CH, 64, 128>(Vs + (vt & 1) * 64 * CH, vn + (size_t)vt * 64 * CH, CH, tid); };  // Vnᵀ rows
     load_tile<DK, CH, 128>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 128>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
     if (tid < CH / 4) cp_async16(Gs + tid * 4, a.Gc + row0 + tid * 4);
-    auto issue = [&](int vt) {  // S0 columns and Vnᵀ rows of value tile vt
-        load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
-        load_tile<CH, 64, 128>(Vs + (vt & 1) * 64 * CH, vn + (size_t)vt * 64 * CH, CH, tid);
-        cp_async_commit();
-    };
-    issue(0);
-    if (nvt > 1) issue(1);
+    issue_s(0);
+    issue_v(0);
+    cp_async_commit();
+    if (nvt > 1) issue_v(1);
+    cp_async_commit();
     uint32_t fq[DK / 16][4], fp[4][4];
     float e0 = 0.f, e1 = 0.f;
     const int i0 = 16 * w + g;
     const size_t out0 = ((size_t)b * a.T + (size_t)c * CH + i0) * (size_t)(a.H * dv) + (size_t)h * dv;
     for (int vt = 0; vt < nvt; vt++) {
-        if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
+        cp_async_wait<1>();
         __syncthreads();
         if (vt == 0) {
             lds_a<DK, DK>(fq, Qs, 16 * w);
@@ -7595,6 +7599,9 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
             acc_to_a<4>(fp, P, 1.f);
             e0 = a.scale * expf(G0);
             e1 = a.scale * expf(G1);
+            __syncthreads();  // K is spent: its room takes tile 1's S0
+            if (nvt > 1) issue_s(1);
+            cp_async_commit();
         }
         float O[8][4];
         acc_zero(O);
@@ -7605,10 +7612,11 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
         if (a.o16) store_acc<64>(a.o16 + out0 + vt * 64, (size_t)a.H * dv, O, 1.f, 1.f);
         else store_acc<64>(a.o + out0 + vt * 64, (size_t)a.H * dv, O, 1.f, 1.f);
         __syncthreads();  // buffer vt & 1 is free
-        if (vt + 2 < nvt) issue(vt + 2);
+        if (vt + 2 < nvt) { issue_s(vt + 2); issue_v(vt + 2); }
+        cp_async_commit();
     }
 }
-template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
+template <int DK> constexpr size_t fwd_out_bf16_smem() { return (CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
 
 // B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps, after bwd_state_bf16 (it reads the chunk's dS^end
 // snapshot dSe). Warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and one half hf = w >> 2 of each 64 value
