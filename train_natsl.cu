@@ -7058,12 +7058,16 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&fa)[NK][4], const float (&ac
 // dst[d_k][ld] (bf16, the warp's first column at dst): stmatrix writes the fragments transposed into the warp's
 // staging rows stg [DK][16] (the two 16-byte halves of rows 4..7 of every 8 swapped: no bank conflicts), then each lane
 // stores DK/16 runs of 16 bytes along d_v (in place of 4·DK/8 two-byte stores).
-template <int DK>
-__device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uint32_t (&fa)[DK / 16][4], bf16 *stg) {
+// (store_state_cols in two halves: the fragments into the staging rows, then the staging rows to dst, each lane DK/16
+// runs of 16 bytes)
+template <int DK> __device__ __forceinline__ void state_cols_stage(const uint32_t (&fa)[DK / 16][4], bf16 *stg) {
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < DK / 16; kk++)
         stsm4t(smem_u32(stg + (16 * kk + 8 * (mi >> 1) + r) * 16 + 8 * ((mi & 1) ^ (r >> 2))), fa[kk]);
+}
+template <int DK> __device__ __forceinline__ void state_cols_out(bf16 *dst, size_t ld, const bf16 *stg) {
+    const int lane = threadIdx.x & 31;
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < DK / 16; i++) {
@@ -7072,6 +7076,11 @@ __device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uin
             *reinterpret_cast<const uint4 *>(stg + row * 16 + 8 * (half ^ ((row >> 2) & 1)));
     }
     __syncwarp();
+}
+template <int DK>
+__device__ __forceinline__ void store_state_cols(bf16 *dst, size_t ld, const uint32_t (&fa)[DK / 16][4], bf16 *stg) {
+    state_cols_stage<DK>(fa, stg);
+    state_cols_out<DK>(dst, ld, stg);
 }
 // A warp's 16 × CH tile (rows: its 16 value columns, columns: the chunk's tokens), held as the A fragments fa of
 // its accumulators (acc_to_a, sign +1), to dst[16][CH] (bf16): stmatrix writes them into the warp's staging rows
@@ -7151,6 +7160,12 @@ __device__ __forceinline__ void wg_mma(float (&d)[N / 8][4], const uint32_t (&a)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" GW_R96 "}, {%96,%97,%98,%99}, %100, p, 1, 1, %102;\n}\n"
                      : GW_D32(0), GW_D32(8), GW_D32(16) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+}
+// d(64 × 64) −= A(64 × 16) B(16 × 64): wg_mma<64, TB> with A negated by the instruction (imm-scale-a = −1)
+template <int TB> __device__ __forceinline__ void wg_mma_sub64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" GW_R32 "}, {%32,%33,%34,%35}, %36, p, -1, 1, %38;\n}\n"
+                 : GW_D32(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
 }
 #undef GW_D32
 #undef GW_T2
@@ -7259,16 +7274,16 @@ __device__ __forceinline__ void store_acc(OT *dst, size_t ld, const float (&acc)
         st2(dst + 8 * ld + 8 * j + 2 * t, s1 * acc[j][2], s1 * acc[j][3]);
     }
 }
-// A[16 × CH] = rows of acc scaled per token (column) by f(token): bf16 fragments
-__device__ __forceinline__ void acc_to_a_scaled(uint32_t (&fa)[4][4], const float (&acc)[8][4], const float *fs) {
-    const int t = threadIdx.x & 3;
+// A[16 × CH] = rows of acc scaled per token (column) by this thread's factors f[kk][e] of tokens 16 kk + 2t + (e & 1) +
+// 8 (e >> 1) (t = lane & 3: the columns of its accumulators, tok_of): bf16 fragments
+__device__ __forceinline__ int tok_of(int kk, int e) { return 16 * kk + 2 * (threadIdx.x & 3) + (e & 1) + 8 * (e >> 1); }
+__device__ __forceinline__ void acc_to_a_fac(uint32_t (&fa)[4][4], const float (&acc)[8][4], const float (&f)[4][4]) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        const float f0 = fs[16 * kk + 2 * t], f1 = fs[16 * kk + 2 * t + 1], f2 = fs[16 * kk + 8 + 2 * t], f3 = fs[16 * kk + 9 + 2 * t];
-        fa[kk][0] = pack_bf16(acc[2 * kk][0] * f0, acc[2 * kk][1] * f1);
-        fa[kk][1] = pack_bf16(acc[2 * kk][2] * f0, acc[2 * kk][3] * f1);
-        fa[kk][2] = pack_bf16(acc[2 * kk + 1][0] * f2, acc[2 * kk + 1][1] * f3);
-        fa[kk][3] = pack_bf16(acc[2 * kk + 1][2] * f2, acc[2 * kk + 1][3] * f3);
+        fa[kk][0] = pack_bf16(acc[2 * kk][0] * f[kk][0], acc[2 * kk][1] * f[kk][1]);
+        fa[kk][1] = pack_bf16(acc[2 * kk][2] * f[kk][0], acc[2 * kk][3] * f[kk][1]);
+        fa[kk][2] = pack_bf16(acc[2 * kk + 1][0] * f[kk][2], acc[2 * kk + 1][1] * f[kk][3]);
+        fa[kk][3] = pack_bf16(acc[2 * kk + 1][2] * f[kk][2], acc[2 * kk + 1][3] * f[kk][3]);
     }
 }
 // A fragments of a 16 × CH bf16 tile (fl, as acc_to_a makes them) times a factor per column (token) fs: bf16
@@ -7449,97 +7464,130 @@ template <int DK> constexpr size_t prep_bf16_smem() {
 #define GC_ACC_ROW(q) ((lane >> 2) + 8 * ((q) >> 1))
 #define GC_ACC_COL(j, q) (8 * (j) + 2 * (lane & 3) + ((q) & 1))
 
+// fwd_state_bf16's per-warp U slices (a warp's 16 value columns of a chunk's CH rows, fp32) have rows padded to FS_UL
+// values (80 bytes): the accumulator-order reads (lanes 4 apart: rows 2 apart, 8 banks; lanes 1 apart: consecutive
+// columns) hit 32 distinct banks
+#define FS_UL 20
 // K2 on Hopper's warpgroup MMA: NW/4 warpgroups a block (warpgroup g: value columns 16·NW·x + 64g .. + 63). Per chunk
 // c (first to last), from the warps' registers as A operand:
 //   Vnᵀ = Uᵀ − Sᵀ Wᵀ (N = CH, K-major B: W's rows);  Sᵀ ← γ_L Sᵀ + (Vnᵀ diag(m λ)) K (N = d_k, MN-major B: K's rows)
-// (Uᵀ: the warp's 16 value columns of U, read from global memory in accumulator order.) W, K ([CH][64] tiles,
-// load_tile_wg) and the gates double-buffered: 82 KB a 4-warp block at d_k = 128, two blocks an SM.
+// The chain of a chunk step is the two products and what joins them; everything else runs beside them. W, K and the
+// gates ([CH][64] tiles, load_tile_wg) double-buffered; Uᵀ (the warp's 16 value columns of the chunk's U rows, fp32)
+// as a per-warp slice by cp.async (its rows fetched into L2 a step before); chunk c + 1's of both issued while step
+// c's Sᵀ Wᵀ runs, and so are the state snapshot's stores; m of chunk c + 1 read during step c; the Vnᵀ tile stored
+// while the state update runs. The gate factors m λ_i are each thread's own (the tokens of its accumulator columns),
+// so a step has one block barrier (chunk c's tiles whole; every warp done with chunk c − 1's buffer). 102 KB a 4-warp
+// block at d_k = 128, two blocks an SM.
 template <int DK, int NW>
 __global__ void __launch_bounds__(32 * NW) fwd_state_bf16_kernel(GA a) {
     static_assert(NW % 4 == 0, "fwd_state_bf16: whole warpgroups");
     constexpr int NT = 32 * NW, TK = CH * DK;
     extern __shared__ uint4 fs_smem[];
     bf16 *Wsm = fa_align1024(fs_smem), *Ksm = Wsm + 2 * TK, *Stg = Ksm + 2 * TK;
-    float *Gsm = reinterpret_cast<float *>(Stg + NW * DK * 16), *Fs = Gsm + 2 * CH;  // Fs: m λ per token
+    float *Gsm = reinterpret_cast<float *>(Stg + NW * DK * 16);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int v0 = (blockIdx.x * NW + w) * 16, h = blockIdx.y, b = blockIdx.z;
     const int T = a.T, dv = a.dvd, Nc = a.Nc;
     const size_t bh = (size_t)b * a.H + h;
+    float *Us = Gsm + 2 * CH + w * CH * FS_UL;  // this warp's U slice [CH][16] (rows FS_UL apart)
+    bf16 *Sw = Stg + w * DK * 16;               // its staging rows
+    auto issue_u = [&](int c) {  // chunk c's U slice (by this warp's lanes alone: four 16-byte copies a row)
+        const float *src = a.U + (bh * T + (size_t)c * CH) * dv + v0;
+#pragma unroll
+        for (int i = lane; i < 4 * CH; i += 32) cp_async16(Us + (i >> 2) * FS_UL + (i & 3) * 4, src + (size_t)(i >> 2) * dv + (i & 3) * 4);
+    };
+    auto prefetch_u = [&](int c) {  // chunk c's U rows of this warp (64 bytes each) into L2
+        const float *src = a.U + (bh * T + (size_t)c * CH) * dv + v0;
+        for (int i = lane; i < CH; i += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(src + (size_t)i * dv));
+    };
     // the descriptors' low words (wgmma_desc_lo) of buffer 0's W (K-major) and K (MN-major: LBO = one [CH][64] tile); a
     // k-step of 16 is 32 bytes along a K-major row, 16 rows (2 KB) of an MN-major tile
     constexpr uint32_t TBYTES = CH * 64 * sizeof(bf16);
     const uint32_t wlo = wgmma_desc_lo(smem_u32(Wsm), 16), klo = wgmma_desc_lo(smem_u32(Ksm), TBYTES);
     float S[DK / 8][4];
     acc_zero(S);
+    // cp.async groups, two a chunk step c: W, K, G of chunk c + 1 and its U slice (once chunk c's is in registers),
+    // both issued while Sᵀ Wᵀ runs; each step waits for all (chunk c's)
     state_issue<DK, NT>(Wsm, Ksm, Gsm, a, bh * T);
     cp_async_commit();
+    issue_u(0);
+    cp_async_commit();
+    if (Nc > 1) prefetch_u(1);
+    float mv = mval_of(a, b, 0, h);
     for (int c = 0; c < Nc; c++) {
         const int s = c & 1;
         const size_t row0 = bh * T + (size_t)c * CH;
-        if (c + 1 < Nc) { state_issue<DK, NT>(Wsm + (s ^ 1) * TK, Ksm + (s ^ 1) * TK, Gsm + (s ^ 1) * CH, a, row0 + CH); cp_async_commit(); }
-        uint32_t fa[DK / 16][4];
-        acc_to_a<DK / 16>(fa, S, 1.f);
-        // snapshot S^start_c, [dk][dv] in bf16 (the bf16 kernels run with bf16 states: takes_bf16)
-        store_state_cols<DK>(reinterpret_cast<bf16 *>(a.state) + (bh * Nc + c) * (size_t)DK * dv + v0, dv, fa,
-                             Stg + w * DK * 16);
-        frag_neg(fa);  // −S
+        const float mv_next = mval_of(a, b, c + 1 < Nc ? c + 1 : c, h);
+        cp_async_wait<0>();  // chunk c's W, K, G and U slice
+        fence_async_smem();
+        __syncthreads();
         float V[8][4];  // Vnᵀ, initialised with Uᵀ
-        float *U = a.U + row0 * dv + v0;
-        if (c + 1 < Nc)  // the next chunk's U rows (this warp's 64 bytes of each) into L2
-            for (int i = lane; i < CH; i += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(U + (size_t)(CH + i) * dv));
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) V[j][q] = U[(size_t)GC_ACC_COL(j, q) * dv + GC_ACC_ROW(q)];
-        if (c + 1 < Nc) cp_async_wait<1>(); else cp_async_wait<0>();
-        fence_async_smem();
-        __syncthreads();
-        {
-            const uint32_t ws0 = wlo + s * (TK / 8);
-            wg_pin(fa);
-            wg_keep(V);
-            wgmma_fence();
+            for (int q = 0; q < 4; q++) V[j][q] = Us[GC_ACC_COL(j, q) * FS_UL + GC_ACC_ROW(q)];
+        // the snapshot S^start_c, [dk][dv] in bf16 (the bf16 kernels run with bf16 states: takes_bf16): the fragments of
+        // Sᵀ into the staging rows now, to global memory while Sᵀ Wᵀ runs; then γ_L Sᵀ for the update
+        const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
+        uint32_t fa[DK / 16][4];
+        acc_to_a<DK / 16>(fa, S, 1.f);
+        state_cols_stage<DK>(fa, Sw);
+        const float gam = expf(GL);
 #pragma unroll
-            for (int kk = 0; kk < DK / 16; kk++)  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
-                wg_mma<CH, 0>(V, fa[kk], wgmma_desc_of(ws0 + (kk >> 2) * (TBYTES / 16) + 2 * (kk & 3)));
-            wgmma_commit();
-            wgmma_wait<0>();
-            wg_keep(V);
-        }
-        {
+        for (int j = 0; j < DK / 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) S[j][q] *= gam;
+        const uint32_t ws0 = wlo + s * (TK / 8);
+        wg_pin(fa);
+        wg_keep(V);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < DK / 16; kk++)  // Vnᵀ = Uᵀ − Sᵀ Wᵀ
+            wg_mma_sub64<0>(V, fa[kk], wgmma_desc_of(ws0 + (kk >> 2) * (TBYTES / 16) + 2 * (kk & 3)));
+        wgmma_commit();
+        // beside it: chunk c + 1's loads (W, K, G into the other buffer, which every warp is done with; the U slice,
+        // read into V above), the snapshot's stores and the update's factors m λ_i = m e^{G_L − G_i} of this thread's
+        // tokens
+        if (c + 1 < Nc) state_issue<DK, NT>(Wsm + (s ^ 1) * TK, Ksm + (s ^ 1) * TK, Gsm + (s ^ 1) * CH, a, row0 + CH);
+        cp_async_commit();
+        __syncwarp();
+        if (c + 1 < Nc) issue_u(c + 1);
+        cp_async_commit();
+        if (c + 2 < Nc) prefetch_u(c + 2);
+        state_cols_out<DK>(reinterpret_cast<bf16 *>(a.state) + (bh * Nc + c) * (size_t)DK * dv + v0, dv, Sw);
+        float f[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) f[kk][e] = mv * expf(GL - Gs[tok_of(kk, e)]);
+        wgmma_wait<0>();
+        wg_keep(V);
+        wg_pin(fa);
+        // the update (after the last chunk too, its result unused: no branch around the wgmma statements)
+        uint32_t fv[4][4];
+        acc_to_a_fac(fv, V, f);
+        const uint32_t ks0 = klo + s * (TK / 8);
+        wg_pin(fv);
+        wg_keep(S);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < CH / 16; kk++)  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
+            wg_mma<DK, 1>(S, fv[kk], wgmma_desc_of(ks0 + kk * (16 * 128 / 16)));
+        wgmma_commit();
+        {   // beside it: the Vnᵀ rows of this warp's value columns
             uint32_t fn[4][4];
             acc_to_a<4>(fn, V, 1.f);
-            store_acc_rows(a.Vb + ((bh * Nc + c) * dv + v0) * CH, fn, Stg + w * DK * 16);  // Vnᵀ rows of its value columns
+            store_acc_rows(a.Vb + ((bh * Nc + c) * dv + v0) * CH, fn, Sw);
         }
-        if (c + 1 < Nc) {
-            const float *Gs = Gsm + s * CH, GL = Gs[CH - 1];
-            const float mv = mval_of(a, b, c, h);
-            for (int i = threadIdx.x; i < CH; i += NT) Fs[i] = mv * expf(GL - Gs[i]);
-            __syncthreads();
-            uint32_t fv[4][4];
-            acc_to_a_scaled(fv, V, Fs);
-            const float gam = expf(GL);
-#pragma unroll
-            for (int j = 0; j < DK / 8; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) S[j][q] *= gam;
-            const uint32_t ks0 = klo + s * (TK / 8);
-            wg_pin(fv);
-            wg_keep(S);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < CH / 16; kk++)  // Sᵀ ← γ_L Sᵀ + Vnᵀ diag(m λ) K
-                wg_mma<DK, 1>(S, fv[kk], wgmma_desc_of(ks0 + kk * (16 * 128 / 16)));
-            wgmma_commit();
-            wgmma_wait<0>();
-            wg_keep(S);
-        }
-        __syncthreads();  // buffer s and Fs are free for chunk c + 1
+        wgmma_wait<0>();
+        wg_keep(S);
+        wg_pin(fv);
+        mv = mv_next;
     }
 }
 // (1024: the tiles' alignment)
 template <int DK> constexpr size_t fwd_state_bf16_smem(int nw) {
-    return 1024 + (4 * CH + 16 * nw) * DK * sizeof(bf16) + 3 * CH * sizeof(float);
+    return 1024 + (4 * CH + 16 * nw) * DK * sizeof(bf16) + (2 * CH + nw * CH * FS_UL) * sizeof(float);
 }
 
 // bwd_state_bf16 stores its dS snapshots through staging rows too (store_state_cols: [DK][16] a warp, which
@@ -7712,33 +7760,37 @@ template <int DK> constexpr size_t bwd_state_bf16_smem(int nw) {
 // K3 in bf16 mode (dk ∈ {64, 128, 192}, dv % 64 == 0), grid (Nc, B*H), 4 warps; warp w answers the chunk's queries
 // 16w .. 16w+15: Pw = s (Q Kᵀ ⊙ Γ ⊙ [i ≥ j]) once (bf16 A operand), then per 64 value columns
 // O = s diag(γ) Q S0 + Pw Vn, with Q, K as stored (bf16), S0 the bf16 start states, Vnᵀ the state kernel's
-// bf16 copy; the value tiles double-buffered by cp.async, fp32 accumulation.
+// bf16 copy; the value tiles double-buffered by cp.async, fp32 accumulation. K ([CH][DK]) lands in the second S0
+// buffer ([DK][64], the same size), whose tile is issued once Pw is made: 64 KB a block at d_k = 128, three an SM
+// (at most 168 registers a thread).
+// cp.async groups: Q, K, G and value tile 0; tile 1's Vnᵀ; tile 1's S0 (after Pw); then one a value tile, tile
+// vt + 2's once tile vt is done (each possibly empty): tile vt's are whole at wait_group 1.
 template <int DK>
-__global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
+__global__ void __launch_bounds__(128, DK <= 128 ? 3 : 2) fwd_out_bf16_kernel(GA a) {
     extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *Ss = Ks + CH * DK, *Vs = Ss + 2 * DK * 64;
+    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ss = Qs + CH * DK, *Ks = Ss + DK * 64, *Vs = Ss + 2 * DK * 64;
     float *Gs = reinterpret_cast<float *>(Vs + 2 * 64 * CH);
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv, *vn = a.Vb + cc * dv * CH;
+    auto issue_s = [&](int vt) { load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid); };  // S0 columns
+    auto issue_v = [&](int vt) { load_tile<CH, 64, 128>(Vs + (vt & 1) * 64 * CH, vn + (size_t)vt * 64 * CH, CH, tid); };  // Vnᵀ rows
     load_tile<DK, CH, 128>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
     load_tile<DK, CH, 128>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
     if (tid < CH / 4) cp_async16(Gs + tid * 4, a.Gc + row0 + tid * 4);
-    auto issue = [&](int vt) {  // S0 columns and Vnᵀ rows of value tile vt
-        load_tile<64, DK, 128>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, tid);
-        load_tile<CH, 64, 128>(Vs + (vt & 1) * 64 * CH, vn + (size_t)vt * 64 * CH, CH, tid);
-        cp_async_commit();
-    };
-    issue(0);
-    if (nvt > 1) issue(1);
+    issue_s(0);
+    issue_v(0);
+    cp_async_commit();
+    if (nvt > 1) issue_v(1);
+    cp_async_commit();
     uint32_t fq[DK / 16][4], fp[4][4];
     float e0 = 0.f, e1 = 0.f;
     const int i0 = 16 * w + g;
     const size_t out0 = ((size_t)b * a.T + (size_t)c * CH + i0) * (size_t)(a.H * dv) + (size_t)h * dv;
     for (int vt = 0; vt < nvt; vt++) {
-        if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
+        cp_async_wait<1>();
         __syncthreads();
         if (vt == 0) {
             lds_a<DK, DK>(fq, Qs, 16 * w);
@@ -7756,6 +7808,9 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
             acc_to_a<4>(fp, P, 1.f);
             e0 = a.scale * expf(G0);
             e1 = a.scale * expf(G1);
+            __syncthreads();  // K is spent: its room takes tile 1's S0
+            if (nvt > 1) issue_s(1);
+            cp_async_commit();
         }
         float O[8][4];
         acc_zero(O);
@@ -7766,10 +7821,11 @@ __global__ void __launch_bounds__(128) fwd_out_bf16_kernel(GA a) {
         if (a.o16) store_acc<64>(a.o16 + out0 + vt * 64, (size_t)a.H * dv, O, 1.f, 1.f);
         else store_acc<64>(a.o + out0 + vt * 64, (size_t)a.H * dv, O, 1.f, 1.f);
         __syncthreads();  // buffer vt & 1 is free
-        if (vt + 2 < nvt) issue(vt + 2);
+        if (vt + 2 < nvt) { issue_s(vt + 2); issue_v(vt + 2); }
+        cp_async_commit();
     }
 }
-template <int DK> constexpr size_t fwd_out_bf16_smem() { return (2 * CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
+template <int DK> constexpr size_t fwd_out_bf16_smem() { return (CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
 
 // B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps, after bwd_state_bf16 (it reads the chunk's dS^end
 // snapshot dSe). Warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and one half hf = w >> 2 of each 64 value
@@ -8494,7 +8550,7 @@ static int state_tile(const GA &a) { return a.B * a.H * (a.dvd / 32) < num_sms()
 // The bf16 state kernels: NW ∈ {4, 8} warps per block (16 value columns each, a warpgroup 64). Every warpgroup runs
 // the same sequential chain, so the warps per block that need the fewest waves (blocks per SM from the occupancy API:
 // the kernel's registers and shared memory), and of those 4 (the most parallel loads of the chunk tiles). The 340m
-// (d_k = 128, B = 8) takes 4 in both passes: 192 warpgroups, two blocks an SM (K2 82 KB, B2 110 KB), one wave on 132
+// (d_k = 128, B = 8) takes 4 in both passes: 192 warpgroups, two blocks an SM (K2 102 KB, B2 110 KB), one wave on 132
 // SMs. The 760m's backward at B = 4 takes 8: its 4-warp blocks (134 KB) run one an SM and would need two waves. The
 // blocks per SM of each kernel (fixed registers and shared memory) are asked once, not at every op call.
 template <int DK, bool FWD> static int state_warps(const GA &a) {
