@@ -7163,7 +7163,8 @@ __device__ __forceinline__ void wg_dk(float (&d)[DK / 16][4], uint32_t alo, uint
 template <int DK> __host__ __device__ constexpr bool dk_bf16() { return DK == 64 || DK == 128 || DK == 192; }
 template <int DK> __host__ __device__ constexpr bool dk_fp32() { return DK <= 128; }
 template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128 ? 2 : 1; }
-// K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
+// K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on Hopper's warpgroup MMA, grid (Nc, B*H), 8 warps
+// = two warpgroups.
 // The same outputs as prep_kernel for the bf16 kernels (G, W in bf16, U; for the backward also T and s Pᵀ =
 // s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] in bf16, Q loaded into Kx's room; no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower;
 // T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by column-wise forward substitution, one thread per
@@ -7172,26 +7173,34 @@ template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128
 // products with V take them exactly (one mma a product, V tiles by cp.async); T diag(β) goes in as two bf16 operands
 // (x = hi + lo: two mma a product) and diag(γ) K rounded to bf16. With T as one plain bf16 operand the router
 // gradient dA = Σ_j k_j·X_j, a sum with cancellation downstream of U, moved by 1.1e-2 (dev/cuda/gdn/NOTES.md). fp32
-// accumulation; warp w owns rows R0 = 16(w & 3) .. +15 of each product.
+// accumulation. Each product is wgmma m64nNk16 with both operands read by the tensor cores from shared [rows][64]
+// tiles of 128-byte swizzled rows (wg_mma_ss; K, Q and diag(γ) K as d_k/64 tiles, swt, load_tile_wg): warpgroup
+// wg = w >> 2 computes all 64 rows (its warp w & 3 the rows R0 = 16(w & 3) .. +15) and, of a 64-wide result, the
+// columns C0 = 32·wg .. +31 (K Kᵀ, K Qᵀ: wg_n32), of W the d_k/2 columns dk_col (wg_dk, MN-major diag(γ) K). U is
+// made transposed, Uᵀ = Vᵀ (T diag(β))ᵀ per 64-column V tile (rows: the tile's value columns, columns: tokens
+// C0 .. +31), so that both operands are whole tiles (V's MN-major, T diag(β)'s K-major).
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
-    constexpr int NH = DK / 2, LA = GC_L64;
+    constexpr int LA = GC_L64;
     static_assert(dk_bf16<DK>(), "prep_bf16: dk 64, 128 or 192");
-    extern __shared__ __align__(128) unsigned char smraw[];
-    float *As = reinterpret_cast<float *>(smraw), *Tf = As + CH * LA, *Xs = Tf + CH * LA, *Gs = Xs + 3 * 256, *bs = Gs + CH, *es = bs + CH;
-    bf16 *Ks = reinterpret_cast<bf16 *>(es + CH), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: diag(γ) K
+    extern __shared__ uint4 pb_smem[];
+    bf16 *Ks = fa_align1024(pb_smem), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: diag(γ) K
     bf16 *Vs = Tl + CH * CH;  // two V tiles [CH][64]
+    float *As = reinterpret_cast<float *>(Vs + 2 * CH * 64), *Tf = As + CH * LA, *Xs = Tf + CH * LA, *Gs = Xs + 3 * 256, *bs = Gs + CH, *es = bs + CH;
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, wg = w >> 2;
     const int H = a.H, dv = a.dvd, nvt = dv / 64;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * a.Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
-    const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
+    const int R0 = 16 * (w & 3), C0 = 32 * wg;
     const bf16 *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
+    // the descriptors' low words: K-major operands (LBO unused), MN-major ones (LBO: one [CH][64] tile)
+    auto lo_k = [](const bf16 *X) { return wgmma_desc_lo(smem_u32(X), 16); };
+    auto lo_mn = [](const bf16 *X) { return wgmma_desc_lo(smem_u32(X), CH * 64 * sizeof(bf16)); };
     // cp.async groups: K, then the first two V tiles (of 64 columns), all in flight from the start
     const bf16 *vg = a.v16 + tok0 * a.ldv + (size_t)h * dv;
     auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); cp_async_commit(); };
-    load_tile<DK, CH, 256>(Ks, kg, a.ldqk, tid);
-    if (a.bwd) load_tile<DK, CH, 256>(Kx, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);  // Q, in Kx's room until P
+    load_tile_wg<DK, 256>(Ks, kg, a.ldqk);
+    if (a.bwd) load_tile_wg<DK, 256>(Kx, chunk_rows<DK>(a.q16, a, row0), a.ldqk);  // Q, in Kx's room until P
     cp_async_commit();
     issue_v(0);
     if (nvt > 1) issue_v(1);
@@ -7209,24 +7218,32 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         a.Gc[row0 + lane] = g0; a.Gc[row0 + lane + 32] = g1;
     }
     if (nvt > 1) cp_async_wait<2>(); else cp_async_wait<1>();  // K
+    fence_async_smem();
     __syncthreads();
     {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
-        uint32_t fa[DK / 16][4];
-        float P[4][4];
+        float P[4][4], S[4][4];
         acc_zero(P);
-        lds_a<DK, DK>(fa, Ks, R0);
-        mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
+        acc_zero(S);
+        wg_keep(P);
+        wg_keep(S);
+        wgmma_fence();
+        wg_n32<DK, 0>(P, lo_k(Ks), lo_k(Ks), C0);  // K Kᵀ
+        wgmma_commit();
+        if (a.bwd) wg_n32<DK, 0>(S, lo_k(Ks), lo_k(Kx), C0);  // K Qᵀ (in flight under K Kᵀ's epilogue)
+        wgmma_commit();
+        wgmma_wait<1>();
+        wg_keep(P);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
             const float a0 = (i > col) ? bs[i] * P[j][2 * hh] * expf(Gs[i] - Gs[col]) : 0.f;
             const float a1 = (i > col + 1) ? bs[i] * P[j][2 * hh + 1] * expf(Gs[i] - Gs[col + 1]) : 0.f;
             *reinterpret_cast<float2 *>(As + i * LA + col) = make_float2(a0, a1);
         });
+        wgmma_wait<0>();
+        wg_keep(S);
         if (a.bwd) {  // s Pᵀ = s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] in bf16 for bwd_state_bf16 (rows: keys j, columns: queries i)
-            acc_zero(P);
-            mma_x<DK, 32, DK, true>(P, fa, Kx, C0);
             acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {
-                const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * P[j][2 * hh] : 0.f;
-                const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * P[j][2 * hh + 1] : 0.f;
+                const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * S[j][2 * hh] : 0.f;
+                const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * S[j][2 * hh + 1] : 0.f;
                 *reinterpret_cast<uint32_t *>(a.Pb + cc * CH * CH + r * CH + col) = pack_bf16(p0, p1);
             });
         }
@@ -7235,8 +7252,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // diag(γ) K in bf16
         const int r = idx / (DK / 8), ch = idx % (DK / 8);
         float x[8];
-        ld8(x, Ks + swz<DK>(r, ch), es[r]);
-        *reinterpret_cast<uint4 *>(Kx + swz<DK>(r, ch)) = pack8(x);
+        ld8(x, Ks + swt<CH>(r, ch), es[r]);
+        *reinterpret_cast<uint4 *>(Kx + swt<CH>(r, ch)) = pack8(x);
     }
     __syncthreads();
     if (tid < CH) {  // the diagonal blocks: thread (block bb, column j) solves (I + A_bb) t = e_j
@@ -7288,33 +7305,49 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         *reinterpret_cast<uint4 *>(Th + swz<CH>(r, ch)) = hi;
         *reinterpret_cast<uint4 *>(Tl + swz<CH>(r, ch)) = lo;
     }
+    fence_async_smem();
     __syncthreads();
-    uint32_t fh[CH / 16][4], fl[CH / 16][4];
-    lds_a<CH, CH>(fh, Th, R0);
-    lds_a<CH, CH>(fl, Tl, R0);
+    const uint32_t hlo = lo_k(Th), llo = lo_k(Tl);
     {   // W = (T diag(β)) (diag(γ) K) -> bf16
-        float W[NH / 8][4];
+        float W[DK / 16][4];
         acc_zero(W);
-        mma_x<CH, NH, DK, false>(W, fh, Kx, N0);
-        mma_x<CH, NH, DK, false>(W, fl, Kx, N0);
-        acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
+        wg_keep(W);
+        wgmma_fence();
+        wg_dk<DK, CH, 0, 1>(W, hlo, lo_mn(Kx), wg);
+        wg_dk<DK, CH, 0, 1>(W, llo, lo_mn(Kx), wg);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(W);
+        acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
             *reinterpret_cast<uint32_t *>(a.Wb + (row0 + i) * DK + col) = pack_bf16(W[j][2 * hh], W[j][2 * hh + 1]);
         });
     }
-    for (int vt = 0; vt < nvt; vt++) {  // U = (T diag(β)) V (fp32)
+    for (int vt = 0; vt < nvt; vt++) {  // Uᵀ = Vᵀ (T diag(β))ᵀ (fp32): rows the tile's 64 value columns, columns tokens
         if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
+        fence_async_smem();
         __syncthreads();
         float U[4][4];
         acc_zero(U);
-        mma_x<CH, 32, 64, false>(U, fh, Vs + (vt & 1) * CH * 64, C0);
-        mma_x<CH, 32, 64, false>(U, fl, Vs + (vt & 1) * CH * 64, C0);
-        store_acc<32>(a.U + (row0 + R0 + (lane >> 2)) * dv + vt * 64 + C0, dv, U, 1.f, 1.f);
+        const uint32_t vlo = lo_mn(Vs + (vt & 1) * CH * 64);  // A = Vᵀ: V's tile MN-major
+        wg_keep(U);
+        wgmma_fence();
+        wg_n32<CH, 1>(U, vlo, hlo, C0);
+        wg_n32<CH, 1>(U, vlo, llo, C0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(U);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int v, int i) {  // (value column v, tokens i, i + 1)
+            float *u = a.U + (row0 + i) * dv + vt * 64 + v;
+            u[0] = U[j][2 * hh];
+            u[dv] = U[j][2 * hh + 1];
+        });
         __syncthreads();  // buffer vt & 1 is free
         if (vt + 2 < nvt) issue_v(vt + 2);
     }
 }
+// (1024: the tiles' alignment)
 template <int DK> constexpr size_t prep_bf16_smem() {
-    return sizeof(float) * (2 * CH * GC_L64 + 3 * 256 + 3 * CH) + sizeof(bf16) * (2 * CH * DK + 2 * CH * CH + 2 * CH * 64);
+    return 1024 + sizeof(float) * (2 * CH * GC_L64 + 3 * 256 + 3 * CH) + sizeof(bf16) * (2 * CH * DK + 2 * CH * CH + 2 * CH * 64);
 }
 
 // element (row r of the warp's 16 value columns, column e of n-tile j) of an accumulator tile: r = g (+8), e = 2t (+1)
