@@ -7221,29 +7221,30 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     fence_async_smem();
     __syncthreads();
     {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
-        float P[4][4], S[4][4];
+        float P[4][4];
         acc_zero(P);
-        acc_zero(S);
         wg_keep(P);
-        wg_keep(S);
         wgmma_fence();
         wg_n32<DK, 0>(P, lo_k(Ks), lo_k(Ks), C0);  // K Kᵀ
         wgmma_commit();
-        if (a.bwd) wg_n32<DK, 0>(S, lo_k(Ks), lo_k(Kx), C0);  // K Qᵀ (in flight under K Kᵀ's epilogue)
-        wgmma_commit();
-        wgmma_wait<1>();
+        wgmma_wait<0>();
         wg_keep(P);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
             const float a0 = (i > col) ? bs[i] * P[j][2 * hh] * expf(Gs[i] - Gs[col]) : 0.f;
             const float a1 = (i > col + 1) ? bs[i] * P[j][2 * hh + 1] * expf(Gs[i] - Gs[col + 1]) : 0.f;
             *reinterpret_cast<float2 *>(As + i * LA + col) = make_float2(a0, a1);
         });
-        wgmma_wait<0>();
-        wg_keep(S);
         if (a.bwd) {  // s Pᵀ = s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] in bf16 for bwd_state_bf16 (rows: keys j, columns: queries i)
+            acc_zero(P);
+            wg_keep(P);
+            wgmma_fence();
+            wg_n32<DK, 0>(P, lo_k(Ks), lo_k(Kx), C0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wg_keep(P);
             acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {
-                const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * S[j][2 * hh] : 0.f;
-                const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * S[j][2 * hh + 1] : 0.f;
+                const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * P[j][2 * hh] : 0.f;
+                const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * P[j][2 * hh + 1] : 0.f;
                 *reinterpret_cast<uint32_t *>(a.Pb + cc * CH * CH + r * CH + col) = pack_bf16(p0, p1);
             });
         }
