@@ -7075,7 +7075,7 @@ __device__ __forceinline__ void frag_scaled(uint32_t (&fo)[4][4], const uint32_t
         }
     }
 }
-// ---- tiled operands for the bf16 kernels' warpgroup products (wg_mma_at, wg_xt32, wg_dk). A tile of D columns
+// ---- tiled operands for the bf16 kernels' warpgroup products (wg_mma_ss, wg_n32, wg_dk). A tile of D columns
 // (d_k or CH) is stored as D/64 tiles [R][64] of 128-byte rows, each swz<64> (wgmma's 128B swizzle, load_tile_wg's
 // layout), one after the other: element offset of (row r, 16-byte chunk c). D = 64 is swz<64> itself.
 template <int R> __device__ __forceinline__ int swt(int r, int c) { return (c >> 3) * (R * 64) + swz<64>(r, c & 7); }
