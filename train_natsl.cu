@@ -7299,6 +7299,87 @@ __device__ __forceinline__ void frag_scaled(uint32_t (&fo)[4][4], const uint32_t
         }
     }
 }
+// ---- tiled operands for the bf16 kernels' warpgroup products (wg_mma_ss, wg_n32, wg_dk). A tile of D columns
+// (d_k or CH) is stored as D/64 tiles [R][64] of 128-byte rows, each swz<64> (wgmma's 128B swizzle, load_tile_wg's
+// layout), one after the other: element offset of (row r, 16-byte chunk c). D = 64 is swz<64> itself.
+template <int R> __device__ __forceinline__ int swt(int r, int c) { return (c >> 3) * (R * 64) + swz<64>(r, c & 7); }
+template <int R> __device__ __forceinline__ float2 ld_pair_t(const bf16 *X, int r, int c) { return ld2(X + swt<R>(r, c >> 3) + (c & 7)); }
+template <int R> __device__ __forceinline__ void st_pair_t(bf16 *X, int r, int c, float x0, float x1) {
+    *reinterpret_cast<uint32_t *>(X + swt<R>(r, c >> 3) + (c & 7)) = pack_bf16(x0, x1);
+}
+// d[J0 .. J0 + N/8) (64 × N, the warpgroup's accumulators, a slice of a longer array) += A(64 × 16) B(16 × N) by
+// wgmma m64nNk16, N = 32 or 64, both operands read by the tensor cores from 128B-swizzled shared tiles through the
+// descriptors da, db (wgmma_desc_of): TA = 0 A K-major (stored [m][k]), 1 MN-major (stored [k][m]); TB likewise for B
+// (0: stored [n][k], 1: [k][n]). The caller runs wgmma_fence after writing d, then wgmma_commit, wgmma_wait and
+// wg_keep before reading d.
+#define GX_R16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define GX_R32 GX_R16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define GX_T(j) "+f"(d[J0 + (j)][0]), "+f"(d[J0 + (j)][1]), "+f"(d[J0 + (j)][2]), "+f"(d[J0 + (j)][3])
+#define GX_D16(j) GX_T(j), GX_T(j + 1), GX_T(j + 2), GX_T(j + 3)
+template <int N, int TA, int TB, int J0 = 0, int M>
+__device__ __forceinline__ void wg_mma_ss(float (&d)[M][4], uint64_t da, uint64_t db) {
+    static_assert((N == 32 || N == 64) && J0 + N / 8 <= M, "wg_mma_ss: N of 32 or 64 inside d");
+    if constexpr (N == 32)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" GX_R16 "}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+                     : GX_D16(0) : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" GX_R32 "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                     : GX_D16(0), GX_D16(4) : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+#undef GX_D16
+#undef GX_T
+#undef GX_R32
+#undef GX_R16
+// the k-step kk (16 of k) of an operand of 64 rows (m or n) from its descriptor's low word, in 16-byte units: K-major
+// (T = 0: rows of k, k/64 tiles [64][64] one after the other: 32 bytes along a row) or MN-major (T = 1: stored [k][64],
+// 16 rows of 128 bytes)
+template <int T> __device__ __forceinline__ uint32_t wg_kstep(int kk) { return T ? 128 * kk : (kk >> 2) * 512 + 2 * (kk & 3); }
+// d(64 × 32) += A(64 × NK) Bᵀ-rows c0 .. c0+31: A through alo (TA as wg_mma_ss; K-major A: NK/64 tiles [64][64]), B
+// K-major: X [64 rows][NK] in NK/64 tiles [64][64] (swt<64>), the product's columns X's rows c0 .. (c0 % 8 == 0);
+// alo, blo = wgmma_desc_lo of A's and X's first tiles. Issues only (the caller fences, commits and waits).
+template <int NK, int TA>
+__device__ __forceinline__ void wg_n32(float (&d)[4][4], uint32_t alo, uint32_t blo, int c0) {
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; kk++)
+        wg_mma_ss<32, TA, 0>(d, wgmma_desc_of(alo + wg_kstep<TA>(kk)), wgmma_desc_of(blo + c0 * 8 + wg_kstep<0>(kk)));
+}
+// The d_k/2 columns of a d_k-wide product that warpgroup wg (of two) accumulates, as accumulator tiles j = 0 .. d_k/16:
+// tile j holds columns dk_col(wg, j) .. +7. At d_k = 64 and 128 warpgroup wg owns columns (d_k/2)·wg .. +d_k/2−1 in
+// order; at 192 it owns the 64-column tile 2wg (j < 8) and the 32 columns 64 + 32wg .. of the middle one (j ≥ 8),
+// so that no wgmma's B straddles a 64-column tile
+template <int DK> __device__ __forceinline__ int dk_col(int wg, int j) {
+    if constexpr (DK == 192) return j < 8 ? 128 * wg + 8 * j : 64 + 32 * wg + 8 * (j - 8);
+    else return DK / 2 * wg + 8 * j;
+}
+// f(j, hh, i, col) over the pairs of a d_k-wide accumulator (dk_col's columns) whose rows start at r0, as acc_pairs
+template <int DK, class F> __device__ __forceinline__ void acc_pairs_dk(int r0, int wg, F f) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < DK / 16; j++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) f(j, hh, r0 + (lane >> 2) + 8 * hh, dk_col<DK>(wg, j) + 2 * (lane & 3));
+}
+// d(64 × d_k/2) += A(64 × NK) B[:, dk_col(wg, ·)], A through alo (TA as wg_mma_ss, NK = 64), B = X: TB = 1: X [NK
+// rows][d_k] in d_k/64 tiles [NK][64] (MN-major; a 32-column piece starts 64 bytes into its tile's rows); TB = 0:
+// B = Xᵀ, X [d_k rows][64] one swz<64> tile (K-major). alo, blo = wgmma_desc_lo of A and X. Issues only.
+template <int DK, int NK, int TA, int TB>
+__device__ __forceinline__ void wg_dk(float (&d)[DK / 16][4], uint32_t alo, uint32_t blo, int wg) {
+    static_assert(NK == 64, "wg_dk: k of 64");
+    auto at = [](int c) -> uint32_t { return TB ? (c >> 6) * (NK * 8) + (c & 63) / 8 : c * 8; };  // column c, 16-byte units
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; kk++) {
+        const uint64_t da = wgmma_desc_of(alo + wg_kstep<TA>(kk));
+        const uint32_t k = blo + wg_kstep<TB>(kk);
+        if constexpr (DK == 192) {
+            wg_mma_ss<64, TA, TB, 0>(d, da, wgmma_desc_of(k + at(128 * wg)));
+            wg_mma_ss<32, TA, TB, 8>(d, da, wgmma_desc_of(k + at(64 + 32 * wg)));
+        } else {
+            wg_mma_ss<DK / 2, TA, TB, 0>(d, da, wgmma_desc_of(k + at(DK / 2 * wg)));
+        }
+    }
+}
 // The d_k each kernel family is compiled for: the bf16 tensor-core kernels 64, 128 and 192 (the 760m preset); the fp32
 // ones 32 .. 128 (their shared tiles of fp32 rows outgrow an SM at 192, so the 760m's fp32 mode takes the token
 // recurrence). The 8-warp bf16 kernels keep two blocks per SM (128 registers a thread) up to d_k = 128, one at 192
@@ -7306,7 +7387,8 @@ __device__ __forceinline__ void frag_scaled(uint32_t (&fo)[4][4], const uint32_t
 template <int DK> __host__ __device__ constexpr bool dk_bf16() { return DK == 64 || DK == 128 || DK == 192; }
 template <int DK> __host__ __device__ constexpr bool dk_fp32() { return DK <= 128; }
 template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128 ? 2 : 1; }
-// K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on bf16 tensor cores, grid (Nc, B*H), 8 warps.
+// K1 in bf16 mode (dk ∈ {64, 128, 192}): prep with its products on Hopper's warpgroup MMA, grid (Nc, B*H), 8 warps
+// = two warpgroups.
 // The same outputs as prep_kernel for the bf16 kernels (G, W in bf16, U; for the backward also T and s Pᵀ =
 // s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] in bf16, Q loaded into Kx's room; no fp32 W): A = diag(β) (K Kᵀ ⊙ Γ) strictly lower;
 // T = (I + A)⁻¹ in fp32 by blocks of 16 (each diagonal block by column-wise forward substitution, one thread per
@@ -7315,26 +7397,34 @@ template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128
 // products with V take them exactly (one mma a product, V tiles by cp.async); T diag(β) goes in as two bf16 operands
 // (x = hi + lo: two mma a product) and diag(γ) K rounded to bf16. With T as one plain bf16 operand the router
 // gradient dA = Σ_j k_j·X_j, a sum with cancellation downstream of U, moved by 1.1e-2 (dev/cuda/gdn/NOTES.md). fp32
-// accumulation; warp w owns rows R0 = 16(w & 3) .. +15 of each product.
+// accumulation. Each product is wgmma m64nNk16 with both operands read by the tensor cores from shared [rows][64]
+// tiles of 128-byte swizzled rows (wg_mma_ss; K, Q and diag(γ) K as d_k/64 tiles, swt, load_tile_wg): warpgroup
+// wg = w >> 2 computes all 64 rows (its warp w & 3 the rows R0 = 16(w & 3) .. +15) and, of a 64-wide result, the
+// columns C0 = 32·wg .. +31 (K Kᵀ, K Qᵀ: wg_n32), of W the d_k/2 columns dk_col (wg_dk, MN-major diag(γ) K). U is
+// made transposed, Uᵀ = Vᵀ (T diag(β))ᵀ per 64-column V tile (rows: the tile's value columns, columns: tokens
+// C0 .. +31), so that both operands are whole tiles (V's MN-major, T diag(β)'s K-major).
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
-    constexpr int NH = DK / 2, LA = GC_L64;
+    constexpr int LA = GC_L64;
     static_assert(dk_bf16<DK>(), "prep_bf16: dk 64, 128 or 192");
-    extern __shared__ __align__(128) unsigned char smraw[];
-    float *As = reinterpret_cast<float *>(smraw), *Tf = As + CH * LA, *Xs = Tf + CH * LA, *Gs = Xs + 3 * 256, *bs = Gs + CH, *es = bs + CH;
-    bf16 *Ks = reinterpret_cast<bf16 *>(es + CH), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: diag(γ) K
+    extern __shared__ uint4 pb_smem[];
+    bf16 *Ks = fa_align1024(pb_smem), *Kx = Ks + CH * DK, *Th = Kx + CH * DK, *Tl = Th + CH * CH;  // Kx: diag(γ) K
     bf16 *Vs = Tl + CH * CH;  // two V tiles [CH][64]
+    float *As = reinterpret_cast<float *>(Vs + 2 * CH * 64), *Tf = As + CH * LA, *Xs = Tf + CH * LA, *Gs = Xs + 3 * 256, *bs = Gs + CH, *es = bs + CH;
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, wg = w >> 2;
     const int H = a.H, dv = a.dvd, nvt = dv / 64;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * a.Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
-    const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
+    const int R0 = 16 * (w & 3), C0 = 32 * wg;
     const bf16 *kg = a.k16 + tok0 * a.ldqk + (size_t)h * DK;
+    // the descriptors' low words: K-major operands (LBO unused), MN-major ones (LBO: one [CH][64] tile)
+    auto lo_k = [](const bf16 *X) { return wgmma_desc_lo(smem_u32(X), 16); };
+    auto lo_mn = [](const bf16 *X) { return wgmma_desc_lo(smem_u32(X), CH * 64 * sizeof(bf16)); };
     // cp.async groups: K, then the first two V tiles (of 64 columns), all in flight from the start
     const bf16 *vg = a.v16 + tok0 * a.ldv + (size_t)h * dv;
     auto issue_v = [&](int vt) { load_tile<64, CH, 256>(Vs + (vt & 1) * CH * 64, vg + vt * 64, a.ldv, tid); cp_async_commit(); };
-    load_tile<DK, CH, 256>(Ks, kg, a.ldqk, tid);
-    if (a.bwd) load_tile<DK, CH, 256>(Kx, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);  // Q, in Kx's room until P
+    load_tile_wg<DK, 256>(Ks, kg, a.ldqk);
+    if (a.bwd) load_tile_wg<DK, 256>(Kx, chunk_rows<DK>(a.q16, a, row0), a.ldqk);  // Q, in Kx's room until P
     cp_async_commit();
     issue_v(0);
     if (nvt > 1) issue_v(1);
@@ -7352,13 +7442,17 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         a.Gc[row0 + lane] = g0; a.Gc[row0 + lane + 32] = g1;
     }
     if (nvt > 1) cp_async_wait<2>(); else cp_async_wait<1>();  // K
+    fence_async_smem();
     __syncthreads();
     {   // A = β_i (K Kᵀ)_ij Γ_ij below the diagonal, else 0 (fp32)
-        uint32_t fa[DK / 16][4];
         float P[4][4];
         acc_zero(P);
-        lds_a<DK, DK>(fa, Ks, R0);
-        mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
+        wg_keep(P);
+        wgmma_fence();
+        wg_n32<DK, 0>(P, lo_k(Ks), lo_k(Ks), C0);  // K Kᵀ
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(P);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
             const float a0 = (i > col) ? bs[i] * P[j][2 * hh] * expf(Gs[i] - Gs[col]) : 0.f;
             const float a1 = (i > col + 1) ? bs[i] * P[j][2 * hh + 1] * expf(Gs[i] - Gs[col + 1]) : 0.f;
@@ -7366,7 +7460,12 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         });
         if (a.bwd) {  // s Pᵀ = s K Qᵀ ⊙ Γᵀ ⊙ [i ≥ j] in bf16 for bwd_state_bf16 (rows: keys j, columns: queries i)
             acc_zero(P);
-            mma_x<DK, 32, DK, true>(P, fa, Kx, C0);
+            wg_keep(P);
+            wgmma_fence();
+            wg_n32<DK, 0>(P, lo_k(Ks), lo_k(Kx), C0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wg_keep(P);
             acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {
                 const float p0 = col >= r ? a.scale * expf(Gs[col] - Gs[r]) * P[j][2 * hh] : 0.f;
                 const float p1 = col + 1 >= r ? a.scale * expf(Gs[col + 1] - Gs[r]) * P[j][2 * hh + 1] : 0.f;
@@ -7378,8 +7477,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
     for (int idx = tid; idx < CH * DK / 8; idx += 256) {  // diag(γ) K in bf16
         const int r = idx / (DK / 8), ch = idx % (DK / 8);
         float x[8];
-        ld8(x, Ks + swz<DK>(r, ch), es[r]);
-        *reinterpret_cast<uint4 *>(Kx + swz<DK>(r, ch)) = pack8(x);
+        ld8(x, Ks + swt<CH>(r, ch), es[r]);
+        *reinterpret_cast<uint4 *>(Kx + swt<CH>(r, ch)) = pack8(x);
     }
     __syncthreads();
     if (tid < CH) {  // the diagonal blocks: thread (block bb, column j) solves (I + A_bb) t = e_j
@@ -7431,33 +7530,49 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) prep_bf16_kernel(GA a) {
         *reinterpret_cast<uint4 *>(Th + swz<CH>(r, ch)) = hi;
         *reinterpret_cast<uint4 *>(Tl + swz<CH>(r, ch)) = lo;
     }
+    fence_async_smem();
     __syncthreads();
-    uint32_t fh[CH / 16][4], fl[CH / 16][4];
-    lds_a<CH, CH>(fh, Th, R0);
-    lds_a<CH, CH>(fl, Tl, R0);
+    const uint32_t hlo = lo_k(Th), llo = lo_k(Tl);
     {   // W = (T diag(β)) (diag(γ) K) -> bf16
-        float W[NH / 8][4];
+        float W[DK / 16][4];
         acc_zero(W);
-        mma_x<CH, NH, DK, false>(W, fh, Kx, N0);
-        mma_x<CH, NH, DK, false>(W, fl, Kx, N0);
-        acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
+        wg_keep(W);
+        wgmma_fence();
+        wg_dk<DK, CH, 0, 1>(W, hlo, lo_mn(Kx), wg);
+        wg_dk<DK, CH, 0, 1>(W, llo, lo_mn(Kx), wg);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(W);
+        acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
             *reinterpret_cast<uint32_t *>(a.Wb + (row0 + i) * DK + col) = pack_bf16(W[j][2 * hh], W[j][2 * hh + 1]);
         });
     }
-    for (int vt = 0; vt < nvt; vt++) {  // U = (T diag(β)) V (fp32)
+    for (int vt = 0; vt < nvt; vt++) {  // Uᵀ = Vᵀ (T diag(β))ᵀ (fp32): rows the tile's 64 value columns, columns tokens
         if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
+        fence_async_smem();
         __syncthreads();
         float U[4][4];
         acc_zero(U);
-        mma_x<CH, 32, 64, false>(U, fh, Vs + (vt & 1) * CH * 64, C0);
-        mma_x<CH, 32, 64, false>(U, fl, Vs + (vt & 1) * CH * 64, C0);
-        store_acc<32>(a.U + (row0 + R0 + (lane >> 2)) * dv + vt * 64 + C0, dv, U, 1.f, 1.f);
+        const uint32_t vlo = lo_mn(Vs + (vt & 1) * CH * 64);  // A = Vᵀ: V's tile MN-major
+        wg_keep(U);
+        wgmma_fence();
+        wg_n32<CH, 1>(U, vlo, hlo, C0);
+        wg_n32<CH, 1>(U, vlo, llo, C0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(U);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int v, int i) {  // (value column v, tokens i, i + 1)
+            float *u = a.U + (row0 + i) * dv + vt * 64 + v;
+            u[0] = U[j][2 * hh];
+            u[dv] = U[j][2 * hh + 1];
+        });
         __syncthreads();  // buffer vt & 1 is free
         if (vt + 2 < nvt) issue_v(vt + 2);
     }
 }
+// (1024: the tiles' alignment)
 template <int DK> constexpr size_t prep_bf16_smem() {
-    return sizeof(float) * (2 * CH * GC_L64 + 3 * 256 + 3 * CH) + sizeof(bf16) * (2 * CH * DK + 2 * CH * CH + 2 * CH * 64);
+    return 1024 + sizeof(float) * (2 * CH * GC_L64 + 3 * 256 + 3 * CH) + sizeof(bf16) * (2 * CH * DK + 2 * CH * CH + 2 * CH * 64);
 }
 
 // element (row r of the warp's 16 value columns, column e of n-tile j) of an accumulator tile: r = g (+8), e = 2t (+1)
@@ -8169,31 +8284,37 @@ __device__ __forceinline__ void pair_sync(int w) {
     default: asm volatile("bar.sync 4, 64;\n" ::: "memory");
     }
 }
-// B4 in bf16 mode (dk ∈ {64, 128, 192}): bwd_final on bf16 tensor cores, grid (Nc, B*H), 8 warps, two blocks per SM
-// (one at dk = 192).
-// The same math as bwd_final_kernel with every 64×64 and 64×dk product as mma.sync m16n8k16 (bf16 operands, fp32
-// accumulation). Warp w owns rows R0 = 16(w & 3) .. +15 of every product; of a 64-wide result the columns
-// C0 = 32(w >> 2) .. +31, of a dk-wide one N0 = (dk/2)(w >> 2) .. +dk/2−1. Operands in shared memory as swizzled bf16
-// tiles: Q, K (as stored), dWm (bf16, from the first phase), T (bf16, prep's), and three 64×64 tiles for the intermediates
-// (M1 = dPm ⊙ Γ, M2 = dT and then the dA term, M3 = dT Tᵀ); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of
-// being read. A first phase is B3 part 1 (dWm, dTV, dv, dbv over the value tiles: they stay in the block, dTV as an fp32
-// tile read at the same accumulator positions that made it). Elementwise factors at the accumulator positions: dPm,
-// dQ1 (fp32) loaded into registers before the
-// product they meet, their latency under it (though ptxas spills 96 bytes at d_k = 128), X (fp32) after it, q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The
-// per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two terms: the same
-// sum in either order), a column's from its four row strips as four partial sums, added in a fixed order (so the op is
-// bitwise reproducible). With a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the row dots q̂·dq̂,
-// k̂·dk̂ summed as dg's row sums are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise from dq̂ parked
-// in shared memory over the tiles the dK pass has spent while the two warps of its row strip meet at a barrier of their
-// own: l2norm_backward's two passes over dq̂, dk̂ gone.
+// B4 in bf16 mode (dk ∈ {64, 128, 192}): bwd_final on Hopper's warpgroup MMA, grid (Nc, B*H), 8 warps = two
+// warpgroups, two blocks per SM (one at dk = 192).
+// The same math as bwd_final_kernel with every 64×64 and 64×dk product as wgmma m64nNk16 (bf16 operands, fp32
+// accumulation), both operands read by the tensor cores from the shared tiles through descriptors (wg_mma_ss: once a
+// warpgroup, no fragments in registers; a transposed operand is the MN-major read of its tile). Warpgroup wg = w >> 2
+// computes all 64 rows of a product, its warp w & 3 the rows R0 = 16(w & 3) .. +15 (accumulator layout of mma.sync);
+// of a 64-wide result the columns C0 = 32·wg .. +31 (wg_n32: N = 32, every such B K-major, rows C0 .. of a tile), of a
+// dk-wide one the dk/2 columns dk_col (wg_dk: MN-major B, Q's, K's, dWm's columns; K-major S0 in the first phase).
+// Operands in shared memory as [rows][64] tiles of 128-byte swizzled rows (swt, 1024-byte aligned): Q, K (as stored,
+// d_k/64 tiles each), dWm (bf16, from the first phase), T (bf16, prep's),
+// and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and then the dA term, M3t = (dT Tᵀ)ᵀ = T dTᵀ,
+// stored transposed so that dA = −Tᵀ M3 reads it K-major); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of
+// being read. A first phase is B3 part 1 (dWm, dTV, dv, dbv over the value tiles: they stay in the block, dTV as an
+// fp32 tile read at the same accumulator positions that made it). Elementwise factors at the accumulator positions:
+// dPm (fp32) loaded into registers before the product it meets, its latency under it, dQ1 and X (fp32) after theirs,
+// q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The per-token sums that feed dg and dβ
+// go to shared memory: a row's from its two warps by atomics (two terms: the same sum in either order), a column's
+// from its four row strips as four partial sums, added in a fixed order (so the op is bitwise reproducible). With
+// a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the row dots q̂·dq̂, k̂·dk̂ summed as dg's row sums
+// are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise from dq̂ parked in shared memory over the tiles
+// the dK pass has spent while the two warps of its row strip meet at a barrier of their own: l2norm_backward's two
+// passes over dq̂, dk̂ gone.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a) {
     constexpr int NH = DK / 2, LTV = CH + 8;
     static_assert(dk_bf16<DK>(), "bwd_final_bf16: dk 64, 128 or 192");
-    extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smraw), *Ks = Qs + CH * DK, *M1 = Ks + CH * DK, *Ds = M1 + CH * CH;
+    extern __shared__ uint4 bf_smem[];
+    bf16 *Qs = fa_align1024(bf_smem), *Ks = Qs + CH * DK, *M1 = Ks + CH * DK, *Ds = M1 + CH * CH;
     float *TVs = reinterpret_cast<float *>(Ds + CH * DK);  // dTV [CH][LTV] (fp32), phase 1's
     bf16 *Ts = reinterpret_cast<bf16 *>(TVs + CH * LTV), *M2 = Ts + CH * CH, *M3 = M2 + CH * CH;
+    static_assert((CH * LTV * sizeof(float)) % 1024 == 0, "bwd_final_bf16: the tiles after TVs 1024-byte aligned");
     float *Gs = reinterpret_cast<float *>(M3 + CH * CH), *bs = Gs + CH, *es = bs + CH, *dbs = es + CH, *red = dbs + CH;
     // with a.rho, the last pass's dq̂ [CH][DK] fp32 over Ds, TVs, Ts, M2, M3 (spent by then), row i's 8-column groups
     // permuted by i mod 8 (its stores and loads conflict-free)
@@ -8206,11 +8327,14 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     float *qn = xk + CH, *kn = qn + CH; // with a.rho: q̂·dq̂, k̂·dk̂ per token (the L2 norm's backward)
     float *rq = kn + CH, *rk = rq + CH; // with a.rho: the tokens' 1/norms ρ of Q, K
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3, wg = w >> 2;
     const int H = a.H, Nc = a.Nc;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, tok0 = (size_t)b * a.T + (size_t)c * CH;
-    const int R0 = 16 * (w & 3), C0 = 32 * (w >> 2), N0 = NH * (w >> 2);
+    const int R0 = 16 * (w & 3), C0 = 32 * wg;
     const float mv = mval_of(a, b, c, h), scale = a.scale;
+    // the descriptors' low words: K-major operands (LBO unused), MN-major ones (LBO: one [CH][64] tile)
+    auto lo_k = [](const bf16 *X) { return wgmma_desc_lo(smem_u32(X), 16); };
+    auto lo_mn = [](const bf16 *X) { return wgmma_desc_lo(smem_u32(X), CH * 64 * sizeof(bf16)); };
 
     if (tid < CH) { bs[tid] = a.beta[(tok0 + tid) * H + h]; dbs[tid] = 0.f; }
     for (int i = tid; i < 15 * CH; i += 256) red[i] = 0.f;
@@ -8220,8 +8344,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     }
     {   // phase 1 (B3 part 1), over 64-column value tiles: dWm = dVn S0ᵀ (into Ds, bf16), dTV = dVn Vᵀ diag(β) (into TVs),
         // dv += diag(β) Tᵀ dVn, dbv = rowdot(V, Tᵀ dVn) (into dbs). dVnᵀ as bwd_state_bf16 stored it ([dv][CH] a chunk,
-        // bf16: its A fragments by ldmatrix.trans); the S0, V, dVnᵀ tiles double-buffered by cp.async over Qs .. TVs,
-        // which the phase leaves unwritten until its last barrier
+        // bf16: its A fragments by ldmatrix.trans); the S0 ([DK][64]: K-major B of dVn S0ᵀ), V, dVnᵀ tiles (K-major B
+        // of dVn Vᵀ and Tᵀ dVn) double-buffered by cp.async over Qs .. TVs, which the phase leaves unwritten until its
+        // last barrier
         bf16 *Ss = Qs, *Vs = Ss + 2 * DK * 64, *Dv = Vs + 2 * CH * 64;  // Ss: 2 × [DK][64], Vs: 2 × [CH][64], Dv: 2 × dVnᵀ [64][CH]
         static_assert(2 * DK * 64 + 4 * CH * 64 <= 3 * CH * DK + CH * CH + 2 * CH * LTV, "bwd_final_bf16: phase 1's tiles");
         const int dv = a.dvd, nvt = dv / 64;
@@ -8240,19 +8365,22 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         float W1[DK / 16][4], P2[4][4], dbv0 = 0.f, dbv1 = 0.f;
         acc_zero(W1);
         acc_zero(P2);
-        uint32_t ftt[4][4];  // Tᵀ rows R0.. (A operand from T's columns: ldmatrix.trans)
         for (int vt = 0; vt < nvt; vt++) {
             if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
+            fence_async_smem();
             __syncthreads();
             const bf16 *Vt = Vs + (vt & 1) * CH * 64, *Dt = Dv + (vt & 1) * 64 * CH;
-            if (vt == 0) lds_at<CH, CH>(ftt, Ts, R0);
-            uint32_t fd[4][4];  // dVn rows R0 .. (its tokens), k = the tile's 64 value columns
-            lds_at<64, CH>(fd, Dt, R0);
-            mma_x<64, NH, 64, true>(W1, fd, Ss + (vt & 1) * DK * 64, N0);  // dVn S0ᵀ
-            mma_x<64, 32, 64, true>(P2, fd, Vt, C0);                       // dVn Vᵀ
+            const uint32_t dlo = lo_mn(Dt);  // A = dVn (tokens × the tile's 64 value columns): dVnᵀ MN-major
             float Y[4][4];
             acc_zero(Y);
-            mma_x<CH, 32, CH, true>(Y, ftt, Dt, C0);  // Tᵀ dVn
+            wg_keep(W1); wg_keep(P2); wg_keep(Y);
+            wgmma_fence();
+            wg_dk<DK, 64, 1, 0>(W1, dlo, lo_k(Ss + (vt & 1) * DK * 64), wg);  // dVn S0ᵀ
+            wg_n32<64, 1>(P2, dlo, lo_k(Vt), C0);                              // dVn Vᵀ
+            wg_n32<CH, 1>(Y, lo_mn(Ts), lo_k(Dt), C0);                        // Tᵀ dVn (A = T MN-major)
+            wgmma_commit();
+            wgmma_wait<0>();
+            wg_keep(W1); wg_keep(P2); wg_keep(Y);
             acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {
                 const float2 vv = ld_pair<64>(Vt, r, col);
                 const size_t at = (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col;
@@ -8267,19 +8395,20 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
         dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
         if (t == 0) { atomicAdd(dbs + R0 + g, dbv0); atomicAdd(dbs + R0 + g + 8, dbv1); }
-        acc_pairs<NH>(R0, N0, [&](int j, int hh, int r, int col) { st_pair<DK>(Ds, r, col, W1[j][2 * hh], W1[j][2 * hh + 1]); });
+        acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int r, int col) { st_pair_t<CH>(Ds, r, col, W1[j][2 * hh], W1[j][2 * hh + 1]); });
         acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {  // dTV's columns times β_j
             *reinterpret_cast<float2 *>(TVs + r * LTV + col) = make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
         });
         __syncthreads();  // Qs, Ks are free (phase 1's tiles spent)
     }
-    load_tile<DK, CH, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk, tid);
-    load_tile<DK, CH, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk, tid);
+    load_tile_wg<DK, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk);
+    load_tile_wg<DK, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk);
     cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
     if (tid < CH) es[tid] = expf(Gs[tid]);
+    cp_async_wait<0>();
+    fence_async_smem();  // (and Ds's stores)
     __syncthreads();
+    const uint32_t klo = lo_k(Ks);
 
     // the warp's per-row partial sums (rows R0 + g, R0 + g + 8) -> shared, over the 4 threads of a row
     auto add_rows = [&](float *dst, float s0, float s1) {
@@ -8298,15 +8427,22 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
                 if (g == 0) dst[(w & 3) * CH + C0 + 8 * j + 2 * t + e] = x;
             }
     };
-    uint32_t fa[DK / 16][4], fm[CH / 16][4];
 
-    {   // M1 = dPmm = dPm ⊙ Γ ⊙ [i ≥ j];  E = dPmm ⊙ QKᵀ -> row and column sums (dg)
-        float P[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
+    {   // M1 = dPmm = dPm ⊙ Γ ⊙ [i ≥ j];  E = dPmm ⊙ QKᵀ -> row and column sums (dg).  M2 = dT = dTV − dWm (diag(β γ) K)ᵀ
+        float P[4][4], Z[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
         float2 dpm[4][2];  // (loaded before the product: their latency under it)
-        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { dpm[j][hh] = ld2(a.dPm + cc * CH * CH + i * CH + col); });
         acc_zero(P);
-        lds_a<DK, DK>(fa, Qs, R0);
-        mma_x<DK, 32, DK, true>(P, fa, Ks, C0);
+        acc_zero(Z);
+        wg_keep(P);
+        wg_keep(Z);
+        wgmma_fence();
+        wg_n32<DK, 0>(P, lo_k(Qs), klo, C0);  // Q Kᵀ
+        wgmma_commit();
+        wg_n32<DK, 0>(Z, lo_k(Ds), klo, C0);  // dWm Kᵀ (in flight under Q Kᵀ's epilogue)
+        wgmma_commit();
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { dpm[j][hh] = ld2(a.dPm + cc * CH * CH + i * CH + col); });
+        wgmma_wait<1>();
+        wg_keep(P);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
             const float2 dp = dpm[j][hh];
             const float d0 = (i >= col) ? dp.x * expf(Gs[i] - Gs[col]) : 0.f;
@@ -8318,35 +8454,38 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         });
         add_rows(rsE, r0s, r1s);
         add_cols(csE, cs);
-    }
-    {   // M2 = dT = dTV − dWm (diag(β γ) K)ᵀ
-        float Z[4][4];
-        float2 dtv[4][2];
-        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { dtv[j][hh] = *reinterpret_cast<const float2 *>(TVs + i * LTV + col); });
-        acc_zero(Z);
-        lds_a<DK, DK>(fa, Ds, R0);
-        mma_x<DK, 32, DK, true>(Z, fa, Ks, C0);
+        wgmma_wait<0>();
+        wg_keep(Z);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
-            const float2 tv = dtv[j][hh];
+            const float2 tv = *reinterpret_cast<const float2 *>(TVs + i * LTV + col);
             st_pair<CH>(M2, i, col, fmaf(-bs[col] * es[col], Z[j][2 * hh], tv.x), fmaf(-bs[col + 1] * es[col + 1], Z[j][2 * hh + 1], tv.y));
         });
     }
+    fence_async_smem();
     __syncthreads();
-    {   // M3 = dT Tᵀ
+    {   // M3t = M3ᵀ = T dTᵀ (M3 = dT Tᵀ: stored transposed, the K-major B of dA = −Tᵀ M3)
         float Y[4][4];
         acc_zero(Y);
-        lds_a<CH, CH>(fm, M2, R0);
-        mma_x<CH, 32, CH, true>(Y, fm, Ts, C0);
+        wg_keep(Y);
+        wgmma_fence();
+        wg_n32<CH, 0>(Y, lo_k(Ts), lo_k(M2), C0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(Y);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { st_pair<CH>(M3, i, col, Y[j][2 * hh], Y[j][2 * hh + 1]); });
     }
+    fence_async_smem();
     __syncthreads();
     {   // dA = −Tᵀ M3; below the diagonal: V = dA ⊙ Γ ⊙ KKᵀ (rows, β-weighted columns: dg, dβ); M2 = dA ⊙ Γ diag(β) rows
         float dA[4][4], KK[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
         acc_zero(dA); acc_zero(KK);
-        lds_a<DK, DK>(fa, Ks, R0);
-        mma_x<DK, 32, DK, true>(KK, fa, Ks, C0);
-        lds_at<CH, CH>(fm, Ts, R0);
-        mma_x<CH, 32, CH, false>(dA, fm, M3, C0);
+        wg_keep(KK); wg_keep(dA);
+        wgmma_fence();
+        wg_n32<DK, 0>(KK, klo, klo, C0);
+        wg_n32<CH, 1>(dA, lo_mn(Ts), lo_k(M3), C0);  // (A = Tᵀ: T MN-major)
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(KK); wg_keep(dA);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
             float m3[2];
 #pragma unroll
@@ -8362,14 +8501,19 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         add_rows(rs2, r0s, r1s);
         add_cols(cw2, cs);
     }
+    fence_async_smem();
     __syncthreads();
     {   // dK = diag(β γ) R + dPmmᵀ Q + M2 K + M2ᵀ K + m X, R = −Tᵀ dWm;  kr = k·R (dg, dβ), xk = k·X (dg, dA), kn = k·dK
         float dK[NH / 8][4], k0s = 0.f, k1s = 0.f, x0s = 0.f, x1s = 0.f, n0 = 0.f, n1 = 0.f;
         acc_zero(dK);
-        lds_at<CH, CH>(fm, Ts, R0);
-        mma_x<CH, NH, DK, false>(dK, fm, Ds, N0);
-        acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
-            const float2 kv = ld_pair<DK>(Ks, i, col);
+        wg_keep(dK);
+        wgmma_fence();
+        wg_dk<DK, CH, 1, 1>(dK, lo_mn(Ts), lo_mn(Ds), wg);  // Tᵀ dWm (= −R)
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(dK);
+        acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
+            const float2 kv = ld_pair_t<CH>(Ks, i, col);
             const float mbe = -bs[i] * es[i], x0 = dK[j][2 * hh], x1 = dK[j][2 * hh + 1];
             const float s = -fmaf(kv.x, x0, kv.y * x1);
             if (hh) k1s += s; else k0s += s;
@@ -8377,15 +8521,17 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             dK[j][2 * hh + 1] = mbe * x1;
         });
         add_rows(kr, k0s, k1s);
-        lds_at<CH, CH>(fm, M1, R0);
-        mma_x<CH, NH, DK, false>(dK, fm, Qs, N0);
-        lds_a<CH, CH>(fm, M2, R0);
-        mma_x<CH, NH, DK, false>(dK, fm, Ks, N0);
-        lds_at<CH, CH>(fm, M2, R0);
-        mma_x<CH, NH, DK, false>(dK, fm, Ks, N0);
-        acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
+        wg_keep(dK);
+        wgmma_fence();
+        wg_dk<DK, CH, 1, 1>(dK, lo_mn(M1), lo_mn(Qs), wg);  // dPmmᵀ Q
+        wg_dk<DK, CH, 0, 1>(dK, lo_k(M2), lo_mn(Ks), wg);   // M2 K
+        wg_dk<DK, CH, 1, 1>(dK, lo_mn(M2), lo_mn(Ks), wg);  // M2ᵀ K
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(dK);
+        acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
             const float2 x = *reinterpret_cast<const float2 *>(a.X + (row0 + i) * DK + col);
-            const float2 kv = ld_pair<DK>(Ks, i, col);
+            const float2 kv = ld_pair_t<CH>(Ks, i, col);
             const float d0 = fmaf(mv, x.x, dK[j][2 * hh]), d1 = fmaf(mv, x.y, dK[j][2 * hh + 1]);
             if (a.rho) { dK[j][2 * hh] = d0; dK[j][2 * hh + 1] = d1; } // stored below, through the L2 norm
             else *reinterpret_cast<float2 *>(a.dk + (tok0 + i) * a.ldqk + (size_t)h * DK + col) = make_float2(d0, d1);
@@ -8396,44 +8542,41 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         if (a.rho) add_rows(kn, n0, n1);
         __syncthreads();
         if (a.rho) // dK = ρ (dk̂ − k̂ (k̂·dk̂))  (3.4i)
-            acc_pairs<NH>(R0, N0, [&](int j, int hh, int i, int col) {
-                const float2 kv = ld_pair<DK>(Ks, i, col);
+            acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
+                const float2 kv = ld_pair_t<CH>(Ks, i, col);
                 st_grad(a, a.dk, (tok0 + i) * a.ldqk + (size_t)h * DK + col, rk[i] * (dK[j][2 * hh] - kv.x * kn[i]),
                         rk[i] * (dK[j][2 * hh + 1] - kv.y * kn[i]));
             });
     }
-    {   // dQ = dPmm K + s diag(γ) dQ1, in two halves of dk/4 columns (registers);  qd = q·dQ1 (dg). With a.rho, dq̂ goes
-        // to shared memory (DQs, over the tiles the dK pass has spent) and leaves as ρ (dq̂ − q̂ (q̂·dq̂))  (3.4i)
+    {   // dQ = dPmm K + s diag(γ) dQ1 (registers);  qd = q·dQ1 (dg). With a.rho, dq̂ goes to shared memory (DQs, over
+        // the tiles the dK pass has spent) and leaves as ρ (dq̂ − q̂ (q̂·dq̂))  (3.4i)
         float q0 = 0.f, q1 = 0.f, n0 = 0.f, n1 = 0.f;
-        lds_a<CH, CH>(fm, M1, R0);
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float dQ[NH / 16][4];
-            float2 dq1[NH / 16][2];
-            acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) { dq1[j][hh] = ld2(a.dQ1 + (row0 + i) * DK + col); });
-            acc_zero(dQ);
-            mma_x<CH, NH / 2, DK, false>(dQ, fm, Ks, N0 + hf * NH / 2);
-            acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int j, int hh, int i, int col) {
-                const float se = scale * es[i];
-                const float2 d1 = dq1[j][hh], qv = ld_pair<DK>(Qs, i, col);
-                const float2 dq = make_float2(fmaf(se, d1.x, dQ[j][2 * hh]), fmaf(se, d1.y, dQ[j][2 * hh + 1]));
-                if (a.rho) *reinterpret_cast<float2 *>(DQs + dq_at(i, col)) = dq;
-                else *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) = dq;
-                const float s = fmaf(qv.x, d1.x, qv.y * d1.y), sn = fmaf(qv.x, dq.x, qv.y * dq.y);
-                if (hh) { q1 += s; n1 += sn; } else { q0 += s; n0 += sn; }
-            });
-        }
+        float dQ[NH / 8][4];
+        acc_zero(dQ);
+        wg_keep(dQ);
+        wgmma_fence();
+        wg_dk<DK, CH, 0, 1>(dQ, lo_k(M1), lo_mn(Ks), wg);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(dQ);
+        acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
+            const float se = scale * es[i];
+            const float2 d1 = ld2(a.dQ1 + (row0 + i) * DK + col), qv = ld_pair_t<CH>(Qs, i, col);
+            const float2 dq = make_float2(fmaf(se, d1.x, dQ[j][2 * hh]), fmaf(se, d1.y, dQ[j][2 * hh + 1]));
+            if (a.rho) *reinterpret_cast<float2 *>(DQs + dq_at(i, col)) = dq;
+            else *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) = dq;
+            const float s = fmaf(qv.x, d1.x, qv.y * d1.y), sn = fmaf(qv.x, dq.x, qv.y * dq.y);
+            if (hh) { q1 += s; n1 += sn; } else { q0 += s; n0 += sn; }
+        });
         add_rows(qd, q0, q1);
         if (a.rho) {
             add_rows(qn, n0, n1);
             pair_sync(w); // the row strip's other warp: its half of the sums, its half of DQs
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++)
-                acc_pairs<NH / 2>(R0, N0 + hf * NH / 2, [&](int, int, int i, int col) {
-                    const float2 d = *reinterpret_cast<const float2 *>(DQs + dq_at(i, col)), qv = ld_pair<DK>(Qs, i, col);
-                    st_grad(a, a.dq, (tok0 + i) * a.ldqk + (size_t)h * DK + col, rq[i] * (d.x - qv.x * qn[i]),
-                            rq[i] * (d.y - qv.y * qn[i]));
-                });
+            acc_pairs_dk<DK>(R0, wg, [&](int, int, int i, int col) {
+                const float2 d = *reinterpret_cast<const float2 *>(DQs + dq_at(i, col)), qv = ld_pair_t<CH>(Qs, i, col);
+                st_grad(a, a.dq, (tok0 + i) * a.ldqk + (size_t)h * DK + col, rq[i] * (d.x - qv.x * qn[i]),
+                        rq[i] * (d.y - qv.y * qn[i]));
+            });
         }
     }
     __syncthreads();
@@ -8464,8 +8607,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         a.dg[(tok0 + lane + 32) * H + h] = dG[1];
     }
 }
+// (1024: the tiles' alignment)
 template <int DK> constexpr size_t bwd_final_bf16_smem() {
-    return (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + (CH * (CH + 8) + 21 * CH) * sizeof(float);
+    return 1024 + (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + (CH * (CH + 8) + 21 * CH) * sizeof(float);
 }
 
 // ------------------------------------------------------------------------------------------------
