@@ -996,9 +996,9 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
 // stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
 // (run of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
-// window x_{t−3..t} in registers (each x read once), and form pre_t in the same order. The forward's runs are 16
-// bytes (8 bf16 or 4 fp32 channels: one load, one store a row) where every run of channels splits so, else pairs; the
-// backward's are pairs. y (Q, K, V: the token mixers' operands) is stored in the matmul precision. The G and N layers'
+// window x_{t−3..t} in registers (each x read once), and form pre_t in the same order. Both take pairs of channels
+// (16-byte runs, fewer threads with eight rows each in flight, ran the forward slower: 0.153 against 0.124 ms over the
+// 340m's Q | K | V). y (Q, K, V: the token mixers' operands) is stored in the matmul precision. The G and N layers'
 // Q and K go through conv_silu_l2norm_forward (the L2 norm's section), their V through conv_silu_forward. The backward
 // takes consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in
 // one pass over the projection's whole rows. The forward loads eight rows before using any (128 bytes a thread in
@@ -1024,9 +1024,10 @@ struct ConvRuns { // up to 3 runs of consecutive channels: run r's n[r] channels
         return y[0];
     }
 };
-template <class MP, int RUN> // x: the projection, y: the conv's output, both in the matmul precision
+template <class MP> // x: the projection, y: the conv's output, both in the matmul precision
 __global__ void __launch_bounds__(128, 4) conv_silu_forward_kernel(ConvRuns o, const MP *__restrict__ x, int ldx,
         const float *__restrict__ w, int T, int n, int tiles) {
+    constexpr int RUN = 2;
     const int groups = n / RUN, item = blockIdx.x * blockDim.x + threadIdx.x, tile = item / groups;
     if (tile >= tiles) return;
     int ch = (item % groups) * RUN, col = ch, ny;
@@ -1075,26 +1076,15 @@ static void conv_check(const char *who, int ldx, int col, const ConvRuns &o) {
     }
 }
 static int conv_channels(const ConvRuns &o) { int n = 0; for (int r = 0; r < o.nr; r++) n += o.n[r]; return n; }
-// whether every run splits into whole 16-byte runs of `run` channels, x's columns from xc included
-static bool conv_runs16(const ConvRuns &o, const void *xc, int ldx, int col, int run) {
-    bool ok = ldx % run == 0 && col % run == 0 && (uintptr_t)xc % 16 == 0;
-    for (int r = 0; r < o.nr; r++) ok = ok && o.n[r] % run == 0 && (uintptr_t)o.y[r] % 16 == 0;
-    return ok;
-}
-// the runs' channels from col of x (rows of stride ldx) and of w [.][4], in one launch: a thread a 16-byte run of
-// channels where the shapes allow it (else a pair) and a tile of CONV_TILE steps
+// the runs' channels from col of x (rows of stride ldx) and of w [.][4], in one launch: a thread a pair of channels
+// and a tile of CONV_TILE steps
 static void conv_silu_forward_runs(const ConvRuns &o, const real *x, int ldx, int col, const real *w, int B, int T) {
     conv_check(__func__, ldx, col, o);
     int n = conv_channels(o), tiles = B * (T / CONV_TILE);
     with_mp(x, 1, [&](auto xp) {
         using MP = std::remove_const_t<std::remove_pointer_t<decltype(xp)>>;
-        auto go = [&](auto run) {
-            constexpr int RUN = decltype(run)::value;
-            conv_silu_forward_kernel<MP, RUN><<<(unsigned)CEIL_DIV((size_t)(n / RUN) * tiles, 128), 128>>>(o, xp + col, ldx,
-                    w + col * NATSL_CONV, T, n, tiles);
-        };
-        if (conv_runs16(o, xp + col, ldx, col, run16<MP>())) go(std::integral_constant<int, run16<MP>()>());
-        else go(std::integral_constant<int, 2>());
+        conv_silu_forward_kernel<MP><<<(unsigned)CEIL_DIV((size_t)(n / 2) * tiles, 128), 128>>>(o, xp + col, ldx,
+                w + col * NATSL_CONV, T, n, tiles);
     });
     CUDA_CHECK(cudaGetLastError());
 }
@@ -7122,13 +7112,6 @@ __device__ __forceinline__ void lds_a(uint32_t (&fa)[NK / 16][4], const bf16 *X,
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int kk = 0; kk < NK / 16; kk++) ldsm4(fa[kk], smem_u32(X + swz<LD>(r0 + (lane & 15), 2 * kk + (lane >> 4))));
-}
-// A fragments of rows r0 .. r0+15 of Xᵀ, X a swizzled bf16 tile [NK rows][LD] (A's row m = X's column r0 + m)
-template <int NK, int LD>
-__device__ __forceinline__ void lds_at(uint32_t (&fa)[NK / 16][4], const bf16 *X, int r0) {
-    const int lane = threadIdx.x & 31, q = lane >> 3;
-#pragma unroll
-    for (int kk = 0; kk < NK / 16; kk++) ldsm4t(fa[kk], smem_u32(X + swz<LD>(16 * kk + 8 * (q >> 1) + (lane & 7), r0 / 8 + (q & 1))));
 }
 // Hopper's warpgroup MMA for the bf16 state kernels: d(64 × N) += A(64 × 16) B(16 × N), fp32 accumulation, issued by
 // the 4 warps of a warpgroup together (wgmma.mma_async m64nNk16). A in registers: each warp the m16n8k16 A fragments a
