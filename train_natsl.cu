@@ -211,6 +211,13 @@ static int num_sms(void) { // streaming multiprocessors of the current device (g
 }
 // the grid of 256-thread blocks a grid-stride kernel over n values takes (at most 16 blocks an SM)
 static unsigned rows_grid(size_t n) { return (unsigned)std::min(CEIL_DIV(n, 256), (size_t)num_sms() * 16); }
+// the blocks of a grid-stride kernel of 256 threads (no dynamic shared memory) that wants `want`: at most as many as
+// its occupancy lets the GPU hold at once
+template <class K> static int resident_blocks(K kernel, int want) {
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+    return std::min(want, std::max(per_sm, 1) * num_sms());
+}
 
 static int g_bf16 = 0; // bf16 mode (-p bf16): the matmul precision is bf16
 // The pointer of a tensor stored in the matmul precision where mp says so (bf16 in bf16 mode), for a kernel templated
@@ -918,9 +925,7 @@ static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, 
                 auto kernel = rmsnorm_backward_kernel<NJ, V4, std::remove_const_t<std::remove_pointer_t<decltype(xp)>>,
                                                       std::remove_const_t<std::remove_pointer_t<decltype(dyp)>>,
                                                       std::remove_pointer_t<decltype(dxp)>>;
-                int blocks = CEIL_DIV(N * nh, 8), per_sm = 0;
-                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
-                blocks = std::min(blocks, std::max(per_sm, 1) * num_sms());
+                const int blocks = resident_blocks(kernel, CEIL_DIV(N * nh, 8));
                 float *part = colpart((size_t)blocks * n);
                 kernel<<<blocks, 256>>>(dxp, part, dyp, xp, w, rstd, N, nh, n, ldx, ldy);
                 CUDA_CHECK(cudaGetLastError());
@@ -995,16 +1000,16 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
 // stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
-// (run of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
-// window x_{t−3..t} in registers (each x read once), and form pre_t in the same order. Both take pairs of channels
-// (16-byte runs, fewer threads with eight rows each in flight, ran the forward slower: 0.153 against 0.124 ms over the
-// 340m's Q | K | V). y (Q, K, V: the token mixers' operands) is stored in the matmul precision. The G and N layers'
-// Q and K go through conv_silu_l2norm_forward (the L2 norm's section), their V through conv_silu_forward. The backward
-// takes consecutive runs of channels that come from separate tensors in one launch: the G and N layers' Q | K | V in
-// one pass over the projection's whole rows. The forward loads eight rows before using any (128 bytes a thread in
-// flight) and its work a value is small (4 FMAs, the fast SiLU, conversions), so that its bytes bound it; the
-// backward is bound by its loads' latency (four rows of x and dy in a tile's interior; its benchmark: dev/cuda/conv).
-// The backward sums dw per block of CONV_BWD_WARPS tiles, so that its partial sums move far fewer bytes than dy.
+// (pair of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
+// window x_{t−3..t} in registers (each x read once), and form pre_t in the same order (runs of 16 bytes, a quarter of
+// the threads, ran the forward slower: dev/cuda/conv/conv_bench.cu). y (Q, K, V: the token mixers' operands) is
+// stored in the matmul precision. The G and N layers' Q and K go through conv_silu_l2norm_forward (the L2 norm's
+// section), their V through conv_silu_forward. The backward takes consecutive runs of channels that come from
+// separate tensors in one launch: the G and N layers' Q | K | V in one pass over the projection's whole rows. The
+// forward loads eight rows before using any (eight loads a thread in flight) and its work a value is small (4 FMAs,
+// the fast SiLU, conversions), so that its bytes bound it; the backward is bound by its loads' latency (four rows of
+// x and dy in a tile's interior; its benchmark: dev/cuda/conv). The backward sums dw per block of CONV_BWD_WARPS
+// tiles, so that its partial sums move far fewer bytes than dy.
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0 && CONV_TILE % 8 == 0,
               "the conv kernels assume 4 taps and whole tiles of 8-row batches (the backward's interior: 4-row ones)");
@@ -1939,9 +1944,7 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
             constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
             auto launch = [&](auto two) {
                 auto kernel = gated_norm_forward_kernel<MP, R_, L, NJ, decltype(two)::value>;
-                int per_sm = 0;
-                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
-                const int blocks = std::min(CEIL_DIV(R, 8 * (32 / L)), std::max(per_sm, 1) * num_sms());
+                const int blocks = resident_blocks(kernel, CEIL_DIV(R, 8 * (32 / L)));
                 kernel<<<blocks, 256>>>(yp, rstd, (const MP *)a->o1, a->w1, (const MP *)a->o2, a->w2, a->omega,
                                         (const MP *)a->gate, R, n, a->gate_act);
             };
@@ -2067,9 +2070,7 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
             constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
             auto launch = [&](auto two) {
                 auto kernel = gated_norm_backward_kernel<MP, R_, L, NJ, decltype(two)::value>;
-                int per_sm = 0;
-                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
-                const int blocks = std::min(CEIL_DIV(R, 8 * (32 / L)), std::max(per_sm, 1) * num_sms());
+                const int blocks = resident_blocks(kernel, CEIL_DIV(R, 8 * (32 / L)));
                 float *part = colpart((size_t)blocks * 2 * n);
                 kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, gp, part, (const MP *)dy, rstd, (const MP *)a->o1, a->w1,
                                         (const MP *)a->o2, a->w2, a->omega, (const MP *)a->gate, R, n, a->heads, a->ld_dgate,
@@ -5276,15 +5277,23 @@ __device__ __forceinline__ float fa_ex2(float x) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "train_natsl.cu is built for sm_90a (nvcc -arch=sm_90a): the attention forward runs on Hopper's wgmma"
 #endif
-#define WG_REGS32 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" "," \
+// the accumulator operands of a wgmma statement, %0 .. %(N−1) (these serve the GDN op's wgmma products too)
+#define WG_REGS16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define WG_REGS32 WG_REGS16 "," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
 #define WG_REGS64 WG_REGS32 "," \
     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47" "," \
     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_REGS96 WG_REGS64 "," \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79" "," \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95"
 #define WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
     "+f"(d[i + 6]), "+f"(d[i + 7])
 #define WG_D32 WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24)
 #define WG_D64 WG_D32, WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
+// the GDN op's: the constraints of accumulator tiles j .. j+3 (16 registers) of d[][4]
+#define WG_T(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define WG_T4(j) WG_T(j), WG_T((j) + 1), WG_T((j) + 2), WG_T((j) + 3)
 // d(64×64) = d·[acc != 0] + A(64×16) B(16×64): A and B in 128B-swizzled shared memory, K-major (rows of 64 bf16
 // along k) or, with TA / TB = 1, MN-major (stored [k][m] / [k][n])
 template <int TA, int TB>
@@ -5308,8 +5317,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
 #undef WG_D64
 #undef WG_D32
 #undef WG_D8
-#undef WG_REGS64
-#undef WG_REGS32
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
@@ -7119,48 +7126,31 @@ __device__ __forceinline__ void lds_a(uint32_t (&fa)[NK / 16][4], const bf16 *X,
 // mma.sync's layout. B is read by the tensor cores from 128B-swizzled shared tiles through the descriptor db
 // (wgmma_desc_of): TB = 0 K-major (stored [n][k], rows of 64 k), TB = 1 MN-major (stored [k][n], 64 n a tile). The
 // caller runs wgmma_fence after writing a or d, then wgmma_commit, wgmma_wait and wg_keep before reading d.
-#define GW_R32 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
-    "%28,%29,%30,%31"
-#define GW_R64 GW_R32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55," \
-    "%56,%57,%58,%59,%60,%61,%62,%63"
-#define GW_R96 GW_R64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87," \
-    "%88,%89,%90,%91,%92,%93,%94,%95"
-#define GW_T2(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3]), \
-    "+f"(d[j + 1][0]), "+f"(d[j + 1][1]), "+f"(d[j + 1][2]), "+f"(d[j + 1][3])
-#define GW_D32(j) GW_T2(j), GW_T2(j + 2), GW_T2(j + 4), GW_T2(j + 6)
 template <int N, int TB>
 __device__ __forceinline__ void wg_mma(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t db) {
     static_assert(N == 64 || N == 128 || N == 192, "wg_mma: N of 64, 128 or 192");
     if constexpr (N == 64)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" GW_R32 "}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
-                     : GW_D32(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
+                     : WG_T4(0), WG_T4(4) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
     else if constexpr (N == 128)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" GW_R64 "}, {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"
-                     : GW_D32(0), GW_D32(8) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_REGS64 "}, {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"
+                     : WG_T4(0), WG_T4(4), WG_T4(8), WG_T4(12) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
     else
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" GW_R96 "}, {%96,%97,%98,%99}, %100, p, 1, 1, %102;\n}\n"
-                     : GW_D32(0), GW_D32(8), GW_D32(16) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" WG_REGS96 "}, {%96,%97,%98,%99}, %100, p, 1, 1, %102;\n}\n"
+                     : WG_T4(0), WG_T4(4), WG_T4(8), WG_T4(12), WG_T4(16), WG_T4(20) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
 }
 // d(64 × 64) −= A(64 × 16) B(16 × 64): wg_mma<64, TB> with A negated by the instruction (imm-scale-a = −1)
 template <int TB> __device__ __forceinline__ void wg_mma_sub64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" GW_R32 "}, {%32,%33,%34,%35}, %36, p, -1, 1, %38;\n}\n"
-                 : GW_D32(0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, {%32,%33,%34,%35}, %36, p, -1, 1, %38;\n}\n"
+                 : WG_T4(0), WG_T4(4) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
 }
-#undef GW_D32
-#undef GW_T2
-#undef GW_R96
-#undef GW_R64
-#undef GW_R32
 // the accumulators the wgmma statements name: the compiler must not move their reads and writes across the wait
 template <int N> __device__ __forceinline__ void wg_keep(float (&d)[N][4]) {
-#pragma unroll
-    for (int j = 0; j < N; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) asm volatile("" : "+f"(d[j][q])::"memory");
+    wgmma_keep(reinterpret_cast<float (&)[4 * N]>(d));
 }
 // the A fragments a wgmma statement names, defined before the wgmma_fence that precedes it (else the compiler may
 // compute them after it and ptxas inserts a fence of its own at each)
@@ -7295,26 +7285,24 @@ template <int R> __device__ __forceinline__ void st_pair_t(bf16 *X, int r, int c
 // descriptors da, db (wgmma_desc_of): TA = 0 A K-major (stored [m][k]), 1 MN-major (stored [k][m]); TB likewise for B
 // (0: stored [n][k], 1: [k][n]). The caller runs wgmma_fence after writing d, then wgmma_commit, wgmma_wait and
 // wg_keep before reading d.
-#define GX_R16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
-#define GX_R32 GX_R16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-#define GX_T(j) "+f"(d[J0 + (j)][0]), "+f"(d[J0 + (j)][1]), "+f"(d[J0 + (j)][2]), "+f"(d[J0 + (j)][3])
-#define GX_D16(j) GX_T(j), GX_T(j + 1), GX_T(j + 2), GX_T(j + 3)
 template <int N, int TA, int TB, int J0 = 0, int M>
 __device__ __forceinline__ void wg_mma_ss(float (&d)[M][4], uint64_t da, uint64_t db) {
     static_assert((N == 32 || N == 64) && J0 + N / 8 <= M, "wg_mma_ss: N of 32 or 64 inside d");
     if constexpr (N == 32)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" GX_R16 "}, %16, %17, p, 1, 1, %19, %20;\n}\n"
-                     : GX_D16(0) : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" WG_REGS16 "}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+                     : WG_T4(J0) : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
     else
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" GX_R32 "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-                     : GX_D16(0), GX_D16(4) : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                     : WG_T4(J0), WG_T4(J0 + 4) : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
 }
-#undef GX_D16
-#undef GX_T
-#undef GX_R32
-#undef GX_R16
+#undef WG_T4
+#undef WG_T
+#undef WG_REGS96
+#undef WG_REGS64
+#undef WG_REGS32
+#undef WG_REGS16
 // the k-step kk (16 of k) of an operand of 64 rows (m or n) from its descriptor's low word, in 16-byte units: K-major
 // (T = 0: rows of k, k/64 tiles [64][64] one after the other: 32 bytes along a row) or MN-major (T = 1: stored [k][64],
 // 16 rows of 128 bytes)
