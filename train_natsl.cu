@@ -999,22 +999,20 @@ static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, 
 
 // ---- causal depthwise short conv (kernel 4) + SiLU (§3.1, (3.1b-c)) --------------------------------------
 // pre_t[ch] = Σ_{i<4} w[ch][i] x_{t−3+i}[ch] (x_τ = 0 for τ < 0, per sequence);  y = silu(pre). pre is not
-// stored: the backward pass recomputes it from the window of x it reads anyway. Both passes run one thread per
-// (pair of adjacent channels, tile of CONV_TILE steps of one sequence), walking the tile in time order with the
-// window x_{t−3..t} in registers (each x read once), and form pre_t in the same order (runs of 16 bytes, a quarter of
-// the threads, ran the forward slower: dev/cuda/conv/conv_bench.cu). y (Q, K, V: the token mixers' operands) is
-// stored in the matmul precision. The G and N layers' Q and K go through conv_silu_l2norm_forward (the L2 norm's
-// section), their V through conv_silu_forward. The backward takes consecutive runs of channels that come from
-// separate tensors in one launch: the G and N layers' Q | K | V in one pass over the projection's whole rows. The
-// forward loads eight rows before using any (eight loads a thread in flight) and its work a value is small (4 FMAs,
-// the fast SiLU, conversions), so that its bytes bound it; the backward is bound by its loads' latency (four rows of
-// x and dy in a tile's interior; its benchmark: dev/cuda/conv). The backward sums dw per block of CONV_BWD_WARPS
-// tiles, so that its partial sums move far fewer bytes than dy.
+// stored: the backward pass recomputes it from the window of x it reads anyway. Both passes walk a time tile of one
+// sequence in time order with the window x_{t−3..t} in registers (each x read once) and form pre_t in the same order.
+// The forward runs one thread per (pair of adjacent channels, tile of CONV_TILE steps) (runs of 16 bytes, a quarter
+// of the threads, ran it slower: dev/cuda/conv/conv_bench.cu); y (Q, K, V: the token mixers' operands) is stored in
+// the matmul precision. The G and N layers' Q and K go through conv_silu_l2norm_forward (the L2 norm's section),
+// their V through conv_silu_forward. The backward takes consecutive runs of channels that come from separate tensors
+// in one launch: the G and N layers' Q | K | V in one pass over the projection's whole rows. The forward loads eight
+// rows before using any (eight loads a thread in flight) and its work a value is small (4 FMAs, the fast SiLU,
+// conversions), so that its bytes bound it; the backward's form and limits: at conv_silu_backward_kernel.
 #define CONV_TILE 32
 static_assert(NATSL_CONV == 4 && NATSL_CHUNK % CONV_TILE == 0 && CONV_TILE % 8 == 0,
-              "the conv kernels assume 4 taps and whole tiles of 8-row batches (the backward's interior: 4-row ones)");
+              "the conv kernels assume 4 taps and whole tiles of 8-row batches");
 struct ConvRuns { // up to 3 runs of consecutive channels: run r's n[r] channels are y[r]'s columns (row stride n[r])
-    void *y[3];   // the forward's outputs (matmul precision), or the backward's dy (fp32)
+    void *y[3];   // the forward's outputs (matmul precision), or the backward's dy (fp32, or the matmul precision)
     int n[3], nr;
     // channel c (from the first run's first) -> its run's tensor and row stride ny, c -> its column there (by selects:
     // an indexed read of y or n would copy the struct to local memory, 40 bytes a thread)
@@ -1100,107 +1098,175 @@ static void conv_silu_forward(real *y, const real *x, int ldx, int col, const re
 }
 // dpre = dy ⊙ silu'(pre);  dx_τ = Σ_i w[i] dpre_{τ+3−i};  dw[ch][i] += Σ_t dpre_t x_{t−3+i}   (3.4k, 3.4n)
 // dx is written (the conv is its only producer) in the matmul precision: it feeds only W_qkv's backward.
-// Per thread as in the forward: pre_t is recomputed from the window, dpre_t is added to the four dx_τ it feeds
-// (kept in registers until complete, then stored once) and to dw. A block's warps take consecutive tiles of the
-// same 64 channels; their dw sums are added per block, then over the blocks, in a fixed order (bitwise reproducible).
-struct ConvChannel { // one channel's state in conv_silu_backward_kernel
-    float w0, w1, w2, w3, x0, x1, x2, a0, a1, a2, a3, d0, d1, d2, d3;
-    __device__ void init(float4 w, float xm3, float xm2, float xm1) {
-        w0 = w.x; w1 = w.y; w2 = w.z; w3 = w.w; x0 = xm3; x1 = xm2; x2 = xm1;
-        a0 = a1 = a2 = a3 = d0 = d1 = d2 = d3 = 0.f;
-    }
-    // step t with input x3 = x_t and output gradient g = dy_t (dw only while count_dw); returns dx_{t−3}, complete now
-    __device__ float step(float x3, float g, bool count_dw) {
-        float pre = 0.f;
-        pre += w0 * x0; pre += w1 * x1; pre += w2 * x2; pre += w3 * x3;
-        float dp = g * dsiluf_(pre);
-        if (count_dw) { d0 += dp * x0; d1 += dp * x1; d2 += dp * x2; d3 += dp * x3; }
-        x0 = x1; x1 = x2; x2 = x3;
-        a0 += w0 * dp; a1 += w1 * dp; a2 += w2 * dp; a3 += w3 * dp;
-        float done = a0;
-        a0 = a1; a1 = a2; a2 = a3; a3 = 0.f;
-        return done;
+// A lane takes RUN adjacent channels (4 bf16 ones: a warp-wide load moves 256 bytes of a row; pairs in fp32 mode and
+// where the runs, strides or addresses do not split in fours) and a time tile of CONV_BWD_TILE steps of one sequence,
+// walked in time order: pre_t is recomputed from the window x_{t−3..t} (registers), dpre_t is added to the four dx_τ
+// it feeds (dx_{t−3} is then complete and stored, dx_{t−2..t} stay pending) and to dw's four sums. The rows of x and
+// dy pass through a ring of DEPTH rows in registers: row t + DEPTH's loads are issued as row t leaves it, so that each
+// warp keeps DEPTH rows in flight while it computes (4 channels: 12 warps an SM, 48 KB of bf16 x and dy in flight, 36
+// KB of bf16 x and fp32 dy). A tile also reads the three rows of x before it and steps through the three rows after
+// it (their dpre completes its last three dx rows; their dw is the next tile's): 7% more rows read, from L2. What
+// bounds it: DRAM (x and dy read, dx written) while the loads stay in flight, then instruction issue (about 25
+// instructions a channel and step: 4 FMAs for pre, silu' from fsigmoidf_ (its error: there), 8 FMAs for dx and dw).
+// A block's warps take consecutive tiles of the same channels; their dw sums are added per block in shared memory in
+// a fixed order, then over the blocks by colsum_finish (bitwise reproducible; RUN changes no bit of dx or dw).
+#define CONV_BWD_TILE 64  // time steps a warp takes
+#define CONV_BWD_WARPS 4  // warps a block (consecutive time tiles), dw summed over them before it is stored
+static_assert(NATSL_CHUNK % CONV_BWD_TILE == 0 && CONV_BWD_TILE % 8 == 0, "the conv backward takes whole tiles of T");
+template <int RUN> struct ConvChannels { // a lane's RUN channels' state in conv_silu_backward_kernel
+    float w[RUN][4];                   // the taps
+    float x0[RUN], x1[RUN], x2[RUN];   // the window x_{t−3..t−1}
+    float a0[RUN], a1[RUN], a2[RUN];   // the pending sums of dx_{t−2}, dx_{t−1}, dx_t
+    float d[RUN][4];                   // Σ_t dpre_t x_{t−3+i}: dw's sums over the tile
+    // step t with x3 = x_t, g = dy_t: dx_{t−3}, complete now, into done; dw counts the step where DW
+    template <bool DW> __device__ __forceinline__ void step(const float (&x3)[RUN], const float (&g)[RUN], float (&done)[RUN]) {
+#pragma unroll
+        for (int c = 0; c < RUN; c++) {
+            const float pre = __fmaf_rn(w[c][3], x3[c], __fmaf_rn(w[c][2], x2[c], __fmaf_rn(w[c][1], x1[c], w[c][0] * x0[c])));
+            const float s = fsigmoidf_(pre), dp = g[c] * (s * __fmaf_rn(pre, 1.f - s, 1.f)); // silu' = s (1 + pre (1 − s))
+            if (DW) {
+                d[c][0] = __fmaf_rn(dp, x0[c], d[c][0]); d[c][1] = __fmaf_rn(dp, x1[c], d[c][1]);
+                d[c][2] = __fmaf_rn(dp, x2[c], d[c][2]); d[c][3] = __fmaf_rn(dp, x3[c], d[c][3]);
+            }
+            done[c] = __fmaf_rn(w[c][0], dp, a0[c]);
+            a0[c] = __fmaf_rn(w[c][1], dp, a1[c]); a1[c] = __fmaf_rn(w[c][2], dp, a2[c]); a2[c] = w[c][3] * dp;
+            x0[c] = x1[c]; x1[c] = x2[c]; x2[c] = x3[c];
+        }
     }
 };
-#define CONV_BWD_WARPS 8 // time tiles a block takes (a warp each), its dw summed over them before it is stored
-#define CONV_BWD_BLOCKS 3 // blocks an SM the backward's registers allow (at 4 it spills)
-template <class MP, class DY> // dx and x in the matmul precision; the runs' dy in DY (fp32, or bf16: a G layer's)
-__global__ void __launch_bounds__(32 * CONV_BWD_WARPS, CONV_BWD_BLOCKS) conv_silu_backward_kernel(MP *__restrict__ dx,
-        int lddx, float *__restrict__ dw_part, ConvRuns o, const MP *__restrict__ x, int ldx, const float *__restrict__ w,
-        int T, int n, int tiles) {
-    __shared__ float4 sh[CONV_BWD_WARPS][32][2];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int ch = 2 * (blockIdx.x * 32 + lane), tile = blockIdx.y * CONV_BWD_WARPS + warp;
-    float4 dwa = make_float4(0.f, 0.f, 0.f, 0.f), dwb = dwa;
+// the rows the ring holds: 8, or 4 where a row takes more than 16 bytes a lane (4 channels with fp32 dy)
+template <class MP, class DY, int RUN> __host__ __device__ constexpr int conv_bwd_depth() {
+    return RUN * (int)(sizeof(MP) + sizeof(DY)) <= 16 ? 8 : 4;
+}
+// blocks an SM: as many as the registers of each form allow without spills (ptxas -v: up to 168 a thread for 4
+// channels, 96 for pairs of bf16 channels, 128 in fp32 mode)
+template <class MP, int RUN> __host__ __device__ constexpr int conv_bwd_blocks() {
+    return RUN == 4 ? 3 : sizeof(MP) == 2 ? 5 : 4;
+}
+template <class MP, class DY, int RUN> // dx and x in the matmul precision; the runs' dy in DY (fp32, or bf16: a G layer's)
+__global__ void __launch_bounds__(32 * CONV_BWD_WARPS, (conv_bwd_blocks<MP, RUN>())) conv_silu_backward_kernel(
+        MP *__restrict__ dx, int lddx, float *__restrict__ dw_part, ConvRuns o, const MP *__restrict__ x, int ldx,
+        const float *__restrict__ w, int T, int n, int tiles) {
+    constexpr int DEPTH = conv_bwd_depth<MP, DY, RUN>();
+    static_assert(CONV_BWD_TILE % DEPTH == 0, "whole turns of the ring a tile");
+    __shared__ float4 sh[CONV_BWD_WARPS][RUN][32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int ch = RUN * (blockIdx.x * 32 + lane), tile = blockIdx.y * CONV_BWD_WARPS + warp;
+    ConvChannels<RUN> C;
+#pragma unroll
+    for (int c = 0; c < RUN; c++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) C.d[c][i] = 0.f;
     if (ch < n && tile < tiles) {
         int col = ch, ny;
         const DY *__restrict__ dy = reinterpret_cast<const DY *>(o.find(col, ny)) + col;
-        int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, t1 = t0 + CONV_TILE;
-        size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
-        int t_end = min(t1 + NATSL_CONV - 1, T);
-        auto X = [&](int t) { return t >= 0 ? ld2(x + (row0 + t) * ldx + ch) : make_float2(0.f, 0.f); };
-        float2 xm3 = X(t0 - 3), xm2 = X(t0 - 2), xm1 = X(t0 - 1); // the window x_{t−3..t−1}
-        ConvChannel A, Bc;
-        A.init(make_float4(w[ch * 4], w[ch * 4 + 1], w[ch * 4 + 2], w[ch * 4 + 3]), xm3.x, xm2.x, xm1.x);
-        Bc.init(make_float4(w[ch * 4 + 4], w[ch * 4 + 5], w[ch * 4 + 6], w[ch * 4 + 7]), xm3.y, xm2.y, xm1.y);
-        auto step = [&](int t) { // one step with its tests (the tile's first three and its last ones)
-            float2 x3 = X(t), g = ld2(dy + (row0 + t) * ny);
-            float da = A.step(x3.x, g.x, t < t1), db = Bc.step(x3.y, g.y, t < t1);
-            if (t - 3 >= t0) st2(dx + (row0 + t - 3) * lddx + ch, da, db);   // dx_{t−3} is complete
-        };
-        for (int t = t0; t < t0 + 3; t++) step(t);
-        for (int t = t0 + 3; t < t1 - 1; t += 4) { // the interior, four rows of x and dy loaded before any is used
-            float2 xs[4], gs[4];
+        const int tiles_per_seq = T / CONV_BWD_TILE, t0 = (tile % tiles_per_seq) * CONV_BWD_TILE, t1 = t0 + CONV_BWD_TILE;
+        const int t_end = t1 < T ? t1 + 3 : T; // the rows read: t0 − 3 .. t_end − 1 of x, t0 .. t_end − 1 of dy
+        const size_t row0 = (size_t)(tile / tiles_per_seq) * T; // b·T
 #pragma unroll
-            for (int k = 0; k < 4; k++) { xs[k] = ld2(x + (row0 + t + k) * ldx + ch); gs[k] = ld2(dy + (row0 + t + k) * ny); }
+        for (int c = 0; c < RUN; c++) {
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float da = A.step(xs[k].x, gs[k].x, true), db = Bc.step(xs[k].y, gs[k].y, true);
-                st2(dx + (row0 + t + k - 3) * lddx + ch, da, db);
+            for (int i = 0; i < 4; i++) C.w[c][i] = w[(ch + c) * 4 + i];
+            C.a0[c] = C.a1[c] = C.a2[c] = 0.f;
+        }
+        Pack<MP, RUN> win[3]; // x_{t0−3..t0−1}: zeros at the sequence start (t0 = 0; else t0 ≥ 3)
+#pragma unroll
+        for (int j = 0; j < 3; j++) {
+            if (t0 > 0) win[j].load(x + (row0 + t0 - 3 + j) * ldx + ch);
+            else win[j].zero();
+        }
+        win[0].get(C.x0); win[1].get(C.x1); win[2].get(C.x2);
+        const MP *xr = x + (row0 + t0) * ldx + ch; // the next rows the ring loads
+        const DY *gr = dy + (row0 + t0) * ny;
+        MP *dxr = dx + (row0 + t0) * lddx + ch;    // the next row of dx to store
+        Pack<MP, RUN> xs[DEPTH];
+        Pack<DY, RUN> gs[DEPTH];
+#pragma unroll
+        for (int k = 0; k < DEPTH; k++) { xs[k].load(xr); gs[k].load(gr); xr += ldx; gr += ny; }
+#pragma unroll 1
+        for (int tb = t0; tb < t1; tb += DEPTH) {
+#pragma unroll
+            for (int k = 0; k < DEPTH; k++) { // step t = tb + k
+                float xv[RUN], gv[RUN], done[RUN];
+                xs[k].get(xv); gs[k].get(gv);
+                xs[k].load(xr); gs[k].load(gr); // row min(t + DEPTH, t_end − 1): no test on the loads
+                const bool more = tb + k + DEPTH + 1 < t_end;
+                xr += more ? ldx : 0; gr += more ? ny : 0;
+                C.template step<true>(xv, gv, done);
+                if (tb + k >= t0 + 3) { Pack<MP, RUN> p; p.set(done); p.store(dxr); dxr += lddx; } // dx_{t−3}
             }
         }
-        for (int t = t1 - 1; t < t_end; t++) step(t);
-        float ra[3] = {A.a0, A.a1, A.a2}, rb[3] = {Bc.a0, Bc.a1, Bc.a2}; // dx_{t_end−3..t_end−1}: complete at the sequence end
-        for (int j = 0; j < 3; j++) {
-            int tau = t_end - 3 + j;
-            if (tau >= t0 && tau < t1) st2(dx + (row0 + tau) * lddx + ch, ra[j], rb[j]);
+        if (t1 < T) { // steps t1 .. t1+2 (the ring's slots 0..2) complete dx_{t1−3..t1−1}
+#pragma unroll
+            for (int k = 0; k < 3; k++) {
+                float xv[RUN], gv[RUN], done[RUN];
+                xs[k].get(xv); gs[k].get(gv);
+                C.template step<false>(xv, gv, done);
+                Pack<MP, RUN> p; p.set(done); p.store(dxr); dxr += lddx;
+            }
+        } else { // the sequence's last rows: dx_{T−3..T−1} are the pending sums
+            Pack<MP, RUN> p;
+            p.set(C.a0); p.store(dxr);
+            p.set(C.a1); p.store(dxr + lddx);
+            p.set(C.a2); p.store(dxr + 2 * (size_t)lddx);
         }
-        dwa = make_float4(A.d0, A.d1, A.d2, A.d3);
-        dwb = make_float4(Bc.d0, Bc.d1, Bc.d2, Bc.d3);
     }
-    sh[warp][lane][0] = dwa;
-    sh[warp][lane][1] = dwb;
+#pragma unroll
+    for (int c = 0; c < RUN; c++) sh[warp][c][lane] = make_float4(C.d[c][0], C.d[c][1], C.d[c][2], C.d[c][3]);
     __syncthreads();
     if (warp || ch >= n) return;
-    for (int k = 1; k < CONV_BWD_WARPS; k++) { // the block's time tiles in a fixed order
-        float4 a = sh[k][lane][0], b = sh[k][lane][1];
-        dwa.x += a.x; dwa.y += a.y; dwa.z += a.z; dwa.w += a.w;
-        dwb.x += b.x; dwb.y += b.y; dwb.z += b.z; dwb.w += b.w;
+    float4 *pp = reinterpret_cast<float4 *>(dw_part + (size_t)blockIdx.y * n * NATSL_CONV + (size_t)ch * NATSL_CONV);
+#pragma unroll
+    for (int c = 0; c < RUN; c++) {
+        float4 s = sh[0][c][lane];
+        for (int k = 1; k < CONV_BWD_WARPS; k++) { // the block's time tiles in a fixed order
+            const float4 a = sh[k][c][lane];
+            s.x += a.x; s.y += a.y; s.z += a.z; s.w += a.w;
+        }
+        pp[c] = s;
     }
-    float4 *pp = reinterpret_cast<float4 *>(dw_part + (size_t)blockIdx.y * n * NATSL_CONV + ch * NATSL_CONV);
-    pp[0] = dwa;
-    pp[1] = dwb;
+}
+// one launch of conv_silu_backward_kernel in runs of RUN channels (conv_silu_backward_runs picks RUN), then the sum of
+// its dw partials into dw's channels from col
+template <int RUN> static void conv_silu_backward_launch(real *dx, int lddx, real *dw, const ConvRuns &o, const real *x,
+                                                         int ldx, int col, const real *w, int B, int T, int dy_mp) {
+    const int tiles = B * (T / CONV_BWD_TILE), n = conv_channels(o), parts = CEIL_DIV(tiles, CONV_BWD_WARPS);
+    float *part = colpart((size_t)parts * n * NATSL_CONV);
+    const dim3 grid(CEIL_DIV(n / RUN, 32), parts);
+    with_mp(dx, 1, [&](auto dxp) { // x in dx's precision
+        using MP = std::remove_pointer_t<decltype(dxp)>;
+        if constexpr (RUN * sizeof(MP) <= 8) { // runs of at most 8 bytes of x: 4 bf16 channels, 2 fp32 ones
+            auto go = [&](auto dyt) {
+                conv_silu_backward_kernel<MP, decltype(dyt), RUN><<<grid, 32 * CONV_BWD_WARPS>>>(dxp + col, lddx, part,
+                        o, (const MP *)x + col, ldx, w + col * NATSL_CONV, T, n, tiles);
+            };
+            if constexpr (std::is_same<MP, __nv_bfloat16>::value) { // bf16 mode: dy in bf16 where dy_mp
+                if (dy_mp) go(__nv_bfloat16());
+                else go(float());
+            } else go(float());
+        } else {
+            fprintf(stderr, "error: %s: runs of %d fp32 channels are not built\n", __func__, RUN);
+            exit(1);
+        }
+    });
+    CUDA_CHECK(cudaGetLastError());
+    colsum_finish(dw + col * NATSL_CONV, part, parts, n * NATSL_CONV, n * NATSL_CONV, 0);
+}
+// whether the runs, x and dx split into aligned runs of 4 bf16 channels (8-byte loads and stores; 16-byte for fp32 dy)
+static bool conv_quads(const real *dx, int lddx, const ConvRuns &o, const real *x, int ldx, int col, int dy_mp) {
+    const size_t dys = dy_mp ? 2 : 4;
+    bool ok = g_bf16 && ldx % 4 == 0 && lddx % 4 == 0 && col % 4 == 0 && (uintptr_t)x % 8 == 0 && (uintptr_t)dx % 8 == 0;
+    for (int r = 0; r < o.nr; r++) ok &= o.n[r] % 4 == 0 && (uintptr_t)o.y[r] % (4 * dys) == 0;
+    return ok;
 }
 // WRITES dx's channels of the runs (from col; rows of stride lddx), adds to dw's, in one launch (and the partial sums'
-// one). dy_mp: the runs are stored in the matmul precision (bf16 mode), else fp32.
+// one). dy_mp: the runs are stored in the matmul precision (bf16 mode), else fp32. T: a multiple of CONV_BWD_TILE.
 static void conv_silu_backward_runs(real *dx, int lddx, real *dw, const ConvRuns &o, const real *x, int ldx, int col,
                                     const real *w, int B, int T, int dy_mp) {
     conv_check(__func__, ldx, col, o);
     conv_check(__func__, lddx, col, o);
-    int tiles = B * (T / CONV_TILE), n = conv_channels(o), parts = CEIL_DIV(tiles, CONV_BWD_WARPS);
-    float *part = colpart((size_t)parts * n * NATSL_CONV);
-    dim3 grid(CEIL_DIV(n / 2, 32), parts);
-    with_mp(dx, 1, [&](auto dxp) { // x in dx's precision
-        using MP = std::remove_pointer_t<decltype(dxp)>;
-        auto go = [&](auto dyt) {
-            conv_silu_backward_kernel<MP, decltype(dyt)><<<grid, 32 * CONV_BWD_WARPS>>>(dxp + col, lddx, part, o,
-                    (const MP *)x + col, ldx, w + col * NATSL_CONV, T, n, tiles);
-        };
-        if (g_bf16 && dy_mp) go(__nv_bfloat16());
-        else go(float());
-    });
-    CUDA_CHECK(cudaGetLastError());
-    colsum_finish(dw + col * NATSL_CONV, part, parts, n * NATSL_CONV, n * NATSL_CONV, 0);
+    if (conv_quads(dx, lddx, o, x, ldx, col, dy_mp)) conv_silu_backward_launch<4>(dx, lddx, dw, o, x, ldx, col, w, B, T, dy_mp);
+    else conv_silu_backward_launch<2>(dx, lddx, dw, o, x, ldx, col, w, B, T, dy_mp);
 }
 // the backward of conv_silu_qkv_forward: WRITES dx's columns Q | K | V from dq, dk, dv (stored in the matmul precision
 // with dqkv_mp: a G layer's, GdnArgs.grads_mp)
