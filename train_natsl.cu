@@ -805,7 +805,8 @@ template <int LANES> __device__ __forceinline__ float group_sum(float x) {
 // The RMSNorm passes hold a row in registers as LaneRow runs of RUN values, the same RUN for each of their tensors: 16
 // bytes of the widest (8 values where all are bf16, else 4: a bf16 tensor beside an fp32 one moves 8 bytes a run) where
 // n, the strides and the pointers split so, else single values (RUN = 1, 32 lanes, rows_dispatch's NJ). LANES lanes take
-// a row: 8 or 16 where it has at most that many runs (a warp takes 4 or 2 rows at once), else 32; NJ values a lane.
+// a row: 4, 8 or 16 where it has at most 8, 16 or 32 runs (two runs a lane, a warp takes 8, 4 or 2 rows at once), else
+// 32; NJ values a lane.
 // Rows are strided by the grid (resident_blocks), and w is staged once a block in shared memory in the lanes' order:
 // value j of lane `sub` in slot norm_w_slot(sub, j), float4s lane after lane (V = 4 where the runs hold whole float4s),
 // so a warp's read of w is one contiguous, conflict-free LDS.128 per four values.
@@ -840,8 +841,8 @@ template <int RUN, int LANES> __device__ __forceinline__ void norm_w_run(float (
         for (int k = 0; k < RUN; k++) wv[k] = wsh[norm_w_slot<RUN, LANES>(sub, q * RUN + k)];
 }
 // The RUN, LANES and NJ of rows of n values, as integral constants to launch(run, lanes, nj): RUN as the caller found the
-// tensors to split (run: 1 or 16 bytes of the widest), NJ = RUN·k values a lane (k = 1, 2, 4, 6, 8, 12, 16; rows of up
-// to 2048 values).
+// tensors to split (run: 1 or 16 bytes of the widest), NJ = RUN·k values a lane (k = 2 on 4 to 16 lanes; k = 2, 4, 6, 8,
+// 12, 16 on 32; rows of up to 2048 values).
 template <int RUN, class F> static void norm_rows(const char *who, int n, F launch) {
     if constexpr (RUN == 1)
         rows_dispatch(who, n, [&](auto nj) { launch(std::integral_constant<int, 1>(), std::integral_constant<int, 32>(), nj); });
@@ -853,9 +854,10 @@ template <int RUN, class F> static void norm_rows(const char *who, int n, F laun
         };
         const int runs = n / RUN;
         if (n > 2048) { fprintf(stderr, "error: %s: rows of %d > 2048 values\n", who, n); exit(1); }
-        if (runs <= 8) launch(RunT(), std::integral_constant<int, 8>(), RunT());
-        else if (runs <= 16) launch(RunT(), std::integral_constant<int, 16>(), RunT());
-        else if (runs <= 32) lanes32(std::integral_constant<int, 1>());
+        using Two = std::integral_constant<int, 2 * RUN>;
+        if (runs <= 8) launch(RunT(), std::integral_constant<int, 4>(), Two());
+        else if (runs <= 16) launch(RunT(), std::integral_constant<int, 8>(), Two());
+        else if (runs <= 32) launch(RunT(), std::integral_constant<int, 16>(), Two());
         else if (runs <= 64) lanes32(std::integral_constant<int, 2>());
         else if (runs <= 128) lanes32(std::integral_constant<int, 4>());
         else if (runs <= 192) lanes32(std::integral_constant<int, 6>());
