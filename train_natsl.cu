@@ -693,10 +693,8 @@ static void matmul_backward(real *dinp, real *dweight, const real *dout, const r
 }
 
 // ---- RMSNorm (§0, (0.3)): y = x / sqrt(mean(x²) + eps) ⊙ w over rows of width n ------------------------
-// Rows (i, h), i < N, h < nh, at x + i*ldx + h*n (y + i*ldy + h*n); one warp per row, the row held in
-// registers: NJ values per lane (rows_dispatch picks the smallest NJ with 32·NJ ≥ n). Value j of a lane is
-// column row_col: lane + 32j, or with V4 (n % 128 == 0, 16-byte aligned rows) runs of four, 128·(j/4) + 4·lane + j%4,
-// so that each lane moves float4s.
+// rows_dispatch: the smallest NJ (values a lane) with 32·NJ ≥ n for kernels that hold a row of n in registers, one
+// value a lane at a time, value j of lane `lane` at column lane + 32j (the norms' and the conv's fallback).
 template <int NJ, int MAX_NJ, class F> static void rows_launch(F &launch) {
     if constexpr (NJ <= MAX_NJ) launch(std::integral_constant<int, NJ>());
 }
@@ -712,37 +710,6 @@ template <int MAX_NJ = 64, class F> static void rows_dispatch(const char *who, i
     else if (n <= 1536) rows_launch<48, MAX_NJ>(launch);
     else rows_launch<64, MAX_NJ>(launch);
     CUDA_CHECK(cudaGetLastError());
-}
-template <bool V4> __device__ __forceinline__ int row_col(int lane, int j) {
-    return V4 ? (j >> 2) * 128 + 4 * lane + (j & 3) : lane + 32 * j;
-}
-template <int NJ, bool V4, class X> __device__ __forceinline__ void row_load(float (&v)[NJ], const X *p, int lane, int n) {
-#pragma unroll
-    for (int j = 0; j < NJ; j += V4 ? 4 : 1) {
-        const int i = row_col<V4>(lane, j);
-        if constexpr (V4) {
-            const float4 t = i < n ? ld4(p + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-            v[j] = t.x; v[j + 1] = t.y; v[j + 2] = t.z; v[j + 3] = t.w;
-        } else v[j] = i < n ? ld(p + i) : 0.f;
-    }
-}
-// a row of a weight vector (parameters: no alignment to rely on) in row_load's order
-template <int NJ, bool V4> __device__ __forceinline__ void row_load_w(float (&v)[NJ], const float *p, int lane, int n) {
-#pragma unroll
-    for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); v[j] = i < n ? p[i] : 0.f; }
-}
-template <int NJ, bool V4, class Y> __device__ __forceinline__ void row_store(Y *p, const float (&v)[NJ], int lane, int n) {
-#pragma unroll
-    for (int j = 0; j < NJ; j += V4 ? 4 : 1) {
-        const int i = row_col<V4>(lane, j);
-        if (i >= n) continue;
-        if constexpr (V4) st4(p + i, v[j], v[j + 1], v[j + 2], v[j + 3]);
-        else st(p + i, v[j]);
-    }
-}
-// V4 where the shape allows it
-template <int NJ> static bool row_v4(int n, const void *x, int ldx, const void *y, int ldy) {
-    return NJ % 4 == 0 && n % 128 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
 }
 // Rows in 16-byte runs (the conv, the L2 norm, the gated norm): a lane moves RUN consecutive values of its row at once,
 // RUN = 16 / sizeof(MP) (8 bf16, 4 floats; 16-byte aligned), or single values (RUN = 1; the shapes that do not split
@@ -835,113 +802,274 @@ template <int LANES> __device__ __forceinline__ float group_sum(float x) {
     for (int o = LANES / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
-template <int NJ, bool V4, class X, class Y>
-__global__ void __launch_bounds__(256) rmsnorm_forward_kernel(Y *__restrict__ y, float *__restrict__ rstd,
-        const X *__restrict__ x, const float *__restrict__ w, int N, int nh, int n, int ldx, int ldy) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (r >= N * nh) return;
-    const X *xr = x + (size_t)(r / nh) * ldx + (r % nh) * n;
-    Y *yr = y + (size_t)(r / nh) * ldy + (r % nh) * n;
-    float xv[NJ], ss = 0.f;
-    row_load<NJ, V4>(xv, xr, lane, n);
+// The RMSNorm passes hold a row in registers as LaneRow runs of RUN values, the same RUN for each of their tensors: 16
+// bytes of the widest (8 values where all are bf16, else 4: a bf16 tensor beside an fp32 one moves 8 bytes a run) where
+// n, the strides and the pointers split so, else single values (RUN = 1, 32 lanes, rows_dispatch's NJ). LANES lanes take
+// a row: 4, 8 or 16 where it has at most 8, 16 or 32 runs (two runs a lane, a warp takes 8, 4 or 2 rows at once), else
+// 32; NJ values a lane.
+// Rows are strided by the grid (resident_blocks), and w is staged once a block in shared memory in the lanes' order:
+// value j of lane `sub` in slot norm_w_slot(sub, j), float4s lane after lane (V = 4 where the runs hold whole float4s),
+// so a warp's read of w is one contiguous, conflict-free LDS.128 per four values.
+template <int RUN, int LANES> __device__ __forceinline__ int norm_w_slot(int sub, int j) {
+    constexpr int V = RUN % 4 == 0 ? 4 : 1;
+    return ((j / V) * LANES + sub) * V + j % V;
+}
+// the column of slot t (the inverse of norm_w_slot; Row a LaneRow of the same RUN, LANES)
+template <class Row, int RUN, int LANES> __device__ __forceinline__ int norm_slot_col(int t) {
+    constexpr int V = RUN % 4 == 0 ? 4 : 1;
+    const int g = t / V;
+    return Row::col(g % LANES, (g / LANES) * V + t % V);
+}
+// w[0, n) into wsh[LANES·NJ] (zeros past n) by the block's threads, then a barrier
+template <class Row, int RUN, int LANES, int NJ> __device__ __forceinline__ void norm_w_stage(float *wsh, const float *w, int n) {
+    for (int t = threadIdx.x; t < LANES * NJ; t += blockDim.x) {
+        const int i = norm_slot_col<Row, RUN, LANES>(t);
+        wsh[t] = i < n ? w[i] : 0.f;
+    }
+    __syncthreads();
+}
+// the lane's values q·RUN .. q·RUN + RUN − 1 of w, from wsh
+template <int RUN, int LANES> __device__ __forceinline__ void norm_w_run(float (&wv)[RUN], const float *wsh, int sub, int q) {
+    if constexpr (RUN % 4 == 0) {
 #pragma unroll
-    for (int j = 0; j < NJ; j++) ss += xv[j] * xv[j];
-    ss = warp_sum(ss);
-    float s = 1.f / sqrtf(ss / n + NATSL_EPS), wv[NJ];
-    row_load_w<NJ, V4>(wv, w, lane, n);
+        for (int k = 0; k < RUN; k += 4) {
+            const float4 t = *reinterpret_cast<const float4 *>(wsh + norm_w_slot<RUN, LANES>(sub, q * RUN + k));
+            wv[k] = t.x; wv[k + 1] = t.y; wv[k + 2] = t.z; wv[k + 3] = t.w;
+        }
+    } else
 #pragma unroll
-    for (int j = 0; j < NJ; j++) xv[j] = xv[j] * s * wv[j];
-    row_store<NJ, V4>(yr, xv, lane, n);
-    if (lane == 0) rstd[r] = s;
+        for (int k = 0; k < RUN; k++) wv[k] = wsh[norm_w_slot<RUN, LANES>(sub, q * RUN + k)];
+}
+// The RUN, LANES and NJ of rows of n values, as integral constants to launch(run, lanes, nj): RUN as the caller found the
+// tensors to split (run: 1 or 16 bytes of the widest), NJ = RUN·k values a lane (k = 2 on 4 to 16 lanes; k = 2, 4, 6, 8,
+// 12, 16 on 32; rows of up to 2048 values).
+template <int RUN, class F> static void norm_rows(const char *who, int n, F launch) {
+    if constexpr (RUN == 1)
+        rows_dispatch(who, n, [&](auto nj) { launch(std::integral_constant<int, 1>(), std::integral_constant<int, 32>(), nj); });
+    else {
+        using RunT = std::integral_constant<int, RUN>;
+        auto lanes32 = [&](auto k) {
+            constexpr int NJ = RUN * decltype(k)::value;
+            if constexpr (NJ <= 64) launch(RunT(), std::integral_constant<int, 32>(), std::integral_constant<int, NJ>());
+        };
+        const int runs = n / RUN;
+        if (n > 2048) { fprintf(stderr, "error: %s: rows of %d > 2048 values\n", who, n); exit(1); }
+        using Two = std::integral_constant<int, 2 * RUN>;
+        if (runs <= 8) launch(RunT(), std::integral_constant<int, 4>(), Two());
+        else if (runs <= 16) launch(RunT(), std::integral_constant<int, 8>(), Two());
+        else if (runs <= 32) launch(RunT(), std::integral_constant<int, 16>(), Two());
+        else if (runs <= 64) lanes32(std::integral_constant<int, 2>());
+        else if (runs <= 128) lanes32(std::integral_constant<int, 4>());
+        else if (runs <= 192) lanes32(std::integral_constant<int, 6>());
+        else if (runs <= 256) lanes32(std::integral_constant<int, 8>());
+        else if (runs <= 384) lanes32(std::integral_constant<int, 12>());
+        else lanes32(std::integral_constant<int, 16>());
+    }
+}
+// whether rows of n values at p (stride ld) split into runs of `run` values: n and ld multiples of it, p 16-byte aligned
+static bool norm_splits(int run, int n, const void *p, int ld) { return n % run == 0 && ld % run == 0 && (uintptr_t)p % 16 == 0; }
+// Blocks an SM the passes are built for: the registers a lane's row takes (packed as loaded, a register a value where
+// RUN = 1; the backward's dw sums NJ floats) within 64 (four blocks of 256), 128 (two) or more (one).
+template <class T, int RUN> constexpr int norm_bytes() { return RUN == 1 ? 4 : (int)sizeof(T); } // a value in registers
+template <class X, int RUN, int NJ> constexpr int rmsnorm_forward_blocks() {
+    return 2 * NJ * norm_bytes<X, RUN>() <= 4 * 32 ? 4 : 2 * NJ * norm_bytes<X, RUN>() <= 4 * 80 ? 2 : 1;
+}
+template <class X, class DY, class DX, int RUN, int NJ> constexpr int rmsnorm_backward_blocks() {
+    return NJ * (norm_bytes<X, RUN>() + norm_bytes<DY, RUN>() + norm_bytes<DX, RUN>() + 4) <= 4 * 96 ? 2 : 1;
+}
+// The run's bits, opaque to the compiler from here on: a second pass over a row converts them again instead of keeping
+// the first pass's floats live across the row's sum (a bf16 row takes half the registers so)
+template <class MP, int RUN> __device__ __forceinline__ void norm_opaque(Pack<MP, RUN> &p) {
+#pragma unroll
+    for (int k = 0; k < (Pack<MP, RUN>::BYTES + 3) / 4; k++) {
+        unsigned u = p.word(k);
+        asm volatile("" : "+r"(u));
+        p.set_word(k, u);
+    }
+}
+// y = x ρ ⊙ w, ρ = 1 / sqrt(mean(x²) + eps) kept in rstd (0.3). A warp holds its row (group) and, while it reduces and
+// stores it, has the next one's loads in flight: 2 bytes read and 2 written a value in bf16 mode, nothing else to wait
+// for, so the loads in flight bound it (rmsnorm_forward_blocks: two rows' registers a lane).
+template <class X, class Y, int RUN, int LANES, int NJ>
+__global__ void __launch_bounds__(256, (rmsnorm_forward_blocks<X, RUN, NJ>())) rmsnorm_forward_kernel(Y *__restrict__ y,
+        float *__restrict__ rstd, const X *__restrict__ x, const float *__restrict__ w, int N, int nh, int n, int ldx, int ldy) {
+    using Row = LaneRow<X, RUN, LANES, NJ>;
+    constexpr int RPW = 32 / LANES, NR = NJ / RUN; // rows a warp takes at once, runs a lane
+    __shared__ __align__(16) float wsh[LANES * NJ];
+    const int lane = threadIdx.x % 32, sub = lane % LANES, R = N * nh, stride = gridDim.x * 8 * RPW;
+    norm_w_stage<Row, RUN, LANES, NJ>(wsh, w, n);
+    auto row = [&](int r0) { return min(r0 + lane / LANES, R - 1); }; // a last warp's lanes past R: row R − 1, not stored
+    int r0 = (blockIdx.x * 8 + threadIdx.x / 32) * RPW;
+    Row cur;
+    if (r0 < R) { const int r = row(r0); cur.load(x + (size_t)(r / nh) * ldx + (size_t)(r % nh) * n, sub, n); }
+    for (; r0 < R; r0 += stride) {
+        Row nxt;
+        if (r0 + stride < R) { const int r = row(r0 + stride); nxt.load(x + (size_t)(r / nh) * ldx + (size_t)(r % nh) * n, sub, n); }
+        const int r = row(r0);
+        float ss = 0.f;
+#pragma unroll
+        for (int q = 0; q < NR; q++) {
+            float xv[RUN];
+            cur.p[q].get(xv);
+#pragma unroll
+            for (int k = 0; k < RUN; k++) ss += xv[k] * xv[k];
+        }
+        ss = group_sum<LANES>(ss);
+        const float s = 1.f / sqrtf(ss / n + NATSL_EPS);
+        if (r0 + lane / LANES < R) {
+            Y *yr = y + (size_t)(r / nh) * ldy + (size_t)(r % nh) * n;
+#pragma unroll
+            for (int q = 0; q < NR; q++) {
+                float xv[RUN], wv[RUN];
+                cur.p[q].get(xv);
+                norm_w_run<RUN, LANES>(wv, wsh, sub, q);
+#pragma unroll
+                for (int k = 0; k < RUN; k++) xv[k] = xv[k] * s * wv[k];
+                Pack<Y, RUN> o;
+                o.set(xv);
+                const int i = Row::col(sub, q * RUN);
+                if (i < n) o.store(yr + i);
+            }
+            if (sub == 0) rstd[r] = s;
+        }
+        cur = nxt;
+    }
 }
 // x_mp, y_mp: x, y are stored in the matmul precision (y: where it only feeds matmuls, the router's pool or the softmax
-// op; x: the N layer's Q, K)
+// op; x: the residual stream, the N layer's Q, K)
 static void rmsnorm_forward(real *y, real *rstd, const real *x, const real *w,
                             int N, int nh, int n, int ldx, int ldy, int x_mp, int y_mp) {
     PROF_OP();
-    rows_dispatch(__func__, n, [&](auto nj) {
-        constexpr int NJ = decltype(nj)::value;
-        auto go = [&](auto v4) {
-            constexpr bool V4 = decltype(v4)::value;
-            with_mp(x, x_mp, [&](auto xp) { with_mp(y, y_mp, [&](auto yp) {
-                rmsnorm_forward_kernel<NJ, V4><<<CEIL_DIV(N * nh, 8), 256>>>(yp, rstd, xp, w, N, nh, n, ldx, ldy); }); });
+    if (N * nh == 0) return;
+    with_mp(x, x_mp, [&](auto xp) { with_mp(y, y_mp, [&](auto yp) {
+        using X = std::remove_const_t<std::remove_pointer_t<decltype(xp)>>;
+        using Y = std::remove_pointer_t<decltype(yp)>;
+        constexpr int RUN = 16 / (int)std::max(sizeof(X), sizeof(Y));
+        auto go = [&](auto run, auto lanes, auto nj) {
+            constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
+            auto kernel = rmsnorm_forward_kernel<X, Y, R_, L, NJ>;
+            kernel<<<resident_blocks(kernel, CEIL_DIV(N * nh, 8 * (32 / L))), 256>>>(yp, rstd, xp, w, N, nh, n, ldx, ldy);
         };
-        if (row_v4<NJ>(n, x, ldx, y, ldy)) go(std::true_type());
-        else go(std::false_type());
-    });
+        if (norm_splits(RUN, n, x, ldx) && norm_splits(RUN, n, y, ldy)) norm_rows<RUN>(__func__, n, go);
+        else norm_rows<1>(__func__, n, go);
+    }); });
+    CUDA_CHECK(cudaGetLastError());
 }
 // dx += ρ(w⊙dy − x̂·mean(x̂⊙w⊙dy)),  dw += Σ_rows dy⊙x̂   (3.4j)
-// Rows strided by the grid; dw is summed in the same pass: per lane in registers, per block over its warps in
-// a fixed order (shared memory), then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise
-// reproducible for a given grid).
-template <int NJ, bool V4, class X, class DY, class DX>
-__global__ void __launch_bounds__(256) rmsnorm_backward_kernel(DX *__restrict__ dx,
-        float *__restrict__ part, const DY *__restrict__ dy, const X *__restrict__ x, const float *__restrict__ w,
-        const float *__restrict__ rstd, int N, int nh, int n, int ldx, int ldy) {
-    __shared__ float sh[32 * NJ];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// Per value it reads x, dy and dx and writes dx (8 bytes in bf16 mode with dy in bf16, 10 with dy in fp32; the N layer's
+// q/k norms 14: dy, dx in fp32), and its work is a few products and a row's sum over its lanes: the loads in flight bound
+// it. A lane holds one row's runs packed as loaded and its NJ sums of dw (rmsnorm_backward_blocks: two blocks of 256 an
+// SM where they fit in 128 registers, 16 warps with a row's loads in flight each). dw is summed in the same pass: per
+// lane in registers, over a warp's row groups by shuffles, per block over its warps in a fixed order (shared memory),
+// then per block in part[gridDim][n] (added by colsum_finish_kernel: bitwise reproducible for a given grid).
+template <class X, class DY, class DX, int RUN, int LANES, int NJ>
+__global__ void __launch_bounds__(256, (rmsnorm_backward_blocks<X, DY, DX, RUN, NJ>())) rmsnorm_backward_kernel(
+        DX *__restrict__ dx, float *__restrict__ part, const DY *__restrict__ dy, const X *__restrict__ x,
+        const float *__restrict__ w, const float *__restrict__ rstd, int N, int nh, int n, int ldx, int ldy) {
+    using Row = LaneRow<X, RUN, LANES, NJ>;
+    constexpr int RPW = 32 / LANES, NR = NJ / RUN; // rows a warp takes at once, runs a lane
+    __shared__ __align__(16) float sh[LANES * NJ]; // w in norm_w_slot's order; at the end the block's sums of dw
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LANES, R = N * nh;
+    norm_w_stage<Row, RUN, LANES, NJ>(sh, w, n);
     float acc[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) acc[j] = 0.f;
-    for (int r = blockIdx.x * 8 + warp; r < N * nh; r += gridDim.x * 8) {
-        size_t ox = (size_t)(r / nh) * ldx + (r % nh) * n, oy = (size_t)(r / nh) * ldy + (r % nh) * n;
-        float s = rstd[r], dot = 0.f, xv[NJ], dyv[NJ], dxv[NJ];
-        row_load<NJ, V4>(xv, x + ox, lane, n);
-        row_load<NJ, V4>(dyv, dy + oy, lane, n);
-        row_load<NJ, V4>(dxv, dx + ox, lane, n);
+    for (int r0 = (blockIdx.x * 8 + warp) * RPW; r0 < R; r0 += gridDim.x * 8 * RPW) {
+        const bool live = r0 + lane / LANES < R; // a last warp's lanes past R: row R − 1 again, neither stored nor summed
+        const int r = min(r0 + lane / LANES, R - 1);
+        const size_t ox = (size_t)(r / nh) * ldx + (size_t)(r % nh) * n, oy = (size_t)(r / nh) * ldy + (size_t)(r % nh) * n;
+        Row xr;
+        LaneRow<DY, RUN, LANES, NJ> yr;
+        LaneRow<DX, RUN, LANES, NJ> dr;
+        xr.load(x + ox, sub, n);
+        yr.load(dy + oy, sub, n);
+        dr.load(dx + ox, sub, n);
+        const float s = rstd[r], sl = live ? s : 0.f;
+        float dot = 0.f;
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const int i = row_col<V4>(lane, j);
-            float wi = i < n ? w[i] : 0.f;
-            dot += xv[j] * s * wi * dyv[j];
-            acc[j] += dyv[j] * xv[j] * s;
-        }
-        dot = warp_sum(dot) / n;
+        for (int q = 0; q < NR; q++) {
+            float xv[RUN], yv[RUN], wv[RUN];
+            xr.p[q].get(xv);
+            yr.p[q].get(yv);
+            norm_w_run<RUN, LANES>(wv, sh, sub, q);
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const int i = row_col<V4>(lane, j);
-            dxv[j] = dxv[j] + s * ((i < n ? w[i] : 0.f) * dyv[j] - xv[j] * s * dot);
+            for (int k = 0; k < RUN; k++) {
+                dot += xv[k] * s * wv[k] * yv[k];
+                acc[q * RUN + k] += yv[k] * xv[k] * sl;
+            }
+            norm_opaque(xr.p[q]);
+            norm_opaque(yr.p[q]);
         }
-        row_store<NJ, V4>(dx + ox, dxv, lane, n);
+        dot = group_sum<LANES>(dot) / n;
+#pragma unroll
+        for (int q = 0; q < NR; q++) {
+            float xv[RUN], yv[RUN], wv[RUN], dv[RUN];
+            xr.p[q].get(xv);
+            yr.p[q].get(yv);
+            dr.p[q].get(dv);
+            norm_w_run<RUN, LANES>(wv, sh, sub, q);
+#pragma unroll
+            for (int k = 0; k < RUN; k++) dv[k] = dv[k] + s * (wv[k] * yv[k] - xv[k] * s * dot);
+            dr.p[q].set(dv);
+        }
+        if (live) dr.store(dx + ox, sub, n);
     }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 0.f;
-    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order
-        __syncthreads();
-        if (warp == k)
 #pragma unroll
-            for (int j = 0; j < NJ; j++) { const int i = row_col<V4>(lane, j); if (i < n) sh[i] += acc[j]; }
+    for (int j = 0; j < NJ; j++) // the warp's row groups, in a fixed order (the same columns)
+        for (int m = LANES; m < 32; m <<= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], m);
+    for (int k = 0; k < 8; k++) { // the warps add their sums in a fixed order, into w's slots
+        __syncthreads();
+        if (warp == k && lane < LANES)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                float &t = sh[norm_w_slot<RUN, LANES>(sub, j)];
+                t = k ? t + acc[j] : acc[j];
+            }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) part[(size_t)blockIdx.x * n + i] = sh[i];
+    for (int t = threadIdx.x; t < LANES * NJ; t += blockDim.x) {
+        const int i = norm_slot_col<Row, RUN, LANES>(t);
+        if (i < n) part[(size_t)blockIdx.x * n + i] = sh[t];
+    }
 }
 static void rmsnorm_backward(real *dx, real *dw, const real *dy, const real *x, const real *w,
                              const real *rstd, int N, int nh, int n, int ldx, int ldy, int x_mp, int dy_mp, int dx_mp) {
     PROF_OP();
-    rows_dispatch(__func__, n, [&](auto nj) {
-        constexpr int NJ = decltype(nj)::value;
-        auto go = [&](auto v4) {
-            constexpr bool V4 = decltype(v4)::value;
-            with_mp(x, x_mp, [&](auto xp) { with_mp(dy, dy_mp, [&](auto dyp) { with_mp(dx, dx_mp, [&](auto dxp) {
-                auto kernel = rmsnorm_backward_kernel<NJ, V4, std::remove_const_t<std::remove_pointer_t<decltype(xp)>>,
-                                                      std::remove_const_t<std::remove_pointer_t<decltype(dyp)>>,
-                                                      std::remove_pointer_t<decltype(dxp)>>;
-                const int blocks = resident_blocks(kernel, CEIL_DIV(N * nh, 8));
-                float *part = colpart((size_t)blocks * n);
-                kernel<<<blocks, 256>>>(dxp, part, dyp, xp, w, rstd, N, nh, n, ldx, ldy);
-                CUDA_CHECK(cudaGetLastError());
-                colsum_finish(dw, part, blocks, n, n, 0);
-            }); }); });
+    if (N * nh == 0) return;
+    with_mp(x, x_mp, [&](auto xp) { with_mp(dy, dy_mp, [&](auto dyp) { with_mp(dx, dx_mp, [&](auto dxp) {
+        using X = std::remove_const_t<std::remove_pointer_t<decltype(xp)>>;
+        using DY = std::remove_const_t<std::remove_pointer_t<decltype(dyp)>>;
+        using DX = std::remove_pointer_t<decltype(dxp)>;
+        constexpr int RUN = 16 / (int)std::max(sizeof(X), std::max(sizeof(DY), sizeof(DX)));
+        auto go = [&](auto run, auto lanes, auto nj) {
+            constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
+            auto kernel = rmsnorm_backward_kernel<X, DY, DX, R_, L, NJ>;
+            const int blocks = resident_blocks(kernel, CEIL_DIV(N * nh, 8 * (32 / L)));
+            float *part = colpart((size_t)blocks * n);
+            kernel<<<blocks, 256>>>(dxp, part, dyp, xp, w, rstd, N, nh, n, ldx, ldy);
+            CUDA_CHECK(cudaGetLastError());
+            colsum_finish(dw, part, blocks, n, n, 0);
         };
-        if (row_v4<NJ>(n, x, ldx, dy, ldy) && (uintptr_t)dx % 16 == 0) go(std::true_type());
-        else go(std::false_type());
-    });
+        if (norm_splits(RUN, n, x, ldx) && norm_splits(RUN, n, dy, ldy) && norm_splits(RUN, n, dx, ldx))
+            norm_rows<RUN>(__func__, n, go);
+        else norm_rows<1>(__func__, n, go);
+    }); }); });
 }
 
 // ---- SwiGLU (§2, (2.2a)): h = silu(gu[:, :F]) ⊙ gu[:, F:] ----------------------------------------------
-// The forward: one warp per token row, 16-byte runs of adjacent values a lane (8 bf16, 4 fp32: F a multiple of 8 and the
-// rows 16-byte aligned, as the activations' 64-value offsets place them; mlp_width's F, a multiple of 256, gives every
-// lane the same number of runs); the backward keeps a block a row in pairs, faster for its three outputs. MP: the
-// matmul-precision type (bf16 mode: __nv_bfloat16) of gu (a matmul output) and h (a matmul input).
+// Both passes: one warp per token row, 16-byte runs of adjacent values a lane (8 bf16, 4 fp32: F a multiple of 8 and
+// the rows 16-byte aligned, as the activations' 64-value offsets place them; mlp_width's F, a multiple of 256, gives
+// every lane the same number of runs), at most 8 rows a block. silu(a) = a σ(a), σ from one fast sigmoid, formed alike
+// in both (the backward's h is the forward's, bit for bit). Each moves 6 (forward) or 12 (backward) bytes a value in
+// bf16 mode against a sigmoid and a few products: the loads in flight bound them. MP: the matmul-precision type
+// (bf16 mode: __nv_bfloat16) of gu (a matmul output), h (a matmul input), dh and dgu (their gradients).
+template <class MP> static void swiglu_check(const char *who, int F, const void *a, const void *b, const void *c) {
+    auto a16 = [](const void *p) { return (uintptr_t)p % 16 == 0; };
+    if (F % run16<MP>() || !a16(a) || !a16(b) || !a16(c)) {
+        fprintf(stderr, "error: %s: rows of %d values at %p, %p, %p: not 16-byte runs\n", who, F, a, b, c);
+        exit(1);
+    }
+}
 template <class MP> __global__ void __launch_bounds__(256) swiglu_forward_kernel(MP *__restrict__ h, const MP *__restrict__ gu,
                                                                                 int BT, int F) {
     constexpr int RUN = run16<MP>();
@@ -956,44 +1084,82 @@ template <class MP> __global__ void __launch_bounds__(256) swiglu_forward_kernel
         a.get(av);
         b.get(bv);
 #pragma unroll
-        for (int c = 0; c < RUN; c++) av[c] = siluf_(av[c]) * bv[c];
+        for (int c = 0; c < RUN; c++) av[c] = av[c] * fsigmoidf_(av[c]) * bv[c];
         a.set(av);
         a.store(h + bt * F + i);
     }
 }
 static void swiglu_forward(real *h, const real *gu, int BT, int F) {
     PROF_OP();
-    if (F % 8 || (uintptr_t)h % 16 || (uintptr_t)gu % 16) {
-        fprintf(stderr, "error: %s: rows of %d values at %p, %p: not 16-byte runs\n", __func__, F, (void *)h, (const void *)gu);
-        exit(1);
+    if (g_bf16) {
+        swiglu_check<__nv_bfloat16>(__func__, F, h, gu, gu);
+        swiglu_forward_kernel<<<CEIL_DIV(BT, 8), 256>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)gu, BT, F);
+    } else {
+        swiglu_check<float>(__func__, F, h, gu, gu);
+        swiglu_forward_kernel<<<CEIL_DIV(BT, 8), 256>>>(h, gu, BT, F);
     }
-    if (g_bf16) swiglu_forward_kernel<<<CEIL_DIV(BT, 8), 256>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)gu, BT, F);
-    else swiglu_forward_kernel<<<CEIL_DIV(BT, 8), 256>>>(h, gu, BT, F);
     CUDA_CHECK(cudaGetLastError());
 }
-// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)], written (SwiGLU is its only producer); h = silu(gate) ⊙ up again,
-// as the forward computed it, for W_down's weight gradient (so that block_rebuild need not rerun the forward). One
-// block per token row (no 64-bit divisions per element), two adjacent values per thread.
+// dgu = [dh ⊙ up ⊙ silu'(gate), dh ⊙ silu(gate)] (2.2b), silu'(a) = σ(a) + silu(a)(1 − σ(a)), written (SwiGLU is
+// its only producer); h = silu(gate) ⊙ up again, as the forward computed it, for W_down's weight gradient (so that
+// block_rebuild need not rerun the forward). A lane takes two runs a step (the second 32 runs on, where F has it), their
+// six loads (96 bytes) in flight at once.
 template <class MP>
-__global__ void swiglu_backward_kernel(MP *__restrict__ dgu, MP *__restrict__ h, const MP *__restrict__ dh,
-                                       const MP *__restrict__ gu, int F) {
-    size_t bt = blockIdx.x;
-    const MP *row = gu + bt * 2 * F;
-    MP *dg = dgu + bt * 2 * F; // feeds only W_gu's backward: a matmul gradient
-    for (int i = 2 * threadIdx.x; i < F; i += 2 * blockDim.x) {
-        float2 d = ld2(dh + bt * F + i), a = ld2(row + i), b = ld2(row + F + i);
-        const float sx = siluf_(a.x), sy = siluf_(a.y);
-        st2(dg + i, d.x * b.x * dsiluf_(a.x), d.y * b.y * dsiluf_(a.y));
-        st2(dg + F + i, d.x * sx, d.y * sy);
-        st2(h + bt * F + i, sx * b.x, sy * b.y);
+__global__ void __launch_bounds__(256) swiglu_backward_kernel(MP *__restrict__ dgu, MP *__restrict__ h, const MP *__restrict__ dh,
+                                                              const MP *__restrict__ gu, int BT, int F) {
+    constexpr int RUN = run16<MP>();
+    const size_t bt = (size_t)blockIdx.x * 8 + threadIdx.x / 32;
+    if (bt >= (size_t)BT) return;
+    const MP *row = gu + bt * 2 * F, *drow = dh + bt * F;
+    MP *dg = dgu + bt * 2 * F, *hr = h + bt * F;
+    for (int i = RUN * (threadIdx.x % 32); i < F; i += 64 * RUN) {
+        const int at[2] = {i, i + 32 * RUN};
+        const bool two = at[1] < F;
+        Pack<MP, RUN> a[2], b[2], d[2];
+        a[0].load(row + i);
+        b[0].load(row + F + i);
+        d[0].load(drow + i);
+        if (two) {
+            a[1].load(row + at[1]);
+            b[1].load(row + F + at[1]);
+            d[1].load(drow + at[1]);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (u && !two) break;
+            float av[RUN], bv[RUN], dv[RUN];
+            a[u].get(av);
+            b[u].get(bv);
+            d[u].get(dv);
+#pragma unroll
+            for (int c = 0; c < RUN; c++) {
+                const float s = fsigmoidf_(av[c]), sa = av[c] * s;
+                const float g = dv[c] * bv[c] * fmaf(sa, 1.f - s, s);
+                bv[c] = sa * bv[c]; // h
+                dv[c] = dv[c] * sa; // dup
+                av[c] = g;          // dgate
+            }
+            a[u].set(av);
+            a[u].store(dg + at[u]);
+            d[u].set(dv);
+            d[u].store(dg + F + at[u]);
+            b[u].set(bv);
+            b[u].store(hr + at[u]);
+        }
     }
 }
 static void swiglu_backward(real *dgu, real *h, const real *dh, const real *gu, int BT, int F) {
     PROF_OP();
-    if (g_bf16)
-        swiglu_backward_kernel<<<BT, 256>>>((__nv_bfloat16 *)dgu, (__nv_bfloat16 *)h, (const __nv_bfloat16 *)dh,
-                                            (const __nv_bfloat16 *)gu, F);
-    else swiglu_backward_kernel<<<BT, 256>>>(dgu, h, dh, gu, F);
+    if (g_bf16) {
+        swiglu_check<__nv_bfloat16>(__func__, F, dgu, h, dh);
+        swiglu_check<__nv_bfloat16>(__func__, F, gu, gu, gu);
+        swiglu_backward_kernel<<<CEIL_DIV(BT, 8), 256>>>((__nv_bfloat16 *)dgu, (__nv_bfloat16 *)h,
+                                                         (const __nv_bfloat16 *)dh, (const __nv_bfloat16 *)gu, BT, F);
+    } else {
+        swiglu_check<float>(__func__, F, dgu, h, dh);
+        swiglu_check<float>(__func__, F, gu, gu, gu);
+        swiglu_backward_kernel<<<CEIL_DIV(BT, 8), 256>>>(dgu, h, dh, gu, BT, F);
+    }
     CUDA_CHECK(cudaGetLastError());
 }
 
