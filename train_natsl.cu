@@ -7939,23 +7939,23 @@ template <int DK> constexpr size_t fwd_out_bf16_smem() { return (CH * DK + 2 * D
 // computes all 64 rows (its warp w & 3 the rows R0 = 16(w & 3) .. +15) and, of W S0 and dO Vnᵀ, the columns
 // C0 = 32·wg .. +31 (wg_n32_mn_sub with S0 MN-major; wg_n32), of the d_k-wide dQ1 and X the d_k/2 columns dk_col (wg_dk,
 // S0 and dSe K-major). W is swt<CH> (load_tile_wg), the S0, dSe, dO and Vn tiles swz<64>. Per thread the accumulators
-// of dQ1, X and dPm (d_k/4 + d_k/4 + 16 registers) live over the whole loop, those of W S0 (16) for its tile: two
-// blocks an SM at d_k ≤ 128 (at most 128 registers a thread; 107 KB of shared memory at d_k = 128), one at 192.
-// The loads (cp.async): S0 double-buffered, a tile ahead; U issued once the tile before has made its Vn (half a tile
-// ahead); dO and dSe, single-buffered, issued as the tile before ends, so they land while W S0 and Vn are made.
+// of dQ1, X and dPm (d_k/4 + d_k/4 + 16 registers) live over the whole loop, those of W S0 (16) from U's loads (in
+// the tile before) to Vn: two blocks an SM at d_k ≤ 128 (at most 128 registers a thread; 105 KB of shared memory at d_k = 128), one
+// at 192. The loads: S0 and dSe by cp.async, double-buffered a tile ahead; U straight from global memory into the
+// accumulators of W S0 (each thread its own elements), issued while the tile before runs its products (half a tile
+// ahead); dO by cp.async, single-buffered, issued as the tile before ends (landing while W S0 and Vn are made).
 // Three barriers a tile. What limits it: each product waits for its result before the next step (W S0 before Vn,
 // Vn before the rest), with the other block on the SM as the only overlap.
-// cp.async groups, in order: S0(0) with W and G; U(0); dO(0), dSe(0); S0(1); then a tile vt: U(vt + 1) once Vn is
-// made, dO(vt + 1) and dSe(vt + 1), S0(vt + 2) at its end (each possibly empty), so that tile vt's S0 and U are whole
-// at wait_group 2 as it starts and its dO, dSe at wait_group 1 after Vn.
+// cp.async groups, in order: S0(0), dSe(0) with W and G; dO(0); S0(1), dSe(1); then at the end of tile vt dO(vt + 1),
+// then S0(vt + 2), dSe(vt + 2) (each possibly empty), so that tile vt's S0 and dSe are whole at wait_group 2 as it
+// starts and its dO at wait_group 1 once Vn is made.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_local_bf16: dk 64, 128 or 192");
-    constexpr int LU = 72;  // the U tile [CH][LU] (fp32, rows padded: its accumulator-order reads 2-way at most)
+    constexpr int TS = 2 * DK * 64;  // per buffer the S0, dSe tiles [DK][64]
     extern __shared__ uint4 bl_smem[];
-    bf16 *Ws = fa_align1024(bl_smem), *Ss = Ws + CH * DK, *Es = Ss + 2 * DK * 64, *Os = Es + DK * 64, *Nh = Os + CH * 64;
-    bf16 *Nl = Nh + CH * 64;  // Ss: S0 [DK][64] × 2; Es: dSe [DK][64]; Os: dO [CH][64]; Nh, Nl: Vn [CH][64] hi, lo
-    float *Us = reinterpret_cast<float *>(Nl + CH * 64), *Gs = Us + CH * LU, *red = Gs + CH;
+    bf16 *Ws = fa_align1024(bl_smem), *Ss = Ws + CH * DK, *Os = Ss + 2 * TS, *Nh = Os + CH * 64, *Nl = Nh + CH * 64;
+    float *Gs = reinterpret_cast<float *>(Nl + CH * 64), *red = Gs + CH;  // Os: dO [CH][64]; Nh, Nl: Vn [CH][64] hi, lo
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, wg = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
@@ -7970,44 +7970,49 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a
     // x as a value the compiler cannot see through: the loads' per-thread addresses (from tid) and the descriptors'
     // low words are made anew in each tile from it, where hoisted out of the loop they would hold ~30 registers
     auto opq = [](uint32_t x) { asm volatile("" : "+r"(x)); return x; };
-    auto ld_s = [&](int vt) { if (vt < nvt) load_tile<64, DK, 256>(Ss + (vt & 1) * DK * 64, st + vt * 64, dv, opq(tid)); };
-    auto ld_u = [&](int vt) { if (vt < nvt) load_tile<64, LU, 256>(Us, a.U + row0 * dv + vt * 64, dv, opq(tid)); };
-    auto ld_oe = [&](int vt) {
+    auto ld_se = [&](int vt) {
         if (vt < nvt) {
             const int t = opq(tid);
-            load_tile<64, CH, 256>(Os, dO + vt * 64, (int)ldo, t);
-            load_tile<64, DK, 256>(Es, ds + vt * 64, dv, t);
+            bf16 *s = Ss + (vt & 1) * TS;
+            load_tile<64, DK, 256>(s, st + vt * 64, dv, t);
+            load_tile<64, DK, 256>(s + DK * 64, ds + vt * 64, dv, t);
         }
+    };
+    auto ld_o = [&](int vt) { if (vt < nvt) load_tile<64, CH, 256>(Os, dO + vt * 64, (int)ldo, opq(tid)); };
+    float V[4][4];  // Vn = U − W S0: the accumulators start at U
+    auto ld_u = [&](int vt) {  // U's tile vt into V: this thread's elements (rows R0 + g, + 8; columns C0 + 8j + 2t)
+        const float *u = a.U + (row0 + R0 + g) * dv + vt * 64 + C0 + 2 * (opq(lane) & 3);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const float2 x = *reinterpret_cast<const float2 *>(u + (size_t)(8 * hh) * dv + 8 * j);
+                V[j][2 * hh] = x.x;
+                V[j][2 * hh + 1] = x.y;
+            }
     };
     load_tile_wg<DK, 256>(Ws, a.Wb + row0 * DK, DK);
     if (tid < CH / 4) cp_async16(Gs + tid * 4, a.Gc + row0 + tid * 4);
-    ld_s(0);
+    ld_se(0);
+    cp_async_commit();
+    ld_o(0);
+    cp_async_commit();
+    ld_se(1);
     cp_async_commit();
     ld_u(0);
-    cp_async_commit();
-    ld_oe(0);
-    cp_async_commit();
-    ld_s(1);
-    cp_async_commit();
     float Q1[DK / 16][4], X[DK / 16][4], P1[4][4], sd = 0.f;  // dQ1, X (dk_col's columns), dO Vnᵀ (keys C0 ..)
     acc_zero(Q1);
     acc_zero(X);
     acc_zero(P1);
-    const uint32_t wlo = lo_k(Ws), olo = lo_k(Os), elo = lo_k(Es), hlo = lo_k(Nh), llo = lo_k(Nl);
+    const uint32_t wlo = lo_k(Ws), olo = lo_k(Os), hlo = lo_k(Nh), llo = lo_k(Nl);
     for (int vt = 0; vt < nvt; vt++) {
-        const bf16 *S0 = Ss + (vt & 1) * DK * 64;
-        cp_async_wait<2>();  // S0 and U of tile vt (W and G with tile 0's)
+        const bf16 *S0 = Ss + (vt & 1) * TS, *dSe = S0 + DK * 64;
+        cp_async_wait<2>();  // S0 and dSe of tile vt (W and G with tile 0's)
         fence_async_smem();
         __syncthreads();
-        float V[4][4];  // Vn = U − W S0: the accumulators start at U
-        acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {
-            const float2 u = *reinterpret_cast<const float2 *>(Us + r * LU + col);
-            V[j][2 * hh] = u.x;
-            V[j][2 * hh + 1] = u.y;
-        });
         wg_keep(V);
         wgmma_fence();
-        wg_n32_mn_sub<DK, 0>(V, opq(wlo), opq(lo_mn(S0)), C0);  // − W S0
+        wg_n32_mn_sub<DK, 0>(V, opq(wlo), opq(lo_mn(S0)), C0);  // U − W S0
         wgmma_commit();
         wgmma_wait<0>();
         wg_keep(V);
@@ -8017,24 +8022,10 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a
             st_pair<64>(Nh, r, col, hi.x, hi.y);
             st_pair<64>(Nl, r, col, x0 - hi.x, x1 - hi.y);
         });
-        cp_async_wait<1>();  // dO and dSe of tile vt
-        fence_async_smem();
-        __syncthreads();  // the Vn tiles are whole, U is spent
-        ld_u(vt + 1);
-        cp_async_commit();
-        wg_keep(Q1); wg_keep(P1); wg_keep(X);
-        wgmma_fence();
-        const uint32_t od = opq(olo), ed = opq(elo), hd = opq(hlo);
-        wg_dk<DK, 64, 0, 0>(Q1, od, opq(lo_k(S0)), wg);  // dQ1 += dO S0ᵀ
-        wg_n32<64, 0>(P1, od, hd, C0);                   // dPm += dO Vnᵀ
-        wg_dk<DK, 64, 0, 0>(X, hd, ed, wg);              // X += Vn dSeᵀ, Vn's hi and lo
-        wg_dk<DK, 64, 0, 0>(X, opq(llo), ed, wg);
-        wgmma_commit();
-        // ⟨dSe, S0⟩ (both tiles swizzled alike) while the products run; not unrolled (its loads unrolled, beside the
-        // accumulators in flight, spill at d_k = 128)
+        // ⟨dSe, S0⟩ (both tiles swizzled alike) while dO lands; not unrolled (fewer live registers)
 #pragma unroll 1
         for (int e = tid; e < DK * 8; e += 256) {
-            const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(Es)[e];
+            const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(dSe)[e];
             const __nv_bfloat162 *xs = reinterpret_cast<const __nv_bfloat162 *>(&x), *ys = reinterpret_cast<const __nv_bfloat162 *>(&y);
 #pragma unroll
             for (int q = 0; q < 4; q++) {
@@ -8042,33 +8033,47 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a
                 sd = fmaf(u.x, v.x, fmaf(u.y, v.y, sd));
             }
         }
+        cp_async_wait<1>();  // dO of tile vt
+        fence_async_smem();
+        __syncthreads();  // the Vn tiles are whole
+        wg_keep(Q1); wg_keep(P1); wg_keep(X);
+        wgmma_fence();
+        const uint32_t od = opq(olo), ed = opq(lo_k(dSe)), hd = opq(hlo);
+        wg_dk<DK, 64, 0, 0>(Q1, od, opq(lo_k(S0)), wg);  // dQ1 += dO S0ᵀ
+        wg_n32<64, 0>(P1, od, hd, C0);                   // dPm += dO Vnᵀ
+        wg_dk<DK, 64, 0, 0>(X, hd, ed, wg);              // X += Vn dSeᵀ, Vn's hi and lo
+        wg_dk<DK, 64, 0, 0>(X, opq(llo), ed, wg);
+        wgmma_commit();
+        if (vt + 1 < nvt) ld_u(vt + 1);  // while the products run
         wgmma_wait<0>();
         wg_keep(Q1); wg_keep(P1); wg_keep(X);
-        __syncthreads();  // Os, Es, Nh, Nl and S0 buffer vt & 1 are free
-        ld_oe(vt + 1);
+        __syncthreads();  // Os, Nh, Nl and buffer vt & 1 are free
+        ld_o(vt + 1);
         cp_async_commit();
-        ld_s(vt + 2);
+        ld_se(vt + 2);
         cp_async_commit();
     }
     const float GL = Gs[CH - 1], l0 = expf(GL - Gs[R0 + g]), l1 = expf(GL - Gs[R0 + g + 8]);  // λ of rows R0 + g, + 8
+    // row0 and cc made anew (kept over the loop, they spill at d_k = 128)
+    const size_t rw0 = (size_t)opq(bh) * a.T + (size_t)opq(c) * CH, ch0 = (size_t)opq(bh) * Nc + c;
     acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
         const float l = hh ? l1 : l0;
-        st2(a.dQ1 + (row0 + i) * DK + col, Q1[j][2 * hh], Q1[j][2 * hh + 1]);
-        st2(a.X + (row0 + i) * DK + col, l * X[j][2 * hh], l * X[j][2 * hh + 1]);  // times λ_i
+        st2(a.dQ1 + (rw0 + i) * DK + col, Q1[j][2 * hh], Q1[j][2 * hh + 1]);
+        st2(a.X + (rw0 + i) * DK + col, l * X[j][2 * hh], l * X[j][2 * hh + 1]);  // times λ_i
     });
-    store_acc<32>(a.dPm + cc * CH * CH + (R0 + g) * CH + C0, CH, P1, a.scale, a.scale);
+    store_acc<32>(a.dPm + ch0 * CH * CH + (R0 + g) * CH + C0, CH, P1, a.scale, a.scale);
     sd = warp_sum(sd);
     if (lane == 0) red[w] = sd;
     __syncthreads();
     if (tid == 0) {
         float s = 0.f;
         for (int i = 0; i < 8; i++) s += red[i];
-        a.sdot[cc] = s;
+        a.sdot[ch0] = s;
     }
 }
 // (1024: the tiles' alignment)
 template <int DK> constexpr size_t bwd_local_bf16_smem() {
-    return 1024 + (CH * DK + 3 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + (CH * 72 + CH + 8) * sizeof(float);
+    return 1024 + (CH * DK + 4 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + (CH + 8) * sizeof(float);
 }
 
 #undef GC_ACC_ROW
