@@ -7529,6 +7529,13 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[M][4], uint64_t da, uint64_
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
                      : WG_T4(J0), WG_T4(J0 + 4) : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
 }
+// d(64 × 32) −= A(64 × 16) B(16 × 32): wg_mma_ss<32, TA, TB> with A negated by the instruction (imm-scale-a = −1)
+template <int TA, int TB>
+__device__ __forceinline__ void wg_mma_ss_sub32(float (&d)[4][4], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" WG_REGS16 "}, %16, %17, p, -1, 1, %19, %20;\n}\n"
+                 : WG_T4(0) : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
 #undef WG_T4
 #undef WG_T
 #undef WG_REGS96
@@ -7547,6 +7554,15 @@ __device__ __forceinline__ void wg_n32(float (&d)[4][4], uint32_t alo, uint32_t 
 #pragma unroll
     for (int kk = 0; kk < NK / 16; kk++)
         wg_mma_ss<32, TA, 0>(d, wgmma_desc_of(alo + wg_kstep<TA>(kk)), wgmma_desc_of(blo + c0 * 8 + wg_kstep<0>(kk)));
+}
+// d(64 × 32) −= A(64 × NK) B[:, c0 .. c0+31], A through alo (TA as wg_mma_ss; K-major A: NK/64 tiles [64][64]), B
+// MN-major: X [NK rows][64] one swz<64> tile, the product's columns X's columns c0 .. (c0 = 0 or 32: a 32-column piece
+// starts 64 bytes into the tile's rows, as wg_dk's); alo, blo = wgmma_desc_lo of A's first tile and of X. Issues only.
+template <int NK, int TA>
+__device__ __forceinline__ void wg_n32_mn_sub(float (&d)[4][4], uint32_t alo, uint32_t blo, int c0) {
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; kk++)
+        wg_mma_ss_sub32<TA, 1>(d, wgmma_desc_of(alo + wg_kstep<TA>(kk)), wgmma_desc_of(blo + c0 / 8 + wg_kstep<1>(kk)));
 }
 // The d_k/2 columns of a d_k-wide product that warpgroup wg (of two) accumulates, as accumulator tiles j = 0 .. d_k/16:
 // tile j holds columns dk_col(wg, j) .. +7. At d_k = 64 and 128 warpgroup wg owns columns (d_k/2)·wg .. +d_k/2−1 in
@@ -7585,8 +7601,7 @@ __device__ __forceinline__ void wg_dk(float (&d)[DK / 16][4], uint32_t alo, uint
 }
 // The d_k each kernel family is compiled for: the bf16 tensor-core kernels 64, 128 and 192 (the 760m preset); the fp32
 // ones 32 .. 128 (their shared tiles of fp32 rows outgrow an SM at 192, so the 760m's fp32 mode takes the token
-// recurrence). The 8-warp bf16 kernels keep two blocks per SM (128 registers a thread) up to d_k = 128, one at 192
-// (bwd_local_bf16: one at every d_k).
+// recurrence). The 8-warp bf16 kernels keep two blocks per SM (128 registers a thread) up to d_k = 128, one at 192.
 template <int DK> __host__ __device__ constexpr bool dk_bf16() { return DK == 64 || DK == 128 || DK == 192; }
 template <int DK> __host__ __device__ constexpr bool dk_fp32() { return DK <= 128; }
 template <int DK> __host__ __device__ constexpr int blocks8() { return DK <= 128 ? 2 : 1; }
@@ -8145,83 +8160,103 @@ __global__ void __launch_bounds__(128, DK <= 128 ? 3 : 2) fwd_out_bf16_kernel(GA
 }
 template <int DK> constexpr size_t fwd_out_bf16_smem() { return (CH * DK + 2 * DK * 64 + 2 * 64 * CH) * sizeof(bf16) + CH * sizeof(float); }
 
-// B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps, after bwd_state_bf16 (it reads the chunk's dS^end
-// snapshot dSe). Warp w owns rows R0 = 16(w & 3) .. +15 of the chunk and one half hf = w >> 2 of each 64 value
-// columns: Vn = U − W S0 (its tokens, fp32, into shared memory as two bf16 tiles, hi + lo). With the tiles at hand it
-// sums over the value tiles all that the backward needs of Vn and S0: dQ1 = dO S0ᵀ (its rows, half hf of the d_k
-// columns), dPm = s dO Vnᵀ (its rows, half hf of the keys), X = diag(λ) Vn dSeᵀ (its rows, half hf of the d_k
-// columns; Vn as hi + lo: X feeds the router gradient dA = Σ_j k_j·X_j, a sum with cancellation, which a plain bf16
-// Vn moves by ~1e-2, dev/cuda/gdn/NOTES.md) and ⟨dSe, S0⟩. One block an SM at every d_k: at two (128 registers a
-// thread) these sums spill. The S0, dSe and U tiles come by cp.async a tile ahead, dO (bf16, as stored) into
-// registers a tile ahead.
+// B1 in bf16 mode (same shapes), grid (Nc, B*H), 8 warps = two warpgroups, after bwd_state_bf16 (it reads the chunk's
+// dS^end snapshot dSe). Per 64-column value tile (S0, dSe: those columns of the chunk-start state and of dS^end,
+// [DK][64] bf16; U fp32, dO bf16 as stored: 64 × 64):
+//   Vn = U − W S0 (fp32: the accumulators start at U; into shared memory as two bf16 tiles, hi + lo),
+//   dQ1 += dO S0ᵀ,  dPm += s dO Vnᵀ,  X += diag(λ) Vn dSeᵀ,  sdot += ⟨dSe, S0⟩
+// (dev/cuda/gdn/NOTES.md; doc/model.md §6.1). Vn goes into X as hi + lo: X feeds the router gradient dA = Σ_j k_j·X_j,
+// a sum with cancellation, which a plain bf16 Vn moves by ~1e-2; dPm takes hi alone. Every product is wgmma m64nNk16
+// with both operands read by the tensor cores from 128B-swizzled shared tiles (wg_mma_ss): warpgroup wg = w >> 2
+// computes all 64 rows (its warp w & 3 the rows R0 = 16(w & 3) .. +15) and, of W S0 and dO Vnᵀ, the columns
+// C0 = 32·wg .. +31 (wg_n32_mn_sub with S0 MN-major; wg_n32), of the d_k-wide dQ1 and X the d_k/2 columns dk_col (wg_dk,
+// S0 and dSe K-major). W is swt<CH> (load_tile_wg), the S0, dSe, dO and Vn tiles swz<64>. Per thread the accumulators
+// of dQ1, X and dPm (d_k/4 + d_k/4 + 16 registers) live over the whole loop, those of W S0 (16) from U's loads (in
+// the tile before) to Vn: two blocks an SM at d_k ≤ 128 (at most 128 registers a thread; 105 KB of shared memory at d_k = 128), one
+// at 192. The loads: S0 and dSe by cp.async, double-buffered a tile ahead; U straight from global memory into the
+// accumulators of W S0 (each thread its own elements), issued while the tile before runs its products (half a tile
+// ahead); dO by cp.async, single-buffered, issued as the tile before ends (landing while W S0 and Vn are made).
+// Three barriers a tile. What limits it: each product waits for its result before the next step (W S0 before Vn,
+// Vn before the rest), with the other block on the SM as the only overlap.
+// cp.async groups, in order: S0(0), dSe(0) with W and G; dO(0); S0(1), dSe(1); then at the end of tile vt dO(vt + 1),
+// then S0(vt + 2), dSe(vt + 2) (each possibly empty), so that tile vt's S0 and dSe are whole at wait_group 2 as it
+// starts and its dO at wait_group 1 once Vn is made.
 template <int DK>
-__global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
+__global__ void __launch_bounds__(256, blocks8<DK>()) bwd_local_bf16_kernel(GA a) {
     static_assert(dk_bf16<DK>(), "bwd_local_bf16: dk 64, 128 or 192");
-    constexpr int LU = 72, TS = 2 * DK * 64;  // U tiles [CH][LU] (fp32, padded rows); per buffer the S0, dSe tiles [DK][64]
-    extern __shared__ __align__(128) unsigned char smraw[];
-    bf16 *Ws = reinterpret_cast<bf16 *>(smraw), *Ss = Ws + CH * DK, *Os = Ss + 2 * TS, *Nh = Os + CH * 64, *Nl = Nh + CH * 64;
-    float *Gs = reinterpret_cast<float *>(Nl + CH * 64), *red = Gs + CH, *Us = red + 8;
+    constexpr int TS = 2 * DK * 64;  // per buffer the S0, dSe tiles [DK][64]
+    extern __shared__ uint4 bl_smem[];
+    bf16 *Ws = fa_align1024(bl_smem), *Ss = Ws + CH * DK, *Os = Ss + 2 * TS, *Nh = Os + CH * 64, *Nl = Nh + CH * 64;
+    float *Gs = reinterpret_cast<float *>(Nl + CH * 64), *red = Gs + CH;  // Os: dO [CH][64]; Nh, Nl: Vn [CH][64] hi, lo
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, hf = w >> 2;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, wg = w >> 2;
     const int dv = a.dvd, Nc = a.Nc, nvt = dv / 64;
-    const int R0 = 16 * (w & 3), r0 = R0 + g;  // this thread's rows r0 and r0 + 8
+    const int R0 = 16 * (w & 3), C0 = 32 * wg;
     const size_t row0 = (size_t)bh * a.T + (size_t)c * CH, cc = (size_t)bh * Nc + c, ldo = (size_t)a.H * dv;
     const bf16 *st = reinterpret_cast<const bf16 *>(a.state) + cc * DK * dv;
     const bf16 *ds = reinterpret_cast<const bf16 *>(a.dstate) + cc * DK * dv;
     const bf16 *dO = a.dout16 + ((size_t)b * a.T + (size_t)c * CH) * ldo + (size_t)h * dv;
-    load_tile<DK, CH, 256>(Ws, a.Wb + row0 * DK, DK, tid);
-    if (tid < CH / 4) cp_async16(Gs + tid * 4, a.Gc + row0 + tid * 4);
-    auto issue = [&](int vt) {  // the S0, dSe and U tiles of value columns 64 vt ..
-        bf16 *s = Ss + (vt & 1) * TS;
-        load_tile<64, DK, 256>(s, st + vt * 64, dv, tid);
-        load_tile<64, DK, 256>(s + DK * 64, ds + vt * 64, dv, tid);
-        load_tile<64, LU, 256>(Us + (vt & 1) * CH * LU, a.U + row0 * dv + vt * 64, dv, tid);
-        cp_async_commit();
+    // the descriptors' low words: K-major operands (LBO unused), MN-major ones (LBO: one [CH][64] tile)
+    auto lo_k = [](const bf16 *X) { return wgmma_desc_lo(smem_u32(X), 16); };
+    auto lo_mn = [](const bf16 *X) { return wgmma_desc_lo(smem_u32(X), CH * 64 * sizeof(bf16)); };
+    // x as a value the compiler cannot see through: the loads' per-thread addresses (from tid) and the descriptors'
+    // low words are made anew in each tile from it, where hoisted out of the loop they would hold ~30 registers
+    auto opq = [](uint32_t x) { asm volatile("" : "+r"(x)); return x; };
+    auto ld_se = [&](int vt) {
+        if (vt < nvt) {
+            const int t = opq(tid);
+            bf16 *s = Ss + (vt & 1) * TS;
+            load_tile<64, DK, 256>(s, st + vt * 64, dv, t);
+            load_tile<64, DK, 256>(s + DK * 64, ds + vt * 64, dv, t);
+        }
     };
-    issue(0);
-    if (nvt > 1) issue(1);
-    // the dO tile: thread tid holds 8 values (bf16, as stored) of rows tid/8 + 32 e (e < 2), loaded one tile ahead into
-    // registers
-    uint4 xo[2];
-    auto load_do = [&](int vt) {
+    auto ld_o = [&](int vt) { if (vt < nvt) load_tile<64, CH, 256>(Os, dO + vt * 64, (int)ldo, opq(tid)); };
+    float V[4][4];  // Vn = U − W S0: the accumulators start at U
+    auto ld_u = [&](int vt) {  // U's tile vt into V: this thread's elements (rows R0 + g, + 8; columns C0 + 8j + 2t)
+        const float *u = a.U + (row0 + R0 + g) * dv + vt * 64 + C0 + 2 * (opq(lane) & 3);
 #pragma unroll
-        for (int e = 0; e < 2; e++)
-            xo[e] = *reinterpret_cast<const uint4 *>(dO + (size_t)((tid >> 3) + 32 * e) * ldo + vt * 64 + (tid & 7) * 8);
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const float2 x = *reinterpret_cast<const float2 *>(u + (size_t)(8 * hh) * dv + 8 * j);
+                V[j][2 * hh] = x.x;
+                V[j][2 * hh + 1] = x.y;
+            }
     };
-    load_do(0);
-    float Q1[DK / 16][4], X[DK / 16][4], P1[4][4], sd = 0.f;  // dQ1, X (d_k columns hf·DK/2 ..), dO Vnᵀ (keys 32 hf ..)
+    load_tile_wg<DK, 256>(Ws, a.Wb + row0 * DK, DK);
+    if (tid < CH / 4) cp_async16(Gs + tid * 4, a.Gc + row0 + tid * 4);
+    ld_se(0);
+    cp_async_commit();
+    ld_o(0);
+    cp_async_commit();
+    ld_se(1);
+    cp_async_commit();
+    ld_u(0);
+    float Q1[DK / 16][4], X[DK / 16][4], P1[4][4], sd = 0.f;  // dQ1, X (dk_col's columns), dO Vnᵀ (keys C0 ..)
     acc_zero(Q1);
     acc_zero(X);
     acc_zero(P1);
+    const uint32_t wlo = lo_k(Ws), olo = lo_k(Os), hlo = lo_k(Nh), llo = lo_k(Nl);
     for (int vt = 0; vt < nvt; vt++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {  // into shared memory
-            const int r = (tid >> 3) + 32 * e, ch = tid & 7;
-            *reinterpret_cast<uint4 *>(Os + swz<64>(r, ch)) = xo[e];
-        }
-        if (vt + 1 < nvt) cp_async_wait<1>(); else cp_async_wait<0>();
-        __syncthreads();
         const bf16 *S0 = Ss + (vt & 1) * TS, *dSe = S0 + DK * 64;
-        float V[4][4];
-        acc_zero(V);
-#pragma unroll
-        for (int k0 = 0; k0 < DK; k0 += 64) {  // W S0, 64 rows of S0 at a time (fewer live registers)
-            uint32_t fw[4][4];
-            lds_a<64, DK>(fw, Ws + k0, R0);  // (column offsets of 64 keep the swizzle)
-            mma_x<64, 32, 64, false>(V, fw, S0 + k0 * 64, 32 * hf);
-        }
-        acc_pairs<32>(R0, 32 * hf, [&](int j, int hh, int r, int col) {  // Vn = U − W S0 = hi + lo
-            const float2 uv = *reinterpret_cast<const float2 *>(Us + (vt & 1) * CH * LU + r * LU + col);
-            const float x0 = uv.x - V[j][2 * hh], x1 = uv.y - V[j][2 * hh + 1];
+        cp_async_wait<2>();  // S0 and dSe of tile vt (W and G with tile 0's)
+        fence_async_smem();
+        __syncthreads();
+        wg_keep(V);
+        wgmma_fence();
+        wg_n32_mn_sub<DK, 0>(V, opq(wlo), opq(lo_mn(S0)), C0);  // U − W S0
+        wgmma_commit();
+        wgmma_wait<0>();
+        wg_keep(V);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {  // Vn = hi + lo
+            const float x0 = V[j][2 * hh], x1 = V[j][2 * hh + 1];
             const float2 hi = __bfloat1622float2(__floats2bfloat162_rn(x0, x1));
             st_pair<64>(Nh, r, col, hi.x, hi.y);
             st_pair<64>(Nl, r, col, x0 - hi.x, x1 - hi.y);
         });
-        if (vt + 1 < nvt) load_do(vt + 1);  // (here, where fewer registers are live)
-        uint32_t fo[4][4];  // dO rows R0 .., all 64 columns of the tile
-        lds_a<64, 64>(fo, Os, R0);
-        mma_x<64, DK / 2, 64, true>(Q1, fo, S0, hf * DK / 2);  // dQ1 += dO S0ᵀ
-        for (int e = tid; e < DK * 8; e += 256) {  // ⟨dSe, S0⟩ (both tiles swizzled alike)
+        // ⟨dSe, S0⟩ (both tiles swizzled alike) while dO lands; not unrolled (fewer live registers)
+#pragma unroll 1
+        for (int e = tid; e < DK * 8; e += 256) {
             const uint4 x = reinterpret_cast<const uint4 *>(S0)[e], y = reinterpret_cast<const uint4 *>(dSe)[e];
             const __nv_bfloat162 *xs = reinterpret_cast<const __nv_bfloat162 *>(&x), *ys = reinterpret_cast<const __nv_bfloat162 *>(&y);
 #pragma unroll
@@ -8230,31 +8265,47 @@ __global__ void __launch_bounds__(256, 1) bwd_local_bf16_kernel(GA a) {
                 sd = fmaf(u.x, v.x, fmaf(u.y, v.y, sd));
             }
         }
+        cp_async_wait<1>();  // dO of tile vt
+        fence_async_smem();
         __syncthreads();  // the Vn tiles are whole
-        mma_x<64, 32, 64, true>(P1, fo, Nh, 32 * hf);  // dPm += dO Vnᵀ
-        uint32_t fv[4][4];  // Vn rows R0 .., hi then lo
-        lds_a<64, 64>(fv, Nh, R0);
-        mma_x<64, DK / 2, 64, true>(X, fv, dSe, hf * DK / 2);  // X += Vn dSeᵀ
-        lds_a<64, 64>(fv, Nl, R0);
-        mma_x<64, DK / 2, 64, true>(X, fv, dSe, hf * DK / 2);
+        wg_keep(Q1); wg_keep(P1); wg_keep(X);
+        wgmma_fence();
+        const uint32_t od = opq(olo), ed = opq(lo_k(dSe)), hd = opq(hlo);
+        wg_dk<DK, 64, 0, 0>(Q1, od, opq(lo_k(S0)), wg);  // dQ1 += dO S0ᵀ
+        wg_n32<64, 0>(P1, od, hd, C0);                   // dPm += dO Vnᵀ
+        wg_dk<DK, 64, 0, 0>(X, hd, ed, wg);              // X += Vn dSeᵀ, Vn's hi and lo
+        wg_dk<DK, 64, 0, 0>(X, opq(llo), ed, wg);
+        wgmma_commit();
+        if (vt + 1 < nvt) ld_u(vt + 1);  // while the products run
+        wgmma_wait<0>();
+        wg_keep(Q1); wg_keep(P1); wg_keep(X);
         __syncthreads();  // Os, Nh, Nl and buffer vt & 1 are free
-        if (vt + 2 < nvt) issue(vt + 2);
+        ld_o(vt + 1);
+        cp_async_commit();
+        ld_se(vt + 2);
+        cp_async_commit();
     }
-    const float GL = Gs[CH - 1];
-    store_acc<DK / 2>(a.dQ1 + (row0 + r0) * DK + hf * DK / 2, DK, Q1, 1.f, 1.f);
-    store_acc<DK / 2>(a.X + (row0 + r0) * DK + hf * DK / 2, DK, X, expf(GL - Gs[r0]), expf(GL - Gs[r0 + 8]));  // times λ_i
-    store_acc<32>(a.dPm + cc * CH * CH + r0 * CH + 32 * hf, CH, P1, a.scale, a.scale);
+    const float GL = Gs[CH - 1], l0 = expf(GL - Gs[R0 + g]), l1 = expf(GL - Gs[R0 + g + 8]);  // λ of rows R0 + g, + 8
+    // row0 and cc made anew (kept over the loop, they spill at d_k = 128)
+    const size_t rw0 = (size_t)opq(bh) * a.T + (size_t)opq(c) * CH, ch0 = (size_t)opq(bh) * Nc + c;
+    acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
+        const float l = hh ? l1 : l0;
+        st2(a.dQ1 + (rw0 + i) * DK + col, Q1[j][2 * hh], Q1[j][2 * hh + 1]);
+        st2(a.X + (rw0 + i) * DK + col, l * X[j][2 * hh], l * X[j][2 * hh + 1]);  // times λ_i
+    });
+    store_acc<32>(a.dPm + ch0 * CH * CH + (R0 + g) * CH + C0, CH, P1, a.scale, a.scale);
     sd = warp_sum(sd);
     if (lane == 0) red[w] = sd;
     __syncthreads();
     if (tid == 0) {
         float s = 0.f;
         for (int i = 0; i < 8; i++) s += red[i];
-        a.sdot[cc] = s;
+        a.sdot[ch0] = s;
     }
 }
+// (1024: the tiles' alignment)
 template <int DK> constexpr size_t bwd_local_bf16_smem() {
-    return (CH * DK + 4 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + (CH + 8 + 2 * CH * 72) * sizeof(float);
+    return 1024 + (CH * DK + 4 * DK * 64 + 3 * CH * 64) * sizeof(bf16) + (CH + 8) * sizeof(float);
 }
 
 #undef GC_ACC_ROW
