@@ -22,7 +22,7 @@
 #          case and the kernels' times of each, side by side
 #   nha  : dev/cuda/nha/nha_bench (the H layer's op vs a double oracle, then its times at the 340m size)
 #   nhasan: compute-sanitizer memcheck and racecheck of dev/cuda/nha/nha_bench test (every H kernel, fp32 and bf16)
-#   conv : dev/cuda/conv/conv_bench (the short conv's kernels and batched-load variants vs a double oracle, timed)
+#   conv : dev/cuda/conv/conv_bench (the short conv's kernels vs a double oracle, the backward in both its forms, timed)
 #   tune : dev/cuda/gemm_tune (cublasGemmEx vs cuBLASLt's best candidate for each linear product of the 340m)
 #   main : the main job on the GPU (./train_natsl_cu: tiny, bf16, 300 steps)
 #   ncu  : Nsight Compute speed-of-light of the heaviest kernels in one 340m B=1 T=4096 step
