@@ -177,6 +177,11 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
+// 8 bytes global -> shared (cp.async through L1): a thread's own scattered pairs
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
@@ -8551,15 +8556,21 @@ __device__ __forceinline__ void pair_sync(int w) {
 // and three 64×64 tiles for the intermediates (M1 = dPm ⊙ Γ, M2 = dT and then the dA term, M3t = (dT Tᵀ)ᵀ = T dTᵀ,
 // stored transposed so that dA = −Tᵀ M3 reads it K-major); P = QKᵀ ⊙ Γ and KKᵀ are recomputed from Q and K instead of
 // being read. A first phase is B3 part 1 (dWm, dTV, dv, dbv over the value tiles: they stay in the block, dTV as an
-// fp32 tile read at the same accumulator positions that made it). Elementwise factors at the accumulator positions:
-// dPm (fp32) loaded into registers before the product it meets, its latency under it, dQ1 and X (fp32) after theirs,
-// q, k from the shared tiles. dK is summed in one pass (registers), dQ after it. The per-token sums that feed dg and dβ
+// fp32 tile read at the same accumulator positions that made it). Products that do not depend on each other go in
+// flight together, each wgmma group waited for (wait<1>) only when its accumulators are read, the next one running
+// under the elementwise work of the last: Tᵀ dVn before dVn S0ᵀ and dVn Vᵀ (phase 1), Q Kᵀ before dWm Kᵀ, T dTᵀ
+// before K Kᵀ, dA before Tᵀ dWm; Q and K load under phase 1's last stores. Elementwise factors at the accumulator
+// positions: dPm (fp32) loaded into registers before the product it meets, its latency under it, X and dQ1 (fp32)
+// by cp.async into per-thread shared slots (XQ) under the products before their epilogues, q, k from the shared
+// tiles. dK is summed in one pass (registers), dQ after it. The per-token sums that feed dg and dβ
 // go to shared memory: a row's from its two warps by atomics (two terms: the same sum in either order), a column's
 // from its four row strips as four partial sums, added in a fixed order (so the op is bitwise reproducible). With
 // a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the row dots q̂·dq̂, k̂·dk̂ summed as dg's row sums
-// are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise from dq̂ parked in shared memory over the tiles
-// the dK pass has spent while the two warps of its row strip meet at a barrier of their own: l2norm_backward's two
-// passes over dq̂, dk̂ gone.
+// are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise from dq̂ parked in dQ1's shared slots while the
+// two warps of its row strip meet at a barrier of their own: l2norm_backward's two passes over dq̂, dk̂ gone.
+// What limits it: latency (no pipe busy, 2 blocks of 8 warps an SM): each pass's products wait for the last pass's
+// elementwise results through a block barrier, the products are narrow (m64n32), and the loads of each phase start
+// only when its shared tiles are free.
 template <int DK>
 __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a) {
     constexpr int NH = DK / 2, LTV = CH + 8;
@@ -8570,11 +8581,11 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     bf16 *Ts = reinterpret_cast<bf16 *>(TVs + CH * LTV), *M2 = Ts + CH * CH, *M3 = M2 + CH * CH;
     static_assert((CH * LTV * sizeof(float)) % 1024 == 0, "bwd_final_bf16: the tiles after TVs 1024-byte aligned");
     float *Gs = reinterpret_cast<float *>(M3 + CH * CH), *bs = Gs + CH, *es = bs + CH, *dbs = es + CH, *red = dbs + CH;
-    // with a.rho, the last pass's dq̂ [CH][DK] fp32 over Ds, TVs, Ts, M2, M3 (spent by then), row i's 8-column groups
-    // permuted by i mod 8 (its stores and loads conflict-free)
-    static_assert(DK <= 3 * CH, "bwd_final_bf16: dq̂ must fit where Ds, TVs, Ts, M2 and M3 were");
-    float *DQs = reinterpret_cast<float *>(Ds);
-    auto dq_at = [](int i, int col) { return i * DK + (col ^ ((i & 7) << 3)); };
+    // the dK and dQ passes' fp32 pairs at each thread's accumulator positions (X, then dQ1 and with a.rho dq̂ in its
+    // place), each thread's own: pair (j, hh) of thread tid at XQ[(2j + hh)·256 + tid] (conflict-free, no barrier
+    // between a thread's cp.async and its reads), over Ds, TVs and Ts, spent when the dK pass starts
+    static_assert(CH * DK * 4 <= CH * DK * 2 + CH * LTV * 4 + CH * CH * 2, "bwd_final_bf16: X, dQ1 must fit in Ds, TVs, Ts");
+    float2 *XQ = reinterpret_cast<float2 *>(Ds);
     // per-token sums: rows and columns of E = dPm ⊙ P, q·dQ1, k·R, rows of V (the KKᵀ term), its β-weighted columns, k·X
     // (csE and cw2: [4][CH], one row of partial sums per row strip)
     float *rsE = red, *csE = rsE + CH, *qd = csE + 4 * CH, *kr = qd + CH, *rs2 = kr + CH, *cw2 = rs2 + CH, *xk = cw2 + 4 * CH;
@@ -8629,12 +8640,13 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             acc_zero(Y);
             wg_keep(W1); wg_keep(P2); wg_keep(Y);
             wgmma_fence();
-            wg_dk<DK, 64, 1, 0>(W1, dlo, lo_k(Ss + (vt & 1) * DK * 64), wg);  // dVn S0ᵀ
-            wg_n32<64, 1>(P2, dlo, lo_k(Vt), C0);                              // dVn Vᵀ
             wg_n32<CH, 1>(Y, lo_mn(Ts), lo_k(Dt), C0);                        // Tᵀ dVn (A = T MN-major)
             wgmma_commit();
-            wgmma_wait<0>();
-            wg_keep(W1); wg_keep(P2); wg_keep(Y);
+            wg_dk<DK, 64, 1, 0>(W1, dlo, lo_k(Ss + (vt & 1) * DK * 64), wg);  // dVn S0ᵀ (in flight under Y's epilogue)
+            wg_n32<64, 1>(P2, dlo, lo_k(Vt), C0);                              // dVn Vᵀ
+            wgmma_commit();
+            wgmma_wait<1>();
+            wg_keep(Y);
             acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {
                 const float2 vv = ld_pair<64>(Vt, r, col);
                 const size_t at = (tok0 + r) * a.ldv + (size_t)h * dv + vt * 64 + col;
@@ -8643,9 +8655,15 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
                 const float d = fmaf(vv.x, y0.x, vv.y * y0.y);
                 if (hh) dbv1 += d; else dbv0 += d;
             });
+            wgmma_wait<0>();
+            wg_keep(W1); wg_keep(P2);
             __syncthreads();  // buffers vt & 1 are free
             if (vt + 2 < nvt) issue(vt + 2);
         }
+        // Q, K over the spent S0 tiles, in flight under the stores of dWm, dTV
+        load_tile_wg<DK, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk);
+        load_tile_wg<DK, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk);
+        cp_async_commit();
         dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
         dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
         if (t == 0) { atomicAdd(dbs + R0 + g, dbv0); atomicAdd(dbs + R0 + g + 8, dbv1); }
@@ -8653,11 +8671,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         acc_pairs<32>(R0, C0, [&](int j, int hh, int r, int col) {  // dTV's columns times β_j
             *reinterpret_cast<float2 *>(TVs + r * LTV + col) = make_float2(P2[j][2 * hh] * bs[col], P2[j][2 * hh + 1] * bs[col + 1]);
         });
-        __syncthreads();  // Qs, Ks are free (phase 1's tiles spent)
     }
-    load_tile_wg<DK, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk);
-    load_tile_wg<DK, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk);
-    cp_async_commit();
     if (tid < CH) es[tid] = expf(Gs[tid]);
     cp_async_wait<0>();
     fence_async_smem();  // (and Ds's stores)
@@ -8717,28 +8731,38 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     }
     fence_async_smem();
     __syncthreads();
+    // K Kᵀ (the dA pass's) and Tᵀ dWm (the dK pass's first term, −R) depend on phase 1 and Q, K alone: K Kᵀ is issued
+    // in the M3t pass (in flight under M3's stores and the barrier), Tᵀ dWm beside dA (in flight under dA's epilogue)
+    float KK[4][4], dK[NH / 8][4];
     {   // M3t = M3ᵀ = T dTᵀ (M3 = dT Tᵀ: stored transposed, the K-major B of dA = −Tᵀ M3)
         float Y[4][4];
         acc_zero(Y);
+        acc_zero(KK);
         wg_keep(Y);
+        wg_keep(KK);
         wgmma_fence();
         wg_n32<CH, 0>(Y, lo_k(Ts), lo_k(M2), C0);
         wgmma_commit();
-        wgmma_wait<0>();
+        wg_n32<DK, 0>(KK, klo, klo, C0);  // (waited for in the dA pass)
+        wgmma_commit();
+        wgmma_wait<1>();
         wg_keep(Y);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { st_pair<CH>(M3, i, col, Y[j][2 * hh], Y[j][2 * hh + 1]); });
     }
     fence_async_smem();
     __syncthreads();
     {   // dA = −Tᵀ M3; below the diagonal: V = dA ⊙ Γ ⊙ KKᵀ (rows, β-weighted columns: dg, dβ); M2 = dA ⊙ Γ diag(β) rows
-        float dA[4][4], KK[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
-        acc_zero(dA); acc_zero(KK);
-        wg_keep(KK); wg_keep(dA);
+        float dA[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f, k0s = 0.f, k1s = 0.f;
+        acc_zero(dA);
+        acc_zero(dK);
+        wg_keep(dA);
+        wg_keep(dK);
         wgmma_fence();
-        wg_n32<DK, 0>(KK, klo, klo, C0);
         wg_n32<CH, 1>(dA, lo_mn(Ts), lo_k(M3), C0);  // (A = Tᵀ: T MN-major)
         wgmma_commit();
-        wgmma_wait<0>();
+        wg_dk<DK, CH, 1, 1>(dK, lo_mn(Ts), lo_mn(Ds), wg);  // Tᵀ dWm (= −R)
+        wgmma_commit();
+        wgmma_wait<1>();  // (K Kᵀ and dA)
         wg_keep(KK); wg_keep(dA);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
             float m3[2];
@@ -8754,16 +8778,7 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         });
         add_rows(rs2, r0s, r1s);
         add_cols(cw2, cs);
-    }
-    fence_async_smem();
-    __syncthreads();
-    {   // dK = diag(β γ) R + dPmmᵀ Q + M2 K + M2ᵀ K + m X, R = −Tᵀ dWm;  kr = k·R (dg, dβ), xk = k·X (dg, dA), kn = k·dK
-        float dK[NH / 8][4], k0s = 0.f, k1s = 0.f, x0s = 0.f, x1s = 0.f, n0 = 0.f, n1 = 0.f;
-        acc_zero(dK);
-        wg_keep(dK);
-        wgmma_fence();
-        wg_dk<DK, CH, 1, 1>(dK, lo_mn(Ts), lo_mn(Ds), wg);  // Tᵀ dWm (= −R)
-        wgmma_commit();
+        // dK's first term diag(β γ) R, R = −Tᵀ dWm;  kr = k·R (dg, dβ)
         wgmma_wait<0>();
         wg_keep(dK);
         acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
@@ -8775,16 +8790,25 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             dK[j][2 * hh + 1] = mbe * x1;
         });
         add_rows(kr, k0s, k1s);
+    }
+    fence_async_smem();
+    __syncthreads();
+    {   // dK = diag(β γ) R + dPmmᵀ Q + M2 K + M2ᵀ K + m X;  xk = k·X (dg, dA), kn = k·dK
+        float x0s = 0.f, x1s = 0.f, n0 = 0.f, n1 = 0.f;
         wg_keep(dK);
         wgmma_fence();
         wg_dk<DK, CH, 1, 1>(dK, lo_mn(M1), lo_mn(Qs), wg);  // dPmmᵀ Q
         wg_dk<DK, CH, 0, 1>(dK, lo_k(M2), lo_mn(Ks), wg);   // M2 K
         wg_dk<DK, CH, 1, 1>(dK, lo_mn(M2), lo_mn(Ks), wg);  // M2ᵀ K
         wgmma_commit();
-        wgmma_wait<0>();
+        // X's pairs (the epilogue's), in flight under the products
+        acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) { cp_async8(XQ + (2 * j + hh) * 256 + tid, a.X + (row0 + i) * DK + col); });
+        cp_async_commit();
+        cp_async_wait<0>();
+        wgmma_wait<0>();  // (its "memory" clobber: XQ's reads stay after the cp.async wait)
         wg_keep(dK);
         acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
-            const float2 x = *reinterpret_cast<const float2 *>(a.X + (row0 + i) * DK + col);
+            const float2 x = XQ[(2 * j + hh) * 256 + tid];
             const float2 kv = ld_pair_t<CH>(Ks, i, col);
             const float d0 = fmaf(mv, x.x, dK[j][2 * hh]), d1 = fmaf(mv, x.y, dK[j][2 * hh + 1]);
             if (a.rho) { dK[j][2 * hh] = d0; dK[j][2 * hh + 1] = d1; } // stored below, through the L2 norm
@@ -8795,6 +8819,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         add_rows(xk, x0s, x1s);
         if (a.rho) add_rows(kn, n0, n1);
         __syncthreads();
+        // dQ1's pairs (the dQ pass's) into X's slots, in flight under dK's stores and dQ's product
+        acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) { cp_async8(XQ + (2 * j + hh) * 256 + tid, a.dQ1 + (row0 + i) * DK + col); });
+        cp_async_commit();
         if (a.rho) // dK = ρ (dk̂ − k̂ (k̂·dk̂))  (3.4i)
             acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
                 const float2 kv = ld_pair_t<CH>(Ks, i, col);
@@ -8802,8 +8829,8 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
                         rk[i] * (dK[j][2 * hh + 1] - kv.y * kn[i]));
             });
     }
-    {   // dQ = dPmm K + s diag(γ) dQ1 (registers);  qd = q·dQ1 (dg). With a.rho, dq̂ goes to shared memory (DQs, over
-        // the tiles the dK pass has spent) and leaves as ρ (dq̂ − q̂ (q̂·dq̂))  (3.4i)
+    {   // dQ = dPmm K + s diag(γ) dQ1 (registers);  qd = q·dQ1 (dg). With a.rho, dq̂ goes to shared memory (XQ, in
+        // dQ1's place) and leaves as ρ (dq̂ − q̂ (q̂·dq̂))  (3.4i)
         float q0 = 0.f, q1 = 0.f, n0 = 0.f, n1 = 0.f;
         float dQ[NH / 8][4];
         acc_zero(dQ);
@@ -8811,13 +8838,14 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         wgmma_fence();
         wg_dk<DK, CH, 0, 1>(dQ, lo_k(M1), lo_mn(Ks), wg);
         wgmma_commit();
-        wgmma_wait<0>();
+        cp_async_wait<0>();
+        wgmma_wait<0>();  // (XQ's reads after the cp.async wait)
         wg_keep(dQ);
         acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
             const float se = scale * es[i];
-            const float2 d1 = ld2(a.dQ1 + (row0 + i) * DK + col), qv = ld_pair_t<CH>(Qs, i, col);
+            const float2 d1 = XQ[(2 * j + hh) * 256 + tid], qv = ld_pair_t<CH>(Qs, i, col);
             const float2 dq = make_float2(fmaf(se, d1.x, dQ[j][2 * hh]), fmaf(se, d1.y, dQ[j][2 * hh + 1]));
-            if (a.rho) *reinterpret_cast<float2 *>(DQs + dq_at(i, col)) = dq;
+            if (a.rho) XQ[(2 * j + hh) * 256 + tid] = dq;
             else *reinterpret_cast<float2 *>(a.dq + (tok0 + i) * a.ldqk + (size_t)h * DK + col) = dq;
             const float s = fmaf(qv.x, d1.x, qv.y * d1.y), sn = fmaf(qv.x, dq.x, qv.y * dq.y);
             if (hh) { q1 += s; n1 += sn; } else { q0 += s; n0 += sn; }
@@ -8825,9 +8853,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         add_rows(qd, q0, q1);
         if (a.rho) {
             add_rows(qn, n0, n1);
-            pair_sync(w); // the row strip's other warp: its half of the sums, its half of DQs
-            acc_pairs_dk<DK>(R0, wg, [&](int, int, int i, int col) {
-                const float2 d = *reinterpret_cast<const float2 *>(DQs + dq_at(i, col)), qv = ld_pair_t<CH>(Qs, i, col);
+            pair_sync(w); // the row strip's other warp: its half of the sums
+            acc_pairs_dk<DK>(R0, wg, [&](int j, int hh, int i, int col) {
+                const float2 d = XQ[(2 * j + hh) * 256 + tid], qv = ld_pair_t<CH>(Qs, i, col);
                 st_grad(a, a.dq, (tok0 + i) * a.ldqk + (size_t)h * DK + col, rq[i] * (d.x - qv.x * qn[i]),
                         rq[i] * (d.y - qv.y * qn[i]));
             });
