@@ -8560,10 +8560,10 @@ __device__ __forceinline__ void pair_sync(int w) {
 // flight together, each wgmma group waited for (wait<1>) only when its accumulators are read, the next one running
 // under the elementwise work of the last: Tᵀ dVn before dVn S0ᵀ and dVn Vᵀ (phase 1), Q Kᵀ before dWm Kᵀ, T dTᵀ
 // before K Kᵀ, dA before Tᵀ dWm; Q and K load under phase 1's last stores. Elementwise factors at the accumulator
-// positions: dPm (fp32) loaded into registers before the product it meets, its latency under it, X and dQ1 (fp32)
-// by cp.async into per-thread shared slots (XQ) under the products before their epilogues, q, k from the shared
-// tiles. dK is summed in one pass (registers), dQ after it. The per-token sums that feed dg and dβ
-// go to shared memory: a row's from its two warps by atomics (two terms: the same sum in either order), a column's
+// positions: dPm, X and dQ1 (fp32) by cp.async into per-thread shared slots (PS, XQ), dPm with Q and K, X and dQ1
+// under the products before their epilogues; q, k from the shared tiles. dK is summed in one pass (registers), dQ
+// after it. The per-token sums that feed dg and dβ go to shared memory: a row's from its two warps by atomics (two
+// terms: the same sum in either order), a column's
 // from its four row strips as four partial sums, added in a fixed order (so the op is bitwise reproducible). With
 // a.rho (the layers') the L2 norm's backward (3.4i) is folded in: the row dots q̂·dq̂, k̂·dk̂ summed as dg's row sums
 // are, then dK = ρ(dk̂ − k̂(k̂·dk̂)) from the registers, and dQ likewise from dq̂ parked in dQ1's shared slots while the
@@ -8580,7 +8580,10 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
     float *TVs = reinterpret_cast<float *>(Ds + CH * DK);  // dTV [CH][LTV] (fp32), phase 1's
     bf16 *Ts = reinterpret_cast<bf16 *>(TVs + CH * LTV), *M2 = Ts + CH * CH, *M3 = M2 + CH * CH;
     static_assert((CH * LTV * sizeof(float)) % 1024 == 0, "bwd_final_bf16: the tiles after TVs 1024-byte aligned");
-    float *Gs = reinterpret_cast<float *>(M3 + CH * CH), *bs = Gs + CH, *es = bs + CH, *dbs = es + CH, *red = dbs + CH;
+    // dPm's pairs at each thread's accumulator positions of phase 2's 64-wide products, each thread's own (as XQ's),
+    // loaded with Q and K: over M3 (written after phase 2) and a tile of their own (M2 is written in phase 2)
+    float2 *PS = reinterpret_cast<float2 *>(M3);
+    float *Gs = reinterpret_cast<float *>(M3 + 2 * CH * CH), *bs = Gs + CH, *es = bs + CH, *dbs = es + CH, *red = dbs + CH;
     // the dK and dQ passes' fp32 pairs at each thread's accumulator positions (X, then dQ1 and with a.rho dq̂ in its
     // place), each thread's own: pair (j, hh) of thread tid at XQ[(2j + hh)·256 + tid] (conflict-free, no barrier
     // between a thread's cp.async and its reads), over Ds, TVs and Ts, spent when the dK pass starts
@@ -8660,9 +8663,10 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
             __syncthreads();  // buffers vt & 1 are free
             if (vt + 2 < nvt) issue(vt + 2);
         }
-        // Q, K over the spent S0 tiles, in flight under the stores of dWm, dTV
+        // Q, K over the spent S0 tiles and dPm's pairs, in flight under the stores of dWm, dTV
         load_tile_wg<DK, 256>(Qs, chunk_rows<DK>(a.q16, a, row0), a.ldqk);
         load_tile_wg<DK, 256>(Ks, chunk_rows<DK>(a.k16, a, row0), a.ldqk);
+        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { cp_async8(PS + (2 * j + hh) * 256 + tid, a.dPm + cc * CH * CH + i * CH + col); });
         cp_async_commit();
         dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 1); dbv0 += __shfl_xor_sync(0xffffffffu, dbv0, 2);
         dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 1); dbv1 += __shfl_xor_sync(0xffffffffu, dbv1, 2);
@@ -8698,7 +8702,6 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
 
     {   // M1 = dPmm = dPm ⊙ Γ ⊙ [i ≥ j];  E = dPmm ⊙ QKᵀ -> row and column sums (dg).  M2 = dT = dTV − dWm (diag(β γ) K)ᵀ
         float P[4][4], Z[4][4], cs[4][2] = {}, r0s = 0.f, r1s = 0.f;
-        float2 dpm[4][2];  // (loaded before the product: their latency under it)
         acc_zero(P);
         acc_zero(Z);
         wg_keep(P);
@@ -8708,11 +8711,10 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
         wgmma_commit();
         wg_n32<DK, 0>(Z, lo_k(Ds), klo, C0);  // dWm Kᵀ (in flight under Q Kᵀ's epilogue)
         wgmma_commit();
-        acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) { dpm[j][hh] = ld2(a.dPm + cc * CH * CH + i * CH + col); });
         wgmma_wait<1>();
         wg_keep(P);
         acc_pairs<32>(R0, C0, [&](int j, int hh, int i, int col) {
-            const float2 dp = dpm[j][hh];
+            const float2 dp = PS[(2 * j + hh) * 256 + tid];
             const float d0 = (i >= col) ? dp.x * expf(Gs[i] - Gs[col]) : 0.f;
             const float d1 = (i >= col + 1) ? dp.y * expf(Gs[i] - Gs[col + 1]) : 0.f;
             st_pair<CH>(M1, i, col, d0, d1);
@@ -8891,8 +8893,9 @@ __global__ void __launch_bounds__(256, blocks8<DK>()) bwd_final_bf16_kernel(GA a
 }
 // (1024: the tiles' alignment)
 template <int DK> constexpr size_t bwd_final_bf16_smem() {
-    return 1024 + (3 * CH * DK + 4 * CH * CH) * sizeof(bf16) + (CH * (CH + 8) + 21 * CH) * sizeof(float);
+    return 1024 + (3 * CH * DK + 5 * CH * CH) * sizeof(bf16) + (CH * (CH + 8) + 21 * CH) * sizeof(float);
 }
+static_assert(2 * (bwd_final_bf16_smem<128>() + 1024) <= 228 * 1024, "bwd_final_bf16: two blocks an SM at d_k = 128");
 
 // ------------------------------------------------------------------------------------------------
 // ---- host side
