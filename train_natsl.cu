@@ -1480,12 +1480,14 @@ __device__ __forceinline__ float silu_log2_(float p) {
 }
 struct QkPlanes { void *p[2]; }; // the Q plane's and the K plane's pointer (a field each: no indexed struct read)
 // blocks an SM: as many as the ring (8 rows of NJ values a lane) lets fit without spills (ptxas -v: up to 128 registers
-// a thread for 16-byte runs on 16 or 32 lanes, 168 on 8 lanes; more where a lane holds more than 16 bytes of a row)
-template <class MP, int LANES, int NJ> __host__ __device__ constexpr int l2norm_fwd_blocks() {
-    return NJ * (int)sizeof(MP) > 16 ? 2 : LANES < 16 ? 3 : 4;
+// a thread for 16-byte runs on 16 or 32 lanes, 168 on 8 lanes; more where a lane's runs of a row take more than 4
+// registers)
+template <class MP, int RUN, int LANES, int NJ> __host__ __device__ constexpr int l2norm_fwd_blocks() {
+    constexpr int run_bytes = RUN * (int)sizeof(MP) < 4 ? 4 : RUN * (int)sizeof(MP); // a run's registers' bytes
+    return (NJ / RUN) * run_bytes > 16 ? 2 : LANES < 16 ? 3 : 4;
 }
 template <class MP, int RUN, int LANES, int NJ, bool KEEP> // KEEP: Q, K stored too (y)
-__global__ void __launch_bounds__(128, (l2norm_fwd_blocks<MP, LANES, NJ>())) conv_silu_l2norm_forward_kernel(QkPlanes hat,
+__global__ void __launch_bounds__(128, (l2norm_fwd_blocks<MP, RUN, LANES, NJ>())) conv_silu_l2norm_forward_kernel(QkPlanes hat,
         float *__restrict__ rho, QkPlanes y, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int BT,
         int H, int dk, int span) {
     using Row = LaneRow<MP, RUN, LANES, NJ>;
