@@ -738,7 +738,16 @@ template <class MP, int RUN> struct Pack {
         else r = (R)u;
     }
     __device__ __forceinline__ void load(const MP *p) { r = *reinterpret_cast<const R *>(p); }
-    __device__ __forceinline__ void store(MP *p) const { *reinterpret_cast<R *>(p) = r; }
+    // p in global memory. One 16- or 8-byte store: nvcc may split the plain aggregate store of r into 4-byte ones (it
+    // does in the L2 norm's and the gated norm backward's kernels), four partial-sector writes a run
+    __device__ __forceinline__ void store(MP *p) const {
+        if constexpr (BYTES == 16)
+            asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+                         ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
+        else if constexpr (BYTES == 8)
+            asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(r.x), "r"(r.y) : "memory");
+        else *reinterpret_cast<R *>(p) = r;
+    }
     __device__ __forceinline__ void zero() { for (int k = 0; k < (BYTES + 3) / 4; k++) set_word(k, 0u); }
     __device__ __forceinline__ void get(float *v) const { // v[0..RUN)
         if constexpr (BF && RUN == 1) v[0] = __uint_as_float((unsigned)r << 16);
@@ -1450,93 +1459,137 @@ static void conv_silu_qkv_backward(real *dx, int lddx, real *dw, const real *dq,
 
 // ---- L2 norm per head (§0, (0.4)): ŷ = x / sqrt(Σx² + 1e-6); x, y are [N][nh*n] -----------------------
 // On the GPU the L2 norm's forward runs inside the pass that makes its input, the conv's Q and K (train_natsl.c:
-// conv_silu_forward, then l2norm_forward): a warp takes 32 / LANES heads and a time tile of CONV_TILE steps, LANES
-// lanes a head, each lane one 16-byte run of the head's d_k channels (LANES = d_k / 8 in bf16, d_k / 4 in fp32: 8, 16
-// or 32), so each step's Σy² is a sum over LANES lanes by shuffles (no barrier); d_k = 192 takes pairs on 32 lanes,
-// other d_k one value a lane on 32 lanes (rows_dispatch's NJ). y is rounded to the matmul precision first, as stored.
-// Eight rows of x are loaded before any is used, as in the conv's forward. Writes q̂, k̂ and their ρ = 1/norm (rsqrtf:
-// 2 ulp; the GDN op's operands), and Q, K themselves only where given (the N layer: its softmax op's RMSNorm reads
-// them; a G layer's are read by nothing else). Its work a value (the conv's 4 FMAs, the fast SiLU, the rounding, the
-// scaling; a row's sum over LANES lanes) is small against the 4 bytes (6 with Q, K) it moves a value, so that its bytes
-// bound it (its benchmark: dev/cuda/conv/conv_bench.cu).
+// conv_silu_forward, then l2norm_forward): a warp takes 32 / LANES heads and a span of consecutive rows (b·T + t),
+// LANES lanes a head, each lane one 16-byte run of the head's d_k channels (LANES = d_k / 8 in bf16, d_k / 4 in fp32:
+// 8, 16 or 32), so each step's Σy² is a sum over LANES lanes by shuffles (no barrier); d_k = 192 takes pairs on 32
+// lanes, other d_k one value a lane on 32 lanes (rows_dispatch's NJ). y is rounded to the matmul precision first, as
+// stored. The spans (a multiple of 8 rows) are sized so that the grid is one wave of resident warps: each warp walks
+// its span in time order (the window x_{t−3..t−1} zeroed where a sequence starts, x read once but for the three rows
+// before the span), its rows passing through a ring of 8 in registers: row t + 8's load is issued as row t leaves it,
+// so that 8 rows a warp stay in flight while it computes. The conv's taps are scaled by −log2 e once, so that SiLU
+// takes 4 instructions (silu_log2_). Writes q̂, k̂ and their ρ = 1/norm (rsqrtf: 2 ulp; the GDN op's operands), and
+// Q, K themselves only where given (the N layer: its softmax op's RMSNorm reads them; a G layer's are read by nothing
+// else). Its work a value (an unpacking, the conv's 4 FMAs, SiLU, the rounding and its unpacking, the square, the
+// scaling, the packing; a row's sum over LANES lanes) is about 13 instructions against the 4 bytes (6 with Q, K) it
+// moves a value; what bounds it: DRAM while 8 rows a warp stay in flight, then instruction issue (its benchmark:
+// dev/cuda/conv/conv_bench.cu).
+// silu(pre) = pre σ(pre) from p = −log2(e)·pre: p / (−log2 e·(1 + 2^p)), from MUFU.EX2 and MUFU.RCP (ftz: 2^p and the
+// reciprocal flush to 0 below 2^−126, where they change nothing): relative error a few ulp where pre > −87; −0 where
+// pre < −87, as silu underflows.
+#define LOG2E_F 1.4426950408889634f
+__device__ __forceinline__ float silu_log2_(float p) {
+    float e, r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(p));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(__fmaf_rn(-LOG2E_F, e, -LOG2E_F)));
+    return p * r;
+}
 struct QkPlanes { void *p[2]; }; // the Q plane's and the K plane's pointer (a field each: no indexed struct read)
+// blocks an SM: as many as the ring (8 rows of NJ values a lane) lets fit without spills (ptxas -v: up to 128 registers
+// a thread for 16-byte runs on 16 or 32 lanes, 168 on 8 lanes; more where a lane's runs of a row take more than 4
+// registers)
+template <class MP, int RUN, int LANES, int NJ> __host__ __device__ constexpr int l2norm_fwd_blocks() {
+    constexpr int run_bytes = RUN * (int)sizeof(MP) < 4 ? 4 : RUN * (int)sizeof(MP); // a run's registers' bytes
+    return (NJ / RUN) * run_bytes > 16 ? 2 : LANES < 16 ? 3 : 4;
+}
 template <class MP, int RUN, int LANES, int NJ, bool KEEP> // KEEP: Q, K stored too (y)
-__global__ void __launch_bounds__(128, RUN > 2 || NJ <= 6 ? 4 : 2) conv_silu_l2norm_forward_kernel(QkPlanes hat,
+__global__ void __launch_bounds__(128, (l2norm_fwd_blocks<MP, RUN, LANES, NJ>())) conv_silu_l2norm_forward_kernel(QkPlanes hat,
         float *__restrict__ rho, QkPlanes y, const MP *__restrict__ x, int ldx, const float *__restrict__ w, int T, int BT,
-        int H, int dk) {
+        int H, int dk, int span) {
     using Row = LaneRow<MP, RUN, LANES, NJ>;
     constexpr int HPW = 32 / LANES; // heads a warp
     const int warp = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LANES;
-    const int groups = CEIL_DIV(2 * H, HPW), tile = warp / groups, hd0 = (warp % groups) * HPW + lane / LANES;
-    if (tile >= BT / CONV_TILE) return;
+    const int groups = CEIL_DIV(2 * H, HPW), t0 = warp / groups * span, hd0 = (warp % groups) * HPW + lane / LANES;
+    if (t0 >= BT) return;
+    const int t1 = min(t0 + span, BT); // the span: rows t0 .. t1 − 1 (t1 − t0 a multiple of 8)
     const bool live = hd0 < 2 * H; // a last group's lanes past the heads: the last head again, not stored
-    const int hd = min(hd0, 2 * H - 1), plane = hd >= H, h = hd - plane * H; // hd: Q heads, then K heads
-    int tiles_per_seq = T / CONV_TILE, t0 = (tile % tiles_per_seq) * CONV_TILE, K = H * dk;
-    size_t row0 = (size_t)(tile / tiles_per_seq) * T;         // b·T
-    const MP *xh = x + hd * dk;                               // the head's columns of Q | K
-    MP *hat_p = reinterpret_cast<MP *>(plane ? hat.p[1] : hat.p[0]) + h * dk;
-    MP *y_p = reinterpret_cast<MP *>(plane ? y.p[1] : y.p[0]);
-    float *rho_p = rho + (size_t)plane * BT * H + h;
-    float wt[NJ][4], x0[NJ], x1[NJ], x2[NJ];
+    const int hd = min(hd0, 2 * H - 1), plane = hd >= H, h = hd - plane * H, K = H * dk; // hd: Q heads, then K heads
+    const MP *xr = x + (size_t)t0 * ldx + hd * dk; // the head's columns of Q | K: the next row the ring loads
+    MP *hr = reinterpret_cast<MP *>(plane ? hat.p[1] : hat.p[0]) + (size_t)t0 * K + h * dk; // the rows to store
+    MP *yr = KEEP ? reinterpret_cast<MP *>(plane ? y.p[1] : y.p[0]) + (size_t)t0 * K + h * dk : nullptr;
+    float *rr = rho + (size_t)plane * BT * H + (size_t)t0 * H + h;
+    float wt[NJ][4], x0[NJ], x1[NJ], x2[NJ]; // the taps times −log2 e; the window x_{t−3..t−1}
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-        int i = Row::col(sub, j);
+        const int i = Row::col(sub, j);
 #pragma unroll
-        for (int k = 0; k < 4; k++) wt[j][k] = i < dk ? w[(hd * dk + i) * 4 + k] : 0.f;
+        for (int k = 0; k < 4; k++) wt[j][k] = i < dk ? -LOG2E_F * w[(hd * dk + i) * 4 + k] : 0.f;
     }
-    auto X = [&](float (&v)[NJ], int t) {
-        if (t >= 0) { Row r; r.load(xh + (row0 + t) * ldx, sub, dk); r.get(v); }
-        else for (int j = 0; j < NJ; j++) v[j] = 0.f;
-    };
-    X(x0, t0 - 3); X(x1, t0 - 2); X(x2, t0 - 1);
-    for (int tb = t0; tb < t0 + CONV_TILE; tb += 8) {
-        Row xs[8]; // eight rows' loads in flight before any is used
+    Row xs[8]; // the ring
+    if (t0 % T) { // the three rows before the span (t0 % T ≥ 8: the same sequence)
 #pragma unroll
-        for (int k = 0; k < 8; k++) xs[k].load(xh + (row0 + tb + k) * ldx, sub, dk);
+        for (int k = 0; k < 3; k++) xs[k].load(xr - (3 - k) * (size_t)ldx, sub, dk);
+        xs[0].get(x0); xs[1].get(x1); xs[2].get(x2);
+    } else
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float xk[NJ], v[NJ], ss = 0.f;
-            xs[k].get(xk);
+        for (int j = 0; j < NJ; j++) x0[j] = x1[j] = x2[j] = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) { xs[k].load(xr, sub, dk); xr += ldx; }
+    int seq_end = (t0 / T + 1) * T; // the next sequence's first row
+#pragma unroll 1
+    for (int tb = t0; tb < t1; tb += 8) {
+        if (tb == seq_end) { // a sequence starts: x_τ = 0 for τ < 0
+#pragma unroll
+            for (int j = 0; j < NJ; j++) x0[j] = x1[j] = x2[j] = 0.f;
+            seq_end += T;
+        }
+        const bool more = tb + 8 < t1; // rows tb + 8 .. tb + 15 to load (the span's rows come in eights)
+#pragma unroll
+        for (int k = 0; k < 8; k++) { // row tb + k
+            float v[NJ], ss = 0.f;
+            xs[k].get(v);
+            if (more) { xs[k].load(xr, sub, dk); xr += ldx; }
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
-                float pre = 0.f;
-                pre += wt[j][0] * x0[j]; pre += wt[j][1] * x1[j]; pre += wt[j][2] * x2[j]; pre += wt[j][3] * xk[j];
-                v[j] = siluf_(pre);
-                x0[j] = x1[j]; x1[j] = x2[j]; x2[j] = xk[j];
+                float p = 0.f; // −log2 e · pre
+                p += wt[j][0] * x0[j]; p += wt[j][1] * x1[j]; p += wt[j][2] * x2[j]; p += wt[j][3] * v[j];
+                x0[j] = x1[j]; x1[j] = x2[j]; x2[j] = v[j];
+                v[j] = silu_log2_(p);
             }
-            Row yr;
-            yr.set(v);
-            yr.get(v); // y as stored (rounded to MP)
+            Row q;
+            q.set(v);
+            q.get(v); // y as stored (rounded to MP)
 #pragma unroll
             for (int j = 0; j < NJ; j++) ss += v[j] * v[j];
-            size_t bt = row0 + tb + k;
-            if (KEEP && live) yr.store(y_p + bt * K + h * dk, sub, dk);
+            if (KEEP && live) q.store(yr, sub, dk);
             const float s = rsqrtf(group_sum<LANES>(ss) + NATSL_EPS);
 #pragma unroll
             for (int j = 0; j < NJ; j++) v[j] *= s;
-            yr.set(v);
+            q.set(v);
             if (live) {
-                yr.store(hat_p + bt * K, sub, dk);
-                if (sub == 0) rho_p[bt * H] = s;
+                q.store(hr, sub, dk);
+                if (sub == 0) *rr = s;
             }
+            hr += K; rr += H;
+            if (KEEP) yr += K;
         }
     }
 }
-// From the projection's columns Q | K (rows of stride ldx, d_k-channel heads): q̂ | k̂ (hat: planes [2][BT][K]), their
-// ρ [2][BT][H], and where q, k are given, the conv's Q and K themselves ([BT][K] each)
-static void conv_silu_l2norm_forward(real *q_hat, real *k_hat, real *rho, real *q, real *k, const real *x, int ldx,
-                                     const real *w, int B, int T, int H, int dk) {
-    PROF_OP();
-    int BT = B * T;
+// The launch at spans of `span` rows (a multiple of 8; 0: the one-wave spans of the trainer's call)
+static void conv_silu_l2norm_launch(real *q_hat, real *k_hat, real *rho, real *q, real *k, const real *x, int ldx,
+                                    const real *w, int B, int T, int H, int dk, int span) {
+    const int BT = B * T;
+    if (T % 8 || span % 8) {
+        fprintf(stderr, "error: %s: T = %d or spans of %d rows not in eights\n", __func__, T, span);
+        exit(1);
+    }
     with_mp(q_hat, 1, [&](auto hp) { // x, q, k in q̂'s precision
         using MP = std::remove_pointer_t<decltype(hp)>;
         constexpr int RUN = run16<MP>();
         auto go = [&](auto run, auto lanes, auto nj) {
             constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
-            const unsigned blocks = CEIL_DIV(CEIL_DIV(2 * H, 32 / L) * (BT / CONV_TILE), 4);
+            const int groups = CEIL_DIV(2 * H, 32 / L);
             auto launch = [&](auto keep) {
-                conv_silu_l2norm_forward_kernel<MP, R_, L, NJ, decltype(keep)::value><<<blocks, 128>>>(
-                        QkPlanes{{q_hat, k_hat}}, rho, QkPlanes{{q, k}}, (const MP *)x, ldx, w, T, BT, H, dk);
+                auto kernel = conv_silu_l2norm_forward_kernel<MP, R_, L, NJ, decltype(keep)::value>;
+                int sp = span;
+                if (!sp) { // as many spans a group as one wave of warps holds
+                    int per_sm = 0;
+                    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0));
+                    const int spans = std::max(std::max(per_sm, 1) * num_sms() * 4 / groups, 1);
+                    sp = CEIL_DIV(CEIL_DIV(BT, spans), 8) * 8;
+                }
+                const unsigned blocks = CEIL_DIV(groups * CEIL_DIV(BT, sp), 4);
+                kernel<<<blocks, 128>>>(QkPlanes{{q_hat, k_hat}}, rho, QkPlanes{{q, k}}, (const MP *)x, ldx, w, T, BT, H,
+                                        dk, sp);
             };
             if (q) launch(std::true_type());
             else launch(std::false_type());
@@ -1556,6 +1609,13 @@ static void conv_silu_l2norm_forward(real *q_hat, real *k_hat, real *rho, real *
         else rows_dispatch<8>(__func__, dk, [&](auto nj) { go(I1(), I32(), nj); });
     });
     CUDA_CHECK(cudaGetLastError());
+}
+// From the projection's columns Q | K (rows of stride ldx, d_k-channel heads): q̂ | k̂ (hat: planes [2][BT][K]), their
+// ρ [2][BT][H], and where q, k are given, the conv's Q and K themselves ([BT][K] each)
+static void conv_silu_l2norm_forward(real *q_hat, real *k_hat, real *rho, real *q, real *k, const real *x, int ldx,
+                                     const real *w, int B, int T, int H, int dk) {
+    PROF_OP();
+    conv_silu_l2norm_launch(q_hat, k_hat, rho, q, k, x, ldx, w, B, T, H, dk, 0);
 }
 // WRITES dx = ρ(dŷ − ŷ(ŷ·dŷ))   (3.4i), in place if dx = dy; rows of stride ld. As train_natsl.c, the GDN op's
 // backward calls it (GdnArgs.rho) where its bf16 kernels do not fold it into their last pass: on the fp32 ŷ the op's
@@ -2206,37 +2266,110 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 // written (the gated norm is their only producer; dgate's rows as GatedNormArgs.heads, ld_dgate place them); the
 // weight gradients accumulate. Rows strided by the grid, held as LaneRow runs as in the forward (16-byte moves where
 // n splits so: 32 lanes a row of 256 bf16, 16 lanes of 128; 8-byte moves on 32 lanes for 384; else one value a lane
-// on 32 lanes). The weight
-// gradients dw1, dw2 are summed in the same pass: per lane in registers, over a warp's row groups by shuffles, per
-// block over its warps in a fixed order, then per block in part [gridDim][2n] (added by colsum_finish_kernel: bitwise
-// reproducible for a given grid).
+// on 32 lanes). A row of 256 is 1.5 KB of loads a warp (2 KB with two inputs): too few for DRAM's latency if a warp
+// had only the row it computes in flight, and the registers hold no second one at 2-4 blocks an SM. So a warp's rows
+// pass through a ring of rows in shared memory (gn_bwd_stages: 3, 4 with two inputs), filled by cp.async (each lane
+// copies its own runs and the row's rstd, ω, and reads back only those: no barrier), all but one ahead of the row it
+// computes: 32 warps an SM with 2 rows in flight (one input), 16 with 3 (two inputs), ~96 KB.
+// (bf16 single values, 2 bytes, are below cp.async's 4: the one-value-a-lane path copies them synchronously.) w1 and
+// w2 are staged once a block in shared memory in the lanes' order (norm_w_stage: a float4 read per four values). Its
+// work a value, about 25 instructions (30 with two inputs; φ and φ' from one fast sigmoid), is small against the 10
+// (14) bytes it moves, so that DRAM bounds it (its benchmark: dev/cuda/gated_norm_bench.cu). The weight gradients dw1,
+// dw2 are summed in the same pass: per lane in registers, over a warp's row groups by shuffles, per block over its
+// warps in a fixed order, then per block in part [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible
+// for a given grid).
+// blocks an SM: as many as the registers allow without spills (ptxas -v: 64 a thread for one input, 128 for two, with
+// up to 16 bytes of a row a lane; half as many blocks for wider ones), and the ring's shared memory (gn_bwd_ring_bytes)
+template <class MP, int NJ, bool TWO> __host__ __device__ constexpr int gn_bwd_blocks() {
+    return (NJ * (int)sizeof(MP) > 16 ? 1 : 2) * (TWO ? 1 : 2);
+}
+// a stage of a warp's ring: a row's 3 or 4 tensors' runs (lane after lane), then the lanes' {rstd1, rstd2, ω0, ω1}
+template <class MP, int RUN, int NJ, bool TWO> __host__ __device__ constexpr int gn_bwd_stage_bytes() {
+    return (TWO ? 4 : 3) * (NJ / RUN) * 32 * RUN * (int)sizeof(MP) + 32 * 16;
+}
+// the rows a ring holds: 3 (one input) or 4 (two), fewer (down to 2) where a block's ring would pass 160 KB (wide rows
+// in fp32 mode)
+template <class MP, int RUN, int NJ, bool TWO> __host__ __device__ constexpr int gn_bwd_stages() {
+    int s = TWO ? 4 : 3;
+    while (s > 2 && 8 * s * gn_bwd_stage_bytes<MP, RUN, NJ, TWO>() > 160 * 1024) s--;
+    return s;
+}
+template <class MP, int RUN, int NJ, bool TWO> __host__ __device__ constexpr int gn_bwd_ring_bytes() { // a block's
+    return 8 * gn_bwd_stages<MP, RUN, NJ, TWO>() * gn_bwd_stage_bytes<MP, RUN, NJ, TWO>();
+}
+// BYTES (4, 8 or 16) global -> shared by cp.async (.ca below 16 bytes); bf16 single values (2 bytes) copied in place
+template <int BYTES> __device__ __forceinline__ void cp_async_run(void *smem, const void *gmem) {
+    if constexpr (BYTES == 16) cp_async16(smem, gmem);
+    else if constexpr (BYTES == 8 || BYTES == 4)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "n"(BYTES));
+    else *reinterpret_cast<unsigned short *>(smem) = *reinterpret_cast<const unsigned short *>(gmem);
+}
 template <class MP, int RUN, int LANES, int NJ, bool TWO> // dgate (W_g's output gradient), dy (W_o's input gradient),
         // gate, o1, o2, do1 and do2 (the two ops' dout) in the matmul precision; TWO: the N layer's two inputs
-__global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict__ do1, MP *__restrict__ do2,
-        float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
-        const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
+__global__ void __launch_bounds__(256, (gn_bwd_blocks<MP, NJ, TWO>())) gated_norm_backward_kernel(MP *__restrict__ do1,
+        MP *__restrict__ do2, float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part,
+        const MP *__restrict__ dy, const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
         const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
         const MP *__restrict__ gate, int R, int n, int heads, int ld_dgate, int act) {
     using Row = LaneRow<MP, RUN, LANES, NJ>;
-    constexpr int RPW = 32 / LANES; // rows a warp takes at once
-    __shared__ float sh[2][LANES * NJ];
+    using RunBits = typename Pack<MP, RUN>::R;
+    constexpr int RPW = 32 / LANES, NR = NJ / RUN; // rows a warp takes at once, runs a lane
+    constexpr int S = gn_bwd_stages<MP, RUN, NJ, TWO>(), STAGE = gn_bwd_stage_bytes<MP, RUN, NJ, TWO>();
+    constexpr int BYTES = RUN * (int)sizeof(MP), SCAL = STAGE - 32 * 16; // a run; where the lanes' rstd, ω start
+    extern __shared__ uint4 gn_bwd_ring[]; // [8 warps][S stages][STAGE bytes]
+    __shared__ float sh[2][LANES * NJ];                 // dw's block sums
+    __shared__ __align__(16) float wsh[2][LANES * NJ]; // w1, w2 in the lanes' order (float4 reads)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LANES;
+    unsigned char *ring = reinterpret_cast<unsigned char *>(gn_bwd_ring) + (size_t)warp * S * STAGE;
     const float inv_n = 1.f / n;
-    float acc1[NJ], acc2[NJ], wa[NJ], wb[NJ];
+    float acc1[NJ], acc2[NJ];
 #pragma unroll
-    for (int j = 0; j < NJ; j++) acc1[j] = acc2[j] = wb[j] = 0.f;
-    Row::load_w(wa, w1, sub, n);
-    if (TWO) Row::load_w(wb, w2, sub, n);
-    for (int r0 = (blockIdx.x * 8 + warp) * RPW; r0 < R; r0 += gridDim.x * 8 * RPW) {
+    for (int j = 0; j < NJ; j++) acc1[j] = acc2[j] = 0.f;
+    norm_w_stage<Row, RUN, LANES, NJ>(wsh[0], w1, n);
+    if (TWO) norm_w_stage<Row, RUN, LANES, NJ>(wsh[1], w2, n);
+    auto fetch = [&](int s, int r0) { // row r0's (the warp's) operands into stage s; lanes past R: row R − 1
+        asm volatile("" ::: "memory"); // after the reads of the row that left stage s
+        const int r = min(r0 + lane / LANES, R - 1);
+        const size_t o = (size_t)r * n;
+        unsigned char *st = ring + s * STAGE;
+#pragma unroll
+        for (int q = 0; q < NR; q++) {
+            const int i = Row::col(sub, q * RUN);
+            if (i < n) {
+                unsigned char *d = st + (q * 32 + lane) * BYTES;
+                cp_async_run<BYTES>(d, o1 + o + i);
+                cp_async_run<BYTES>(d + NR * 32 * BYTES, gate + o + i);
+                cp_async_run<BYTES>(d + 2 * NR * 32 * BYTES, dy + o + i);
+                if (TWO) cp_async_run<BYTES>(d + 3 * NR * 32 * BYTES, o2 + o + i);
+            }
+        }
+        unsigned char *sc = st + SCAL + lane * 16;
+        cp_async_run<4>(sc, rstd + r);
+        if (TWO) {
+            cp_async_run<4>(sc + 4, rstd + R + r);
+            cp_async_run<4>(sc + 8, omega + 2 * r);
+            cp_async_run<4>(sc + 12, omega + 2 * r + 1);
+        }
+    };
+    auto process = [&](int s, int r0) { // row r0 (the warp's) from stage s
         const bool live = r0 + lane / LANES < R; // a last warp's lanes past R: row R − 1 again, not stored, not summed
         const int r = min(r0 + lane / LANES, R - 1);
         const size_t o = (size_t)r * n;
-        Row A, G, D, Bv;
-        A.load(o1 + o, sub, n);
-        G.load(gate + o, sub, n);
-        D.load(dy + o, sub, n);
-        if (TWO) Bv.load(o2 + o, sub, n);
-        const float s1 = rstd[r], s2 = TWO ? rstd[R + r] : 0.f, om1 = TWO ? omega[2 * r] : 1.f, om2 = TWO ? omega[2 * r + 1] : 0.f;
+        const unsigned char *st = ring + s * STAGE;
+        Row A, G, D, Bv; // o1, gate, dy, o2 as loaded (runs past n: zeros)
+#pragma unroll
+        for (int q = 0; q < NR; q++) {
+            const int i = Row::col(sub, q * RUN);
+            const unsigned char *d = st + (q * 32 + lane) * BYTES;
+            if (i < n) {
+                A.p[q].r = *reinterpret_cast<const RunBits *>(d);
+                G.p[q].r = *reinterpret_cast<const RunBits *>(d + NR * 32 * BYTES);
+                D.p[q].r = *reinterpret_cast<const RunBits *>(d + 2 * NR * 32 * BYTES);
+                if (TWO) Bv.p[q].r = *reinterpret_cast<const RunBits *>(d + 3 * NR * 32 * BYTES);
+            } else { A.p[q].zero(); G.p[q].zero(); D.p[q].zero(); Bv.p[q].zero(); }
+        }
+        const float4 sc = *reinterpret_cast<const float4 *>(st + SCAL + lane * 16);
+        const float s1 = sc.x, s2 = TWO ? sc.y : 0.f, om1 = TWO ? sc.z : 1.f, om2 = TWO ? sc.w : 0.f;
         const float live1 = live ? om1 * s1 : 0.f, live2 = live ? om2 * s2 : 0.f; // dw's factors, 0 for a dead lane
         float x1[NJ], x2[NJ], dn[NJ], t[NJ], dom1 = 0.f, dom2 = 0.f;
         {
@@ -2246,16 +2379,23 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict
             D.get(dyv);
             if (TWO) Bv.get(x2);
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                float phi, dphi;
-                gate_act_dphi_(gt[j], act, phi, dphi);
-                const float n1 = x1[j] * s1 * wa[j], n2 = TWO ? x2[j] * s2 * wb[j] : 0.f;
-                dn[j] = dyv[j] * phi;
-                t[j] = dyv[j] * (om1 * n1 + om2 * n2) * dphi;
-                dom1 += dn[j] * n1;
-                if (TWO) dom2 += dn[j] * n2;
-                acc1[j] += dn[j] * live1 * x1[j];
-                if (TWO) acc2[j] += dn[j] * live2 * x2[j];
+            for (int q = 0; q < NR; q++) {
+                float wa[RUN], wb[RUN];
+                norm_w_run<RUN, LANES>(wa, wsh[0], sub, q);
+                if (TWO) norm_w_run<RUN, LANES>(wb, wsh[1], sub, q);
+#pragma unroll
+                for (int k = 0; k < RUN; k++) {
+                    const int j = q * RUN + k;
+                    float phi, dphi;
+                    gate_act_dphi_(gt[j], act, phi, dphi);
+                    const float n1 = x1[j] * s1 * wa[k], n2 = TWO ? x2[j] * s2 * wb[k] : 0.f;
+                    dn[j] = dyv[j] * phi;
+                    t[j] = dyv[j] * (om1 * n1 + om2 * n2) * dphi;
+                    dom1 += dn[j] * n1;
+                    if (TWO) dom2 += dn[j] * n2;
+                    acc1[j] += dn[j] * live1 * x1[j];
+                    if (TWO) acc2[j] += dn[j] * live2 * x2[j];
+                }
             }
         }
         Row out;
@@ -2263,19 +2403,53 @@ __global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict
         dom1 = group_sum<LANES>(dom1);
         const float dot1 = om1 * dom1 * inv_n;
 #pragma unroll
-        for (int j = 0; j < NJ; j++) t[j] = s1 * (wa[j] * om1 * dn[j] - x1[j] * s1 * dot1);
+        for (int q = 0; q < NR; q++) {
+            float wa[RUN];
+            norm_w_run<RUN, LANES>(wa, wsh[0], sub, q);
+#pragma unroll
+            for (int k = 0; k < RUN; k++) {
+                const int j = q * RUN + k;
+                t[j] = s1 * (wa[k] * om1 * dn[j] - x1[j] * s1 * dot1);
+            }
+        }
         if (live) { out.set(t); out.store(do1 + o, sub, n); }
         if (TWO) {
             dom2 = group_sum<LANES>(dom2);
             const float dot2 = om2 * dom2 * inv_n;
 #pragma unroll
-            for (int j = 0; j < NJ; j++) t[j] = s2 * (wb[j] * om2 * dn[j] - x2[j] * s2 * dot2);
+            for (int q = 0; q < NR; q++) {
+                float wb[RUN];
+                norm_w_run<RUN, LANES>(wb, wsh[1], sub, q);
+#pragma unroll
+                for (int k = 0; k < RUN; k++) {
+                    const int j = q * RUN + k;
+                    t[j] = s2 * (wb[k] * om2 * dn[j] - x2[j] * s2 * dot2);
+                }
+            }
             if (live) {
                 out.set(t);
                 out.store(do2 + o, sub, n);
                 if (sub == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
             }
         }
+    };
+    // The warp's rows r0, r0 + stride, ... (the same for all its lanes): row k of them in stage k % S. Each step commits
+    // one group of copies (empty past R), so that waiting until S − 1 groups are pending completes the row computed.
+    const int stride = gridDim.x * 8 * RPW, first = (blockIdx.x * 8 + warp) * RPW;
+#pragma unroll
+    for (int k = 0; k < S - 1; k++) {
+        if (first + k * stride < R) fetch(k, first + k * stride);
+        cp_async_commit();
+    }
+    int s = 0; // the stage of row r0
+#pragma unroll 1
+    for (int r0 = first; r0 < R; r0 += stride) {
+        const int ahead = r0 + (S - 1) * stride; // into the stage row r0 − stride left
+        if (ahead < R) fetch(s == 0 ? S - 1 : s - 1, ahead);
+        cp_async_commit();
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory"); // row r0's copies done (before its reads)
+        process(s, r0);
+        s = s == S - 1 ? 0 : s + 1;
     }
 #pragma unroll
     for (int j = 0; j < NJ; j++) // the warp's row groups, in a fixed order (the same columns)
@@ -2306,12 +2480,18 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         auto go = [&](auto run, auto lanes, auto nj) {
             constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
             auto launch = [&](auto two) {
-                auto kernel = gated_norm_backward_kernel<MP, R_, L, NJ, decltype(two)::value>;
-                const int blocks = resident_blocks(kernel, CEIL_DIV(R, 8 * (32 / L)));
+                constexpr bool TWO = decltype(two)::value;
+                auto kernel = gated_norm_backward_kernel<MP, R_, L, NJ, TWO>;
+                constexpr int smem = gn_bwd_ring_bytes<MP, R_, NJ, TWO>();
+                static_assert(smem <= 227 * 1024, "the gated norm backward's ring fits a block's shared memory");
+                smem_attr(kernel, smem);
+                int per_sm = 0; // as many blocks as the GPU holds at once (the grid strides the rows)
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem));
+                const int blocks = std::min(CEIL_DIV(R, 8 * (32 / L)), std::max(per_sm, 1) * num_sms());
                 float *part = colpart((size_t)blocks * 2 * n);
-                kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, gp, part, (const MP *)dy, rstd, (const MP *)a->o1, a->w1,
-                                        (const MP *)a->o2, a->w2, a->omega, (const MP *)a->gate, R, n, a->heads, a->ld_dgate,
-                                        a->gate_act);
+                kernel<<<blocks, 256, smem>>>((MP *)do1, (MP *)do2, domega, gp, part, (const MP *)dy, rstd,
+                                              (const MP *)a->o1, a->w1, (const MP *)a->o2, a->w2, a->omega,
+                                              (const MP *)a->gate, R, n, a->heads, a->ld_dgate, a->gate_act);
                 CUDA_CHECK(cudaGetLastError());
                 colsum_finish(dw1, part, blocks, n, 2 * n, 0);
                 if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);
