@@ -2266,110 +2266,37 @@ static void gated_norm_forward(real *y, real *rstd, const GatedNormArgs *a) {
 // written (the gated norm is their only producer; dgate's rows as GatedNormArgs.heads, ld_dgate place them); the
 // weight gradients accumulate. Rows strided by the grid, held as LaneRow runs as in the forward (16-byte moves where
 // n splits so: 32 lanes a row of 256 bf16, 16 lanes of 128; 8-byte moves on 32 lanes for 384; else one value a lane
-// on 32 lanes). A row of 256 is 1.5 KB of loads a warp (2 KB with two inputs): too few for DRAM's latency if a warp
-// had only the row it computes in flight, and the registers hold no second one at 2-4 blocks an SM. So a warp's rows
-// pass through a ring of rows in shared memory (gn_bwd_stages: 3, 4 with two inputs), filled by cp.async (each lane
-// copies its own runs and the row's rstd, ω, and reads back only those: no barrier), all but one ahead of the row it
-// computes: 32 warps an SM with 2 rows in flight (one input), 16 with 3 (two inputs), ~96 KB.
-// (bf16 single values, 2 bytes, are below cp.async's 4: the one-value-a-lane path copies them synchronously.) w1 and
-// w2 are staged once a block in shared memory in the lanes' order (norm_w_stage: a float4 read per four values). Its
-// work a value, about 25 instructions (30 with two inputs; φ and φ' from one fast sigmoid), is small against the 10
-// (14) bytes it moves, so that DRAM bounds it (its benchmark: dev/cuda/gated_norm_bench.cu). The weight gradients dw1,
-// dw2 are summed in the same pass: per lane in registers, over a warp's row groups by shuffles, per block over its
-// warps in a fixed order, then per block in part [gridDim][2n] (added by colsum_finish_kernel: bitwise reproducible
-// for a given grid).
-// blocks an SM: as many as the registers allow without spills (ptxas -v: 64 a thread for one input, 128 for two, with
-// up to 16 bytes of a row a lane; half as many blocks for wider ones), and the ring's shared memory (gn_bwd_ring_bytes)
-template <class MP, int NJ, bool TWO> __host__ __device__ constexpr int gn_bwd_blocks() {
-    return (NJ * (int)sizeof(MP) > 16 ? 1 : 2) * (TWO ? 1 : 2);
-}
-// a stage of a warp's ring: a row's 3 or 4 tensors' runs (lane after lane), then the lanes' {rstd1, rstd2, ω0, ω1}
-template <class MP, int RUN, int NJ, bool TWO> __host__ __device__ constexpr int gn_bwd_stage_bytes() {
-    return (TWO ? 4 : 3) * (NJ / RUN) * 32 * RUN * (int)sizeof(MP) + 32 * 16;
-}
-// the rows a ring holds: 3 (one input) or 4 (two), fewer (down to 2) where a block's ring would pass 160 KB (wide rows
-// in fp32 mode)
-template <class MP, int RUN, int NJ, bool TWO> __host__ __device__ constexpr int gn_bwd_stages() {
-    int s = TWO ? 4 : 3;
-    while (s > 2 && 8 * s * gn_bwd_stage_bytes<MP, RUN, NJ, TWO>() > 160 * 1024) s--;
-    return s;
-}
-template <class MP, int RUN, int NJ, bool TWO> __host__ __device__ constexpr int gn_bwd_ring_bytes() { // a block's
-    return 8 * gn_bwd_stages<MP, RUN, NJ, TWO>() * gn_bwd_stage_bytes<MP, RUN, NJ, TWO>();
-}
-// BYTES (4, 8 or 16) global -> shared by cp.async (.ca below 16 bytes); bf16 single values (2 bytes) copied in place
-template <int BYTES> __device__ __forceinline__ void cp_async_run(void *smem, const void *gmem) {
-    if constexpr (BYTES == 16) cp_async16(smem, gmem);
-    else if constexpr (BYTES == 8 || BYTES == 4)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "n"(BYTES));
-    else *reinterpret_cast<unsigned short *>(smem) = *reinterpret_cast<const unsigned short *>(gmem);
-}
+// on 32 lanes). The weight
+// gradients dw1, dw2 are summed in the same pass: per lane in registers, over a warp's row groups by shuffles, per
+// block over its warps in a fixed order, then per block in part [gridDim][2n] (added by colsum_finish_kernel: bitwise
+// reproducible for a given grid).
 template <class MP, int RUN, int LANES, int NJ, bool TWO> // dgate (W_g's output gradient), dy (W_o's input gradient),
         // gate, o1, o2, do1 and do2 (the two ops' dout) in the matmul precision; TWO: the N layer's two inputs
-__global__ void __launch_bounds__(256, (gn_bwd_blocks<MP, NJ, TWO>())) gated_norm_backward_kernel(MP *__restrict__ do1,
-        MP *__restrict__ do2, float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part,
-        const MP *__restrict__ dy, const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
+__global__ void __launch_bounds__(256) gated_norm_backward_kernel(MP *__restrict__ do1, MP *__restrict__ do2,
+        float *__restrict__ domega, MP *__restrict__ dgate, float *__restrict__ part, const MP *__restrict__ dy,
+        const float *__restrict__ rstd, const MP *__restrict__ o1, const float *__restrict__ w1,
         const MP *__restrict__ o2, const float *__restrict__ w2, const float *__restrict__ omega,
         const MP *__restrict__ gate, int R, int n, int heads, int ld_dgate, int act) {
     using Row = LaneRow<MP, RUN, LANES, NJ>;
-    using RunBits = typename Pack<MP, RUN>::R;
-    constexpr int RPW = 32 / LANES, NR = NJ / RUN; // rows a warp takes at once, runs a lane
-    constexpr int S = gn_bwd_stages<MP, RUN, NJ, TWO>(), STAGE = gn_bwd_stage_bytes<MP, RUN, NJ, TWO>();
-    constexpr int BYTES = RUN * (int)sizeof(MP), SCAL = STAGE - 32 * 16; // a run; where the lanes' rstd, ω start
-    extern __shared__ uint4 gn_bwd_ring[]; // [8 warps][S stages][STAGE bytes]
-    __shared__ float sh[2][LANES * NJ];                 // dw's block sums
-    __shared__ __align__(16) float wsh[2][LANES * NJ]; // w1, w2 in the lanes' order (float4 reads)
+    constexpr int RPW = 32 / LANES; // rows a warp takes at once
+    __shared__ float sh[2][LANES * NJ];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LANES;
-    unsigned char *ring = reinterpret_cast<unsigned char *>(gn_bwd_ring) + (size_t)warp * S * STAGE;
     const float inv_n = 1.f / n;
-    float acc1[NJ], acc2[NJ];
+    float acc1[NJ], acc2[NJ], wa[NJ], wb[NJ];
 #pragma unroll
-    for (int j = 0; j < NJ; j++) acc1[j] = acc2[j] = 0.f;
-    norm_w_stage<Row, RUN, LANES, NJ>(wsh[0], w1, n);
-    if (TWO) norm_w_stage<Row, RUN, LANES, NJ>(wsh[1], w2, n);
-    auto fetch = [&](int s, int r0) { // row r0's (the warp's) operands into stage s; lanes past R: row R − 1
-        asm volatile("" ::: "memory"); // after the reads of the row that left stage s
-        const int r = min(r0 + lane / LANES, R - 1);
-        const size_t o = (size_t)r * n;
-        unsigned char *st = ring + s * STAGE;
-#pragma unroll
-        for (int q = 0; q < NR; q++) {
-            const int i = Row::col(sub, q * RUN);
-            if (i < n) {
-                unsigned char *d = st + (q * 32 + lane) * BYTES;
-                cp_async_run<BYTES>(d, o1 + o + i);
-                cp_async_run<BYTES>(d + NR * 32 * BYTES, gate + o + i);
-                cp_async_run<BYTES>(d + 2 * NR * 32 * BYTES, dy + o + i);
-                if (TWO) cp_async_run<BYTES>(d + 3 * NR * 32 * BYTES, o2 + o + i);
-            }
-        }
-        unsigned char *sc = st + SCAL + lane * 16;
-        cp_async_run<4>(sc, rstd + r);
-        if (TWO) {
-            cp_async_run<4>(sc + 4, rstd + R + r);
-            cp_async_run<4>(sc + 8, omega + 2 * r);
-            cp_async_run<4>(sc + 12, omega + 2 * r + 1);
-        }
-    };
-    auto process = [&](int s, int r0) { // row r0 (the warp's) from stage s
+    for (int j = 0; j < NJ; j++) acc1[j] = acc2[j] = wb[j] = 0.f;
+    Row::load_w(wa, w1, sub, n);
+    if (TWO) Row::load_w(wb, w2, sub, n);
+    for (int r0 = (blockIdx.x * 8 + warp) * RPW; r0 < R; r0 += gridDim.x * 8 * RPW) {
         const bool live = r0 + lane / LANES < R; // a last warp's lanes past R: row R − 1 again, not stored, not summed
         const int r = min(r0 + lane / LANES, R - 1);
         const size_t o = (size_t)r * n;
-        const unsigned char *st = ring + s * STAGE;
-        Row A, G, D, Bv; // o1, gate, dy, o2 as loaded (runs past n: zeros)
-#pragma unroll
-        for (int q = 0; q < NR; q++) {
-            const int i = Row::col(sub, q * RUN);
-            const unsigned char *d = st + (q * 32 + lane) * BYTES;
-            if (i < n) {
-                A.p[q].r = *reinterpret_cast<const RunBits *>(d);
-                G.p[q].r = *reinterpret_cast<const RunBits *>(d + NR * 32 * BYTES);
-                D.p[q].r = *reinterpret_cast<const RunBits *>(d + 2 * NR * 32 * BYTES);
-                if (TWO) Bv.p[q].r = *reinterpret_cast<const RunBits *>(d + 3 * NR * 32 * BYTES);
-            } else { A.p[q].zero(); G.p[q].zero(); D.p[q].zero(); Bv.p[q].zero(); }
-        }
-        const float4 sc = *reinterpret_cast<const float4 *>(st + SCAL + lane * 16);
-        const float s1 = sc.x, s2 = TWO ? sc.y : 0.f, om1 = TWO ? sc.z : 1.f, om2 = TWO ? sc.w : 0.f;
+        Row A, G, D, Bv;
+        A.load(o1 + o, sub, n);
+        G.load(gate + o, sub, n);
+        D.load(dy + o, sub, n);
+        if (TWO) Bv.load(o2 + o, sub, n);
+        const float s1 = rstd[r], s2 = TWO ? rstd[R + r] : 0.f, om1 = TWO ? omega[2 * r] : 1.f, om2 = TWO ? omega[2 * r + 1] : 0.f;
         const float live1 = live ? om1 * s1 : 0.f, live2 = live ? om2 * s2 : 0.f; // dw's factors, 0 for a dead lane
         float x1[NJ], x2[NJ], dn[NJ], t[NJ], dom1 = 0.f, dom2 = 0.f;
         {
@@ -2379,23 +2306,16 @@ __global__ void __launch_bounds__(256, (gn_bwd_blocks<MP, NJ, TWO>())) gated_nor
             D.get(dyv);
             if (TWO) Bv.get(x2);
 #pragma unroll
-            for (int q = 0; q < NR; q++) {
-                float wa[RUN], wb[RUN];
-                norm_w_run<RUN, LANES>(wa, wsh[0], sub, q);
-                if (TWO) norm_w_run<RUN, LANES>(wb, wsh[1], sub, q);
-#pragma unroll
-                for (int k = 0; k < RUN; k++) {
-                    const int j = q * RUN + k;
-                    float phi, dphi;
-                    gate_act_dphi_(gt[j], act, phi, dphi);
-                    const float n1 = x1[j] * s1 * wa[k], n2 = TWO ? x2[j] * s2 * wb[k] : 0.f;
-                    dn[j] = dyv[j] * phi;
-                    t[j] = dyv[j] * (om1 * n1 + om2 * n2) * dphi;
-                    dom1 += dn[j] * n1;
-                    if (TWO) dom2 += dn[j] * n2;
-                    acc1[j] += dn[j] * live1 * x1[j];
-                    if (TWO) acc2[j] += dn[j] * live2 * x2[j];
-                }
+            for (int j = 0; j < NJ; j++) {
+                float phi, dphi;
+                gate_act_dphi_(gt[j], act, phi, dphi);
+                const float n1 = x1[j] * s1 * wa[j], n2 = TWO ? x2[j] * s2 * wb[j] : 0.f;
+                dn[j] = dyv[j] * phi;
+                t[j] = dyv[j] * (om1 * n1 + om2 * n2) * dphi;
+                dom1 += dn[j] * n1;
+                if (TWO) dom2 += dn[j] * n2;
+                acc1[j] += dn[j] * live1 * x1[j];
+                if (TWO) acc2[j] += dn[j] * live2 * x2[j];
             }
         }
         Row out;
@@ -2403,53 +2323,19 @@ __global__ void __launch_bounds__(256, (gn_bwd_blocks<MP, NJ, TWO>())) gated_nor
         dom1 = group_sum<LANES>(dom1);
         const float dot1 = om1 * dom1 * inv_n;
 #pragma unroll
-        for (int q = 0; q < NR; q++) {
-            float wa[RUN];
-            norm_w_run<RUN, LANES>(wa, wsh[0], sub, q);
-#pragma unroll
-            for (int k = 0; k < RUN; k++) {
-                const int j = q * RUN + k;
-                t[j] = s1 * (wa[k] * om1 * dn[j] - x1[j] * s1 * dot1);
-            }
-        }
+        for (int j = 0; j < NJ; j++) t[j] = s1 * (wa[j] * om1 * dn[j] - x1[j] * s1 * dot1);
         if (live) { out.set(t); out.store(do1 + o, sub, n); }
         if (TWO) {
             dom2 = group_sum<LANES>(dom2);
             const float dot2 = om2 * dom2 * inv_n;
 #pragma unroll
-            for (int q = 0; q < NR; q++) {
-                float wb[RUN];
-                norm_w_run<RUN, LANES>(wb, wsh[1], sub, q);
-#pragma unroll
-                for (int k = 0; k < RUN; k++) {
-                    const int j = q * RUN + k;
-                    t[j] = s2 * (wb[k] * om2 * dn[j] - x2[j] * s2 * dot2);
-                }
-            }
+            for (int j = 0; j < NJ; j++) t[j] = s2 * (wb[j] * om2 * dn[j] - x2[j] * s2 * dot2);
             if (live) {
                 out.set(t);
                 out.store(do2 + o, sub, n);
                 if (sub == 0) { domega[2 * r] = dom1; domega[2 * r + 1] = dom2; }
             }
         }
-    };
-    // The warp's rows r0, r0 + stride, ... (the same for all its lanes): row k of them in stage k % S. Each step commits
-    // one group of copies (empty past R), so that waiting until S − 1 groups are pending completes the row computed.
-    const int stride = gridDim.x * 8 * RPW, first = (blockIdx.x * 8 + warp) * RPW;
-#pragma unroll
-    for (int k = 0; k < S - 1; k++) {
-        if (first + k * stride < R) fetch(k, first + k * stride);
-        cp_async_commit();
-    }
-    int s = 0; // the stage of row r0
-#pragma unroll 1
-    for (int r0 = first; r0 < R; r0 += stride) {
-        const int ahead = r0 + (S - 1) * stride; // into the stage row r0 − stride left
-        if (ahead < R) fetch(s == 0 ? S - 1 : s - 1, ahead);
-        cp_async_commit();
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory"); // row r0's copies done (before its reads)
-        process(s, r0);
-        s = s == S - 1 ? 0 : s + 1;
     }
 #pragma unroll
     for (int j = 0; j < NJ; j++) // the warp's row groups, in a fixed order (the same columns)
@@ -2480,18 +2366,12 @@ static void gated_norm_backward(real *do1, real *dw1, real *do2, real *dw2, real
         auto go = [&](auto run, auto lanes, auto nj) {
             constexpr int R_ = decltype(run)::value, L = decltype(lanes)::value, NJ = decltype(nj)::value;
             auto launch = [&](auto two) {
-                constexpr bool TWO = decltype(two)::value;
-                auto kernel = gated_norm_backward_kernel<MP, R_, L, NJ, TWO>;
-                constexpr int smem = gn_bwd_ring_bytes<MP, R_, NJ, TWO>();
-                static_assert(smem <= 227 * 1024, "the gated norm backward's ring fits a block's shared memory");
-                smem_attr(kernel, smem);
-                int per_sm = 0; // as many blocks as the GPU holds at once (the grid strides the rows)
-                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem));
-                const int blocks = std::min(CEIL_DIV(R, 8 * (32 / L)), std::max(per_sm, 1) * num_sms());
+                auto kernel = gated_norm_backward_kernel<MP, R_, L, NJ, decltype(two)::value>;
+                const int blocks = resident_blocks(kernel, CEIL_DIV(R, 8 * (32 / L)));
                 float *part = colpart((size_t)blocks * 2 * n);
-                kernel<<<blocks, 256, smem>>>((MP *)do1, (MP *)do2, domega, gp, part, (const MP *)dy, rstd,
-                                              (const MP *)a->o1, a->w1, (const MP *)a->o2, a->w2, a->omega,
-                                              (const MP *)a->gate, R, n, a->heads, a->ld_dgate, a->gate_act);
+                kernel<<<blocks, 256>>>((MP *)do1, (MP *)do2, domega, gp, part, (const MP *)dy, rstd, (const MP *)a->o1, a->w1,
+                                        (const MP *)a->o2, a->w2, a->omega, (const MP *)a->gate, R, n, a->heads, a->ld_dgate,
+                                        a->gate_act);
                 CUDA_CHECK(cudaGetLastError());
                 colsum_finish(dw1, part, blocks, n, 2 * n, 0);
                 if (a->o2) colsum_finish(dw2, part, blocks, n, 2 * n, n);
