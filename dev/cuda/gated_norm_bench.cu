@@ -16,23 +16,12 @@
 #define TESTING
 #include "../../train_natsl.cu"
 #include "bench_timing.h"
+#include "bench_data.h"
 
 typedef __nv_bfloat16 bf16;
 
-static unsigned long long rng_s = 0x9E3779B97F4A7C15ULL;
-static double urand() { rng_s ^= rng_s << 13; rng_s ^= rng_s >> 7; rng_s ^= rng_s << 17; return ((rng_s >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
 template <class MP> static double to_d(MP v) { return (double)(float)v; }
-template <class T> static T *upload(const std::vector<T> &h) {
-    T *d = (T *)xcudamalloc(h.size() * sizeof(T));
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T> static std::vector<T> download(const T *d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
 static double err(const std::vector<double> &ref, const std::vector<double> &got) {
     double num = 0, den = 0;
     for (size_t i = 0; i < ref.size(); i++) { const double d = got[i] - ref[i]; num += d * d; den += ref[i] * ref[i]; }

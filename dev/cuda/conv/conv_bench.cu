@@ -29,26 +29,14 @@
 #define TESTING
 #include "../../../train_natsl.cu"
 #include "../bench_timing.h"
+#include "../bench_data.h"
 
 typedef __nv_bfloat16 bf16;
 
-static unsigned long long rng_s = 0x9E3779B97F4A7C15ULL;
-static double urand() { rng_s ^= rng_s << 13; rng_s ^= rng_s >> 7; rng_s ^= rng_s << 17; return ((rng_s >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static double hv(float v) { return v; }
 static double hv(bf16 v) { return (double)__bfloat162float(v); }
 template <class E> static E stored(double v) { return (E)(float)v; } // rounded to the storage precision
 template <> bf16 stored<bf16>(double v) { return __float2bfloat16((float)v); }
-template <class E> static E *upload(const std::vector<E> &h) {
-    E *d;
-    CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(E)));
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(E), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class E> static std::vector<E> download(const E *d, size_t n) {
-    std::vector<E> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(E), cudaMemcpyDeviceToHost));
-    return h;
-}
 
 // ---- the backward: x (MP, rows of n = 2K + Vt: the projection's Q | K | V columns), w [n][4], dy in DY as three
 // planes dq [BT][K], dk [BT][K], dv [BT][Vt]; dx (MP) rows of lddx ≥ n
