@@ -124,7 +124,6 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-
 // where x < −87, as silu underflows. Far inside fp32 mode's bar (8.3a: 1e-4); bf16 rounds to 4e-3.
 __device__ __forceinline__ float fsigmoidf_(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return __fdividef(x, 1.f + __expf(-x)); }
-__device__ __forceinline__ float dsiluf_(float x) { float s = sigmoidf_(x); return s * (1.f + x * (1.f - s)); }
 // the gated norm's gate activation φ (5.6g): GATE_SILU or GATE_SIGMOID (Config.gate_act); and φ with its derivative
 __device__ __forceinline__ float gate_actf_(float x, int act) {
     const float s = fsigmoidf_(x);
